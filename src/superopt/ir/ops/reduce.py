@@ -1,0 +1,155 @@
+"""Reductions and normalisations: reduce_sum/mean, softmax, layer_norm, batch_norm, lrn."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from superopt.ir.errors import ShapeError
+from superopt.ir.opdef import (
+    LINEAR,
+    NONLINEAR,
+    REDUCTION,
+    Attrs,
+    AttrSpec,
+    AttrValue,
+    OpDef,
+    register_op,
+)
+from superopt.ir.ops._common import expect_float, expect_rank, norm_axis
+from superopt.ir.types import TensorType
+
+
+def _axes_canon(ts: tuple[TensorType, ...], attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
+    rank = ts[0].rank
+    axes = attrs["axes"] or tuple(range(rank))
+    attrs["axes"] = tuple(sorted({norm_axis("reduce", a, rank) for a in axes}))
+    return attrs
+
+
+def _reduce_shape(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
+    (x,) = ts
+    axes = set(attrs["axes"])
+    if any(not 0 <= a < x.rank for a in axes):
+        raise ShapeError("reduce", 0, f"rank > {max(axes)}", str(x))
+    if attrs["keepdims"]:
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    else:
+        shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return (x.with_shape(shape),)
+
+
+_REDUCE_ATTRS = (AttrSpec("axes", "ints", (), doc="() reduces every axis"),
+                 AttrSpec("keepdims", "bool", False))
+
+REDUCE_SUM = register_op(OpDef(
+    name="reduce_sum", num_inputs=1, shape=_reduce_shape,
+    reference=lambda xs, a: (np.sum(xs[0], axis=a["axes"], keepdims=a["keepdims"]),),
+    attrs=_REDUCE_ATTRS, traits=frozenset({REDUCTION, LINEAR}), canonicalize=_axes_canon))
+
+REDUCE_MEAN = register_op(OpDef(
+    name="reduce_mean", num_inputs=1, shape=_reduce_shape,
+    reference=lambda xs, a: (np.mean(xs[0], axis=a["axes"], keepdims=a["keepdims"]),),
+    attrs=_REDUCE_ATTRS, traits=frozenset({REDUCTION, LINEAR}), canonicalize=_axes_canon))
+
+
+def _axis_canon(ts: tuple[TensorType, ...], attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
+    attrs["axis"] = norm_axis("axis", attrs["axis"], ts[0].rank)
+    return attrs
+
+
+def _same_shape(op: str):
+    def rule(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
+        expect_float(op, 0, ts[0])
+        return (ts[0],)
+    return rule
+
+
+def softmax_ref(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+SOFTMAX = register_op(OpDef(
+    name="softmax", num_inputs=1, shape=_same_shape("softmax"),
+    reference=lambda xs, a: (softmax_ref(xs[0], a["axis"]),),
+    attrs=(AttrSpec("axis", "int", -1),), traits=frozenset({REDUCTION, NONLINEAR}),
+    canonicalize=_axis_canon))
+
+
+def _ln_shape(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
+    x, g, b = ts
+    expect_float("layer_norm", 0, x)
+    norm = x.shape[attrs["axis"]:]
+    for i, t in ((1, g), (2, b)):
+        if t.shape != norm:
+            raise ShapeError("layer_norm", i, f"shape {list(norm)} (normalised dims)", str(t))
+    return (x,)
+
+
+def layer_norm_ref(x: np.ndarray, g: np.ndarray, b: np.ndarray, axis: int, eps: float) -> np.ndarray:
+    axes = tuple(range(axis, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * g + b
+
+
+LAYER_NORM = register_op(OpDef(
+    name="layer_norm", num_inputs=3, shape=_ln_shape,
+    reference=lambda xs, a: (layer_norm_ref(*xs, a["axis"], a["eps"]),),
+    attrs=(AttrSpec("axis", "int", -1, doc="first normalised dim"), AttrSpec("eps", "float", 1e-5)),
+    traits=frozenset({REDUCTION, NONLINEAR}), canonicalize=_axis_canon,
+    input_names=("x", "gamma", "beta")))
+
+
+def _bn_shape(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
+    x = ts[0]
+    expect_float("batch_norm", 0, x)
+    if x.rank < 2:
+        raise ShapeError("batch_norm", 0, "rank >= 2 (channels on dim 1)", str(x))
+    for i, t in enumerate(ts[1:], start=1):
+        if t.shape != (x.shape[1],):
+            raise ShapeError("batch_norm", i, f"shape [{x.shape[1]}] (channels)", str(t))
+    return (x,)
+
+
+def batch_norm_ref(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray,
+                   var: np.ndarray, eps: float) -> np.ndarray:
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    s = scale / np.sqrt(var + eps)
+    return (x - mean.reshape(shape)) * s.reshape(shape) + bias.reshape(shape)
+
+
+BATCH_NORM = register_op(OpDef(
+    name="batch_norm", num_inputs=5, shape=_bn_shape,
+    reference=lambda xs, a: (batch_norm_ref(*xs, a["eps"]),),
+    attrs=(AttrSpec("eps", "float", 1e-5),), traits=frozenset({NONLINEAR}),
+    linear_in=(0,), input_names=("x", "scale", "bias", "mean", "var"),
+    doc="Inference batch norm over dim 1: (x - mean) * scale / sqrt(var + eps) + bias."))
+
+
+def _lrn_shape(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
+    expect_rank("lrn", 0, ts[0], 4)
+    expect_float("lrn", 0, ts[0])
+    return (ts[0],)
+
+
+def lrn_square_sum(x2: np.ndarray, size: int) -> np.ndarray:
+    """Sum of squares over a window of `size` channels centred on each channel (ONNX)."""
+    c = x2.shape[1]
+    lo, hi = (size - 1) // 2, size // 2
+    padded = np.pad(x2, ((0, 0), (lo, hi), (0, 0), (0, 0)))
+    return sum(padded[:, i:i + c] for i in range(size))
+
+
+def _lrn_ref(xs: tuple[np.ndarray, ...], attrs: Attrs) -> tuple[np.ndarray, ...]:
+    x = xs[0]
+    s = lrn_square_sum(x * x, attrs["size"])
+    return (x / (attrs["bias"] + attrs["alpha"] / attrs["size"] * s) ** attrs["beta"],)
+
+
+LRN = register_op(OpDef(
+    name="lrn", num_inputs=1, shape=_lrn_shape, reference=_lrn_ref,
+    attrs=(AttrSpec("size", "int"), AttrSpec("alpha", "float", 1e-4),
+           AttrSpec("beta", "float", 0.75), AttrSpec("bias", "float", 1.0)),
+    traits=frozenset({NONLINEAR}),
+    doc="Local response normalisation across channels (AlexNet, GoogLeNet; ONNX LRN)."))
