@@ -15,9 +15,11 @@ from superopt.ir.graph import Graph, GraphBuilder, Node, Value
 
 Origin = Mapping[int, tuple[int, ...]]
 
-# A node rule gets the builder, the old node and its already-mapped inputs, and returns
-# the values that replace the node's outputs, or None to copy the node unchanged.
-NodeRule = Callable[[GraphBuilder, Node, tuple[Value, ...]], tuple[Value, ...] | None]
+# A node rule gets the builder, the old node, its already-mapped inputs and a lookup from
+# any earlier old value to its new value (fusions reach past their direct inputs); it
+# returns the values that replace the node's outputs, or None to copy the node unchanged.
+Lookup = Callable[[Value], Value]
+NodeRule = Callable[[GraphBuilder, Node, tuple[Value, ...], Lookup], tuple[Value, ...] | None]
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ def transform(graph: Graph, rule: NodeRule, name: str | None = None) -> PassResu
     for node in graph.nodes:
         start = len(b.nodes)
         inputs = tuple(mapped[v] for v in node.inputs)
-        new = rule(b, node, inputs)
+        new = rule(b, node, inputs, mapped.__getitem__)
         if new is None:
             new = copy_node(b, node, inputs, graph)
         if len(new) != len(node.types):

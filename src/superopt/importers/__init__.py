@@ -1,0 +1,54 @@
+"""Model importers and the one entry point that turns a MODEL_OR_FILE string into a graph.
+
+Heavy packages load only when a specific importer is used:
+- `superopt.importers.onnx`: ONNX files (and the models the `onnx` package ships);
+- `superopt.importers.torch`: PyTorch modules via torch.fx or torch.export (ATen level);
+- `superopt.importers.hf`: HuggingFace BERT built from a config, captured with torch.export.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from superopt.importers.errors import ModelImportError, UnsupportedOpsError
+from superopt.ir.graph import Graph
+
+HF_MODELS = ("hf:bert-tiny", "hf:bert-small", "hf:bert-base")
+
+
+def load_model(spec: str, batch: int | None = None) -> Graph:
+    """A zoo name (`resnet50`, `bert-base`), an ONNX light model (`onnx:light_resnet50`),
+    a HuggingFace capture (`hf:bert-base`), an `.onnx` file or a saved graph `.json`."""
+    from superopt.ir.serialize import load
+
+    path = Path(spec)
+    if spec.endswith(".onnx"):
+        if not path.exists():
+            raise ModelImportError(f"{spec}: no such file")
+        from superopt.importers.onnx import import_onnx
+
+        return import_onnx(path, batch=batch)
+    if spec.endswith(".json"):
+        graph = load(path)
+        if batch is not None:
+            raise ModelImportError(f"{spec}: --batch applies to zoo and ONNX models, not saved graphs")
+        return graph
+    if spec.startswith("onnx:"):
+        from superopt.importers.onnx import import_onnx, light_model_path
+
+        return import_onnx(light_model_path(spec.removeprefix("onnx:")), batch=batch)
+    if spec.startswith("hf:"):
+        from superopt.importers.hf import bert_graph
+
+        size = spec.removeprefix("hf:").removeprefix("bert-")
+        if f"hf:bert-{size}" not in HF_MODELS:
+            raise ModelImportError(f"unknown HuggingFace model {spec!r}; known: {', '.join(HF_MODELS)}")
+        return bert_graph(size, batch=batch or 1)
+    if path.suffix or "/" in spec:
+        raise ModelImportError(f"{spec}: expected a zoo model name, an .onnx file or a .json graph")
+    from superopt import zoo
+
+    return zoo.build(spec, batch=batch or 1)
+
+
+__all__ = ["HF_MODELS", "ModelImportError", "UnsupportedOpsError", "load_model"]
