@@ -100,7 +100,7 @@ def test_lint_reports_broken_graphs() -> None:
     # Forward reference: not a topological order.
     nodes = list(good.nodes)
     n = nodes[2]
-    nodes[2] = Node(n.id, n.op, (Value(5),) + n.inputs[1:], n.attrs, n.types)
+    nodes[2] = Node(n.id, n.op, (Value(5), *n.inputs[1:]), n.attrs, n.types)
     with pytest.raises(LintError, match="not an earlier node"):
         Graph(tuple(nodes), good.outputs).lint()
     with pytest.raises(LintError, match="does not exist"):
