@@ -194,6 +194,8 @@ def _pad_shape(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ..
 def _pad_ref(xs: tuple[np.ndarray, ...], attrs: Attrs) -> tuple[np.ndarray, ...]:
     r = xs[0].ndim
     p = attrs["pads"]
+    if r == 0:  # np.pad rejects an empty pad list
+        return (xs[0].copy(),)
     return (np.pad(xs[0], [(p[i], p[r + i]) for i in range(r)]),)
 
 
