@@ -123,8 +123,9 @@ BATCH_NORM = register_op(OpDef(
     name="batch_norm", num_inputs=5, shape=_bn_shape,
     reference=lambda xs, a: (batch_norm_ref(*xs, a["eps"]),),
     attrs=(AttrSpec("eps", "float", 1e-5),), traits=frozenset({NONLINEAR}),
-    linear_in=(0,), input_names=("x", "scale", "bias", "mean", "var"),
-    doc="Inference batch norm over dim 1: (x - mean) * scale / sqrt(var + eps) + bias."))
+    input_names=("x", "scale", "bias", "mean", "var"),
+    doc="Inference batch norm over dim 1: (x - mean) * scale / sqrt(var + eps) + bias "
+        "(affine in x, not linear)."))
 
 
 def _lrn_shape(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
