@@ -1,0 +1,1716 @@
+"""PyTorch importers: `torch.fx.symbolic_trace` graphs and `torch.export` programs (ATen).
+
+Both importers walk the captured FX graph once, in order, and keep for every FX node one of:
+
+- a graph `Value` (the node computes on runtime inputs or on parameters);
+- a `Const` (a tensor known at import time: buffers, lifted constants, and every node whose
+  operands are all known; such nodes are evaluated with torch right away, so attention-mask
+  arithmetic, position-id slicing and the like become weight data);
+- an `Expanded` value (a broadcast from `aten.expand`, kept lazy for the element-wise op that
+  reads it and materialised only where an op needs the full tensor);
+- plain Python values (shapes, scalars) and tuples of the above (multi-output ops).
+
+Parameters become weights named by their fully qualified name, with data. The mapping from
+a torch target to the IR lives in three tables (`ATEN`, `FX_FUNCTIONS`/`FX_METHODS`,
+`FX_MODULES`). Unsupported operators are collected over the whole graph and reported at
+once as an `UnsupportedOpsError`; no partial graph is ever returned.
+
+The graph is the inference graph: dropout is the identity and batch norm uses the running
+statistics; a module captured in training mode is refused where that would differ.
+This module imports torch at the top; only import it lazily (`superopt.importers` does).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import math
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from superopt.importers.errors import ModelImportError, UnsupportedOpsError
+from superopt.ir.errors import IRError
+from superopt.ir.graph import Graph, GraphBuilder, Value
+from superopt.ir.types import DType
+
+aten = torch.ops.aten
+
+# ---- values the importer tracks per FX node -----------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    """A tensor known at import time; it becomes a weight with data only if an op reads it."""
+
+    tensor: torch.Tensor
+    name: str
+
+
+@dataclass(frozen=True)
+class Expanded:
+    """`value` broadcast to `shape` (numpy rules); materialised only where an op needs it."""
+
+    value: Value
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Missing:
+    """An output of a multi-output op that the IR does not compute (e.g. layer-norm stats)."""
+
+    what: str
+
+
+class _Refuse(Exception):
+    """A converter cannot map this particular use of an op; collected, never shown alone."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _live(x: Any) -> bool:
+    return isinstance(x, Value | Expanded)
+
+
+def _leaves(x: Any) -> Iterator[Any]:
+    if isinstance(x, list | tuple):
+        for y in x:
+            yield from _leaves(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _leaves(y)
+    else:
+        yield x
+
+
+def _any_live(*xs: Any) -> bool:
+    return any(_live(leaf) for x in xs for leaf in _leaves(x))
+
+
+_TORCH_TO_IR: dict[torch.dtype, DType] = {
+    torch.float32: DType.F32, torch.float64: DType.F32, torch.bfloat16: DType.BF16,
+    torch.float16: DType.F16, torch.int64: DType.I64, torch.int32: DType.I32,
+    torch.int16: DType.I32, torch.int8: DType.I32, torch.uint8: DType.I32,
+}
+_IR_TO_TORCH: dict[DType, torch.dtype] = {
+    DType.F32: torch.float32, DType.BF16: torch.bfloat16, DType.F16: torch.float16,
+    DType.I64: torch.int64, DType.I32: torch.int32,
+}
+
+
+def ir_dtype(dtype: torch.dtype) -> DType:
+    """The IR dtype that holds a torch dtype (float64 is narrowed to f32: the IR has no f64)."""
+    try:
+        return _TORCH_TO_IR[dtype]
+    except KeyError:
+        raise _Refuse(f"tensors of dtype {dtype}") from None
+
+
+def _numpy(t: torch.Tensor, dtype: DType) -> np.ndarray:
+    t = t.detach().cpu().to(_IR_TO_TORCH[dtype])
+    if dtype == DType.BF16:  # numpy has no bfloat16; DType.numpy stores it as float32
+        t = t.to(torch.float32)
+    return t.contiguous().numpy()
+
+
+def _pair(v: Any, what: str = "value") -> tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(int(x) for x in v)
+    if len(v) == 1:
+        return (v[0], v[0])
+    if len(v) != 2:
+        raise _Refuse(f"a {what} of length {len(v)} (expected 2-D)")
+    return (v[0], v[1])
+
+
+def _axis(d: int, rank: int) -> int:
+    if not -max(rank, 1) <= d < max(rank, 1):
+        raise _Refuse(f"dim {d} out of range for rank {rank}")
+    return d % rank if rank else 0
+
+
+def _broadcastable(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+    if len(small) > len(big):
+        return False
+    return all(s in (1, b) for s, b in zip(reversed(small), reversed(big), strict=False))
+
+
+_MASKED = float(torch.finfo(torch.float32).min)  # masked-out score: finite, so weights stay finite
+
+
+# ---- the graph-building context: one emitter per tensor operation --------------------
+
+
+class _Ctx:
+    """Builds the IR for one capture; emitters accept Values, Consts, Expanded and scalars."""
+
+    def __init__(self, name: str, fold_parameters: bool = False) -> None:
+        self.b = GraphBuilder(name)
+        self.fold_parameters = fold_parameters
+        self._names: set[str] = set()
+        self._consts: dict[tuple[int, DType], Value] = {}
+        self._params: dict[str, Value] = {}
+        self._keep: list[Const] = []  # keeps ids in _consts from being reused
+
+    # ---- sources ---------------------------------------------------------------------
+
+    def _claim(self, name: str) -> str:
+        base, k = name, 1
+        while name in self._names:
+            k += 1
+            name = f"{base}#{k}"
+        self._names.add(name)
+        return name
+
+    def input(self, name: str, shape: Sequence[int], dtype: torch.dtype, high: int = 0) -> Value:
+        dt = ir_dtype(dtype)
+        return self.b.input(self._claim(name), tuple(shape), dt.value, high=high)
+
+    def param(self, name: str, tensor: torch.Tensor) -> Value:
+        if name not in self._params:
+            dt = ir_dtype(tensor.dtype)
+            self._params[name] = self.b.weight(self._claim(name), tuple(tensor.shape), dt.value,
+                                               data=_numpy(tensor, dt))
+        return self._params[name]
+
+    def tensor_attr(self, name: str, t: torch.Tensor) -> Any:
+        """A parameter (a weight, unless parameters fold) or a buffer (a constant)."""
+        if isinstance(t, nn.Parameter) and not self.fold_parameters:
+            return self.param(name, t)
+        return Const(t.detach(), name)
+
+    def scalar(self, v: float | int | bool, dtype: DType) -> Value:
+        if not dtype.is_float and isinstance(v, float) and not v.is_integer():
+            raise _Refuse("an integer tensor combined with a non-integer scalar")
+        v = float(v) if dtype.is_float else int(v)
+        name = f"const.{dtype.value}.{v!r}"
+        if name not in self._params:
+            self._names.add(name)
+            self._params[name] = self.b.weight(name, (), dtype.value,
+                                               data=np.array(v, dtype=dtype.numpy))
+        return self._params[name]
+
+    def _weight(self, c: Const, dtype: DType | None) -> Value:
+        if c.tensor.dtype == torch.bool and dtype is None:
+            raise _Refuse("a boolean tensor as an operand")
+        dt = dtype or ir_dtype(c.tensor.dtype)
+        key = (id(c), dt)
+        if key not in self._consts:
+            self._keep.append(c)
+            self._consts[key] = self.b.weight(self._claim(c.name), tuple(c.tensor.shape),
+                                              dt.value, data=_numpy(c.tensor, dt))
+        return self._consts[key]
+
+    def value(self, x: Any, dtype: DType | None = None) -> Value:
+        """`x` as a graph value: materialises broadcasts, constants and scalars."""
+        if isinstance(x, Value):
+            return x
+        if isinstance(x, Expanded):
+            return self._materialise(x)
+        if isinstance(x, Const):
+            return self._weight(x, dtype)
+        if isinstance(x, bool | int | float):
+            return self.scalar(x, dtype or DType.F32)
+        if isinstance(x, _Missing):
+            raise _Refuse(f"use of {x.what}")
+        raise _Refuse(f"an operand of type {type(x).__name__}")
+
+    def loose(self, x: Any, dtype: DType | None = None) -> Value:
+        """Like `value`, but a pending broadcast is left to the (broadcasting) consumer."""
+        return x.value if isinstance(x, Expanded) else self.value(x, dtype)
+
+    def _materialise(self, e: Expanded) -> Value:
+        v = e.value
+        have = self.b.shape(v)
+        if len(have) < len(e.shape):
+            v = self.reshape(v, (1,) * (len(e.shape) - len(have)) + have)
+        if self.b.type_of(v).dtype == DType.F32:
+            # x * ones(shape) is the broadcast; const_one is TASO's identity of ewmul.
+            return self.b.ewmul(v, self.b.const_one(shape=e.shape))
+        for axis, (h, w) in enumerate(zip(self.b.shape(v), e.shape, strict=True)):
+            if h != w:
+                v = self.b.concat(*([v] * w), axis=axis)
+        return v
+
+    # ---- facts about operands --------------------------------------------------------
+
+    def shape(self, x: Any) -> tuple[int, ...]:
+        if isinstance(x, Value):
+            return self.b.shape(x)
+        if isinstance(x, Expanded):
+            return x.shape
+        if isinstance(x, Const):
+            return tuple(x.tensor.shape)
+        if isinstance(x, bool | int | float):
+            return ()
+        raise _Refuse(f"the shape of a {type(x).__name__}")
+
+    def rank(self, x: Any) -> int:
+        return len(self.shape(x))
+
+    def dtype(self, x: Any) -> DType:
+        if isinstance(x, Value):
+            return self.b.type_of(x).dtype
+        if isinstance(x, Expanded):
+            return self.b.type_of(x.value).dtype
+        if isinstance(x, Const):
+            return ir_dtype(x.tensor.dtype)
+        return DType.F32 if isinstance(x, float) else DType.I64
+
+    def torch_dtype(self, x: Any) -> torch.dtype:
+        return _IR_TO_TORCH[self.dtype(x)]
+
+    def conform(self, x: Any, shape: tuple[int, ...] | None, where: str) -> Any:
+        """Check a converted value against torch's shape; finish broadcasts left lazy."""
+        if shape is None or not _live(x):
+            return x
+        have = self.shape(x)
+        if have == shape:
+            return x
+        base = x.value if isinstance(x, Expanded) else x
+        if _broadcastable(self.b.shape(base), shape):
+            return Expanded(base, shape)
+        raise ModelImportError(f"{where}: imported shape {list(have)} differs from torch's "
+                               f"{list(shape)} (importer bug)")
+
+    # ---- element-wise arithmetic -----------------------------------------------------
+
+    @staticmethod
+    def fold(fn: Callable[..., Any], *xs: Any) -> Any:
+        """Evaluate `fn` on operands that are all known (Consts and Python scalars)."""
+        args = [x.tensor if isinstance(x, Const) else x for x in xs]
+        out = fn(*args)
+        return Const(out, "const.folded") if isinstance(out, torch.Tensor) else out
+
+    def _ew(self, op: str, x: Any, y: Any) -> Value:
+        dts = {self.dtype(a) for a in (x, y) if _live(a)}
+        if len(dts) > 1:
+            raise _Refuse(f"{op} of mixed dtypes {sorted(d.value for d in dts)}")
+        (dt,) = dts
+        return self.b.op(op, self.loose(x, dt), self.loose(y, dt))
+
+    def add(self, x: Any, y: Any, alpha: float = 1) -> Any:
+        if alpha != 1:
+            y = self.mul(y, alpha)
+        if not _live(x) and not _live(y):
+            return self.fold(operator.add, x, y)
+        if not _live(x):
+            x, y = y, x
+        return self._ew("ewadd", x, y)
+
+    def sub(self, x: Any, y: Any, alpha: float = 1) -> Any:
+        return self.add(x, self.mul(y, -alpha))
+
+    def mul(self, x: Any, y: Any) -> Any:
+        if not _live(x) and not _live(y):
+            return self.fold(operator.mul, x, y)
+        if not _live(x):
+            x, y = y, x
+        if self.rank(y) == 0 and not (_live(y) and self.dtype(y) != self.dtype(x)):
+            dt = self.dtype(x)
+            return self.b.smul(self.loose(x), self.value(y, dt))
+        return self._ew("ewmul", x, y)
+
+    def div(self, x: Any, y: Any, rounding_mode: str | None = None) -> Any:
+        if rounding_mode is not None:
+            raise _Refuse(f"division with rounding_mode={rounding_mode!r}")
+        if _live(y):
+            raise _Refuse("division by a computed tensor")
+        if not self.dtype(x).is_float:
+            raise _Refuse("true division of an integer tensor")
+        if isinstance(y, Const):
+            t = y.tensor if y.tensor.is_floating_point() else y.tensor.to(torch.float32)
+            return self.mul(x, Const(torch.reciprocal(t), y.name + ".reciprocal"))
+        if y == 0:
+            raise _Refuse("division by zero")
+        return self.mul(x, 1.0 / y)
+
+    def neg(self, x: Any) -> Any:
+        return self.mul(x, -1)
+
+    def unary(self, op: str, x: Any, **attrs: Any) -> Value:
+        return self.b.op(op, self.value(x), **attrs)
+
+    def silu(self, x: Any) -> Value:
+        v = self.value(x)
+        return self.b.ewmul(v, self.b.sigmoid(v))
+
+    def pow(self, x: Any, exponent: Any) -> Any:
+        if exponent == 1:
+            return x
+        if exponent == 2:
+            v = self.value(x)
+            return self.b.ewmul(v, v)
+        raise _Refuse(f"power with exponent {exponent!r}")
+
+    def where(self, cond: Any, x: Any, y: Any) -> Any:
+        """where(cond, x, y) for a known cond: x * cond + y * ~cond, known parts folded."""
+        if _live(cond):
+            raise _Refuse("where/masked_fill with a computed condition")
+        live = [b for b in (x, y) if _live(b)]
+        dt = self.dtype(live[0])
+        m = cond.tensor.bool() if isinstance(cond, Const) else torch.tensor(bool(cond))
+        terms: list[Any] = []
+        for branch, keep in ((x, m), (y, ~m)):
+            if _live(branch):
+                terms.append(self.mul(branch, Const(keep.to(torch.float32), "const.mask")))
+            else:
+                val = branch.tensor if isinstance(branch, Const) else torch.tensor(branch)
+                zero = torch.zeros((), dtype=_IR_TO_TORCH[dt])
+                terms.append(Const(torch.where(keep, val.to(zero.dtype), zero), "const.fill"))
+        return self.add(terms[0], terms[1])
+
+    # ---- matrix products -------------------------------------------------------------
+
+    def matmul(self, a: Any, b: Any) -> Value:
+        av, bv = self.value(a), self.value(b)
+        sa, sb = self.b.shape(av), self.b.shape(bv)
+        if not sa or not sb:
+            raise _Refuse("matmul of a rank-0 tensor")
+        if len(sa) == 1:
+            av = self.reshape(av, (1, sa[0]))
+        if len(sb) == 1:
+            bv = self.reshape(bv, (sb[0], 1))
+        y = self.b.matmul(av, bv)
+        out = list(self.b.shape(y))
+        if len(sb) == 1:
+            out.pop(-1)
+        if len(sa) == 1:
+            out.pop(-1 if len(sb) == 1 else -2)
+        return self.reshape(y, tuple(out))
+
+    def linear(self, x: Any, w: Any, bias: Any = None) -> Any:
+        if self.rank(w) != 2:
+            raise _Refuse(f"linear with a rank-{self.rank(w)} weight")
+        y = self.matmul(x, self.transpose(w, (1, 0)))
+        return y if bias is None else self.add(y, bias)
+
+    def addmm(self, bias: Any, m1: Any, m2: Any, beta: float = 1, alpha: float = 1) -> Any:
+        y = self.matmul(m1, m2)
+        if alpha != 1:
+            y = self.mul(y, alpha)
+        if beta == 0:
+            return y
+        return self.add(y, self.mul(bias, beta) if beta != 1 else bias)
+
+    def sdpa(self, q: Any, k: Any, v: Any, mask: Any = None, dropout_p: float = 0.0,
+             is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
+        if dropout_p:
+            raise _Refuse("attention dropout")
+        if self.shape(q)[:-2] != self.shape(k)[:-2] and enable_gqa:
+            raise _Refuse("grouped-query attention")
+        e, lq, sk = self.shape(q)[-1], self.shape(q)[-2], self.shape(k)[-2]
+        s = self.matmul(q, self.swap(k, -2, -1))
+        s = self.mul(s, 1.0 / math.sqrt(e) if scale is None else scale)
+        if is_causal:
+            keep = torch.ones(lq, sk, dtype=torch.bool).tril()
+            s = self.add(s, Const(torch.zeros(lq, sk).masked_fill(~keep, _MASKED), "const.causal"))
+        if mask is not None:
+            if isinstance(mask, Const) and mask.tensor.dtype == torch.bool:
+                mask = Const(torch.zeros(mask.tensor.shape).masked_fill(~mask.tensor, _MASKED),
+                             mask.name + ".additive")
+            elif _live(mask) and not self.dtype(mask).is_float:
+                raise _Refuse("a computed boolean attention mask")
+            s = self.add(s, mask)
+        return self.matmul(self.softmax(s, -1), v)
+
+    # ---- convolution, normalisation, pooling -----------------------------------------
+
+    def _batched(self, x: Any, what: str) -> tuple[Value, bool]:
+        v = self.value(x)
+        shape = self.b.shape(v)
+        if len(shape) == 3:  # unbatched C, H, W
+            return self.reshape(v, (1, *shape)), True
+        if len(shape) != 4:
+            raise _Refuse(f"{what} of a rank-{len(shape)} input (only 2-D, NCHW)")
+        return v, False
+
+    def _unbatch(self, y: Value, unbatched: bool) -> Value:
+        return self.reshape(y, self.b.shape(y)[1:]) if unbatched else y
+
+    def conv2d(self, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
+               groups: int) -> Any:
+        if self.rank(w) != 4:
+            raise _Refuse(f"convolution with a rank-{self.rank(w)} kernel (only conv2d)")
+        xv, unbatched = self._batched(x, "convolution")
+        wv = self.value(w)
+        st, dil = _pair(stride, "stride"), _pair(dilation, "dilation")
+        kh, kw = self.b.shape(wv)[2:]
+        if isinstance(padding, str):
+            if padding == "valid":
+                pads = (0, 0, 0, 0)
+            elif padding == "same":  # torch puts the odd extra cell at the end
+                th, tw = dil[0] * (kh - 1), dil[1] * (kw - 1)
+                pads = (th // 2, th - th // 2, tw // 2, tw - tw // 2)
+            else:
+                raise _Refuse(f"padding {padding!r}")
+        else:
+            ph, pw = _pair(padding, "padding")
+            pads = (ph, ph, pw, pw)
+        y = self.b.conv2d(xv, wv, stride=st, padding=pads, dilation=dil, groups=int(groups))
+        if bias is not None:
+            y = self.add(y, self.reshape(bias, (-1, 1, 1)))
+        return self._unbatch(self.value(y), unbatched)
+
+    def layer_norm(self, x: Any, normalized_shape: Any, w: Any, bias: Any, eps: float) -> Value:
+        ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        rank = self.rank(x)
+        if tuple(self.shape(x)[rank - len(ns):]) != ns:
+            raise _Refuse(f"layer_norm over {list(ns)} of a {list(self.shape(x))} tensor")
+        dt = self.dtype(x)
+        g = self.value(Const(torch.ones(ns), "const.ones") if w is None else w, dt)
+        b = self.value(Const(torch.zeros(ns), "const.zeros") if bias is None else bias, dt)
+        return self.b.layer_norm(self.value(x), g, b, axis=rank - len(ns), eps=float(eps))
+
+    def batch_norm(self, x: Any, w: Any, bias: Any, mean: Any, var: Any, eps: float) -> Value:
+        if mean is None or var is None:
+            raise _Refuse("batch norm without running statistics")
+        if self.rank(x) < 2:
+            raise _Refuse("batch norm of a rank < 2 input")
+        c = self.shape(x)[1]
+        dt = self.dtype(x)
+        ops = [self.value(Const(torch.ones(c), "const.ones") if w is None else w, dt),
+               self.value(Const(torch.zeros(c), "const.zeros") if bias is None else bias, dt),
+               self.value(mean, dt), self.value(var, dt)]
+        return self.b.batch_norm(self.value(x), *ops, eps=float(eps))
+
+    def _pool_pads(self, shape: tuple[int, ...], k: tuple[int, int], s: tuple[int, int],
+                   p: tuple[int, int], ceil_mode: bool) -> tuple[list[int], bool]:
+        """Explicit pads; with ceil_mode the extra end cells that torch's rounding adds."""
+        pads = [p[0], p[0], p[1], p[1]]
+        grew = False
+        if ceil_mode:
+            for i, n in enumerate(shape[2:]):
+                span = n + 2 * p[i] - k[i]
+                floor_out, ceil_out = span // s[i] + 1, -(-span // s[i]) + 1
+                if (ceil_out - 1) * s[i] >= n + p[i]:  # last window must start inside
+                    ceil_out -= 1
+                if ceil_out > floor_out:
+                    pads[2 * i + 1] += (ceil_out - 1) * s[i] + k[i] - (n + 2 * p[i])
+                    grew = True
+        return pads, grew
+
+    def max_pool2d(self, x: Any, kernel: Any, stride: Any = None, padding: Any = 0,
+                   dilation: Any = 1, ceil_mode: bool = False) -> Any:
+        k = _pair(kernel, "kernel")
+        s = _pair(stride, "stride") if stride else k
+        if _pair(dilation, "dilation") != (1, 1):
+            raise _Refuse("dilated max pooling")
+        xv, unbatched = self._batched(x, "max pooling")
+        pads, _ = self._pool_pads(self.b.shape(xv), k, s, _pair(padding), ceil_mode)
+        y = self.b.pool2d_max(xv, kernel=k, stride=s, padding=tuple(pads))
+        return self._unbatch(y, unbatched)
+
+    def avg_pool2d(self, x: Any, kernel: Any, stride: Any = None, padding: Any = 0,
+                   ceil_mode: bool = False, count_include_pad: bool = True,
+                   divisor_override: int | None = None) -> Any:
+        k = _pair(kernel, "kernel")
+        s = _pair(stride, "stride") if stride else k
+        if divisor_override is not None:
+            raise _Refuse("average pooling with divisor_override")
+        xv, unbatched = self._batched(x, "average pooling")
+        pads, grew = self._pool_pads(self.b.shape(xv), k, s, _pair(padding), ceil_mode)
+        if grew and count_include_pad:
+            raise _Refuse("ceil_mode average pooling that counts padding")
+        y = self.b.pool2d_avg(xv, kernel=k, stride=s, padding=tuple(pads),
+                              count_include_pad=bool(count_include_pad))
+        return self._unbatch(y, unbatched)
+
+    def adaptive_avg_pool2d(self, x: Any, output_size: Any) -> Any:
+        xv, unbatched = self._batched(x, "adaptive average pooling")
+        h, w = self.b.shape(xv)[2:]
+        size = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+        oh, ow = (h if size[0] is None else size[0]), (w if size[-1] is None else size[-1])
+        if (oh, ow) == (1, 1):
+            y = self.b.reduce_mean(xv, axes=(2, 3), keepdims=True)
+        elif h % oh == 0 and w % ow == 0:
+            y = self.b.pool2d_avg(xv, kernel=(h // oh, w // ow), stride=(h // oh, w // ow))
+        else:
+            raise _Refuse(f"adaptive pooling from {h}x{w} to {oh}x{ow} (uneven windows)")
+        return self._unbatch(y, unbatched)
+
+    def reduce(self, op: str, x: Any, dims: Any, keepdim: bool) -> Value:
+        rank = self.rank(x)
+        if dims is None or (isinstance(dims, list | tuple) and len(dims) == 0):
+            axes = tuple(range(rank))
+        else:
+            axes = tuple(_axis(d, rank) for d in ((dims,) if isinstance(dims, int) else dims))
+        if not axes:  # a rank-0 tensor: nothing to reduce
+            return self.value(x)
+        return self.b.op(op, self.value(x), axes=axes, keepdims=bool(keepdim))
+
+    def softmax(self, x: Any, dim: int | None) -> Value:
+        if dim is None:
+            raise _Refuse("softmax without an explicit dim")
+        return self.b.softmax(self.value(x), axis=_axis(dim, self.rank(x)))
+
+    def embedding(self, table: Any, ids: Any) -> Value:
+        if self.rank(table) != 2:
+            raise _Refuse(f"embedding with a rank-{self.rank(table)} table")
+        return self.b.embedding(self.value(ids), self.value(table))
+
+    # ---- movement --------------------------------------------------------------------
+
+    def reshape(self, x: Any, shape: Sequence[int]) -> Any:
+        have = self.shape(x)
+        shape = [int(d) for d in shape]
+        if shape.count(-1) == 1:
+            known = math.prod(d for d in shape if d != -1)
+            shape[shape.index(-1)] = math.prod(have) // known if known else 0
+        target = tuple(shape)
+        if target == have:
+            return x
+        if math.prod(target) != math.prod(have):
+            raise _Refuse(f"reshape of {list(have)} to {list(target)}")
+        if isinstance(x, Const):
+            return Const(x.tensor.reshape(target), x.name + ".reshape")
+        return self.b.reshape(self.value(x), shape=target)
+
+    def transpose(self, x: Any, perm: Sequence[int]) -> Any:
+        rank = self.rank(x)
+        perm = tuple(_axis(p, rank) for p in perm)
+        if sorted(perm) != list(range(rank)):
+            raise _Refuse(f"permutation {list(perm)} of a rank-{rank} tensor")
+        if perm == tuple(range(rank)):
+            return x
+        if isinstance(x, Const):
+            return Const(x.tensor.permute(perm).contiguous(), x.name + ".T")
+        return self.b.transpose(self.value(x), perm=perm)
+
+    def swap(self, x: Any, d0: int, d1: int) -> Any:
+        rank = self.rank(x)
+        if rank < 2:
+            return x
+        perm = list(range(rank))
+        a, b = _axis(d0, rank), _axis(d1, rank)
+        perm[a], perm[b] = perm[b], perm[a]
+        return self.transpose(x, perm)
+
+    def t(self, x: Any) -> Any:
+        return self.swap(x, 0, 1) if self.rank(x) == 2 else x
+
+    def flatten(self, x: Any, start: int = 0, end: int = -1) -> Any:
+        shape = self.shape(x)
+        if not shape:
+            return self.reshape(x, (1,))
+        s, e = _axis(start, len(shape)), _axis(end, len(shape))
+        return self.reshape(x, (*shape[:s], math.prod(shape[s:e + 1]), *shape[e + 1:]))
+
+    def unflatten(self, x: Any, dim: int, sizes: Sequence[int]) -> Any:
+        shape = self.shape(x)
+        d = _axis(dim, len(shape))
+        return self.reshape(x, (*shape[:d], *sizes, *shape[d + 1:]))
+
+    def unsqueeze(self, x: Any, dim: int) -> Any:
+        shape = list(self.shape(x))
+        shape.insert(_axis(dim, len(shape) + 1), 1)
+        return self.reshape(x, shape)
+
+    def squeeze(self, x: Any, dims: Any = None) -> Any:
+        shape = self.shape(x)
+        if dims is None:
+            drop = {i for i, d in enumerate(shape) if d == 1}
+        else:
+            drop = {_axis(d, len(shape)) for d in ((dims,) if isinstance(dims, int) else dims)}
+            drop = {i for i in drop if shape[i] == 1}
+        return self.reshape(x, [d for i, d in enumerate(shape) if i not in drop])
+
+    def slice(self, x: Any, dim: int, start: int | None, end: int | None, step: int = 1) -> Any:
+        shape = self.shape(x)
+        d = _axis(dim, len(shape))
+        lo, hi, st = builtins.slice(start, end, step).indices(shape[d])
+        if st < 1:
+            raise _Refuse("a slice with a negative step")
+        hi = max(hi, lo)
+        if (lo, hi, st) == (0, shape[d], 1):
+            return x
+        if isinstance(x, Const):
+            idx = [builtins.slice(None)] * len(shape)
+            idx[d] = builtins.slice(lo, hi, st)
+            return Const(x.tensor[tuple(idx)], x.name + ".slice")
+        starts, ends, steps = [0] * len(shape), list(shape), [1] * len(shape)
+        starts[d], ends[d], steps[d] = lo, hi, st
+        return self.b.slice(self.value(x), starts=tuple(starts), ends=tuple(ends),
+                            steps=tuple(steps))
+
+    def select(self, x: Any, dim: int, index: int) -> Any:
+        shape = self.shape(x)
+        d = _axis(dim, len(shape))
+        i = index + shape[d] if index < 0 else index
+        if not 0 <= i < shape[d]:
+            raise _Refuse(f"index {index} out of range for dim of size {shape[d]}")
+        y = self.slice(x, d, i, i + 1)
+        return self.reshape(y, shape[:d] + shape[d + 1:])
+
+    def split(self, x: Any, sizes: Any, dim: int = 0) -> tuple[Any, ...]:
+        shape = self.shape(x)
+        d = _axis(dim, len(shape))
+        if isinstance(sizes, int):
+            n = shape[d]
+            sizes = [sizes] * (n // sizes) + ([n % sizes] if n % sizes else [])
+        sizes = [int(s) for s in sizes]
+        if len(sizes) == 1:
+            return (x,)
+        if isinstance(x, Const):
+            return tuple(Const(t, f"{x.name}.{i}")
+                         for i, t in enumerate(torch.split(x.tensor, sizes, d)))
+        return tuple(self.b.op("split", self.value(x), axis=d, sizes=tuple(sizes)))
+
+    def unbind(self, x: Any, dim: int = 0) -> tuple[Any, ...]:
+        shape = self.shape(x)
+        d = _axis(dim, len(shape))
+        parts = self.split(x, [1] * shape[d], d) if shape[d] > 1 else (x,)
+        return tuple(self.reshape(p, shape[:d] + shape[d + 1:]) for p in parts)
+
+    def chunk(self, x: Any, chunks: int, dim: int = 0) -> tuple[Any, ...]:
+        n = self.shape(x)[_axis(dim, self.rank(x))]
+        return self.split(x, -(-n // chunks), dim)
+
+    def cat(self, xs: Sequence[Any], dim: int = 0) -> Any:
+        # torch still accepts 1-D empty tensors in cat and skips them
+        xs = [x for x in xs if self.shape(x) != (0,)]
+        if len(xs) == 1:
+            return xs[0]
+        dts = {self.dtype(x) for x in xs if _live(x)}
+        if len(dts) != 1:
+            raise _Refuse("concatenation of mixed dtypes")
+        (dt,) = dts
+        return self.b.concat(*(self.value(x, dt) for x in xs), axis=_axis(dim, self.rank(xs[0])))
+
+    def stack(self, xs: Sequence[Any], dim: int = 0) -> Any:
+        d = _axis(dim, self.rank(xs[0]) + 1)
+        return self.cat([self.unsqueeze(x, d) for x in xs], d)
+
+    def expand(self, x: Any, sizes: Sequence[int]) -> Any:
+        shape = self.shape(x)
+        lead = len(sizes) - len(shape)
+        if lead < 0:
+            raise _Refuse(f"expand of {list(shape)} to fewer dims {list(sizes)}")
+        target = tuple(shape[i - lead] if s == -1 else int(s) for i, s in enumerate(sizes))
+        if not _broadcastable(shape, target):
+            raise _Refuse(f"expand of {list(shape)} to {list(target)}")
+        if target == shape:
+            return x
+        if isinstance(x, Const):
+            return Const(x.tensor.expand(target), x.name + ".expand")
+        return Expanded(x.value if isinstance(x, Expanded) else x, target)
+
+    def pad(self, x: Any, pad: Sequence[int], value: float | None = 0) -> Any:
+        if value not in (0, None):
+            raise _Refuse(f"padding with value {value}")
+        rank = self.rank(x)
+        if len(pad) % 2 or len(pad) > 2 * rank or min(pad, default=0) < 0:
+            raise _Refuse(f"pad {list(pad)}")
+        begins, ends = [0] * rank, [0] * rank
+        for i in range(len(pad) // 2):  # torch lists the last dim first
+            begins[rank - 1 - i], ends[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
+        if not any(begins) and not any(ends):
+            return x
+        return self.b.pad(self.value(x), pads=tuple(begins + ends))
+
+    def index(self, x: Any, idx: Any) -> Any:
+        """Basic tensor indexing x[...] with ints, slices, None and Ellipsis."""
+        items = list(idx) if isinstance(idx, tuple) else [idx]
+        if any(not (it is None or it is Ellipsis or isinstance(it, int | builtins.slice))
+               for it in items):
+            raise _Refuse("advanced (tensor) indexing")
+        shape = self.shape(x)
+        real = sum(1 for it in items if it is not None and it is not Ellipsis)
+        if Ellipsis in items:
+            at = items.index(Ellipsis)
+            items[at:at + 1] = [builtins.slice(None)] * (len(shape) - real)
+        items += [builtins.slice(None)] * (len(shape) - sum(1 for it in items if it is not None))
+        y, out, d = x, [], 0
+        for it in items:
+            if it is None:
+                out.append(1)
+                continue
+            if isinstance(it, int):
+                i = it + shape[d] if it < 0 else it
+                if not 0 <= i < shape[d]:
+                    raise _Refuse(f"index {it} out of range for size {shape[d]}")
+                y = self.slice(y, d, i, i + 1)
+            else:
+                y = self.slice(y, d, it.start, it.stop, 1 if it.step is None else it.step)
+                out.append(self.shape(y)[d])
+            d += 1
+        return self.reshape(y, out)
+
+    def cast(self, x: Any, dtype: torch.dtype | None) -> Any:
+        if dtype is None:
+            return x
+        want, have = ir_dtype(dtype), self.dtype(x)
+        if want == have or (want.is_float and have.is_float):
+            return x
+        raise _Refuse(f"a dtype conversion from {have.value} to {want.value}")
+
+    def like(self, x: Any, fill: float, dtype: torch.dtype | None = None) -> Const:
+        dt = dtype or self.torch_dtype(x)
+        return Const(torch.full(self.shape(x), fill, dtype=dt), "const.like")
+
+
+# ---- ATen converters (torch.export) --------------------------------------------------
+
+AtenConverter = Callable[[_Ctx, dict[str, Any]], Any]
+
+
+def _identity(cx: _Ctx, a: dict[str, Any]) -> Any:
+    return a["self"] if "self" in a else a["input"]
+
+
+def _dropout(cx: _Ctx, a: dict[str, Any]) -> Any:
+    if a["train"] and a["p"] > 0:
+        raise _Refuse("dropout in training mode")
+    return a["input"]
+
+
+def _aten_batch_norm(cx: _Ctx, a: dict[str, Any]) -> Any:
+    if a.get("training"):
+        raise _Refuse("batch norm in training mode (call .eval() before capture)")
+    y = cx.batch_norm(a["input"], a["weight"], a["bias"], a["running_mean"], a["running_var"],
+                      a["eps"])
+    if "training" in a:  # aten.batch_norm has one output, the _native_ variants three
+        return y
+    return (y, _Missing("batch-norm saved mean"), _Missing("batch-norm saved inverse std"))
+
+
+def _aten_conv(cx: _Ctx, a: dict[str, Any]) -> Any:
+    if a.get("transposed"):
+        raise _Refuse("transposed convolution")
+    return cx.conv2d(a["input"], a["weight"], a["bias"], a["stride"], a["padding"],
+                     a["dilation"], a["groups"])
+
+
+def _aten_max_pool(with_indices: bool) -> AtenConverter:
+    def conv(cx: _Ctx, a: dict[str, Any]) -> Any:
+        y = cx.max_pool2d(a["self"], a["kernel_size"], a["stride"], a["padding"], a["dilation"],
+                          a["ceil_mode"])
+        return (y, _Missing("max-pool indices")) if with_indices else y
+    return conv
+
+
+def _aten_sum(cx: _Ctx, a: dict[str, Any]) -> Any:
+    return cx.reduce("reduce_sum", cx.cast(a["self"], a.get("dtype")), a.get("dim"),
+                     a.get("keepdim", False))
+
+
+def _aten_mean(cx: _Ctx, a: dict[str, Any]) -> Any:
+    return cx.reduce("reduce_mean", cx.cast(a["self"], a.get("dtype")), a.get("dim"),
+                     a.get("keepdim", False))
+
+
+def _aten_native_layer_norm(cx: _Ctx, a: dict[str, Any]) -> Any:
+    y = cx.layer_norm(a["input"], a["normalized_shape"], a["weight"], a["bias"], a["eps"])
+    return (y, _Missing("layer-norm mean"), _Missing("layer-norm inverse std"))
+
+
+def _aten_to(cx: _Ctx, a: dict[str, Any]) -> Any:
+    return cx.cast(a["self"], a.get("dtype"))
+
+
+ATEN: dict[Any, AtenConverter] = {
+    # element-wise arithmetic
+    aten.add.Tensor: lambda cx, a: cx.add(a["self"], a["other"], a["alpha"]),
+    aten.add.Scalar: lambda cx, a: cx.add(a["self"], a["other"], a["alpha"]),
+    aten.sub.Tensor: lambda cx, a: cx.sub(a["self"], a["other"], a["alpha"]),
+    aten.sub.Scalar: lambda cx, a: cx.sub(a["self"], a["other"], a["alpha"]),
+    aten.rsub.Tensor: lambda cx, a: cx.sub(a["other"], a["self"], a["alpha"]),
+    aten.rsub.Scalar: lambda cx, a: cx.sub(a["other"], a["self"], a["alpha"]),
+    aten.mul.Tensor: lambda cx, a: cx.mul(a["self"], a["other"]),
+    aten.mul.Scalar: lambda cx, a: cx.mul(a["self"], a["other"]),
+    aten.div.Tensor: lambda cx, a: cx.div(a["self"], a["other"]),
+    aten.div.Scalar: lambda cx, a: cx.div(a["self"], a["other"]),
+    aten.div.Tensor_mode: lambda cx, a: cx.div(a["self"], a["other"], a["rounding_mode"]),
+    aten.neg.default: lambda cx, a: cx.neg(a["self"]),
+    aten.pow.Tensor_Scalar: lambda cx, a: cx.pow(a["self"], a["exponent"]),
+    aten.where.self: lambda cx, a: cx.where(a["condition"], a["self"], a["other"]),
+    aten.masked_fill.Scalar: lambda cx, a: cx.where(a["mask"], a["value"], a["self"]),
+    aten.masked_fill.Tensor: lambda cx, a: cx.where(a["mask"], a["value"], a["self"]),
+    # activations
+    aten.relu.default: lambda cx, a: cx.unary("relu", a["self"]),
+    aten.tanh.default: lambda cx, a: cx.unary("tanh", a["self"]),
+    aten.sigmoid.default: lambda cx, a: cx.unary("sigmoid", a["self"]),
+    aten.gelu.default: lambda cx, a: cx.unary("gelu", a["self"], approximate=a["approximate"]),
+    aten.silu.default: lambda cx, a: cx.silu(a["self"]),
+    aten.softmax.int: lambda cx, a: cx.softmax(cx.cast(a["self"], a["dtype"]), a["dim"]),
+    aten._softmax.default: lambda cx, a: cx.softmax(a["self"], a["dim"]),
+    # matrix products and convolution
+    aten.mm.default: lambda cx, a: cx.matmul(a["self"], a["mat2"]),
+    aten.bmm.default: lambda cx, a: cx.matmul(a["self"], a["mat2"]),
+    aten.matmul.default: lambda cx, a: cx.matmul(a["self"], a["other"]),
+    aten.linear.default: lambda cx, a: cx.linear(a["input"], a["weight"], a["bias"]),
+    aten.addmm.default: lambda cx, a: cx.addmm(a["self"], a["mat1"], a["mat2"], a["beta"],
+                                               a["alpha"]),
+    aten.conv2d.default: _aten_conv,
+    aten.conv2d.padding: _aten_conv,
+    aten.convolution.default: _aten_conv,
+    aten.scaled_dot_product_attention.default: lambda cx, a: cx.sdpa(
+        a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"], a["is_causal"],
+        a["scale"], a["enable_gqa"]),
+    aten.embedding.default: lambda cx, a: cx.embedding(a["weight"], a["indices"]),
+    # normalisation, pooling, reductions
+    aten.layer_norm.default: lambda cx, a: cx.layer_norm(a["input"], a["normalized_shape"],
+                                                         a["weight"], a["bias"], a["eps"]),
+    aten.native_layer_norm.default: _aten_native_layer_norm,
+    aten.batch_norm.default: _aten_batch_norm,
+    aten._native_batch_norm_legit_no_training.default: _aten_batch_norm,
+    aten.max_pool2d.default: _aten_max_pool(False),
+    aten.max_pool2d_with_indices.default: _aten_max_pool(True),
+    aten.avg_pool2d.default: lambda cx, a: cx.avg_pool2d(
+        a["self"], a["kernel_size"], a["stride"], a["padding"], a["ceil_mode"],
+        a["count_include_pad"], a["divisor_override"]),
+    aten.adaptive_avg_pool2d.default: lambda cx, a: cx.adaptive_avg_pool2d(a["self"],
+                                                                           a["output_size"]),
+    aten._adaptive_avg_pool2d.default: lambda cx, a: cx.adaptive_avg_pool2d(a["self"],
+                                                                            a["output_size"]),
+    aten.mean.dim: _aten_mean,
+    aten.mean.default: _aten_mean,
+    aten.sum.dim_IntList: _aten_sum,
+    aten.sum.default: _aten_sum,
+    # movement
+    aten.t.default: lambda cx, a: cx.t(a["self"]),
+    aten.permute.default: lambda cx, a: cx.transpose(a["self"], a["dims"]),
+    aten.transpose.int: lambda cx, a: cx.swap(a["self"], a["dim0"], a["dim1"]),
+    aten.view.default: lambda cx, a: cx.reshape(a["self"], a["size"]),
+    aten._unsafe_view.default: lambda cx, a: cx.reshape(a["self"], a["size"]),
+    aten.reshape.default: lambda cx, a: cx.reshape(a["self"], a["shape"]),
+    aten.flatten.using_ints: lambda cx, a: cx.flatten(a["self"], a["start_dim"], a["end_dim"]),
+    aten.unflatten.int: lambda cx, a: cx.unflatten(a["self"], a["dim"], a["sizes"]),
+    aten.unsqueeze.default: lambda cx, a: cx.unsqueeze(a["self"], a["dim"]),
+    aten.squeeze.default: lambda cx, a: cx.squeeze(a["self"]),
+    aten.squeeze.dim: lambda cx, a: cx.squeeze(a["self"], a["dim"]),
+    aten.squeeze.dims: lambda cx, a: cx.squeeze(a["self"], a["dim"]),
+    aten.expand.default: lambda cx, a: cx.expand(a["self"], a["size"]),
+    aten.slice.Tensor: lambda cx, a: cx.slice(a["self"], a["dim"], a["start"], a["end"],
+                                              a["step"]),
+    aten.select.int: lambda cx, a: cx.select(a["self"], a["dim"], a["index"]),
+    aten.split.Tensor: lambda cx, a: cx.split(a["self"], a["split_size"], a["dim"]),
+    aten.split_with_sizes.default: lambda cx, a: cx.split(a["self"], a["split_sizes"], a["dim"]),
+    aten.chunk.default: lambda cx, a: cx.chunk(a["self"], a["chunks"], a["dim"]),
+    aten.unbind.int: lambda cx, a: cx.unbind(a["self"], a["dim"]),
+    aten.cat.default: lambda cx, a: cx.cat(a["tensors"], a["dim"]),
+    aten.stack.default: lambda cx, a: cx.stack(a["tensors"], a["dim"]),
+    aten.constant_pad_nd.default: lambda cx, a: cx.pad(a["self"], a["pad"], a["value"]),
+    # identities on values
+    aten.clone.default: _identity,
+    aten.contiguous.default: _identity,
+    aten.detach.default: _identity,
+    aten.alias.default: _identity,
+    aten.lift_fresh_copy.default: _identity,
+    aten.dropout.default: _dropout,
+    aten._to_copy.default: _aten_to,
+    aten.to.dtype: _aten_to,
+    # values that depend on an operand's shape only
+    aten.zeros_like.default: lambda cx, a: cx.like(a["self"], 0.0, a["dtype"]),
+    aten.ones_like.default: lambda cx, a: cx.like(a["self"], 1.0, a["dtype"]),
+    aten.full_like.default: lambda cx, a: cx.like(a["self"], a["fill_value"], a["dtype"]),
+    aten.sym_size.int: lambda cx, a: cx.shape(a["self"])[a["dim"]],
+    # run-time assertions about static facts the import already checks
+    aten._assert_tensor_metadata.default: lambda cx, a: None,
+}
+
+
+def _bind(schema: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments by schema name, with defaults filled in."""
+    out: dict[str, Any] = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(args):
+            out[arg.name] = args[i]
+        elif arg.name in kwargs:
+            out[arg.name] = kwargs[arg.name]
+        elif arg.has_default_value():
+            out[arg.name] = arg.default_value
+        else:
+            out[arg.name] = None
+    return out
+
+
+# ---- FX converters (torch.fx.symbolic_trace) -----------------------------------------
+
+FxConverter = Callable[[_Ctx, tuple[Any, ...], dict[str, Any]], Any]
+
+
+def _spec(spec: str, fn: Callable[[_Ctx, dict[str, Any]], Any]) -> FxConverter:
+    """A converter taking Python-level arguments named by `spec` ("input, dim=-1, ...")."""
+    names: list[str] = []
+    defaults: dict[str, Any] = {}
+    for part in (p.strip() for p in spec.split(",")):
+        name, eq, default = part.partition("=")
+        names.append(name.strip())
+        if eq:
+            defaults[name.strip()] = ast.literal_eval(default.strip())
+
+    def conv(cx: _Ctx, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if len(args) > len(names):
+            raise _Refuse(f"{len(args)} positional arguments")
+        a = dict(defaults)
+        a.update(zip(names, args, strict=False))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise _Refuse(f"argument {k!r}")
+            a[k] = v
+        missing = [n for n in names if n not in a]
+        if missing:
+            raise _Refuse(f"missing argument {missing[0]!r}")
+        return fn(cx, a)
+    return conv
+
+
+def _sizes(rest: Sequence[Any]) -> list[int]:
+    """Sizes given as varargs (x.view(2, 3)) or as one sequence (x.view((2, 3)))."""
+    if len(rest) == 1 and isinstance(rest[0], list | tuple | torch.Size):
+        return list(rest[0])
+    return list(rest)
+
+
+def _fx_dropout(cx: _Ctx, a: dict[str, Any]) -> Any:
+    if a["training"] and a["p"] > 0:
+        raise _Refuse("dropout in training mode")
+    return a["input"]
+
+
+def _fx_to(cx: _Ctx, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    dtype = kwargs.get("dtype")
+    for v in args[1:]:
+        if isinstance(v, torch.dtype):
+            dtype = v
+        elif _live(v) or isinstance(v, Const):
+            dtype = cx.torch_dtype(v)
+    return cx.cast(args[0], dtype)
+
+
+def _fx_getattr(cx: _Ctx, a: dict[str, Any]) -> Any:
+    x, name = a["obj"], a["name"]
+    if name == "shape":
+        return torch.Size(cx.shape(x))
+    if name == "ndim":
+        return cx.rank(x)
+    if name == "dtype":
+        return cx.torch_dtype(x)
+    if name == "T":
+        return cx.transpose(x, tuple(reversed(range(cx.rank(x)))))
+    raise _Refuse(f"tensor attribute {name!r}")
+
+
+def _fx_getitem(cx: _Ctx, a: dict[str, Any]) -> Any:
+    x, idx = a["a"], a["b"]
+    if isinstance(x, tuple | list):
+        item = x[idx]
+        if isinstance(item, _Missing):
+            raise _Refuse(f"use of {item.what}")
+        return item
+    return cx.index(x, idx)
+
+
+def _fx_max_pool(cx: _Ctx, a: dict[str, Any]) -> Any:
+    if a["return_indices"]:
+        raise _Refuse("max pooling that returns indices")
+    return cx.max_pool2d(a["input"], a["kernel_size"], a["stride"], a["padding"],
+                         a["dilation"], a["ceil_mode"])
+
+
+def _fx_pad(cx: _Ctx, a: dict[str, Any]) -> Any:
+    if a["mode"] != "constant":
+        raise _Refuse(f"{a['mode']} padding")
+    return cx.pad(a["input"], a["pad"], a["value"])
+
+
+def _fx_batch_norm(cx: _Ctx, a: dict[str, Any]) -> Any:
+    if a["training"]:
+        raise _Refuse("batch norm in training mode")
+    return cx.batch_norm(a["input"], a["weight"], a["bias"], a["running_mean"],
+                         a["running_var"], a["eps"])
+
+
+def _fx_size(cx: _Ctx, a: dict[str, Any]) -> Any:
+    shape = cx.shape(a["input"])
+    return torch.Size(shape) if a["dim"] is None else shape[_axis(a["dim"], len(shape))]
+
+
+_ADD = _spec("input, other, alpha=1", lambda cx, a: cx.add(a["input"], a["other"], a["alpha"]))
+_SUB = _spec("input, other, alpha=1", lambda cx, a: cx.sub(a["input"], a["other"], a["alpha"]))
+_MUL = _spec("input, other", lambda cx, a: cx.mul(a["input"], a["other"]))
+_DIV = _spec("input, other, rounding_mode=None",
+             lambda cx, a: cx.div(a["input"], a["other"], a["rounding_mode"]))
+_MATMUL = _spec("input, other", lambda cx, a: cx.matmul(a["input"], a["other"]))
+_NEG = _spec("input", lambda cx, a: cx.neg(a["input"]))
+_RELU = _spec("input, inplace=False", lambda cx, a: cx.unary("relu", a["input"]))
+_TANH = _spec("input", lambda cx, a: cx.unary("tanh", a["input"]))
+_SIGMOID = _spec("input", lambda cx, a: cx.unary("sigmoid", a["input"]))
+_SOFTMAX = _spec("input, dim=None, _stacklevel=3, dtype=None",
+                 lambda cx, a: cx.softmax(cx.cast(a["input"], a["dtype"]), a["dim"]))
+_CAT = _spec("tensors, dim=0", lambda cx, a: cx.cat(a["tensors"], a["dim"]))
+_FLATTEN = _spec("input, start_dim=0, end_dim=-1",
+                 lambda cx, a: cx.flatten(a["input"], a["start_dim"], a["end_dim"]))
+_TRANSPOSE = _spec("input, dim0, dim1", lambda cx, a: cx.swap(a["input"], a["dim0"], a["dim1"]))
+_UNSQUEEZE = _spec("input, dim", lambda cx, a: cx.unsqueeze(a["input"], a["dim"]))
+_SQUEEZE = _spec("input, dim=None", lambda cx, a: cx.squeeze(a["input"], a["dim"]))
+_MEAN = _spec("input, dim=None, keepdim=False, dtype=None",
+              lambda cx, a: cx.reduce("reduce_mean", cx.cast(a["input"], a["dtype"]), a["dim"],
+                                      a["keepdim"]))
+_SUM = _spec("input, dim=None, keepdim=False, dtype=None",
+             lambda cx, a: cx.reduce("reduce_sum", cx.cast(a["input"], a["dtype"]), a["dim"],
+                                     a["keepdim"]))
+_SPLIT = _spec("input, split_size_or_sections, dim=0",
+               lambda cx, a: cx.split(a["input"], a["split_size_or_sections"], a["dim"]))
+_CHUNK = _spec("input, chunks, dim=0", lambda cx, a: cx.chunk(a["input"], a["chunks"], a["dim"]))
+_UNBIND = _spec("input, dim=0", lambda cx, a: cx.unbind(a["input"], a["dim"]))
+_UNFLATTEN = _spec("input, dim, sizes",
+                   lambda cx, a: cx.unflatten(a["input"], a["dim"], a["sizes"]))
+_IDENTITY = _spec("input, memory_format=None", lambda cx, a: a["input"])
+_WHERE = _spec("condition, input, other",
+               lambda cx, a: cx.where(a["condition"], a["input"], a["other"]))
+_T = _spec("input", lambda cx, a: cx.t(a["input"]))
+_POW = _spec("input, exponent", lambda cx, a: cx.pow(a["input"], a["exponent"]))
+_LIKE_ARGS = "dtype=None, layout=None, device=None, requires_grad=False, memory_format=None"
+
+FX_FUNCTIONS: dict[Any, FxConverter] = {
+    operator.add: _ADD, operator.iadd: _ADD, torch.add: _ADD,
+    operator.sub: _SUB, operator.isub: _SUB, torch.sub: _SUB,
+    torch.rsub: _spec("input, other, alpha=1",
+                      lambda cx, a: cx.sub(a["other"], a["input"], a["alpha"])),
+    operator.mul: _MUL, operator.imul: _MUL, torch.mul: _MUL,
+    operator.truediv: _DIV, operator.itruediv: _DIV, torch.div: _DIV,
+    operator.neg: _NEG, torch.neg: _NEG,
+    operator.pow: _POW, torch.pow: _POW,
+    torch.zeros_like: _spec(f"input, {_LIKE_ARGS}",
+                            lambda cx, a: cx.like(a["input"], 0.0, a["dtype"])),
+    torch.ones_like: _spec(f"input, {_LIKE_ARGS}",
+                           lambda cx, a: cx.like(a["input"], 1.0, a["dtype"])),
+    torch.full_like: _spec(f"input, fill_value, {_LIKE_ARGS}",
+                           lambda cx, a: cx.like(a["input"], a["fill_value"], a["dtype"])),
+    operator.matmul: _MATMUL, torch.matmul: _MATMUL,
+    torch.mm: _spec("input, mat2", lambda cx, a: cx.matmul(a["input"], a["mat2"])),
+    torch.bmm: _spec("input, mat2", lambda cx, a: cx.matmul(a["input"], a["mat2"])),
+    torch.relu: _RELU, F.relu: _RELU,
+    torch.tanh: _TANH, F.tanh: _TANH, torch.sigmoid: _SIGMOID, F.sigmoid: _SIGMOID,
+    F.silu: _spec("input, inplace=False", lambda cx, a: cx.silu(a["input"])),
+    F.gelu: _spec("input, approximate='none'",
+                  lambda cx, a: cx.unary("gelu", a["input"], approximate=a["approximate"])),
+    F.softmax: _SOFTMAX, torch.softmax: _SOFTMAX,
+    torch.cat: _CAT, torch.concat: _CAT,
+    torch.stack: _spec("tensors, dim=0", lambda cx, a: cx.stack(a["tensors"], a["dim"])),
+    torch.flatten: _FLATTEN,
+    torch.reshape: _spec("input, shape", lambda cx, a: cx.reshape(a["input"], a["shape"])),
+    torch.permute: _spec("input, dims", lambda cx, a: cx.transpose(a["input"], a["dims"])),
+    torch.transpose: _TRANSPOSE, torch.t: _T,
+    torch.unsqueeze: _UNSQUEEZE, torch.squeeze: _SQUEEZE,
+    torch.mean: _MEAN, torch.sum: _SUM,
+    torch.split: _SPLIT, torch.chunk: _CHUNK, torch.unbind: _UNBIND,
+    torch.unflatten: _UNFLATTEN,
+    torch.where: _WHERE,
+    F.dropout: _spec("input, p=0.5, training=True, inplace=False", _fx_dropout),
+    F.linear: _spec("input, weight, bias=None",
+                    lambda cx, a: cx.linear(a["input"], a["weight"], a["bias"])),
+    F.conv2d: _spec("input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1",
+                    lambda cx, a: cx.conv2d(a["input"], a["weight"], a["bias"], a["stride"],
+                                            a["padding"], a["dilation"], a["groups"])),
+    F.layer_norm: _spec("input, normalized_shape, weight=None, bias=None, eps=1e-5",
+                        lambda cx, a: cx.layer_norm(a["input"], a["normalized_shape"],
+                                                    a["weight"], a["bias"], a["eps"])),
+    F.batch_norm: _spec("input, running_mean, running_var, weight=None, bias=None, "
+                        "training=False, momentum=0.1, eps=1e-5", _fx_batch_norm),
+    F.max_pool2d: _spec("input, kernel_size, stride=None, padding=0, dilation=1, "
+                        "ceil_mode=False, return_indices=False", _fx_max_pool),
+    F.avg_pool2d: _spec("input, kernel_size, stride=None, padding=0, ceil_mode=False, "
+                        "count_include_pad=True, divisor_override=None",
+                        lambda cx, a: cx.avg_pool2d(a["input"], a["kernel_size"], a["stride"],
+                                                    a["padding"], a["ceil_mode"],
+                                                    a["count_include_pad"],
+                                                    a["divisor_override"])),
+    F.adaptive_avg_pool2d: _spec("input, output_size", lambda cx, a: cx.adaptive_avg_pool2d(
+        a["input"], a["output_size"])),
+    F.embedding: _spec("input, weight, padding_idx=None, max_norm=None, norm_type=2.0, "
+                       "scale_grad_by_freq=False, sparse=False",
+                       lambda cx, a: cx.embedding(a["weight"], a["input"])
+                       if a["max_norm"] is None else _refuse("embedding with max_norm")),
+    F.scaled_dot_product_attention: _spec(
+        "query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, "
+        "enable_gqa=False",
+        lambda cx, a: cx.sdpa(a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"],
+                              a["is_causal"], a["scale"], a["enable_gqa"])),
+    F.pad: _spec("input, pad, mode='constant', value=None", _fx_pad),
+    operator.getitem: _spec("a, b", _fx_getitem),
+    builtins.getattr: _spec("obj, name", _fx_getattr),
+}
+
+
+def _refuse(reason: str) -> Any:
+    raise _Refuse(reason)
+
+
+def _method_sizes(fn: Callable[[_Ctx, Any, list[int]], Any]) -> FxConverter:
+    def conv(cx: _Ctx, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        rest = list(args[1:])
+        for key in ("size", "shape", "dims", "sizes"):
+            if key in kwargs:
+                rest = [kwargs.pop(key)]
+        if kwargs:
+            raise _Refuse(f"argument {next(iter(kwargs))!r}")
+        return fn(cx, args[0], _sizes(rest))
+    return conv
+
+
+def _float_method(cx: _Ctx, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return cx.cast(args[0], torch.float32)
+
+
+FX_METHODS: dict[str, FxConverter] = {
+    "add": _ADD, "add_": _ADD, "sub": _SUB, "mul": _MUL, "mul_": _MUL, "div": _DIV,
+    "neg": _NEG, "matmul": _MATMUL, "pow": _POW,
+    "mm": _spec("input, mat2", lambda cx, a: cx.matmul(a["input"], a["mat2"])),
+    "bmm": _spec("input, mat2", lambda cx, a: cx.matmul(a["input"], a["mat2"])),
+    "relu": _RELU, "relu_": _RELU, "tanh": _TANH, "sigmoid": _SIGMOID,
+    "softmax": _spec("input, dim, dtype=None",
+                     lambda cx, a: cx.softmax(cx.cast(a["input"], a["dtype"]), a["dim"])),
+    "view": _method_sizes(lambda cx, x, s: cx.reshape(x, s)),
+    "reshape": _method_sizes(lambda cx, x, s: cx.reshape(x, s)),
+    "permute": _method_sizes(lambda cx, x, s: cx.transpose(x, s)),
+    "expand": _method_sizes(lambda cx, x, s: cx.expand(x, s)),
+    "expand_as": _spec("input, other", lambda cx, a: cx.expand(a["input"],
+                                                               cx.shape(a["other"]))),
+    "flatten": _FLATTEN, "transpose": _TRANSPOSE, "t": _T,
+    "unsqueeze": _UNSQUEEZE, "squeeze": _SQUEEZE,
+    "mean": _MEAN, "sum": _SUM, "split": _SPLIT, "chunk": _CHUNK, "unbind": _UNBIND,
+    "unflatten": _UNFLATTEN,
+    "contiguous": _IDENTITY, "clone": _IDENTITY,
+    "detach": _spec("input", lambda cx, a: a["input"]),
+    "to": _fx_to, "float": _float_method,
+    "type_as": _spec("input, other", lambda cx, a: cx.cast(a["input"], cx.torch_dtype(a["other"]))),
+    "masked_fill": _spec("input, mask, value",
+                         lambda cx, a: cx.where(a["mask"], a["value"], a["input"])),
+    "size": _spec("input, dim=None", _fx_size),
+    "dim": _spec("input", lambda cx, a: cx.rank(a["input"])),
+}
+
+ModuleConverter = Callable[[_Ctx, nn.Module, str, tuple[Any, ...]], Any]
+
+
+def _p(cx: _Ctx, mod: nn.Module, path: str, attr: str) -> Any:
+    """A module's parameter or buffer as the importer sees it (None when absent)."""
+    t = getattr(mod, attr, None)
+    if t is None:
+        return None
+    return cx.tensor_attr(f"{path}.{attr}" if path else attr, t)
+
+
+def _mod_conv2d(cx: _Ctx, m: nn.Module, path: str, args: tuple[Any, ...]) -> Any:
+    assert isinstance(m, nn.Conv2d)
+    if m.padding_mode != "zeros":
+        raise _Refuse(f"{m.padding_mode} padding")
+    return cx.conv2d(args[0], _p(cx, m, path, "weight"), _p(cx, m, path, "bias"), m.stride,
+                     m.padding, m.dilation, m.groups)
+
+
+def _mod_batch_norm(cx: _Ctx, m: nn.Module, path: str, args: tuple[Any, ...]) -> Any:
+    assert isinstance(m, nn.modules.batchnorm._BatchNorm)
+    if m.training or m.running_mean is None:
+        raise _Refuse("batch norm in training mode or without running statistics")
+    return cx.batch_norm(args[0], _p(cx, m, path, "weight"), _p(cx, m, path, "bias"),
+                         _p(cx, m, path, "running_mean"), _p(cx, m, path, "running_var"), m.eps)
+
+
+def _mod_dropout(cx: _Ctx, m: nn.Module, path: str, args: tuple[Any, ...]) -> Any:
+    if m.training and getattr(m, "p", 0) > 0:
+        raise _Refuse("dropout in training mode")
+    return args[0]
+
+
+def _mod_embedding(cx: _Ctx, m: nn.Module, path: str, args: tuple[Any, ...]) -> Any:
+    assert isinstance(m, nn.Embedding)
+    if m.max_norm is not None:
+        raise _Refuse("embedding with max_norm")
+    return cx.embedding(_p(cx, m, path, "weight"), args[0])
+
+
+FX_MODULES: dict[type, ModuleConverter] = {
+    nn.Conv2d: _mod_conv2d,
+    nn.Linear: lambda cx, m, p, a: cx.linear(a[0], _p(cx, m, p, "weight"), _p(cx, m, p, "bias")),
+    nn.BatchNorm1d: _mod_batch_norm,
+    nn.BatchNorm2d: _mod_batch_norm,
+    nn.LayerNorm: lambda cx, m, p, a: cx.layer_norm(a[0], m.normalized_shape,
+                                                    _p(cx, m, p, "weight"), _p(cx, m, p, "bias"),
+                                                    m.eps),
+    nn.Embedding: _mod_embedding,
+    nn.ReLU: lambda cx, m, p, a: cx.unary("relu", a[0]),
+    nn.GELU: lambda cx, m, p, a: cx.unary("gelu", a[0], approximate=m.approximate),
+    nn.Tanh: lambda cx, m, p, a: cx.unary("tanh", a[0]),
+    nn.Sigmoid: lambda cx, m, p, a: cx.unary("sigmoid", a[0]),
+    nn.SiLU: lambda cx, m, p, a: cx.silu(a[0]),
+    nn.Softmax: lambda cx, m, p, a: cx.softmax(a[0], m.dim),
+    nn.Identity: lambda cx, m, p, a: a[0],
+    nn.Dropout: _mod_dropout,
+    nn.Flatten: lambda cx, m, p, a: cx.flatten(a[0], m.start_dim, m.end_dim),
+    nn.Unflatten: lambda cx, m, p, a: cx.unflatten(a[0], m.dim, m.unflattened_size),
+    nn.MaxPool2d: lambda cx, m, p, a: cx.max_pool2d(a[0], m.kernel_size, m.stride, m.padding,
+                                                    m.dilation, m.ceil_mode)
+    if not m.return_indices else _refuse("max pooling that returns indices"),
+    nn.AvgPool2d: lambda cx, m, p, a: cx.avg_pool2d(a[0], m.kernel_size, m.stride, m.padding,
+                                                    m.ceil_mode, m.count_include_pad,
+                                                    m.divisor_override),
+    nn.AdaptiveAvgPool2d: lambda cx, m, p, a: cx.adaptive_avg_pool2d(a[0], m.output_size),
+}
+
+
+def _module_converter(mod: nn.Module) -> ModuleConverter | None:
+    """The converter for a module's class, or for a base class whose forward it keeps."""
+    for cls in type(mod).__mro__:
+        conv = FX_MODULES.get(cls)
+        if conv is not None:
+            return conv if type(mod).forward is cls.forward else None
+    return None
+
+
+# ---- the shared driver ---------------------------------------------------------------
+
+
+class _Importer:
+    """Walks one FX graph; subclasses say how sources and call nodes are handled."""
+
+    source = "torch module"
+
+    def __init__(self, graph: fx.Graph, name: str, fold_parameters: bool) -> None:
+        self.graph = graph
+        self.cx = _Ctx(name, fold_parameters)
+        self.fold_parameters = fold_parameters
+        self.env: dict[fx.Node, Any] = {}
+        self.found: list[tuple[str, str]] = []
+        self.poisoned: set[fx.Node] = set()
+
+    # subclass hooks
+    def placeholder(self, node: fx.Node) -> Any:
+        raise NotImplementedError
+
+    def op_name(self, node: fx.Node) -> str:
+        raise NotImplementedError
+
+    def converter(self, node: fx.Node) -> Callable[[tuple[Any, ...], dict[str, Any]], Any] | None:
+        raise NotImplementedError
+
+    def evaluate(self, node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def foldable(self, node: fx.Node) -> bool:
+        return True
+
+    def expected(self, node: fx.Node) -> Any:
+        return None
+
+    def outputs(self, node: fx.Node) -> list[Any]:
+        raise NotImplementedError
+
+    # driver
+    def run(self) -> Graph:
+        outputs: list[Any] = []
+        for node in self.graph.nodes:
+            try:
+                if node.op == "placeholder":
+                    self.env[node] = self.placeholder(node)
+                elif node.op == "output":
+                    outputs = self.outputs(node)
+                else:
+                    self.call(node)
+            except _Refuse as r:
+                self.refuse(node, r.reason)
+            except ModelImportError:
+                raise
+            except Exception as e:  # IR shape errors and converter failures alike
+                raise ModelImportError(f"{self.source}: node {node.name} "
+                                       f"({self.op_name(node)}): {type(e).__name__}: "
+                                       f"{_first_line(e)}") from e
+        if self.found:
+            raise UnsupportedOpsError(self.source, self.found)
+        cx = self.cx
+        values: list[Value] = []
+        for i, out in enumerate(outputs):
+            if not isinstance(out, Value | Expanded | Const):
+                raise ModelImportError(f"{self.source}: output {i} is not a tensor "
+                                       f"({type(out).__name__})")
+            try:
+                values.append(cx.value(out))
+            except _Refuse as r:
+                raise ModelImportError(f"{self.source}: output {i}: {r.reason}") from None
+        if not values:
+            raise ModelImportError(f"{self.source}: the model has no tensor outputs")
+        try:
+            graph = cx.b.build(values)
+            graph.lint()
+        except IRError as e:
+            raise ModelImportError(f"{self.source}: {e}") from e
+        return graph
+
+    def refuse(self, node: fx.Node, reason: str | None) -> None:
+        op = self.op_name(node)
+        self.found.append((f"{op} ({reason})" if reason else op, node.name))
+        self.poisoned.add(node)
+
+    def call(self, node: fx.Node) -> None:
+        conv = self.converter(node)
+        if any(n in self.poisoned for n in node.all_input_nodes):
+            # The inputs failed already; still report this op if it is unsupported itself.
+            if conv is None:
+                self.refuse(node, None)
+            self.poisoned.add(node)
+            return
+        args = fx.node.map_arg(node.args, self.env.__getitem__)
+        kwargs = fx.node.map_arg(node.kwargs, self.env.__getitem__)
+        if not _any_live(args, kwargs) and self.foldable(node):
+            self.env[node] = self.fold(node, args, kwargs)
+            return
+        if conv is None:
+            self.refuse(node, None)
+            return
+        result = conv(tuple(args), dict(kwargs))
+        self.env[node] = self.check(node, result)
+
+    def fold(self, node: fx.Node, args: Any, kwargs: Any) -> Any:
+        def unwrap(x: Any) -> Any:
+            if isinstance(x, Const):
+                return x.tensor
+            if isinstance(x, _Missing):
+                raise _Refuse(f"use of {x.what}")
+            if isinstance(x, list | tuple):
+                return type(x)(unwrap(y) for y in x)
+            if isinstance(x, dict):
+                return {k: unwrap(v) for k, v in x.items()}
+            return x
+
+        args, kwargs = unwrap(args), unwrap(kwargs)
+        try:
+            with torch.no_grad():
+                out = self.evaluate(node, args, kwargs)
+        except Exception as e:
+            raise ModelImportError(f"{self.source}: evaluating the constant node {node.name} "
+                                   f"({self.op_name(node)}) failed: {type(e).__name__}: "
+                                   f"{_first_line(e)}") from e
+        return self.wrap(out, f"const.{node.name}")
+
+    def wrap(self, out: Any, name: str) -> Any:
+        if isinstance(out, torch.Tensor):
+            return Const(out, name)
+        if isinstance(out, list | tuple) and not isinstance(out, torch.Size):
+            return tuple(self.wrap(o, f"{name}.{i}") for i, o in enumerate(out))
+        return out
+
+    def check(self, node: fx.Node, result: Any) -> Any:
+        want = self.expected(node)
+        where = f"{self.source}: node {node.name} ({self.op_name(node)})"
+        if isinstance(result, tuple) and isinstance(want, list):
+            return tuple(self.cx.conform(r, w, where)
+                         for r, w in zip(result, list(want) + [None] * len(result), strict=False))
+        return self.cx.conform(result, want if isinstance(want, tuple) else None, where)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _meta_shape(val: Any) -> Any:
+    """Shapes from FX metadata: a tuple for a tensor, a list for a tuple of tensors."""
+    if isinstance(val, torch.Tensor):
+        return tuple(int(d) for d in val.shape)
+    if hasattr(val, "shape") and hasattr(val, "dtype"):  # fx TensorMetadata
+        return tuple(int(d) for d in val.shape)
+    if isinstance(val, list | tuple):
+        return [_meta_shape(v) for v in val]
+    return None
+
+
+# ---- torch.export --------------------------------------------------------------------
+
+
+class _ExportImporter(_Importer):
+    def __init__(self, ep: torch.export.ExportedProgram, name: str, fold_parameters: bool,
+                 input_high: Mapping[str, int]) -> None:
+        super().__init__(ep.graph, name, fold_parameters)
+        self.ep = ep
+        self.source = f"torch.export program {name!r}"
+        self.specs = {s.arg.name: s for s in ep.graph_signature.input_specs
+                      if hasattr(s.arg, "name")}
+        self.high = dict(_embedding_highs_export(ep.graph))
+        self.high.update(input_high)
+
+    def op_name(self, node: fx.Node) -> str:
+        if node.op == "placeholder":
+            return "input"
+        return str(node.target) if node.target is not operator.getitem else "getitem"
+
+    def placeholder(self, node: fx.Node) -> Any:
+        from torch.export.graph_signature import InputKind
+
+        spec = self.specs.get(node.name)
+        val = node.meta.get("val")
+        if spec is None or spec.kind == InputKind.USER_INPUT:
+            if not isinstance(val, torch.Tensor):
+                return val  # a non-tensor user input is a constant of the capture
+            return self.cx.input(node.name, tuple(val.shape), val.dtype,
+                                 self.high.get(node.name, 0))
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            t = self.ep.state_dict.get(spec.target)
+            if t is None:
+                t = self.ep.constants[spec.target]
+            if spec.kind == InputKind.PARAMETER and not self.fold_parameters:
+                return self.cx.param(spec.target, t)
+            return Const(t.detach(), spec.target)
+        raise _Refuse(f"program input of kind {spec.kind.name}")
+
+    def converter(self, node: fx.Node) -> Callable[[tuple[Any, ...], dict[str, Any]], Any] | None:
+        if node.target is operator.getitem:
+            return lambda args, kwargs: _fx_getitem(self.cx, {"a": args[0], "b": args[1]})
+        conv = ATEN.get(node.target)
+        if conv is None:
+            return None
+        schema = node.target._schema
+        return lambda args, kwargs: conv(self.cx, _bind(schema, args, kwargs))
+
+    def foldable(self, node: fx.Node) -> bool:
+        tags = getattr(node.target, "tags", ())
+        return torch.Tag.nondeterministic_seeded not in tags
+
+    def evaluate(self, node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return node.target(*args, **kwargs)
+
+    def expected(self, node: fx.Node) -> Any:
+        return _meta_shape(node.meta.get("val"))
+
+    def outputs(self, node: fx.Node) -> list[Any]:
+        from torch.export.graph_signature import OutputKind
+
+        kinds = [s.kind for s in self.ep.graph_signature.output_specs]
+        outs = []
+        for kind, arg in zip(kinds, node.args[0], strict=True):
+            if kind != OutputKind.USER_OUTPUT or arg is None:
+                continue  # buffer updates do not change what the outputs compute
+            if arg in self.poisoned:
+                continue
+            outs.append(self.env[arg] if isinstance(arg, fx.Node) else arg)
+        return outs
+
+
+def _embedding_highs_export(graph: fx.Graph) -> Iterator[tuple[str, int]]:
+    """Integer inputs that index an embedding table draw from [0, rows)."""
+    for n in graph.nodes:
+        if n.op == "call_function" and n.target is aten.embedding.default:
+            table, ids = n.args[0], n.args[1]
+            if isinstance(ids, fx.Node) and ids.op == "placeholder":
+                yield ids.name, int(table.meta["val"].shape[0])
+
+
+def _as_program(program: Any, example_inputs: Any) -> tuple[torch.export.ExportedProgram, str]:
+    if isinstance(program, torch.export.ExportedProgram):
+        return program, "exported"
+    if isinstance(program, tuple) and len(program) == 2 and example_inputs is None:
+        program, example_inputs = program
+    if not isinstance(program, nn.Module):
+        raise ModelImportError(f"import_exported: expected an ExportedProgram or a torch module, "
+                               f"found {type(program).__name__}")
+    if example_inputs is None:
+        raise ModelImportError(f"{type(program).__name__}: torch.export needs example inputs")
+    args = tuple(example_inputs) if isinstance(example_inputs, list | tuple) else (example_inputs,)
+    try:
+        ep = torch.export.export(program, args)
+    except Exception as e:
+        raise ModelImportError(f"{type(program).__name__}: torch.export failed: "
+                               f"{_first_line(e)}") from e
+    return ep, type(program).__name__
+
+
+def import_exported(program: Any, example_inputs: Any = None, *, name: str | None = None,
+                    decompose: bool = False, fold_parameters: bool = False,
+                    input_high: Mapping[str, int] | None = None) -> Graph:
+    """Import a `torch.export` program (or export `module` on `example_inputs` first).
+
+    `program` is an `ExportedProgram`, a module (with `example_inputs`) or a pair
+    `(module, example_inputs)`. The ATen graph is imported as exported; if that leaves
+    unsupported operators, the program's `run_decompositions()` is tried before giving up
+    (the error then lists the operators of the undecomposed program). `decompose=True`
+    imports the decomposed program directly. With `fold_parameters`, ops that read only
+    parameters (e.g. a weight transpose) are evaluated at import time too. `input_high`
+    gives the value range [0, high) of integer inputs (embedding inputs get it by default).
+    """
+    ep, default_name = _as_program(program, example_inputs)
+    name = name or default_name
+    high = dict(input_high or {})
+    if decompose:
+        ep = ep.run_decompositions()
+    try:
+        return _ExportImporter(ep, name, fold_parameters, high).run()
+    except UnsupportedOpsError as first:
+        if decompose:
+            raise
+        try:
+            decomposed = ep.run_decompositions()
+            return _ExportImporter(decomposed, name, fold_parameters, high).run()
+        except Exception:
+            # The undecomposed program's operators are the ones the user wrote; name those.
+            raise first from None
+
+
+# ---- torch.fx ------------------------------------------------------------------------
+
+
+class _FxImporter(_Importer):
+    def __init__(self, gm: fx.GraphModule, inputs: tuple[Any, ...], name: str,
+                 fold_parameters: bool, input_high: Mapping[str, int]) -> None:
+        super().__init__(gm.graph, name, fold_parameters)
+        self.gm = gm
+        self.inputs = inputs
+        self.source = f"torch.fx trace of {name!r}"
+        self._next_input = 0
+        self.high = dict(_embedding_highs_fx(gm))
+        self.high.update(input_high)
+
+    def op_name(self, node: fx.Node) -> str:
+        if node.op == "call_module":
+            cls = type(self.gm.get_submodule(node.target))
+            mod = cls.__module__
+            return f"nn.{cls.__name__}" if mod.startswith("torch.nn") else f"{mod}.{cls.__name__}"
+        if node.op == "call_method":
+            return f"Tensor.{node.target}"
+        if node.op == "call_function":
+            return _function_name(node.target)
+        return node.op
+
+    def placeholder(self, node: fx.Node) -> Any:
+        i = self._next_input
+        self._next_input += 1
+        if i < len(self.inputs):
+            x = self.inputs[i]
+            if isinstance(x, torch.Tensor):
+                return self.cx.input(node.name, tuple(x.shape), x.dtype,
+                                     self.high.get(node.name, 0))
+            return x
+        if node.args:  # a default argument of forward
+            return node.args[0]
+        raise ModelImportError(f"{self.source}: no example input for argument {node.name!r}")
+
+    def call(self, node: fx.Node) -> None:
+        if node.op == "get_attr":
+            self.env[node] = self.cx.tensor_attr(node.target,
+                                                 _fetch_attr(self.gm, node.target))
+            return
+        super().call(node)
+
+    def converter(self, node: fx.Node) -> Callable[[tuple[Any, ...], dict[str, Any]], Any] | None:
+        cx = self.cx
+        if node.op == "call_module":
+            mod = self.gm.get_submodule(node.target)
+            mconv = _module_converter(mod)
+            if mconv is None:
+                return None
+
+            def run_module(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+                if kwargs:
+                    raise _Refuse(f"module called with keyword arguments {sorted(kwargs)}")
+                return mconv(cx, mod, node.target, args)
+            return run_module
+        table = FX_METHODS if node.op == "call_method" else FX_FUNCTIONS
+        fconv = table.get(node.target)
+        if fconv is None:
+            return None
+        return lambda args, kwargs: fconv(cx, args, kwargs)
+
+    def foldable(self, node: fx.Node) -> bool:
+        if node.op == "call_module" and not self.fold_parameters:
+            return not any(True for _ in self.gm.get_submodule(node.target).parameters())
+        return True
+
+    def evaluate(self, node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if node.op == "call_module":
+            return self.gm.get_submodule(node.target)(*args, **kwargs)
+        if node.op == "call_method":
+            return getattr(args[0], node.target)(*args[1:], **kwargs)
+        return node.target(*args, **kwargs)
+
+    def expected(self, node: fx.Node) -> Any:
+        return _meta_shape(node.meta.get("tensor_meta"))
+
+    def outputs(self, node: fx.Node) -> list[Any]:
+        outs: list[Any] = []
+        for leaf in _leaves(node.args[0]):
+            if leaf is None:
+                continue
+            if isinstance(leaf, fx.Node):
+                if leaf in self.poisoned:
+                    continue
+                val = self.env[leaf]
+                outs.extend(v for v in _leaves(val) if v is not None)
+            else:
+                outs.append(leaf)
+        return outs
+
+
+def _fetch_attr(gm: fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _function_name(fn: Any) -> str:
+    mod = getattr(fn, "__module__", None) or ""
+    name = getattr(fn, "__name__", repr(fn))
+    if mod in ("_operator", "operator"):
+        return f"operator.{name}"
+    if mod.startswith("torch.nn.functional"):
+        return f"F.{name}"
+    if mod.startswith("torch") or mod == "":
+        return f"torch.{name}"
+    return f"{mod}.{name}"
+
+
+def _embedding_highs_fx(gm: fx.GraphModule) -> Iterator[tuple[str, int]]:
+    for n in gm.graph.nodes:
+        ids: Any = None
+        rows = 0
+        if n.op == "call_module":
+            mod = gm.get_submodule(n.target)
+            if isinstance(mod, nn.Embedding) and n.args:
+                ids, rows = n.args[0], mod.num_embeddings
+        elif n.op == "call_function" and n.target is F.embedding and len(n.args) >= 2:
+            ids, table = n.args[0], n.args[1]
+            tm = table.meta.get("tensor_meta") if isinstance(table, fx.Node) else None
+            rows = int(tm.shape[0]) if tm is not None else 0
+        if isinstance(ids, fx.Node) and ids.op == "placeholder" and rows:
+            yield ids.name, rows
+
+
+def import_fx(module: nn.Module, example_inputs: Any, *, name: str | None = None,
+              fold_parameters: bool = False,
+              input_high: Mapping[str, int] | None = None) -> Graph:
+    """Import `module` through `torch.fx.symbolic_trace`, with shapes from `example_inputs`.
+
+    Leaf modules of torch.nn (Conv2d, Linear, BatchNorm, LayerNorm, Embedding, pooling,
+    activations, Dropout, Flatten, ...) and the usual torch functions and tensor methods are
+    mapped; everything that only depends on known values is evaluated at import time.
+    """
+    name = name or type(module).__name__
+    inputs = (tuple(example_inputs) if isinstance(example_inputs, list | tuple)
+              else (example_inputs,))
+    try:
+        gm = fx.symbolic_trace(module)
+    except Exception as e:
+        raise ModelImportError(f"{name}: torch.fx.symbolic_trace failed: {_first_line(e)}") from e
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    try:
+        with torch.no_grad():
+            ShapeProp(gm).propagate(*inputs)
+    except Exception as e:
+        raise ModelImportError(f"{name}: running the traced module on the example inputs "
+                               f"failed: {_first_line(e)}") from e
+    return _FxImporter(gm, inputs, name, fold_parameters, dict(input_high or {})).run()
+
+
+__all__ = ["ATEN", "FX_FUNCTIONS", "FX_METHODS", "FX_MODULES", "Const", "Expanded",
+           "import_exported", "import_fx", "ir_dtype"]

@@ -1,0 +1,122 @@
+"""HuggingFace BERT captured with torch.export: same outputs and parameters as BertModel."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+import torch
+
+from superopt.importers.errors import ModelImportError
+from superopt.importers.hf import BERT_SIZES, bert_graph, bert_inputs, bert_model
+from superopt.ir import Graph, interpret
+
+# bert-base-uncased as published (Devlin et al. 2019): about 110M parameters; the exact
+# BertModel count with its pooler is 109,482,240.
+PUBLISHED_BASE_PARAMS = 109.5e6
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Graph:
+    return bert_graph("tiny", batch=1, seq=16)
+
+
+def torch_outputs(size: str, ids: torch.Tensor, pooler: bool = True) -> list[np.ndarray]:
+    """BertModel's outputs in float64, from a model with the same seed as the import."""
+    model = copy.deepcopy(bert_model(size, pooler=pooler)).double()
+    with torch.no_grad():
+        out = model(input_ids=ids)
+    outs = [out.last_hidden_state] + ([out.pooler_output] if pooler else [])
+    return [o.numpy() for o in outs]
+
+
+def param_count(size: str) -> int:
+    """Parameters of the published-config BertModel, counted without allocating weights."""
+    from transformers import BertConfig, BertModel
+
+    s = BERT_SIZES[size]
+    config = BertConfig(vocab_size=s.vocab, hidden_size=s.hidden, num_hidden_layers=s.layers,
+                        num_attention_heads=s.heads, intermediate_size=s.intermediate,
+                        max_position_embeddings=s.max_positions)
+    with torch.device("meta"):
+        model = BertModel(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def graph_param_count(g: Graph) -> int:
+    """Elements of the weights that hold model parameters (not folded constants)."""
+    return sum(a.size for name, a in g.weights.items() if not name.startswith("const."))
+
+
+def test_bert_tiny_matches_bertmodel(tiny: Graph) -> None:
+    ids = bert_inputs("tiny", 1, 16, seed=7)  # other ids than the capture's
+    got = interpret(tiny, {"input_ids": ids.numpy()})
+    want = torch_outputs("tiny", ids)
+    assert [g.shape for g in got] == [(1, 16, 128), (1, 128)]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+
+
+def test_bert_tiny_graph_shape(tiny: Graph) -> None:
+    (ids,) = tiny.inputs
+    assert ids.attr("name") == "input_ids"
+    assert ids.type.dtype.value == "i64" and ids.type.shape == (1, 16)
+    assert ids.attr("high") == 30522
+    hist = tiny.op_histogram()
+    # 2 layers x (q, k, v, out, ffn in, ffn out + 2 attention products) + pooler
+    assert hist["matmul"] == 2 * 8 + 1
+    assert hist["softmax"] == 2 and hist["gelu"] == 2 and hist["layer_norm"] == 1 + 2 * 2
+    assert hist["embedding"] == 3
+    model = bert_model("tiny")
+    for name, p in model.named_parameters():
+        np.testing.assert_array_equal(tiny.weights[name], p.detach().numpy())
+    assert graph_param_count(tiny) == param_count("tiny")
+
+
+def test_bert_tiny_batched_without_pooler() -> None:
+    g = bert_graph("tiny", batch=2, seq=8, pooler=False)
+    ids = bert_inputs("tiny", 2, 8, seed=3)
+    (got,) = interpret(g, {"input_ids": ids.numpy()})
+    (want,) = torch_outputs("tiny", ids, pooler=False)
+    assert got.shape == (2, 8, 128)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_bert_base_parameter_count() -> None:
+    g = bert_graph("base", batch=1, seq=128)
+    reference = param_count("base")
+    assert graph_param_count(g) == reference
+    assert abs(reference - PUBLISHED_BASE_PARAMS) < 0.1e6
+    assert [g.type_of(v).shape for v in g.outputs] == [(1, 128, 768), (1, 768)]
+    hist = g.op_histogram()
+    assert hist["softmax"] == 12 and hist["gelu"] == 12 and hist["layer_norm"] == 25
+    assert hist["matmul"] == 12 * 8 + 1
+
+
+@pytest.mark.slow
+def test_bert_base_matches_bertmodel() -> None:
+    g = bert_graph("base", batch=1, seq=32)
+    ids = bert_inputs("base", 1, 32, seed=11)
+    got = interpret(g, {"input_ids": ids.numpy()})
+    for a, b in zip(got, torch_outputs("base", ids), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_bert_small_matches_bertmodel() -> None:
+    g = bert_graph("small", batch=2, seq=64)
+    ids = bert_inputs("small", 2, 64, seed=12)
+    got = interpret(g, {"input_ids": ids.numpy()})
+    for a, b in zip(got, torch_outputs("small", ids), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    assert graph_param_count(g) == param_count("small")
+
+
+def test_bad_sizes_are_clear_errors() -> None:
+    with pytest.raises(ModelImportError, match="unknown BERT size 'huge'"):
+        bert_graph("huge")
+    with pytest.raises(ModelImportError, match="seq <= 512"):
+        bert_graph("tiny", seq=513)

@@ -1,0 +1,362 @@
+"""PyTorch importers: fx and export graphs compute what the torch module computes."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from superopt.importers.errors import ModelImportError, UnsupportedOpsError
+from superopt.importers.torch import import_exported, import_fx
+from superopt.ir import Graph, interpret
+
+IMPORTERS = pytest.mark.parametrize("importer", [import_fx, import_exported], ids=["fx", "export"])
+
+
+def reference(module: nn.Module, *inputs: torch.Tensor) -> list[np.ndarray]:
+    """The module's outputs computed by torch in float64 (weights widened exactly)."""
+    wide = copy.deepcopy(module).double().eval()
+    args = [x.double() if x.is_floating_point() else x for x in inputs]
+    with torch.no_grad():
+        out = wide(*args)
+    outs = out if isinstance(out, tuple | list) else (out,)
+    return [o.numpy() for o in outs]
+
+
+def check(importer: Callable[..., Graph], module: nn.Module, feeds: dict[str, torch.Tensor],
+          atol: float = 1e-7, **kwargs: object) -> Graph:
+    module.eval()
+    graph = importer(module, tuple(feeds.values()), **kwargs)
+    got = interpret(graph, {k: v.numpy() for k, v in feeds.items()})
+    want = reference(module, *feeds.values())
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=atol)
+    return graph
+
+
+def compute_ops(graph: Graph) -> dict[str, int]:
+    return {op: n for op, n in graph.op_histogram().items() if op not in ("input", "weight")}
+
+
+# ---- models --------------------------------------------------------------------------
+
+
+class ConvNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.pool = nn.MaxPool2d(2)
+        self.c2 = nn.Conv2d(8, 8, 3, stride=2, padding="valid", bias=False)
+        self.ap = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 5)
+        with torch.no_grad():  # non-trivial running statistics
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.pool(F.relu(self.bn(self.c1(x))))
+        y = F.avg_pool2d(self.c2(y), 2) + 1.0
+        y = self.ap(y).flatten(1)
+        z = torch.cat([y, y * 2], dim=1)[:, :8]
+        return self.fc(z).softmax(-1), F.silu(y)
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Dropout(0.2), nn.Linear(10, 10),
+                                 nn.GELU(approximate="tanh"), nn.Linear(10, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.sigmoid(self.net(x * 0.5 - 1.0))
+        return h.sum(-1, keepdim=True) - x.mean(1, keepdim=True) / 3
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block with explicit attention and a causal-mask buffer."""
+
+    def __init__(self, d: int = 16, heads: int = 2, seq: int = 8) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Dropout(0.1), nn.Linear(4 * d, d))
+        self.register_buffer("mask", torch.tril(torch.ones(seq, seq)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape[0], x.shape[1], x.shape[2]
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q = q.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+        k = k.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+        v = v.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+        att = att.masked_fill(self.mask == 0, -1e9)
+        y = torch.softmax(att, dim=-1) @ v
+        y = y.transpose(1, 2).contiguous().view(b, s, d)
+        x = x + self.proj(y)
+        return x + self.ff(self.ln2(x))
+
+
+class CausalSdpa(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).unflatten(-1, (3, 2, 8)).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class ConvVariants(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.same = nn.Conv2d(4, 4, 4, padding="same")  # even kernel: torch pads 1 before, 2 after
+        self.dil = nn.Conv2d(4, 6, 3, padding=2, dilation=2, groups=2)
+        self.bn = nn.BatchNorm2d(6, affine=False)
+        self.mp = nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True)
+        self.ap = nn.AvgPool2d(2, stride=2, ceil_mode=True, count_include_pad=False)
+        self.aap = nn.AdaptiveAvgPool2d((2, 2))
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = self.bn(self.dil(self.same(x)))
+        a = self.aap(self.ap(self.mp(y)))
+        return a, F.avg_pool2d(y, 3, 1, 1), F.conv2d(x[0], self.same.weight, stride=2)
+
+
+class Functions(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.tensor([1.0, 2.0, 4.0, 8.0]))
+        self.register_buffer("keep", torch.tensor([True, False, True, True]))
+        self.v = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = x @ self.v + (1 - x).sum(1)
+        b = torch.stack(torch.chunk(x / self.scale, 2, dim=1), dim=0)
+        c = torch.where(self.keep, x, 0.5) ** 2 - x.t().permute(1, 0)
+        d = F.layer_norm(-x, (4,)) + torch.zeros_like(x)
+        e = x.unsqueeze(1).squeeze(1).flatten() * 3
+        return a, b, c, d, e
+
+
+class Broadcasts(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 4))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        e = x.expand(2, 3, 4)
+        return e * self.w, e.reshape(2, 12), e + 1, F.pad(x, (1, 2)), x[..., 1:3], x[:, None, 0]
+
+
+class Embed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+        self.out = nn.Linear(8, 2)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.out(self.emb(ids)).tanh()
+
+
+# ---- numerical agreement -------------------------------------------------------------
+
+
+@IMPORTERS
+def test_convnet_matches_torch(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(0)
+    g = check(importer, ConvNet(), {"x": torch.randn(2, 3, 16, 16)})
+    ops = compute_ops(g)
+    assert ops["conv2d"] == 2 and ops["batch_norm"] == 1
+    assert ops["pool2d_max"] == 1 and ops["pool2d_avg"] == 1 and ops["softmax"] == 1
+
+
+@IMPORTERS
+def test_mlp_matches_torch(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(1)
+    g = check(importer, MLP(), {"x": torch.randn(5, 6)})
+    assert compute_ops(g)["matmul"] == 3
+
+
+@IMPORTERS
+def test_transformer_block_matches_torch(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(2)
+    g = check(importer, Block(), {"x": torch.randn(2, 8, 16)})
+    ops = compute_ops(g)
+    assert ops["softmax"] == 1 and ops["layer_norm"] == 2 and ops["gelu"] == 1
+    # The mask arithmetic (mask == 0, masked_fill) is folded: every weight carries data.
+    assert {n.attr("name") for n in g.weight_nodes} == set(g.weights)
+
+
+@IMPORTERS
+def test_scaled_dot_product_attention(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(3)
+    g = check(importer, CausalSdpa(), {"x": torch.randn(2, 5, 16)})
+    assert compute_ops(g)["softmax"] == 1
+
+
+@IMPORTERS
+def test_conv_and_pool_variants(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(4)
+    g = check(importer, ConvVariants(), {"x": torch.randn(2, 4, 12, 12)})
+    convs = [n for n in g.nodes if n.op == "conv2d"]
+    assert {n.attr("padding") for n in convs} == {(1, 2, 1, 2), (2, 2, 2, 2), (0, 0, 0, 0)}
+    assert {n.attr("groups") for n in convs} == {1, 2}
+
+
+@IMPORTERS
+def test_functions_and_methods(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(5)
+    check(importer, Functions(), {"x": torch.randn(3, 4)})
+
+
+@IMPORTERS
+def test_expand_and_indexing(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(6)
+    g = check(importer, Broadcasts(), {"x": torch.randn(2, 1, 4)})
+    # e * w consumes the broadcast directly: only the reshape and the output need it expanded.
+    assert compute_ops(g)["const_one"] == 1
+
+
+@IMPORTERS
+def test_embedding_input_is_integer_with_vocab_range(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(7)
+    g = check(importer, Embed(), {"ids": torch.randint(0, 50, (3, 5))})
+    (ids,) = g.inputs
+    assert ids.type.dtype.value == "i64" and ids.type.shape == (3, 5)
+    assert ids.attr("high") == 50
+
+
+@IMPORTERS
+def test_parameters_become_named_weights_with_data(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(8)
+    model = ConvNet().eval()
+    g = importer(model, (torch.randn(1, 3, 16, 16),))
+    for name, p in model.named_parameters():
+        np.testing.assert_array_equal(g.weights[name], p.detach().numpy())
+    np.testing.assert_array_equal(g.weights["bn.running_var"], model.bn.running_var.numpy())
+
+
+@IMPORTERS
+def test_constant_subgraphs_fold_into_weight_data(importer: Callable[..., Graph]) -> None:
+    class Folds(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("buf", torch.tensor([1.0, 2.0, 3.0, 4.0]))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * (self.buf * 2 + 1).sqrt() + torch.arange(4.0)
+
+    g = check(importer, Folds(), {"x": torch.randn(2, 4)})
+    assert compute_ops(g) == {"ewmul": 1, "ewadd": 1}
+    datas = sorted(g.weights.values(), key=lambda a: float(a.sum()))
+    np.testing.assert_allclose(datas[0], [0.0, 1.0, 2.0, 3.0])
+    np.testing.assert_allclose(datas[1], np.sqrt([3.0, 5.0, 7.0, 9.0]), rtol=1e-6)
+
+
+@IMPORTERS
+def test_fold_parameters_pretransposes_weights(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(9)
+    plain = check(importer, MLP(), {"x": torch.randn(4, 6)})
+    torch.manual_seed(9)
+    folded = check(importer, MLP(), {"x": torch.randn(4, 6)}, fold_parameters=True)
+    assert compute_ops(plain)["transpose"] == 3
+    assert "transpose" not in compute_ops(folded)
+
+
+def test_fx_and_export_build_the_same_graph() -> None:
+    torch.manual_seed(10)
+    model = ConvNet().eval()
+    x = torch.randn(1, 3, 16, 16)
+    assert import_fx(model, (x,)).structural_hash == import_exported(model, (x,)).structural_hash
+
+
+def test_export_accepts_program_and_pair() -> None:
+    torch.manual_seed(11)
+    model = MLP().eval()
+    x = torch.randn(2, 6)
+    ep = torch.export.export(model, (x,))
+    a = import_exported(ep)
+    b = import_exported((model, (x,)))
+    assert a.structural_hash == b.structural_hash
+    assert a.name == "exported" and b.name == "MLP"
+
+
+# ---- refusals ------------------------------------------------------------------------
+
+
+class Unsupported(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(torch.exp(x), 1) + torch.sin(x).relu()
+
+
+@IMPORTERS
+def test_unsupported_ops_are_all_reported_at_once(importer: Callable[..., Graph]) -> None:
+    with pytest.raises(UnsupportedOpsError) as info:
+        importer(Unsupported(), (torch.randn(2, 3),))
+    err = info.value
+    assert len(err.ops) == 3
+    for name in ("cumsum", "exp", "sin"):
+        assert any(name in op for op in err.ops), (name, err.ops)
+        assert name in str(err)
+
+
+@IMPORTERS
+def test_unsupported_use_of_a_supported_op_names_the_reason(
+        importer: Callable[..., Graph]) -> None:
+    class Divide(nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x / y.relu()
+
+    with pytest.raises(UnsupportedOpsError, match="division by a computed tensor"):
+        importer(Divide(), (torch.randn(2, 3), torch.randn(2, 3)))
+
+
+@IMPORTERS
+def test_training_mode_batch_norm_is_refused(importer: Callable[..., Graph]) -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
+    with pytest.raises(UnsupportedOpsError, match="training mode"):
+        importer(model, (torch.randn(2, 3, 8, 8),))
+
+
+def test_untraceable_module_is_a_clear_error() -> None:
+    class DataDependent(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.relu() if x.sum() > 0 else x
+
+    with pytest.raises(ModelImportError, match="DataDependent: torch.fx.symbolic_trace failed"):
+        import_fx(DataDependent(), (torch.randn(2),))
+
+
+def test_bad_arguments_are_clear_errors() -> None:
+    with pytest.raises(ModelImportError, match="expected an ExportedProgram or a torch module"):
+        import_exported(42)
+    with pytest.raises(ModelImportError, match="needs example inputs"):
+        import_exported(MLP())
+    with pytest.raises(ModelImportError, match="torch.export failed"):
+        import_exported(MLP(), (torch.randn(2, 7),))
+    with pytest.raises(ModelImportError, match="example inputs failed"):
+        import_fx(MLP(), (torch.randn(2, 7),))
+
+
+def test_importing_superopt_importers_does_not_load_torch_importer() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, superopt.importers; "
+            "print('superopt.importers.torch' in sys.modules, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
