@@ -1,0 +1,1380 @@
+"""Import ONNX models into superopt graphs.
+
+`import_onnx(path_or_model)` maps every ONNX node onto IR ops through `CONVERTERS`, a table
+from ONNX op type to a converter function. A node whose inputs are all known at import time
+is evaluated here instead (constant folding) and its outputs become weights with data, so
+weight subgraphs such as the `ConstantOfShape` placeholders of the ONNX "light" models, or
+the `Unsqueeze`d batch-norm scales of DenseNet, never reach the IR.
+
+Every unsupported operator (an op type without a converter, or a node whose attributes or
+non-constant inputs a converter cannot express) is collected over the whole model before
+anything is raised: `UnsupportedOpsError` lists them all with where they occur, and no
+partial graph is returned. Files that cannot be read raise `ModelImportError`.
+
+`onnx` is imported lazily, inside functions, so that `superopt` works without it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from superopt.importers.errors import ModelImportError, UnsupportedOpsError
+from superopt.ir import kernels
+from superopt.ir.errors import IRError
+from superopt.ir.graph import Graph, GraphBuilder, Value
+
+__all__ = [
+    "CONVERTERS", "LIGHT_MODELS", "Const", "OnnxNode", "import_onnx", "light_model_path",
+    "supported_ops",
+]
+
+# The models the `onnx` package ships under onnx/backend/test/data/light (opset 9).
+LIGHT_MODELS: tuple[str, ...] = (
+    "light_bvlc_alexnet", "light_densenet121", "light_inception_v1", "light_inception_v2",
+    "light_resnet50", "light_shufflenet", "light_squeezenet", "light_vgg19", "light_zfnet512",
+)
+
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+# Folding these would bake one random draw into the graph.
+_NEVER_FOLD = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
+                         "RandomUniformLike", "Multinomial", "Bernoulli"})
+
+# onnx.reference implements these with opset-13 semantics at every opset, so it must not
+# fold them for older opsets (it gets the 2-D coercion of Softmax-1/11 wrong).
+_COERCING_BEFORE_13 = frozenset({"Softmax", "LogSoftmax", "Hardmax"})
+
+
+# ---- records -------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    """A tensor known at import time: an initializer or the output of a folded node.
+
+    Compared by identity so that one constant used twice becomes one weight.
+    """
+
+    data: np.ndarray
+    hint: str  # the name its weight gets if it reaches the graph
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(int(d) for d in self.data.shape)
+
+
+Tensor = Const | Value
+
+
+@dataclass(frozen=True)
+class OnnxNode:
+    """One ONNX node with decoded attributes and the opset of its domain."""
+
+    op_type: str
+    domain: str
+    where: str  # the node's name, or "#index" for an unnamed node
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: Mapping[str, Any]
+    opset: int
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    @property
+    def label(self) -> str:
+        return self.op_type if self.domain in _DEFAULT_DOMAINS else f"{self.domain}::{self.op_type}"
+
+
+class _Unsupported(Exception):
+    """This node cannot be expressed in the IR (reported with all the others)."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Invalid(Exception):
+    """The node is malformed (missing attribute or input): the model is invalid."""
+
+
+class _NotFoldable(Exception):
+    """Raised while folding when a converter would have to emit an IR node."""
+
+
+Converter = Callable[["_Context", OnnxNode, list["Tensor | None"]], Sequence["Tensor | None"]]
+
+# ONNX op type -> converter. Converters return one entry per node output; None marks an
+# output the IR cannot provide (for example MaxPool's indices), an error only if it is read.
+CONVERTERS: dict[str, Converter] = {}
+
+
+def _converter(*op_types: str) -> Callable[[Converter], Converter]:
+    def deco(fn: Converter) -> Converter:
+        for op in op_types:
+            if op in CONVERTERS:
+                raise ValueError(f"ONNX converter for {op!r} registered twice")
+            CONVERTERS[op] = fn
+        return fn
+    return deco
+
+
+def supported_ops() -> list[str]:
+    """ONNX op types with a converter (others import only when constant-folded)."""
+    return sorted(CONVERTERS)
+
+
+# ---- building context ----------------------------------------------------------------
+
+def _ir_dtype(dt: np.dtype) -> str:
+    name = np.dtype(dt).name
+    table = {"float32": "f32", "float64": "f32", "float16": "f16", "bfloat16": "bf16",
+             "int64": "i64", "int32": "i32"}
+    if name not in table:
+        raise _Unsupported(f"{name} tensors")
+    return table[name]
+
+
+class _Context:
+    """The graph under construction plus helpers that fold when their inputs are constants."""
+
+    def __init__(self, name: str, batch_change: tuple[int, int] | None) -> None:
+        self.b = GraphBuilder(name)
+        self.folding = False
+        self.batch_change = batch_change  # (batch in the model, batch asked for)
+        self._materialised: dict[int, tuple[Const, Value]] = {}
+        self._names: set[str] = set()
+
+    # -- naming and sources --
+
+    def reserve(self, name: str) -> None:
+        self._names.add(name)
+
+    def unique(self, hint: str) -> str:
+        base = hint or "const"
+        name, k = base, 1
+        while name in self._names:
+            k += 1
+            name = f"{base}#{k}"
+        self._names.add(name)
+        return name
+
+    def value(self, t: Tensor) -> Value:
+        """The graph value of `t`; a constant becomes a weight with data (once)."""
+        if isinstance(t, Value):
+            return t
+        if self.folding:
+            raise _NotFoldable
+        hit = self._materialised.get(id(t))
+        if hit is not None:
+            return hit[1]
+        dtype = _ir_dtype(t.data.dtype)
+        v = self.b.weight(self.unique(t.hint), t.shape, dtype, data=t.data)  # the builder copies
+        self._materialised[id(t)] = (t, v)
+        return v
+
+    def emit(self, op: str, *inputs: Tensor, **attrs: Any) -> Value:
+        if self.folding:
+            raise _NotFoldable
+        out = self.b.op(op, *(self.value(t) for t in inputs), **attrs)
+        assert isinstance(out, Value)
+        return out
+
+    def emit_multi(self, op: str, *inputs: Tensor, **attrs: Any) -> tuple[Value, ...]:
+        if self.folding:
+            raise _NotFoldable
+        return self.b.add(op, [self.value(t) for t in inputs], attrs)
+
+    # -- types --
+
+    def shape(self, t: Tensor) -> tuple[int, ...]:
+        return t.shape if isinstance(t, Const) else self.b.shape(t)
+
+    def np_dtype(self, t: Tensor) -> np.dtype:
+        return t.data.dtype if isinstance(t, Const) else self.b.type_of(t).dtype.numpy
+
+    def scalar(self, value: float, like: Tensor, hint: str) -> Const:
+        return Const(np.asarray(value, dtype=self.np_dtype(like)), hint)
+
+    # -- folding helpers --
+
+    def reshape(self, t: Tensor, shape: Sequence[int]) -> Tensor:
+        shape = tuple(int(d) for d in shape)
+        if shape == self.shape(t):
+            return t
+        if isinstance(t, Const):
+            return Const(t.data.reshape(shape), t.hint)
+        return self.emit("reshape", t, shape=shape)
+
+    def transpose(self, t: Tensor, perm: Sequence[int]) -> Tensor:
+        perm = tuple(int(p) for p in perm)
+        if perm == tuple(range(len(perm))):
+            return t
+        if isinstance(t, Const):
+            return Const(np.transpose(t.data, perm), f"{t.hint}:T")
+        return self.emit("transpose", t, perm=perm)
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        if isinstance(a, Const) and isinstance(b, Const):
+            return Const(np.asarray(a.data + b.data), a.hint)
+        if isinstance(a, Const):
+            a, b = b, a
+        return self.emit("ewadd", a, b)
+
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        if isinstance(a, Const) and isinstance(b, Const):
+            return Const(np.asarray(a.data * b.data), a.hint)
+        if isinstance(a, Const):
+            a, b = b, a
+        if isinstance(b, Const) and b.data.size == 1 and \
+                np.broadcast_shapes(self.shape(a), b.shape) == self.shape(a):
+            return self.emit("smul", a, Const(b.data.reshape(()), b.hint))
+        return self.emit("ewmul", a, b)
+
+    def neg(self, t: Tensor) -> Tensor:
+        if isinstance(t, Const):
+            return Const(np.asarray(-t.data), f"{t.hint}:neg")
+        return self.emit("smul", t, self.scalar(-1.0, t, "minus_one"))
+
+    def sub(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.add(a, self.neg(b))
+
+    def scale(self, t: Tensor, factor: float) -> Tensor:
+        if factor == 1.0:
+            return t
+        return self.mul(t, self.scalar(factor, t, f"scale_{factor:g}"))
+
+    def relu(self, t: Tensor) -> Tensor:
+        if isinstance(t, Const):
+            return Const(np.maximum(t.data, 0).astype(t.data.dtype), t.hint)
+        return self.emit("relu", t)
+
+    def slice_axis(self, t: Tensor, axis: int, start: int, stop: int) -> Tensor:
+        shape = self.shape(t)
+        if (start, stop) == (0, shape[axis]):
+            return t
+        if isinstance(t, Const):
+            idx = [slice(None)] * len(shape)
+            idx[axis] = slice(start, stop)
+            return Const(t.data[tuple(idx)], t.hint)
+        starts = tuple(start if i == axis else 0 for i in range(len(shape)))
+        ends = tuple(stop if i == axis else d for i, d in enumerate(shape))
+        return self.emit("slice", t, starts=starts, ends=ends, steps=(1,) * len(shape))
+
+    def concat(self, parts: Sequence[Tensor], axis: int) -> Tensor:
+        if len(parts) == 1:
+            return parts[0]
+        arrays = [p.data for p in parts if isinstance(p, Const)]
+        if len(arrays) == len(parts):
+            return Const(np.concatenate(arrays, axis=axis), f"concat_{len(parts)}")
+        return self.emit("concat", *parts, axis=axis)
+
+
+# ---- argument helpers ----------------------------------------------------------------
+
+def _req(node: OnnxNode, ins: list[Tensor | None], i: int) -> Tensor:
+    t = ins[i] if i < len(ins) else None
+    if t is None:
+        raise _Invalid(f"required input {i} is missing")
+    return t
+
+
+def _opt(ins: list[Tensor | None], i: int) -> Tensor | None:
+    return ins[i] if i < len(ins) else None
+
+
+def _const(t: Tensor | None, what: str) -> np.ndarray:
+    if not isinstance(t, Const):
+        raise _Unsupported(f"{what} is computed at run time, not a constant")
+    return t.data
+
+
+def _const_ints(t: Tensor | None, what: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in np.asarray(_const(t, what)).ravel())
+
+
+def _const_float(t: Tensor | None, what: str) -> float:
+    data = np.asarray(_const(t, what))
+    if data.size != 1:
+        raise _Invalid(f"{what} must hold one value, found shape {list(data.shape)}")
+    return float(data.ravel()[0])
+
+
+def _req_attr(node: OnnxNode, name: str) -> Any:
+    if name not in node.attrs:
+        raise _Invalid(f"required attribute {name!r} is missing")
+    return node.attrs[name]
+
+
+def _norm_axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise _Invalid(f"axis {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def _axes_input_or_attr(node: OnnxNode, ins: list[Tensor | None], index: int
+                        ) -> tuple[int, ...] | None:
+    """Axes given as an input (newer opsets) or as the `axes` attribute (older ones)."""
+    t = _opt(ins, index)
+    if t is not None:
+        return _const_ints(t, "axes")
+    axes = node.attr("axes")
+    return None if axes is None else tuple(int(a) for a in axes)
+
+
+def _all_const(ins: Sequence[Tensor | None]) -> bool:
+    return all(t is None or isinstance(t, Const) for t in ins)
+
+
+# ---- sources, identities and shape ops -----------------------------------------------
+
+@_converter("Identity")
+def _identity(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    return [_req(node, ins, 0)]
+
+
+@_converter("Dropout")
+def _dropout(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    training = _opt(ins, 2)
+    if training is not None and bool(np.asarray(_const(training, "training_mode")).ravel()[0]):
+        raise _Unsupported("training_mode is true")
+    return [_req(node, ins, 0), None]  # the mask has no IR counterpart
+
+
+@_converter("Constant")
+def _constant(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    hint = node.outputs[0]
+    if "value" in node.attrs:
+        return [Const(np.asarray(node.attrs["value"]), hint)]
+    kinds = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
+             "value_ints": np.int64}
+    for key, dtype in kinds.items():
+        if key in node.attrs:
+            return [Const(np.asarray(node.attrs[key], dtype=dtype), hint)]
+    raise _Unsupported(f"attribute {sorted(node.attrs)} (only tensor and numeric values)")
+
+
+@_converter("ConstantOfShape")
+def _constant_of_shape(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                       ) -> list[Tensor | None]:
+    shape = _const_ints(_req(node, ins, 0), "the shape")
+    value = node.attr("value")
+    fill = np.zeros((), np.float32) if value is None else np.asarray(value).reshape(())
+    # A zero-stride view: the placeholder weights of large models cost no memory until used.
+    return [Const(np.broadcast_to(fill, shape), node.outputs[0])]
+
+
+@_converter("Shape")
+def _shape(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    shape = ctx.shape(_req(node, ins, 0))
+    start, end = node.attr("start", 0), node.attr("end", None)
+    return [Const(np.asarray(shape[start:end], dtype=np.int64), node.outputs[0])]
+
+
+@_converter("Size")
+def _size(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    return [Const(np.asarray(math.prod(ctx.shape(_req(node, ins, 0))), dtype=np.int64),
+                  node.outputs[0])]
+
+
+@_converter("Cast")
+def _cast(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    from onnx import helper
+
+    x = _req(node, ins, 0)
+    target = np.dtype(helper.tensor_dtype_to_np_dtype(_req_attr(node, "to")))
+    if isinstance(x, Const):
+        return [Const(x.data.astype(target), x.hint)]
+    if np.dtype(ctx.np_dtype(x)) == target:
+        return [x]
+    raise _Unsupported(f"cast of a run-time {ctx.np_dtype(x)} tensor to {target}")
+
+
+@_converter("Reshape")
+def _reshape(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    if node.opset < 5:
+        target = [int(d) for d in _req_attr(node, "shape")]
+    else:
+        target = list(_const_ints(_req(node, ins, 1), "the target shape"))
+    in_shape = ctx.shape(x)
+    if not node.attr("allowzero", 0):
+        target = [in_shape[i] if d == 0 and i < len(in_shape) else d for i, d in enumerate(target)]
+    if ctx.batch_change and target and in_shape and not isinstance(x, Const):
+        # Models exported with a fixed batch hard-code it in their reshapes; follow the
+        # overridden batch where the reshape keeps the batch dimension in front.
+        old, new = ctx.batch_change
+        if target[0] == old and in_shape[0] == new:
+            target[0] = new
+    size = math.prod(in_shape)
+    if target.count(-1) == 1:
+        known = math.prod(d for d in target if d != -1)
+        if known <= 0 or size % known:
+            raise _Invalid(f"cannot reshape {list(in_shape)} to {target}")
+        target[target.index(-1)] = size // known
+    if math.prod(target) != size or any(d < 0 for d in target):
+        raise _Invalid(f"cannot reshape {list(in_shape)} to {target}")
+    return [ctx.reshape(x, target)]
+
+
+@_converter("Flatten")
+def _flatten(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    shape = ctx.shape(x)
+    axis = int(node.attr("axis", 1))
+    axis = axis + len(shape) if axis < 0 else axis
+    return [ctx.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))]
+
+
+@_converter("Unsqueeze")
+def _unsqueeze(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    axes = _axes_input_or_attr(node, ins, 1)
+    if not axes:
+        raise _Invalid("axes are missing")
+    shape = list(ctx.shape(x))
+    rank = len(shape) + len(axes)
+    for a in sorted(_norm_axis(a, rank) for a in axes):
+        shape.insert(a, 1)
+    return [ctx.reshape(x, shape)]
+
+
+@_converter("Squeeze")
+def _squeeze(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    shape = ctx.shape(x)
+    axes = _axes_input_or_attr(node, ins, 1)
+    drop = {i for i, d in enumerate(shape) if d == 1} if not axes else \
+        {_norm_axis(a, len(shape)) for a in axes}
+    if any(shape[a] != 1 for a in drop):
+        raise _Invalid(f"cannot squeeze axes {sorted(drop)} of shape {list(shape)}")
+    return [ctx.reshape(x, [d for i, d in enumerate(shape) if i not in drop])]
+
+
+@_converter("Transpose")
+def _transpose(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    rank = len(ctx.shape(x))
+    perm = node.attr("perm")
+    perm = tuple(reversed(range(rank))) if perm is None else tuple(int(p) for p in perm)
+    return [ctx.transpose(x, perm)]
+
+
+@_converter("Concat")
+def _concat(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    parts = [t for t in ins if t is not None]
+    if not parts:
+        raise _Invalid("no inputs")
+    rank = len(ctx.shape(parts[0]))
+    axis = _norm_axis(int(node.attr("axis", 1)), rank)
+    nonempty = [t for t in parts if ctx.shape(t)[axis] > 0] or parts[:1]
+    return [ctx.concat(nonempty, axis)]
+
+
+@_converter("Split")
+def _split(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    shape = ctx.shape(x)
+    axis = _norm_axis(int(node.attr("axis", 0)), len(shape))
+    dim = shape[axis]
+    given = _opt(ins, 1)
+    if given is not None:
+        sizes = _const_ints(given, "split sizes")
+    elif node.attr("split") is not None:
+        sizes = tuple(int(s) for s in node.attr("split"))
+    elif node.attr("num_outputs") is not None:
+        n = int(node.attr("num_outputs"))
+        chunk = -(-dim // n)
+        sizes = tuple(min(chunk, dim - i * chunk) for i in range(n))
+    else:
+        n = len(node.outputs)
+        if dim % n:
+            raise _Invalid(f"cannot split {dim} into {n} equal parts")
+        sizes = (dim // n,) * n
+    if sum(sizes) != dim or len(sizes) != len(node.outputs):
+        raise _Invalid(f"split sizes {list(sizes)} do not fit dim {dim} and "
+                       f"{len(node.outputs)} outputs")
+    if isinstance(x, Const):
+        bounds = np.cumsum(sizes)[:-1]
+        return [Const(p, x.hint) for p in np.split(x.data, bounds, axis=axis)]
+    if len(sizes) == 1:
+        return [x]
+    return list(ctx.emit_multi("split", x, axis=axis, sizes=sizes))
+
+
+@_converter("Slice")
+def _slice(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    shape = ctx.shape(x)
+    if node.opset < 10:
+        starts = tuple(int(v) for v in _req_attr(node, "starts"))
+        ends = tuple(int(v) for v in _req_attr(node, "ends"))
+        axes_attr = node.attr("axes")
+        axes = tuple(range(len(starts))) if axes_attr is None else tuple(int(a) for a in axes_attr)
+        steps: tuple[int, ...] = (1,) * len(starts)
+    else:
+        starts = _const_ints(_req(node, ins, 1), "starts")
+        ends = _const_ints(_req(node, ins, 2), "ends")
+        axes_t, steps_t = _opt(ins, 3), _opt(ins, 4)
+        axes = tuple(range(len(starts))) if axes_t is None else _const_ints(axes_t, "axes")
+        steps = (1,) * len(starts) if steps_t is None else _const_ints(steps_t, "steps")
+    lo, hi, st = [0] * len(shape), list(shape), [1] * len(shape)
+    for a, s, e, step in zip(axes, starts, ends, steps, strict=True):
+        a = _norm_axis(a, len(shape))
+        if step < 1:
+            raise _Unsupported(f"step {step} (only positive steps)")
+        start, stop, _ = slice(s, e, step).indices(shape[a])
+        lo[a], hi[a], st[a] = start, max(stop, start), step
+    if isinstance(x, Const):
+        idx = tuple(slice(a, b, c) for a, b, c in zip(lo, hi, st, strict=True))
+        return [Const(x.data[idx], x.hint)]
+    if lo == [0] * len(shape) and hi == list(shape) and st == [1] * len(shape):
+        return [x]
+    return [ctx.emit("slice", x, starts=tuple(lo), ends=tuple(hi), steps=tuple(st))]
+
+
+@_converter("Gather")
+def _gather(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    data = _req(node, ins, 0)
+    idx = np.asarray(_const(_req(node, ins, 1), "indices")).astype(np.int64)
+    shape = ctx.shape(data)
+    axis = _norm_axis(int(node.attr("axis", 0)), len(shape))
+    idx = np.where(idx < 0, idx + shape[axis], idx)
+    if idx.size and (idx.min() < 0 or idx.max() >= shape[axis]):
+        raise _Invalid(f"indices out of range for dim {shape[axis]}")
+    out_shape = (*shape[:axis], *idx.shape, *shape[axis + 1:])
+    if isinstance(data, Const):
+        return [Const(np.take(data.data, idx, axis=axis), data.hint)]
+    if idx.size == 0:
+        raise _Unsupported("empty indices")
+    # Runs of consecutive indices become one slice each; the pieces are concatenated.
+    flat = idx.ravel().tolist()
+    pieces: list[Tensor] = []
+    start = prev = flat[0]
+    for i in [*flat[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        pieces.append(ctx.slice_axis(data, axis, start, prev + 1))
+        if i is not None:
+            start = prev = i
+    return [ctx.reshape(ctx.concat(pieces, axis), out_shape)]
+
+
+@_converter("Expand")
+def _expand(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    target = _const_ints(_req(node, ins, 1), "the shape")
+    out = np.broadcast_shapes(ctx.shape(x), target)
+    if isinstance(x, Const):
+        return [Const(np.broadcast_to(x.data, out), x.hint)]
+    if out == ctx.shape(x):
+        return [x]
+    return [ctx.add(x, Const(np.zeros(out, ctx.np_dtype(x)), "expand_zeros"))]
+
+
+# ---- element-wise arithmetic ----------------------------------------------------------
+
+def _binary_operands(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                     ) -> tuple[Tensor, Tensor]:
+    a, b = _req(node, ins, 0), _req(node, ins, 1)
+    if node.opset < 7 and node.attr("broadcast", 0) and node.attr("axis") is not None:
+        # Legacy broadcasting aligns b's dims at `axis` of a instead of at the end.
+        ra, rb = len(ctx.shape(a)), len(ctx.shape(b))
+        axis = _norm_axis(int(node.attr("axis")), ra)
+        b = ctx.reshape(b, (*ctx.shape(b), *([1] * (ra - axis - rb))))
+    return a, b
+
+
+@_converter("Add")
+def _add(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    return [ctx.add(*_binary_operands(ctx, node, ins))]
+
+
+@_converter("Sub")
+def _sub(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    a, b = _binary_operands(ctx, node, ins)
+    if isinstance(a, Const) and isinstance(b, Const):
+        return [Const(np.asarray(a.data - b.data), a.hint)]
+    return [ctx.sub(a, b)]
+
+
+@_converter("Mul")
+def _mul(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    return [ctx.mul(*_binary_operands(ctx, node, ins))]
+
+
+@_converter("Div")
+def _div(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    a, b = _binary_operands(ctx, node, ins)
+    if not isinstance(b, Const):
+        raise _Unsupported("division by a run-time tensor")
+    if not np.issubdtype(b.data.dtype, np.floating):
+        if isinstance(a, Const):
+            raise _NotFoldable  # integer division: leave its rounding to onnx.reference
+        raise _Unsupported("integer division")
+    if isinstance(a, Const):
+        return [Const(np.asarray(a.data / b.data), a.hint)]
+    with np.errstate(divide="ignore"):
+        recip = Const(np.asarray(1 / b.data).astype(b.data.dtype), f"{b.hint}:recip")
+    return [ctx.mul(a, recip)]
+
+
+@_converter("Neg")
+def _neg(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    return [ctx.neg(_req(node, ins, 0))]
+
+
+@_converter("Sum")
+def _sum(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    parts = [t for t in ins if t is not None]
+    if not parts:
+        raise _Invalid("no inputs")
+    return [reduce(ctx.add, parts)]
+
+
+@_converter("Max", "Min")
+def _max_min(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    parts = [t for t in ins if t is not None]
+    if not parts:
+        raise _Invalid("no inputs")
+    if node.op_type == "Max":  # max(a, b) = a + relu(b - a)
+        return [reduce(lambda a, b: ctx.add(a, ctx.relu(ctx.sub(b, a))), parts)]
+    return [reduce(lambda a, b: ctx.sub(a, ctx.relu(ctx.sub(a, b))), parts)]
+
+
+@_converter("Abs")
+def _abs(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    return [ctx.add(ctx.relu(x), ctx.relu(ctx.neg(x)))]
+
+
+@_converter("Pow")
+def _pow(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x, e = _req(node, ins, 0), _req(node, ins, 1)
+    if isinstance(x, Const) and isinstance(e, Const):
+        return [Const(np.power(x.data, e.data).astype(x.data.dtype), x.hint)]
+    exponent = _const_float(e, "the exponent")
+    if exponent == 1.0:
+        return [x]
+    if exponent == 2.0:
+        return [ctx.emit("ewmul", x, x)]
+    raise _Unsupported(f"exponent {exponent:g} (only 1 and 2)")
+
+
+# ---- activations ---------------------------------------------------------------------
+
+_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
+
+
+@_converter(*_UNARY)
+def _unary(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    return [ctx.emit(_UNARY[node.op_type], _req(node, ins, 0))]
+
+
+@_converter("Gelu")
+def _gelu(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    approximate = node.attr("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise _Invalid(f"approximate={approximate!r}")
+    return [ctx.emit("gelu", _req(node, ins, 0), approximate=approximate)]
+
+
+def _clip(ctx: _Context, x: Tensor, lo: float, hi: float) -> Tensor:
+    """min(max(x, lo), hi) = lo + relu(x - lo) - relu(x - hi), exact for lo <= hi."""
+    finite_lo, finite_hi = math.isfinite(lo), math.isfinite(hi)
+    if finite_lo and finite_hi and lo > hi:
+        raise _Unsupported(f"min {lo:g} > max {hi:g}")
+    y = x
+    if finite_lo:
+        y = ctx.relu(ctx.add(x, ctx.scalar(-lo, x, "clip_min")) if lo else x)
+        if lo:
+            y = ctx.add(y, ctx.scalar(lo, x, "clip_min"))
+    if finite_hi:
+        over = ctx.relu(ctx.add(x, ctx.scalar(-hi, x, "clip_max")) if hi else x)
+        y = ctx.sub(y, over)
+    return y
+
+
+@_converter("Clip")
+def _clip_op(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    if node.opset < 11:
+        lo, hi = float(node.attr("min", -math.inf)), float(node.attr("max", math.inf))
+    else:
+        lo_t, hi_t = _opt(ins, 1), _opt(ins, 2)
+        lo = -math.inf if lo_t is None else _const_float(lo_t, "min")
+        hi = math.inf if hi_t is None else _const_float(hi_t, "max")
+    return [_clip(ctx, x, lo, hi)]
+
+
+@_converter("LeakyRelu")
+def _leaky_relu(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    alpha = float(node.attr("alpha", 0.01))
+    # relu(x) - alpha * relu(-x)
+    return [ctx.add(ctx.relu(x), ctx.scale(ctx.relu(ctx.neg(x)), -alpha))]
+
+
+@_converter("PRelu")
+def _prelu(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x, slope = _req(node, ins, 0), _req(node, ins, 1)
+    return [ctx.add(ctx.relu(x), ctx.mul(ctx.relu(ctx.neg(x)), ctx.neg(slope)))]
+
+
+@_converter("HardSigmoid", "HardSwish")
+def _hard_sigmoid(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    swish = node.op_type == "HardSwish"
+    alpha = 1 / 6 if swish else float(node.attr("alpha", 0.2))
+    beta = 0.5 if swish else float(node.attr("beta", 0.5))
+    y = _clip(ctx, ctx.add(ctx.scale(x, alpha), ctx.scalar(beta, x, "hard_beta")), 0.0, 1.0)
+    return [ctx.mul(x, y) if swish else y]
+
+
+# ---- linear algebra ------------------------------------------------------------------
+
+@_converter("MatMul")
+def _matmul(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    a, b = _req(node, ins, 0), _req(node, ins, 1)
+    if isinstance(a, Const) and isinstance(b, Const):
+        return [Const(np.matmul(a.data, b.data), a.hint)]
+    sa, sb = ctx.shape(a), ctx.shape(b)
+    if not sa or not sb:
+        raise _Invalid("matmul of a scalar")
+    # numpy's 1-D rules: a vector operand gains a unit dim that the result loses again.
+    a2 = ctx.reshape(a, (1, sa[0])) if len(sa) == 1 else a
+    b2 = ctx.reshape(b, (sb[0], 1)) if len(sb) == 1 else b
+    y: Tensor = ctx.emit("matmul", a2, b2)
+    out = list(ctx.shape(y))
+    if len(sb) == 1:
+        out.pop(-1)
+    if len(sa) == 1:
+        out.pop(-2 if len(sb) > 1 else -1)
+    return [ctx.reshape(y, out)]
+
+
+@_converter("Gemm")
+def _gemm(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    a, b, c = _req(node, ins, 0), _req(node, ins, 1), _opt(ins, 2)
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    if node.attr("transA", 0):
+        a = ctx.transpose(a, (1, 0))
+    if node.attr("transB", 0):
+        b = ctx.transpose(b, (1, 0))
+    if isinstance(a, Const) and isinstance(b, Const):
+        raise _NotFoldable
+    y = ctx.scale(ctx.emit("matmul", a, b), alpha)
+    if c is not None and beta != 0.0:
+        y = ctx.add(y, ctx.scale(c, beta))
+    return [y]
+
+
+# ---- convolution and pooling ---------------------------------------------------------
+
+def _spatial(node: OnnxNode, name: str, n: int, default: int) -> list[int]:
+    v = node.attr(name)
+    return [default] * n if v is None else [int(x) for x in v]
+
+
+def _auto_pads(node: OnnxNode, sizes: Sequence[int], kernel: Sequence[int],
+               strides: Sequence[int], dilations: Sequence[int]) -> list[int]:
+    """ONNX pads [begin..., end...] after resolving `auto_pad`."""
+    n = len(sizes)
+    mode = node.attr("auto_pad", "NOTSET")
+    if mode in ("NOTSET", ""):
+        pads = _spatial(node, "pads", 2 * n, 0)
+        if len(pads) != 2 * n:
+            raise _Invalid(f"pads {pads} for {n} spatial dims")
+        return pads
+    if mode == "VALID":
+        return [0] * (2 * n)
+    if mode not in ("SAME_UPPER", "SAME_LOWER"):
+        raise _Invalid(f"auto_pad={mode!r}")
+    begin, end = [], []
+    for size, k, s, d in zip(sizes, kernel, strides, dilations, strict=True):
+        total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        small, big = total // 2, total - total // 2
+        begin.append(small if mode == "SAME_UPPER" else big)
+        end.append(big if mode == "SAME_UPPER" else small)
+    return begin + end
+
+
+def _ir_padding(pads: Sequence[int], hw: tuple[int, int], kernel: tuple[int, int],
+                stride: tuple[int, int], dilation: tuple[int, int]
+                ) -> str | tuple[int, int, int, int]:
+    """IR padding for ONNX 2-D pads: 'valid' or 'same' when they match, else explicit."""
+    explicit = (pads[0], pads[2], pads[1], pads[3])  # (top, bottom, left, right)
+    if explicit == (0, 0, 0, 0):
+        return "valid"
+    if explicit == kernels.resolve_pads("same", hw, kernel, stride, dilation):
+        return "same"
+    return explicit
+
+
+def _lift_1d(ctx: _Context, x: Tensor, what: str) -> tuple[Tensor, bool]:
+    """Run 1-D convolutions and pools as 2-D ones over a unit height."""
+    shape = ctx.shape(x)
+    if len(shape) == 3:
+        return ctx.reshape(x, (shape[0], shape[1], 1, shape[2])), True
+    if len(shape) != 4:
+        raise _Unsupported(f"{len(shape) - 2}-D {what}")
+    return x, False
+
+
+@_converter("Conv")
+def _conv(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x, w, bias = _req(node, ins, 0), _req(node, ins, 1), _opt(ins, 2)
+    x, lifted = _lift_1d(ctx, x, "convolution")
+    n = 1 if lifted else 2
+    wshape = ctx.shape(w)
+    kernel = [int(k) for k in wshape[2:]]
+    if len(kernel) != n:
+        raise _Invalid(f"weight shape {list(wshape)} for a {n}-D convolution")
+    strides = _spatial(node, "strides", n, 1)
+    dilations = _spatial(node, "dilations", n, 1)
+    xshape = ctx.shape(x)
+    pads = _auto_pads(node, xshape[4 - n:], kernel, strides, dilations)
+    if lifted:
+        w = ctx.reshape(w, (wshape[0], wshape[1], 1, wshape[2]))
+        kernel, strides, dilations = [1, *kernel], [1, *strides], [1, *dilations]
+        pads = [0, pads[0], 0, pads[1]]
+    stride, dilation = (strides[0], strides[1]), (dilations[0], dilations[1])
+    padding = _ir_padding(pads, (xshape[2], xshape[3]), (kernel[0], kernel[1]), stride, dilation)
+    y: Tensor = ctx.emit("conv2d", x, w, stride=stride, padding=padding, dilation=dilation,
+                         groups=int(node.attr("group", 1)))
+    if bias is not None:
+        y = ctx.add(y, ctx.reshape(bias, (ctx.shape(bias)[0], 1, 1)))
+    if lifted:
+        s = ctx.shape(y)
+        y = ctx.reshape(y, (s[0], s[1], s[3]))
+    return [y]
+
+
+def _window_counts(size: int, k: int, s: int, out: int, lo: int, hi: int) -> tuple[np.ndarray,
+                                                                                    np.ndarray]:
+    """Per output position: cells inside the input, and inside the explicitly padded input."""
+    start = np.arange(out) * s - lo
+    inside = np.minimum(start + k, size) - np.maximum(start, 0)
+    padded = np.minimum(start + k, size + hi) - np.maximum(start, -lo)
+    return np.maximum(inside, 0), np.maximum(padded, 0)
+
+
+@_converter("MaxPool", "AveragePool")
+def _pool(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x, lifted = _lift_1d(ctx, _req(node, ins, 0), "pooling")
+    n = 1 if lifted else 2
+    kernel = [int(k) for k in _req_attr(node, "kernel_shape")]
+    if len(kernel) != n:
+        raise _Invalid(f"kernel_shape {kernel} for a {n}-D pool")
+    strides = _spatial(node, "strides", n, 1)
+    if any(d != 1 for d in _spatial(node, "dilations", n, 1)):
+        raise _Unsupported("dilated pooling")
+    xshape = ctx.shape(x)
+    sizes = list(xshape[4 - n:])
+    pads = _auto_pads(node, sizes, kernel, strides, [1] * n)
+    if lifted:
+        kernel, strides, sizes = [1, *kernel], [1, *strides], [1, *sizes]
+        pads = [0, pads[0], 0, pads[1]]
+    # ceil_mode: extra cells at the end make the floor formula give the ceiled size; a
+    # window may not start in the end padding (as ONNX and PyTorch define it).
+    extra = [0, 0]
+    if node.attr("ceil_mode", 0) and node.attr("auto_pad", "NOTSET") in ("NOTSET", "", "VALID"):
+        for i in range(2):
+            span = sizes[i] + pads[i] + pads[2 + i] - kernel[i]
+            out = -(-span // strides[i]) + 1
+            if (out - 1) * strides[i] >= sizes[i] + pads[i]:
+                out -= 1
+            extra[i] = max(0, (out - 1) * strides[i] - span)
+    ir_pads = [pads[0], pads[1], pads[2] + extra[0], pads[3] + extra[1]]
+    kernel2, stride2 = (kernel[0], kernel[1]), (strides[0], strides[1])
+    padding = _ir_padding(ir_pads, (sizes[0], sizes[1]), kernel2, stride2, (1, 1))
+    y: Tensor
+    if node.op_type == "MaxPool":
+        y = ctx.emit("pool2d_max", x, kernel=kernel2, stride=stride2, padding=padding)
+    else:
+        include_pad = bool(node.attr("count_include_pad", 0))
+        if not include_pad or extra == [0, 0]:
+            y = ctx.emit("pool2d_avg", x, kernel=kernel2, stride=stride2, padding=padding,
+                         count_include_pad=include_pad)
+        else:
+            # Cells added for ceil_mode never count, the model's own pads do: divide by the
+            # valid cells, then rescale by valid / (cells inside the padded input).
+            y = ctx.emit("pool2d_avg", x, kernel=kernel2, stride=stride2, padding=padding,
+                         count_include_pad=False)
+            oh, ow = ctx.shape(y)[2:]
+            vh, ph = _window_counts(sizes[0], kernel[0], strides[0], oh, pads[0], pads[2])
+            vw, pw = _window_counts(sizes[1], kernel[1], strides[1], ow, pads[1], pads[3])
+            ratio = np.outer(vh, vw) / np.outer(ph, pw)
+            y = ctx.mul(y, Const(ratio.astype(ctx.np_dtype(x)), f"{node.outputs[0]}:pad_ratio"))
+    if lifted:
+        s = ctx.shape(y)
+        y = ctx.reshape(y, (s[0], s[1], s[3]))
+    return [y, None]  # MaxPool's argmax indices have no IR counterpart
+
+
+@_converter("GlobalAveragePool")
+def _global_avg(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    rank = len(ctx.shape(x))
+    return [ctx.emit("reduce_mean", x, axes=tuple(range(2, rank)), keepdims=True)]
+
+
+@_converter("GlobalMaxPool")
+def _global_max(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x, lifted = _lift_1d(ctx, _req(node, ins, 0), "global pooling")
+    s = ctx.shape(x)
+    y = ctx.emit("pool2d_max", x, kernel=(s[2], s[3]), stride=(1, 1), padding="valid")
+    return [ctx.reshape(y, (s[0], s[1], 1)) if lifted else y]
+
+
+# ---- normalisation, softmax, reductions ----------------------------------------------
+
+@_converter("BatchNormalization")
+def _batch_norm(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    params = [_req(node, ins, i) for i in range(1, 5)]
+    if node.attr("training_mode", 0):
+        raise _Unsupported("training_mode=1")
+    channels = ctx.shape(x)[1] if len(ctx.shape(x)) >= 2 else -1
+    params = [ctx.reshape(p, (channels,)) if isinstance(p, Const) and p.data.size == channels
+              else p for p in params]
+    if any(ctx.shape(p) != (channels,) for p in params):
+        raise _Unsupported("per-element (non-spatial) parameters")
+    y = ctx.emit("batch_norm", x, *params, eps=float(node.attr("epsilon", 1e-5)))
+    return [y] + [None] * (len(node.outputs) - 1)
+
+
+@_converter("LRN")
+def _lrn(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    if len(ctx.shape(x)) != 4:
+        raise _Unsupported(f"LRN over a rank-{len(ctx.shape(x))} tensor")
+    return [ctx.emit("lrn", x, size=int(_req_attr(node, "size")),
+                     alpha=float(node.attr("alpha", 1e-4)), beta=float(node.attr("beta", 0.75)),
+                     bias=float(node.attr("bias", 1.0)))]
+
+
+def _np_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
+
+
+@_converter("Softmax")
+def _softmax(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    shape = ctx.shape(x)
+    rank = len(shape)
+    if node.opset >= 13:
+        axis = _norm_axis(int(node.attr("axis", -1)), rank)
+        if isinstance(x, Const):
+            return [Const(_np_softmax(x.data, axis), x.hint)]
+        return [ctx.emit("softmax", x, axis=axis)]
+    # Before opset 13 the input is coerced to 2-D at `axis` and normalised over the second dim.
+    axis = _norm_axis(int(node.attr("axis", 1)), rank)
+    flat = (math.prod(shape[:axis]), math.prod(shape[axis:]))
+    if isinstance(x, Const):
+        return [Const(_np_softmax(x.data.reshape(flat), 1).reshape(shape), x.hint)]
+    if axis == rank - 1:
+        return [ctx.emit("softmax", x, axis=axis)]
+    y = ctx.emit("softmax", ctx.reshape(x, flat), axis=1)
+    return [ctx.reshape(y, shape)]
+
+
+@_converter("LayerNormalization")
+def _layer_norm(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x, scale, bias = _req(node, ins, 0), _req(node, ins, 1), _opt(ins, 2)
+    shape = ctx.shape(x)
+    axis = _norm_axis(int(node.attr("axis", -1)), len(shape))
+    norm = shape[axis:]
+
+    def fit(t: Tensor, what: str) -> Tensor:
+        if ctx.shape(t) == norm:
+            return t
+        if isinstance(t, Const):
+            return Const(np.broadcast_to(t.data, norm), t.hint)
+        raise _Unsupported(f"{what} of shape {list(ctx.shape(t))} (needs {list(norm)})")
+
+    gamma = fit(scale, "scale")
+    beta = fit(bias, "bias") if bias is not None else \
+        Const(np.zeros(norm, ctx.np_dtype(x)), f"{node.outputs[0]}:zero_bias")
+    y = ctx.emit("layer_norm", x, gamma, beta, axis=axis, eps=float(node.attr("epsilon", 1e-5)))
+    return [y] + [None] * (len(node.outputs) - 1)
+
+
+@_converter("ReduceMean", "ReduceSum")
+def _reduce(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    axes = _axes_input_or_attr(node, ins, 1)
+    if not axes and node.attr("noop_with_empty_axes", 0):
+        return [x]
+    op = "reduce_mean" if node.op_type == "ReduceMean" else "reduce_sum"
+    return [ctx.emit(op, x, axes=tuple(axes or ()), keepdims=bool(node.attr("keepdims", 1)))]
+
+
+@_converter("Pad")
+def _pad(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    shape = ctx.shape(x)
+    rank = len(shape)
+    mode = node.attr("mode", "constant")
+    if mode != "constant":
+        raise _Unsupported(f"mode {mode!r} (only constant)")
+    if node.opset < 11:
+        pads = [int(p) for p in (node.attr("pads") or node.attr("paddings") or [])]
+        value = float(node.attr("value", 0.0))
+    else:
+        pads = list(_const_ints(_req(node, ins, 1), "pads"))
+        value_t = _opt(ins, 2)
+        value = 0.0 if value_t is None else _const_float(value_t, "the pad value")
+        axes_t = _opt(ins, 3)
+        if axes_t is not None:
+            axes = [_norm_axis(a, rank) for a in _const_ints(axes_t, "axes")]
+            full = [0] * (2 * rank)
+            for j, a in enumerate(axes):
+                full[a], full[rank + a] = pads[j], pads[len(axes) + j]
+            pads = full
+    if len(pads) != 2 * rank:
+        raise _Invalid(f"{len(pads)} pads for rank {rank}")
+    grow = [max(p, 0) for p in pads]
+    if isinstance(x, Const):
+        y: Tensor = Const(np.pad(x.data, [(grow[i], grow[rank + i]) for i in range(rank)],
+                                 constant_values=value), x.hint)
+    elif any(grow):
+        y = ctx.emit("pad", x, pads=tuple(grow))
+        if value != 0.0:
+            # pad() fills zeros; add `value` on the padded border only.
+            border = np.pad(np.zeros(shape, ctx.np_dtype(x)),
+                            [(grow[i], grow[rank + i]) for i in range(rank)], constant_values=value)
+            y = ctx.add(y, Const(border, f"{node.outputs[0]}:pad_value"))
+    else:
+        y = x
+    if any(p < 0 for p in pads):  # negative pads crop
+        grown = ctx.shape(y)
+        for i in range(rank):
+            lo, hi = -min(pads[i], 0), grown[i] + min(pads[rank + i], 0)
+            y = ctx.slice_axis(y, i, lo, hi)
+    return [y]
+
+
+# ---- loading and the import driver ----------------------------------------------------
+
+def _require_onnx() -> Any:
+    try:
+        import onnx
+    except ImportError:
+        raise ModelImportError("the onnx package is not installed (pip install "
+                               "'superopt[onnx]')") from None
+    return onnx
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def light_model_path(name: str) -> Path:
+    """Path of one of the `LIGHT_MODELS` shipped with the onnx package ("light_" optional)."""
+    key = name.removesuffix(".onnx")
+    if not key.startswith("light_"):
+        key = f"light_{key}"
+    if key not in LIGHT_MODELS:
+        raise ModelImportError(f"unknown light model {name!r}; known: {', '.join(LIGHT_MODELS)}")
+    onnx = _require_onnx()
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"{key}.onnx"
+    if not path.is_file():
+        raise ModelImportError(f"{path}: not found in the installed onnx package")
+    return path
+
+
+def _load(path_or_model: Any) -> tuple[Any, str, str]:
+    """(model, source for messages, graph name)."""
+    onnx = _require_onnx()
+    if isinstance(path_or_model, onnx.ModelProto):
+        model = path_or_model
+        name = model.graph.name or "onnx_model"
+        source = f"<onnx model {name!r}>"
+    elif isinstance(path_or_model, str | os.PathLike):
+        path = Path(path_or_model)
+        source, name = str(path), path.stem
+        if not path.exists():
+            raise ModelImportError(f"{source}: no such file")
+        if not path.is_file():
+            raise ModelImportError(f"{source}: not a file")
+        try:
+            model = onnx.load(str(path))
+        except Exception as e:
+            raise ModelImportError(f"{source}: not a readable ONNX model "
+                                   f"({type(e).__name__}: {_one_line(e)})") from e
+    else:
+        raise ModelImportError(f"expected a path or an onnx.ModelProto, found "
+                               f"{type(path_or_model).__name__}")
+    if not model.HasField("graph") or not model.graph.output:
+        raise ModelImportError(f"{source}: not an ONNX model (no graph with outputs)")
+    return model, source, name
+
+
+def _decode_attrs(proto: Any) -> dict[str, Any]:
+    from onnx import AttributeProto, helper, numpy_helper
+
+    out: dict[str, Any] = {}
+    for a in proto.attribute:
+        v = helper.get_attribute_value(a)
+        if a.type == AttributeProto.TENSOR:
+            v = numpy_helper.to_array(v)
+        elif a.type == AttributeProto.STRING:
+            v = v.decode("utf-8", "replace")
+        elif a.type == AttributeProto.STRINGS:
+            v = [s.decode("utf-8", "replace") for s in v]
+        out[a.name] = v
+    return out
+
+
+_INPUT_DTYPES = {"float32": "f32", "float64": "f32", "float16": "f16", "bfloat16": "bf16",
+                 "int64": "i64", "int32": "i32"}
+
+
+class _Importer:
+    """One import: walks the nodes in order, folding, converting and collecting problems."""
+
+    def __init__(self, model: Any, source: str, name: str, batch: int | None,
+                 input_shapes: Mapping[str, Sequence[int]] | None) -> None:
+        self.model, self.source, self.name = model, source, name
+        self.batch = batch
+        self.input_shapes = dict(input_shapes or {})
+        self.opsets = {o.domain: int(o.version) for o in model.opset_import}
+        self.default_opset = max((v for d, v in self.opsets.items() if d in _DEFAULT_DOMAINS),
+                                 default=1)
+        self.env: dict[str, Tensor] = {}
+        self.problems: list[tuple[str, str]] = []
+        self.poisoned: set[str] = set()
+        self.unavailable: dict[str, tuple[str, str]] = {}  # output -> (op label, where)
+
+    def fail(self, msg: str) -> ModelImportError:
+        return ModelImportError(f"{self.source}: {msg}")
+
+    # -- sources --
+
+    def _constants(self) -> None:
+        from onnx import numpy_helper
+
+        g = self.model.graph
+        if len(g.sparse_initializer):
+            raise self.fail("sparse initializers are not supported")
+        for t in g.initializer:
+            try:
+                arr = numpy_helper.to_array(t)
+            except Exception as e:
+                raise self.fail(f"initializer {t.name!r} cannot be read ({_one_line(e)})") from e
+            self.env[t.name] = Const(arr, t.name)
+
+    def _inputs(self, ctx: _Context) -> None:
+        from onnx import helper
+
+        for vi in self.model.graph.input:
+            if vi.name in self.env:  # an initializer listed as an input (IR version < 4)
+                continue
+            ctx.reserve(vi.name)
+            if not vi.type.HasField("tensor_type"):
+                raise self.fail(f"input {vi.name!r} is not a tensor")
+            tt = vi.type.tensor_type
+            try:
+                np_name = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
+            except Exception:
+                np_name = f"element type {tt.elem_type}"
+            if np_name not in _INPUT_DTYPES:
+                raise self.fail(f"input {vi.name!r} has unsupported dtype {np_name}")
+            if vi.name in self.input_shapes:
+                shape = [int(d) for d in self.input_shapes[vi.name]]
+            elif not tt.HasField("shape"):
+                raise self.fail(f"input {vi.name!r} has no shape; pass input_shapes")
+            else:
+                shape = []
+                for i, d in enumerate(tt.shape.dim):
+                    if d.HasField("dim_value") and d.dim_value > 0:
+                        shape.append(int(d.dim_value))
+                    elif i == 0:
+                        shape.append(self.batch or 1)
+                    else:
+                        raise self.fail(f"input {vi.name!r} has symbolic dimension {i} "
+                                        f"({d.dim_param or '?'}); pass input_shapes")
+            if self.batch is not None and shape and vi.name not in self.input_shapes:
+                shape[0] = self.batch
+            self.env[vi.name] = ctx.b.input(vi.name, shape, _INPUT_DTYPES[np_name])
+
+    def _batch_change(self) -> tuple[int, int] | None:
+        if self.batch is None:
+            return None
+        initializers = {t.name for t in self.model.graph.initializer}
+        for vi in self.model.graph.input:
+            if vi.name in initializers or not vi.type.tensor_type.shape.dim:
+                continue
+            d = vi.type.tensor_type.shape.dim[0]
+            if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != self.batch:
+                return (int(d.dim_value), self.batch)
+            return None
+        return None
+
+    # -- nodes --
+
+    def _node(self, proto: Any, index: int) -> OnnxNode:
+        domain = proto.domain
+        opset = self.default_opset if domain in _DEFAULT_DOMAINS else self.opsets.get(domain, 1)
+        try:
+            attrs = _decode_attrs(proto)
+        except Exception as e:
+            raise self.fail(f"node {proto.name or f'#{index}'} ({proto.op_type}): bad attribute "
+                            f"({_one_line(e)})") from e
+        return OnnxNode(proto.op_type, domain, proto.name or f"#{index}", tuple(proto.input),
+                        tuple(proto.output), attrs, opset)
+
+    def _reference_fold(self, node: OnnxNode, proto: Any, ins: list[Tensor | None]
+                        ) -> list[Tensor | None] | None:
+        """Evaluate one node on constant inputs with onnx.reference (numpy); None if it can't."""
+        from onnx import ValueInfoProto, helper
+        from onnx.reference import ReferenceEvaluator
+
+        if node.op_type in _NEVER_FOLD or node.domain not in _DEFAULT_DOMAINS:
+            return None
+        if node.op_type in _COERCING_BEFORE_13 and node.opset < 13:
+            return None
+        feeds: dict[str, np.ndarray] = {}
+        for name, t in zip(node.inputs, ins, strict=True):
+            if name and isinstance(t, Const):
+                feeds[name] = np.array(t.data, order="C")
+        try:
+            inputs = [helper.make_tensor_value_info(
+                n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in feeds.items()]
+            outputs = [ValueInfoProto(name=n) for n in node.outputs if n]
+            graph = helper.make_graph([proto], "fold", inputs, outputs)
+            opsets = [helper.make_opsetid(d, v) for d, v in self.opsets.items()]
+            model = helper.make_model(graph, opset_imports=opsets)
+            results = iter(ReferenceEvaluator(model).run(None, feeds))
+            return [Const(np.asarray(next(results)), n) if n else None for n in node.outputs]
+        except Exception:
+            return None
+
+    def _convert(self, ctx: _Context, node: OnnxNode, proto: Any, ins: list[Tensor | None]
+                 ) -> Sequence[Tensor | None]:
+        known = node.domain in _DEFAULT_DOMAINS and node.op_type in CONVERTERS
+        if _all_const(ins) and node.op_type not in _NEVER_FOLD:
+            unsupported: _Unsupported | None = None
+            if known:
+                ctx.folding = True
+                try:
+                    outs = CONVERTERS[node.op_type](ctx, node, ins)
+                    if all(o is None or isinstance(o, Const) for o in outs):
+                        return outs
+                except (_NotFoldable, _Invalid):
+                    pass
+                except _Unsupported as e:
+                    unsupported = e
+                finally:
+                    ctx.folding = False
+            folded = self._reference_fold(node, proto, ins)
+            if folded is not None:
+                return folded
+            if unsupported is not None:
+                raise unsupported
+        if not known:
+            raise _Unsupported()
+        return CONVERTERS[node.op_type](ctx, node, ins)
+
+    def _problem(self, node: OnnxNode, reason: str = "") -> None:
+        self.problems.append((node.label, f"{node.where}: {reason}" if reason else node.where))
+        self.poisoned.update(o for o in node.outputs if o)
+
+    def run(self) -> Graph:
+        self._constants()
+        ctx = _Context(self.name, None)
+        self._inputs(ctx)
+        ctx.batch_change = self._batch_change()
+        for index, proto in enumerate(self.model.graph.node):
+            node = self._node(proto, index)
+            known = node.domain in _DEFAULT_DOMAINS and node.op_type in CONVERTERS
+            gone = [x for x in node.inputs if x in self.unavailable]
+            for x in gone:
+                op, where = self.unavailable[x]
+                self.problems.append((op, f"{where}: output {x!r} is read by {node.where}"))
+            if gone or any(x in self.poisoned for x in node.inputs if x):
+                if not known:
+                    self.problems.append((node.label, node.where))
+                self.poisoned.update(o for o in node.outputs if o)
+                continue
+            undefined = [x for x in node.inputs if x and x not in self.env]
+            if undefined:
+                raise self.fail(f"node {node.where} ({node.op_type}) reads {undefined[0]!r}, "
+                                "which no input, initializer or earlier node defines")
+            ins = [self.env[x] if x else None for x in node.inputs]
+            try:
+                outs = self._convert(ctx, node, proto, ins)
+            except _Unsupported as e:
+                self._problem(node, e.reason)
+                continue
+            except _Invalid as e:
+                raise self.fail(f"node {node.where} ({node.op_type}): {e}") from e
+            except IRError as e:
+                raise self.fail(f"node {node.where} ({node.op_type}): {_one_line(e)}") from e
+            except (ValueError, TypeError, IndexError, ArithmeticError) as e:
+                # numpy rejecting a malformed node (mismatched shapes, bad indices)
+                raise self.fail(f"node {node.where} ({node.op_type}): {type(e).__name__}: "
+                                f"{_one_line(e)}") from e
+            for name, t in zip(node.outputs, [*outs, *[None] * len(node.outputs)], strict=False):
+                if not name:
+                    continue
+                if t is None:
+                    self.unavailable[name] = (node.label, node.where)
+                else:
+                    self.env[name] = t
+        return self._finish(ctx)
+
+    def _finish(self, ctx: _Context) -> Graph:
+        names = [vi.name for vi in self.model.graph.output]
+        for name in names:
+            if name in self.unavailable:
+                op, where = self.unavailable[name]
+                self.problems.append((op, f"{where}: output {name!r} is a graph output"))
+            elif name not in self.env and name not in self.poisoned:
+                raise self.fail(f"graph output {name!r} is never computed")
+        if self.problems:
+            raise UnsupportedOpsError(self.source, self.problems)
+        try:
+            outputs = [ctx.value(self.env[n]) for n in names]
+        except _Unsupported as e:
+            raise UnsupportedOpsError(self.source, [("graph output", e.reason)]) from None
+        graph = ctx.b.build(outputs, self.name)
+        for vi, v in zip(self.model.graph.output, graph.outputs, strict=True):
+            declared = [d.dim_value if d.HasField("dim_value") else None
+                        for d in vi.type.tensor_type.shape.dim]
+            if not declared:
+                continue
+            got = list(graph.type_of(v).shape)
+            if self.batch is not None:
+                declared, got = declared[1:], got[1:]
+            if len(declared) != len(got) or any(d not in (None, 0, g)
+                                                for d, g in zip(declared, got, strict=True)):
+                raise self.fail(f"output {vi.name!r} comes out as {graph.type_of(v)}, the model "
+                                f"declares {declared}")
+        return graph
+
+
+def import_onnx(path_or_model: str | os.PathLike[str] | Any, batch: int | None = None,
+                input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Import an ONNX model (a file path or an `onnx.ModelProto`) as a superopt `Graph`.
+
+    `batch` replaces dimension 0 of every graph input (and the batch that reshapes
+    hard-code); `input_shapes` gives the full shape of inputs with symbolic dimensions.
+    Raises `UnsupportedOpsError` listing every unsupported operator, or
+    `ModelImportError` for unreadable or invalid models.
+    """
+    if batch is not None and (not isinstance(batch, int) or batch < 1):
+        raise ModelImportError(f"batch must be a positive integer, found {batch!r}")
+    model, source, name = _load(path_or_model)
+    return _Importer(model, source, name, batch, input_shapes).run()
