@@ -17,7 +17,8 @@ MODEL_HELP = ("a zoo model (resnet50, bert-base, ...), onnx:light_<name>, hf:ber
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(highlight=False)
+    # Not a terminal (CI logs, pipes): rich would wrap tables at 80 columns.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 def _load(spec: str, batch: int | None) -> Any:
