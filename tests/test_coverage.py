@@ -14,6 +14,8 @@ TABLE_MODULES = (
     "superopt.ir.modp",
     "superopt.ir.analysis",
     "superopt.backends.torch",
+    "superopt.tpu_sim.cost",
+    "superopt.tpu_sim.layout_rules",
 )
 
 
@@ -24,10 +26,10 @@ def _load_tables() -> None:
 
 
 def test_expected_tables_are_registered() -> None:
-    assert {"modp", "flops", "torch"} <= set(TABLES)
+    assert {"modp", "flops", "torch", "tpu_cost", "tpu_layout"} <= set(TABLES)
 
 
-@pytest.mark.parametrize("table", ["modp", "flops", "torch"])
+@pytest.mark.parametrize("table", ["modp", "flops", "torch", "tpu_cost", "tpu_layout"])
 def test_table_covers_every_op(table: str) -> None:
     t = TABLES[table]
     assert t.missing() == [], f"ops without a {table} rule: {t.missing()}"

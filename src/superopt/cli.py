@@ -168,6 +168,78 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+# ---- simulate -----------------------------------------------------------------------
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from superopt.ir.analysis import human, human_bytes
+    from superopt.tpu_sim import compile_default, get_hardware, problems, simulate
+
+    hw = get_hardware(args.hardware)
+    graph = _load(args.model, args.batch)
+    console = _console()
+    with console.status(f"compiling {graph.name} for TPU {hw.name}"):
+        t0 = time.perf_counter()
+        compiled = compile_default(graph, hw)
+        t_compile = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        sim = simulate(compiled)
+        t_sim = time.perf_counter() - t0
+    found = problems(compiled, lint=False)
+    copies = sum(1 for n in compiled.graph.nodes if n.op == "layout") - sum(
+        1 for n in graph.nodes if n.op == "layout")
+    summary = Table(title=f"superopt simulate {args.model} --hardware {hw.name} "
+                          "(default compiler)", show_header=False)
+    summary.add_column("what")
+    summary.add_column("value", justify="right")
+    rows = [
+        ("hardware", f"TPU {hw.name} core: {hw.peak_flops / 1e12:.1f} TFLOP/s, "
+                     f"{hw.hbm_bytes_per_s / 1e9:.0f} GB/s, {hw.vmem_bytes / 2**20:.0f} MiB VMEM"),
+        ("nodes / kernels", f"{len(graph)} / {len(sim.kernels)}"),
+        ("layout copies inserted", str(copies)),
+        ("simulated time", f"{sim.time * 1e3:.4f} ms"),
+        ("roofline lower bound", f"{sim.roofline * 1e3:.4f} ms (time / bound = "
+                                 f"{sim.roofline_ratio:.2f})"),
+        ("useful FLOPs", f"{human(sim.flops)} ({100 * sim.flops_fraction:.1f}% of peak)"),
+        ("HBM traffic", f"{human_bytes(sim.bytes)} ({100 * sim.bandwidth_fraction:.1f}% of "
+                        "bandwidth)"),
+        ("compulsory bytes", human_bytes(sim.compulsory_bytes)),
+        ("time by bound", ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in sim.breakdown().items())),
+        ("compile / simulate", f"{t_compile:.3f} s / {t_sim * 1e3:.1f} ms"),
+        ("valid", "[green]yes[/]" if not found else f"[red]no[/]: {found[0]}"),
+    ]
+    for k, v in rows:
+        summary.add_row(k, v)
+    console.print(summary)
+    top = Table(title=f"top {args.top} kernels by time")
+    for col in ("root", "ops", "time us", "% total", "bound", "compute us", "memory us",
+                "overhead us", "FLOP/B", "tile", "flags"):
+        top.add_column(col, justify="left" if col in ("ops", "bound", "tile", "flags") else "right")
+    for r in sim.top(args.top):
+        top.add_row(f"%{r.root}", r.name if len(r.name) <= 40 else r.name[:37] + "...",
+                    f"{r.time * 1e6:.2f}", f"{100 * r.time / sim.time:.1f}", r.bound,
+                    f"{r.cost.compute * 1e6:.2f}", f"{r.cost.memory * 1e6:.2f}",
+                    f"{r.cost.overhead * 1e6:.2f}", f"{r.intensity:.1f}",
+                    "x".join(str(x) for x in r.tile), r.flags.short())
+    console.print(top)
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        data = sim.to_json() | {"nodes": len(graph), "compile_s": t_compile,
+                                "simulate_s": t_sim, "layout_copies": copies}
+        out.write_text(json.dumps(data, indent=1))
+        console.print(f"wrote {out}")
+    if args.plot:
+        from superopt.tpu_sim.plot import roofline_png
+
+        console.print(f"wrote {roofline_png(sim, args.plot)}")
+    return 0 if not found else 1
+
+
 # ---- entry point --------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,6 +279,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("models", nargs="*", metavar="MODEL", help=f"models (default: {', '.join(DEMO_MODELS)})")
     p.add_argument("--repeats", type=int, default=5, help="timed torch repeats")
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("simulate", help="default-compile a model for a TPU core and simulate it",
+                       description="Compile a model with the default (XLA-like) compiler for "
+                                   "one simulated TPU core and report its runtime, the top "
+                                   "kernels, achieved FLOP/s and bandwidth, and the roofline "
+                                   "lower bound.")
+    p.add_argument("model", metavar="MODEL_OR_FILE", help=MODEL_HELP)
+    p.add_argument("--hardware", default="v4", help="TPU preset: v4 (default), v3 or v5e")
+    p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
+    p.add_argument("--top", type=int, default=10, help="kernels in the top-kernels table")
+    p.add_argument("--json", metavar="OUT.json", help="write the results (with every kernel)")
+    p.add_argument("--plot", metavar="OUT.png", help="draw the per-kernel roofline")
+    p.set_defaults(func=cmd_simulate)
+
     return parser
 
 

@@ -1,0 +1,47 @@
+"""A deterministic analytical model of one TPU core and the default compiler it runs.
+
+`compile_default(graph)` lays out, fuses, tiles and flags a graph as an XLA-like compiler
+would; `compile_with(graph, config)` takes a (partial) configuration instead; `simulate`
+returns the runtime with a per-kernel breakdown and `measure` adds seeded noise. See
+`hardware` for the presets and their sources, `cost` for the kernel cost model and
+`compiler` for the default passes.
+"""
+
+from superopt.tpu_sim.compiler import (
+    InvalidConfig,
+    LaidOut,
+    apply_layouts,
+    assign_layouts,
+    clear_caches,
+    compile_default,
+    compile_with,
+    lay_out,
+    priority_fusion,
+    problems,
+    validate,
+)
+from superopt.tpu_sim.config import DEFAULT_FLAGS, Compiled, Config, Flags, Tile, all_flags
+from superopt.tpu_sim.cost import (
+    COST_RULES,
+    CostModel,
+    KernelCost,
+    KernelStats,
+    Signature,
+    cost_model,
+)
+from superopt.tpu_sim.hardware import PRESETS, TPU_V3, TPU_V4, TPU_V5E, Hardware, get_hardware
+from superopt.tpu_sim.kernels import Kernel, Kernels, form_kernels
+from superopt.tpu_sim.layout import Layout, NodeLayouts, feature_minor, row_major
+from superopt.tpu_sim.layout_rules import LAYOUT_RULES
+from superopt.tpu_sim.simulate import KernelReport, Simulation, evaluate, measure, simulate
+from superopt.tpu_sim.synthetic import synthetic_graph
+
+__all__ = [
+    "COST_RULES", "DEFAULT_FLAGS", "LAYOUT_RULES", "PRESETS", "TPU_V3", "TPU_V4", "TPU_V5E",
+    "Compiled", "Config", "CostModel", "Flags", "Hardware", "InvalidConfig", "Kernel",
+    "KernelCost", "KernelReport", "KernelStats", "Kernels", "LaidOut", "Layout", "NodeLayouts",
+    "Signature", "Simulation", "Tile", "all_flags", "apply_layouts", "assign_layouts",
+    "clear_caches", "compile_default", "compile_with", "cost_model", "evaluate",
+    "feature_minor", "form_kernels", "get_hardware", "lay_out", "measure", "priority_fusion",
+    "problems", "row_major", "simulate", "synthetic_graph", "validate",
+]

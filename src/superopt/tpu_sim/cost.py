@@ -1,0 +1,1001 @@
+"""Kernel cost model: per-op rules (table "tpu_cost") and the time of a kernel on one core.
+
+Per op, a rule returns the op's work on the *padded* data its layouts imply: vector-unit
+cycles (VPU arithmetic, EUP transcendentals, XLU cross-lane moves) and, for matmul and
+conv2d, an implicit matrix product for the MXU. A kernel's statistics are the sum over its
+member ops; they are computed once per *kernel signature* (ops, attributes, types, layouts
+and the wiring inside the kernel), so repeated layers and re-evaluated configurations hit
+a cache.
+
+Per-op work, in vector passes over the op's padded output (one pass = one vreg of 8 x 128
+32-bit values: `vpu_op_cycles` for an add/mul/max, `transcendental_cycles` for exp, tanh,
+erf, rsqrt, `xlu_cycles` for a cross-lane move), as the rules below charge it:
+
+- ewadd, ewmul, smul, relu, copy: 1 op; batch_norm: 2 ops (scale and shift, folded);
+  sigmoid: 2 ops + 2 transcendentals; tanh: 1 + 1; gelu: 5 ops (6 for the tanh form) + 1.
+- reduce_sum/mean: 1 op per *input* pass, plus an XLU pass when the reduction crosses
+  lanes or an op when it crosses sublanes; softmax and layer_norm: two such reductions plus
+  3 (softmax) or 6 (layer_norm) ops and a transcendental per output pass.
+- pooling: per window tap 1 op, plus an XLU shift when H or W sits in lanes; lrn: a
+  window of `size` taps (XLU when channels sit in lanes) + 4 ops + 2 transcendentals.
+- matmul, conv2d: the MXU (below); a fused activation on the result; an XLU transpose of
+  any operand or result whose minor dim is not the one the MXU streams (K of the lhs, N of
+  the rhs and result, channels for convs). A conv whose groups are so narrow that the MXU
+  would idle (depthwise) runs on the VPU instead, at kh x kw x C/groups multiply-adds per
+  output, when that is cheaper.
+- transpose, reshape, layout: 1 op per pass when the two tiled dims stay in place (whole
+  tiles move), else an XLU pass; bitcasts move nothing and never reach the cost model.
+- concat, split, slice, pad, enlarge: 1 op per pass, plus an XLU pass when an offset on a
+  tiled dim is not tile-aligned; slice and embedding read only the tiles they need.
+
+Time of a kernel under a tile and flags (the "true" model the simulator reports):
+
+- Grid: an MXU kernel tiles its product (tm x tn outputs, tk of the contraction per step;
+  with several independent products, as in batched attention or grouped convs, tm beyond
+  one product's rows stacks whole products into a step); other kernels stream `rows` rows
+  of their largest array per step.
+- HBM traffic: each operand tile is fetched when its block changes between steps, so a
+  smaller output tile re-reads the other operand (operand re-reads); results are written
+  once. Every DMA transfer pays `dma_half_bytes` of bandwidth per contiguous run, so small
+  tiles and narrow blocks move data inefficiently.
+- MXU: per step, each 128x128 weight block streams max(rows, 128) rows (the weight-load
+  floor: short row counts do not amortise loading weights), blocks are shared among MXUs
+  by the `mxu_split` flag, and each step pays the systolic fill and drain.
+- Vector unit: the ops' cycles, plus loop overhead per unrolled iteration and spills when
+  live registers times unroll exceed the register file.
+- Pipeline: with double buffering, step k+1's loads and step k-1's stores overlap step k's
+  compute (a three-stage pipeline); without, each step waits for its DMAs and pays the DMA
+  issue latency. Launch costs `launch_s`, every step after the first `step_s`; fusions whose
+  ops x unroll exceed the instruction budget pay instruction fetch per step.
+- VMEM: operand and result tiles (twice with double buffering), the f32 accumulator and the
+  fused intermediates must fit; a tile that does not fit is invalid.
+
+The default compiler's *analytical* model (XLA-like) ignores DMA efficiency, the MXU
+weight-load floor and fill, loop overhead, spills, instruction fetch, pipeline prologue and
+per-step costs: time = compute + memory - 0.95 x min(compute, memory) + launch, with
+compute = padded MXU FLOPs / peak + vector cycles / clock, and memory = bytes / bandwidth
+including the tile's operand re-reads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from superopt.ir.analysis import COUNTS
+from superopt.ir.graph import Graph, Node, Value
+from superopt.ir.rules import RuleTable
+from superopt.ir.types import TensorType
+from superopt.tpu_sim.config import Flags, Tile
+from superopt.tpu_sim.hardware import Hardware
+from superopt.tpu_sim.kernels import Kernel
+from superopt.tpu_sim.layout import (
+    Layout,
+    NodeLayouts,
+    padded_bytes,
+    padded_dims,
+    permute_layout,
+    sublane_tile,
+    vregs,
+)
+
+MXU_ROWS = 8  # rows of an MXU operand block pad to the sublane tile
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+# ---- per-op rules -----------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """`count` independent products (m x k) @ (k x n); `k_pad` is the contraction as the MXU
+    sees it (per-tap padding for deep convs)."""
+
+    count: int
+    m: int
+    n: int
+    k: int
+    k_pad: int
+
+    @property
+    def m_pad(self) -> int:
+        return _round_up(max(self.m, 1), MXU_ROWS)
+
+    @property
+    def n_pad(self) -> int:
+        return _round_up(max(self.n, 1), 128)
+
+    @property
+    def padded_flops(self) -> float:
+        return 2.0 * self.count * self.m_pad * self.n_pad * self.k_pad
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    """Work of one op on padded data. `reads[i]` is the bytes the op reads of input i when it
+    reads less than the whole padded array (slice, embedding), else None."""
+
+    vector_cycles: float = 0.0
+    gemm: Gemm | None = None
+    reads: tuple[float | None, ...] = ()
+    transposing: bool = False  # moves data across lanes or sublanes (layout change)
+
+
+@dataclass(frozen=True, slots=True)
+class OpView:
+    """What a cost rule sees: the node, its operand types and every layout involved."""
+
+    node: Node
+    ins: tuple[TensorType, ...]
+    in_layouts: tuple[Layout, ...]
+    out_layouts: tuple[Layout, ...]
+    hw: Hardware
+
+    @property
+    def out(self) -> TensorType:
+        return self.node.types[0]
+
+    def vout(self, i: int = 0) -> float:
+        return vregs(self.node.types[i], self.out_layouts[i])
+
+    def vin(self, i: int) -> float:
+        return vregs(self.ins[i], self.in_layouts[i])
+
+    @property
+    def op(self) -> float:
+        return self.hw.vpu_op_cycles
+
+    @property
+    def tr(self) -> float:
+        return self.hw.transcendental_cycles
+
+    @property
+    def xl(self) -> float:
+        return self.hw.xlu_cycles
+
+
+CostRule = Callable[[OpView], OpCost]
+COST_RULES: RuleTable[CostRule] = RuleTable("tpu_cost")
+
+
+def _act(v: OpView, activation: str) -> float:
+    """Cycles per output vreg of a fused activation."""
+    return {"none": 0.0, "relu": v.op, "sigmoid": 2 * v.tr + 2 * v.op,
+            "tanh": v.tr + v.op}[activation]
+
+
+def _free(v: OpView) -> OpCost:
+    return OpCost()
+
+
+for _op in ("input", "weight", "const_pool", "const_iconv", "const_imm", "const_one"):
+    COST_RULES.register(_op, _free)  # sources live in HBM: reading them is the consumer's cost
+
+
+def _matmul(v: OpView) -> OpCost:
+    a, b = v.ins
+    out = v.out
+    batch_a, batch_b = math.prod(a.shape[:-2]), math.prod(b.shape[:-2])
+    batch_out = math.prod(out.shape[:-2])
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if batch_b == 1:  # a shared weight: fold every batch into the rows of one product
+        gemm = Gemm(1, batch_a * m if batch_a == batch_out else batch_out * m, n, k,
+                    _round_up(max(k, 1), 128))
+    else:
+        gemm = Gemm(batch_out, m, n, k, _round_up(max(k, 1), 128))
+    cycles = v.vout() * _act(v, v.node.attr("activation"))
+    # The MXU streams lhs rows with K in lanes and produces rows with N in lanes; an operand
+    # or result in the other minor order goes through the XLU transpose unit.
+    if v.in_layouts[0][0] != a.rank - 1:
+        cycles += v.vin(0) * v.xl
+    if v.in_layouts[1][0] != b.rank - 1:
+        cycles += v.vin(1) * v.xl
+    if v.out_layouts[0][0] != out.rank - 1:
+        cycles += v.vout() * v.xl
+    return OpCost(cycles, gemm)
+
+
+COST_RULES.register("matmul", _matmul)
+
+
+def conv_gemm(x: TensorType, w: TensorType, out: TensorType, groups: int) -> Gemm:
+    """Implicit GEMM of a conv: rows = output pixels, columns = output channels per group.
+
+    Deep convs (>= 128 input channels per group) contract tap by tap, each tap padded to
+    128; shallow ones fold the taps into the contraction (as XLA's TPU emitter does), so a
+    3-channel 7x7 conv contracts over 147 -> 256 rather than 49 x 128.
+    """
+    o, cg, kh, kw = w.shape
+    m = out.shape[0] * out.shape[2] * out.shape[3]
+    k = cg * kh * kw
+    k_pad = kh * kw * _round_up(cg, 128) if cg >= 128 else _round_up(max(k, 1), 128)
+    return Gemm(groups, m, o // groups, k, k_pad)
+
+
+def _conv(v: OpView) -> OpCost:
+    x, w = v.ins
+    out = v.out
+    gemm = conv_gemm(x, w, out, v.node.attr("groups"))
+    _, cg, kh, kw = w.shape
+    # Each group is at least one grid step on the MXU (fill, drain, step overhead).
+    per_group = v.hw.mxu_fill_cycles + v.hw.step_s * v.hw.clock_hz
+    mxu_cycles = gemm.count * ((gemm.k_pad // 128) * (gemm.n_pad // 128)
+                               * max(gemm.m_pad, v.hw.mxu_dim) / v.hw.mxus + per_group)
+    vpu_cycles = v.vout() * kh * kw * cg * 2 * v.op
+    cycles = v.vout() * _act(v, v.node.attr("activation"))
+    # Feature dims belong in lanes: input and output channels minor, weights O-minor.
+    if v.in_layouts[0][0] != 1:
+        cycles += v.vin(0) * v.xl
+    if v.in_layouts[1][0] != 0:
+        cycles += v.vin(1) * v.xl
+    if v.out_layouts[0][0] != 1:
+        cycles += v.vout() * v.xl
+    if vpu_cycles < mxu_cycles:  # depthwise-like convs run on the vector unit
+        return OpCost(cycles + vpu_cycles, None)
+    return OpCost(cycles, gemm)
+
+
+COST_RULES.register("conv2d", _conv)
+
+
+def _unary(arith: float, trans: float) -> CostRule:
+    return lambda v: OpCost(v.vout() * (arith * v.op + trans * v.tr))
+
+
+for _op, _a, _t in (("ewadd", 1, 0), ("ewmul", 1, 0), ("smul", 1, 0), ("relu", 1, 0),
+                    ("sigmoid", 2, 2), ("tanh", 1, 1), ("batch_norm", 2, 0), ("copy", 1, 0)):
+    COST_RULES.register(_op, _unary(_a, _t))
+
+
+def _gelu(v: OpView) -> OpCost:
+    arith = 6 if v.node.attr("approximate") == "tanh" else 5
+    return OpCost(v.vout() * (arith * v.op + v.tr))
+
+
+COST_RULES.register("gelu", _gelu)
+
+
+def _lane_sublane(layout: Layout) -> tuple[int | None, int | None]:
+    return (layout[0] if layout else None, layout[1] if len(layout) > 1 else None)
+
+
+def _reduction_cycles(v: OpView, axes: Iterable[int], passes: int) -> float:
+    """Cross-lane reductions go through the XLU; sublane and major-dim ones are vector adds."""
+    lane, sub = _lane_sublane(v.in_layouts[0])
+    axes = set(axes)
+    per = 0.0
+    if lane in axes:
+        per += v.xl
+    if sub in axes:
+        per += v.op
+    return v.vin(0) * passes * (v.op + per)
+
+
+def _reduce(v: OpView) -> OpCost:
+    axes = v.node.attr("axes")
+    cycles = _reduction_cycles(v, axes, 1)
+    if v.node.op == "reduce_mean":
+        cycles += v.vout() * v.op
+    return OpCost(cycles)
+
+
+COST_RULES.register("reduce_sum", _reduce)
+COST_RULES.register("reduce_mean", _reduce)
+
+
+def _softmax(v: OpView) -> OpCost:
+    # max, subtract, exp, sum, reciprocal (per row), multiply.
+    cycles = _reduction_cycles(v, (v.node.attr("axis"),), 2) + v.vout() * (3 * v.op + v.tr)
+    return OpCost(cycles)
+
+
+def _layer_norm(v: OpView) -> OpCost:
+    axes = range(v.node.attr("axis"), v.ins[0].rank)
+    # mean and variance reductions, rsqrt, normalise, scale and shift.
+    cycles = _reduction_cycles(v, axes, 2) + v.vout() * (6 * v.op + v.tr)
+    return OpCost(cycles)
+
+
+COST_RULES.register("softmax", _softmax)
+COST_RULES.register("layer_norm", _layer_norm)
+
+
+def _pool(v: OpView) -> OpCost:
+    kh, kw = v.node.attr("kernel")
+    lane, sub = _lane_sublane(v.in_layouts[0])
+    # Window taps along a lane dim are lane shifts on the XLU; along sublanes or major dims
+    # they are plain vector loads.
+    per_tap = v.op + (v.xl if lane in (2, 3) else 0.0) + (0.5 * v.op if sub in (2, 3) else 0.0)
+    cycles = v.vout() * (kh * kw * per_tap + _act(v, v.node.attr("activation")))
+    if v.node.op == "pool2d_avg":
+        cycles += v.vout() * v.op
+    return OpCost(cycles)
+
+
+COST_RULES.register("pool2d_avg", _pool)
+COST_RULES.register("pool2d_max", _pool)
+
+
+def _lrn(v: OpView) -> OpCost:
+    size = v.node.attr("size")
+    lane, _ = _lane_sublane(v.in_layouts[0])
+    window = size * (v.op + (v.xl if lane == 1 else 0.0))  # a channel window across lanes
+    return OpCost(v.vout() * (window + 4 * v.op + 2 * v.tr))
+
+
+COST_RULES.register("lrn", _lrn)
+
+
+def _moves_tiles(in_layout: Layout, out_layout: Layout, perm: tuple[int, ...] | None = None
+                 ) -> bool:
+    """Whether a relayout keeps the two tiled dims in place (then it only moves whole tiles)."""
+    src = permute_layout(in_layout, perm) if perm is not None else in_layout
+    return src[:2] == out_layout[:2]
+
+
+def _transpose(v: OpView) -> OpCost:
+    # After layout assignment a transpose is a bitcast; a physical one (only reachable by a
+    # configuration that bypasses the layout pass) costs a relayout.
+    if _moves_tiles(v.in_layouts[0], v.out_layouts[0], v.node.attr("perm")):
+        return OpCost(v.vout() * v.op)
+    return OpCost(v.vout() * v.xl, transposing=True)
+
+
+COST_RULES.register("transpose", _transpose)
+
+
+def _reshape(v: OpView) -> OpCost:
+    # Not a bitcast (bitcasts never reach the cost model): elements change tiles.
+    return OpCost(v.vout() * v.xl, transposing=True)
+
+
+COST_RULES.register("reshape", _reshape)
+
+
+def _layout(v: OpView) -> OpCost:
+    if _moves_tiles(v.in_layouts[0], v.out_layouts[0]):
+        return OpCost(v.vout() * v.op)
+    return OpCost(v.vout() * v.xl, transposing=True)
+
+
+COST_RULES.register("layout", _layout)
+
+
+def _misaligned(layout: Layout, axis: int, offsets: Iterable[int], itemsize: int) -> bool:
+    lane, sub = _lane_sublane(layout)
+    if axis == lane:
+        return any(o % 128 for o in offsets)
+    if axis == sub:
+        return any(o % sublane_tile(itemsize) for o in offsets)
+    return False
+
+
+def _concat(v: OpView) -> OpCost:
+    axis = v.node.attr("axis")
+    offsets = [sum(t.shape[axis] for t in v.ins[:i]) for i in range(1, len(v.ins))]
+    shift = _misaligned(v.out_layouts[0], axis, offsets, v.out.dtype.itemsize)
+    return OpCost(v.vout() * (v.op + (v.xl if shift else 0.0)))
+
+
+def _split(v: OpView) -> OpCost:
+    axis = v.node.attr("axis")
+    sizes = v.node.attr("sizes")
+    offsets = [sum(sizes[:i]) for i in range(1, len(sizes))]
+    shift = _misaligned(v.in_layouts[0], axis, offsets, v.ins[0].dtype.itemsize)
+    total = sum(vregs(t, lay) for t, lay in zip(v.node.types, v.out_layouts, strict=True))
+    return OpCost(total * (v.op + (v.xl if shift else 0.0)))
+
+
+def _slice(v: OpView) -> OpCost:
+    starts, steps = v.node.attr("starts"), v.node.attr("steps")
+    layout = v.in_layouts[0]
+    item = v.ins[0].dtype.itemsize
+    shift = any(_misaligned(layout, d, (starts[d],), item) or steps[d] != 1
+                for d in layout[:2])
+    # A slice reads only the tiles it needs: about its output's share of the input.
+    reads = min(padded_bytes(v.ins[0], layout), 2 * padded_bytes(v.out, v.out_layouts[0]))
+    return OpCost(v.vout() * (v.op + (v.xl if shift else 0.0)), reads=(reads,))
+
+
+def _pad(v: OpView) -> OpCost:
+    pads = v.node.attr("pads")
+    rank = v.ins[0].rank
+    layout = v.out_layouts[0]
+    item = v.out.dtype.itemsize
+    shift = any(_misaligned(layout, d, (pads[d],), item) for d in layout[:2]) if rank else False
+    return OpCost(v.vout() * (v.op + (v.xl if shift else 0.0)))
+
+
+def _enlarge(v: OpView) -> OpCost:
+    w = v.ins[0]
+    dh, dw = (v.node.attr("kh") - w.shape[2]) // 2, (v.node.attr("kw") - w.shape[3]) // 2
+    layout = v.out_layouts[0]
+    shift = (_misaligned(layout, 2, (dh,), w.dtype.itemsize)
+             or _misaligned(layout, 3, (dw,), w.dtype.itemsize))
+    return OpCost(v.vout() * (v.op + (v.xl if shift else 0.0)))
+
+
+def _embedding(v: OpView) -> OpCost:
+    ids, table = v.ins
+    row = padded_bytes(TensorType((1, table.shape[1]), table.dtype), (1, 0)) / 8
+    reads = min(padded_bytes(table, v.in_layouts[1]), ids.size * row)
+    return OpCost(v.vout() * 2 * v.op, reads=(None, reads))
+
+
+COST_RULES.register("concat", _concat)
+COST_RULES.register("split", _split)
+COST_RULES.register("slice", _slice)
+COST_RULES.register("pad", _pad)
+COST_RULES.register("enlarge", _enlarge)
+COST_RULES.register("embedding", _embedding)
+
+
+def op_flops(node: Node, ins: tuple[TensorType, ...]) -> float:
+    macs, other = COUNTS.get(node.op)(node, ins)
+    return 2.0 * macs + other
+
+
+# ---- kernel signatures and statistics -------------------------------------------------------
+
+Ref = tuple[str, int, int]  # ("m", member, output) or ("x", external input, 0)
+
+
+class Signature:
+    """A kernel's cache key: a nested tuple describing everything its cost depends on, with
+    the hash computed once (hashing the nested tuple on every lookup would dominate)."""
+
+    __slots__ = ("_hash", "key")
+
+    def __init__(self, key: tuple[Any, ...]) -> None:
+        self.key = key
+        self._hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, Signature) and self._hash == other._hash
+                                 and self.key == other.key)
+
+    def __repr__(self) -> str:
+        ops = "+".join(e[0] for e in self.key[0])
+        return f"Signature({ops}, {len(self.key[1])} inputs, hash {self._hash & 0xFFFFFF:06x})"
+
+
+def kernel_signature(graph: Graph, layouts: NodeLayouts, kernel: Kernel,
+                     resolved: Mapping[int, Value]) -> Signature:
+    """A hashable description of everything the kernel's cost depends on, independent of
+    node numbering: two kernels with equal signatures cost the same."""
+    local = {m: i for i, m in enumerate(kernel.nodes)}
+    ext = {(v.node, v.index): j for j, v in enumerate(kernel.inputs)}
+    nodes = graph.nodes
+    per = layouts.per_node
+    entries = []
+    for m in kernel.nodes:
+        n = nodes[m]
+        refs = []
+        for v in n.inputs:
+            r = resolved.get(v.node, v)
+            li = local.get(r.node)
+            ref: Ref = ("m", li, r.index) if li is not None else ("x", ext[r.node, r.index], 0)
+            refs.append((ref, nodes[v.node].types[v.index], per[v.node][v.index]))
+        entries.append((n.op, n.attrs, n.types, per[m], tuple(refs)))
+    ext_desc = tuple((nodes[v.node].types[v.index], per[v.node][v.index]) for v in kernel.inputs)
+    outs = tuple(v.index for v in kernel.outputs)
+    return Signature((tuple(entries), ext_desc, outs))
+
+
+@dataclass(frozen=True, slots=True)
+class KernelStats:
+    """Tile-independent work of one kernel (computed once per signature)."""
+
+    ops: tuple[str, ...]
+    flops: float  # useful FLOPs (unpadded)
+    vector_cycles: float
+    gemm: Gemm | None
+    lhs_bytes: float  # bytes read from HBM, by the role the operand plays
+    rhs_bytes: float
+    stream_bytes: float
+    out_bytes: float
+    lhs_inter: float  # VMEM bytes of fused intermediates, by role
+    stream_inter: float
+    rows: int  # rows of the iteration space (non-MXU kernels)
+    row_tile: int  # sublane tile of that space
+    n_inputs: int
+    n_outputs: int
+    live_vregs: int
+    loop_vregs: float  # vreg iterations of the vector loop
+    transposing: bool
+    reduction: bool
+
+    @property
+    def in_bytes(self) -> float:
+        return self.lhs_bytes + self.rhs_bytes + self.stream_bytes
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.ops)
+
+
+REDUCTIONS = frozenset({"reduce_sum", "reduce_mean", "softmax", "layer_norm"})
+
+
+def kernel_stats(sig: Signature, hw: Hardware) -> KernelStats:
+    entries, ext_desc, outs = sig.key
+    n_members = len(entries)
+    costs: list[OpCost] = []
+    flops = 0.0
+    vector = 0.0
+    gemm: Gemm | None = None
+    hero = -1
+    transposing = False
+    ops: list[str] = []
+    for i, (op, attrs, types, out_layouts, refs) in enumerate(entries):
+        node = Node(i, op, (), attrs, types)
+        ins = tuple(t for _, t, _ in refs)
+        view = OpView(node, ins, tuple(lay for _, _, lay in refs), out_layouts, hw)
+        c = COST_RULES.get(op)(view)
+        costs.append(c)
+        ops.append(op)
+        flops += op_flops(node, ins)
+        vector += c.vector_cycles
+        transposing = transposing or c.transposing
+        if c.gemm is not None and gemm is None:
+            gemm, hero = c.gemm, i
+
+    # Which side of the MXU op each member feeds: lhs, rhs, or the epilogue ("stream").
+    side = ["stream"] * n_members
+    if hero >= 0:
+        for slot, name in ((0, "lhs"), (1, "rhs")):
+            ref = entries[hero][4][slot][0]
+            if ref[0] == "m":
+                side[ref[1]] = name
+        for i in range(hero - 1, -1, -1):
+            if side[i] != "stream":
+                for ref, _, _ in entries[i][4]:
+                    if ref[0] == "m" and side[ref[1]] == "stream":
+                        side[ref[1]] = side[i]
+
+    full = [padded_bytes(t, lay) for t, lay in ext_desc]
+    read: list[float | None] = [0.0] * len(ext_desc)  # None: read whole
+    role = ["stream"] * len(ext_desc)
+    rank = {"lhs": 0, "rhs": 1, "stream": 2}
+    for i, (_, _, _, _, refs) in enumerate(entries):
+        reads = costs[i].reads
+        for slot, (ref, _, _) in enumerate(refs):
+            if ref[0] != "x":
+                continue
+            j = ref[1]
+            part = reads[slot] if slot < len(reads) else None
+            if part is None:
+                read[j] = None
+            elif read[j] is not None:
+                read[j] = (read[j] or 0.0) + part
+            here = ("lhs" if slot == 0 else "rhs") if i == hero else side[i]
+            if rank[here] < rank[role[j]]:
+                role[j] = here
+    by_role = {"lhs": 0.0, "rhs": 0.0, "stream": 0.0}
+    for j, b in enumerate(full):
+        r = read[j]
+        by_role[role[j]] += b if r is None else min(b, r)
+
+    root = entries[-1]
+    out_bytes = float(sum(padded_bytes(root[2][k], root[3][k]) for k in outs))
+    inter = {"lhs": 0.0, "rhs": 0.0, "stream": 0.0}
+    # The vector loop runs over the largest array a vector op touches (the MXU op's result
+    # drains through it too); partially read operands (a looked-up table) do not count.
+    largest: tuple[float, TensorType, Layout] | None = None
+    loop = 0.0
+
+    def consider(t: TensorType, lay: Layout) -> None:
+        nonlocal largest, loop
+        b = padded_bytes(t, lay)
+        if largest is None or b > largest[0]:
+            largest = (b, t, lay)
+        loop = max(loop, vregs(t, lay))
+
+    for i, (_, _, types, out_layouts, refs) in enumerate(entries):
+        for t, lay in zip(types, out_layouts, strict=True):
+            if i < n_members - 1:
+                inter[side[i]] += padded_bytes(t, lay)
+            consider(t, lay)
+        if i == hero:
+            continue
+        reads = costs[i].reads
+        for slot, (_, t, lay) in enumerate(refs):
+            if slot >= len(reads) or reads[slot] is None:
+                consider(t, lay)
+    assert largest is not None
+    _, big_t, big_l = largest
+    dims = padded_dims(big_t.shape, big_l, big_t.dtype.itemsize)
+    if len(dims) >= 2:
+        rows, row_tile = math.prod(dims[:-1]), sublane_tile(big_t.dtype.itemsize)
+    else:
+        rows, row_tile = max(1, -(-(dims[0] if dims else 1) // 128)), 8
+    return KernelStats(
+        ops=tuple(ops), flops=flops, vector_cycles=vector, gemm=gemm,
+        lhs_bytes=by_role["lhs"], rhs_bytes=by_role["rhs"], stream_bytes=by_role["stream"],
+        out_bytes=out_bytes, lhs_inter=inter["lhs"] + inter["rhs"], stream_inter=inter["stream"],
+        rows=max(1, rows), row_tile=row_tile, n_inputs=len(ext_desc), n_outputs=len(outs),
+        live_vregs=_peak_live(entries), loop_vregs=loop,
+        transposing=transposing, reduction=any(op in REDUCTIONS for op in ops))
+
+
+def _peak_live(entries: tuple) -> int:
+    """Values live at once in one iteration of the kernel's vector loop.
+
+    A member's result lives from its op to its last use inside the kernel (the root's to
+    the end); an operand read from HBM lives from its first use to its last. The peak over
+    the op sequence is the register pressure of one unrolled copy of the loop body.
+    """
+    n = len(entries)
+    last: dict[tuple[str, int, int], int] = {}
+    first: dict[tuple[str, int, int], int] = {}
+    for i, entry in enumerate(entries):
+        for ref, _, _ in entry[4]:
+            first.setdefault(ref, i)
+            last[ref] = i
+    delta = [0] * (n + 1)
+    for i, entry in enumerate(entries):
+        for k in range(len(entry[2])):
+            end = n - 1 if i == n - 1 else last.get(("m", i, k), i)
+            delta[i] += 1
+            delta[end + 1] -= 1
+    for ref, start in first.items():
+        if ref[0] == "x":
+            delta[start] += 1
+            delta[last[ref] + 1] -= 1
+    peak = live = 0
+    for d in delta[:n]:
+        live += d
+        peak = max(peak, live)
+    return max(1, peak)
+
+
+# ---- tiles -------------------------------------------------------------------------------------
+
+def _ladder(lo: int, hi: int) -> list[int]:
+    """lo, 2 lo, 4 lo, ... below hi, then hi itself."""
+    out = []
+    x = lo
+    while x < hi:
+        out.append(x)
+        x *= 2
+    out.append(hi)
+    return out
+
+
+def tile_options(stats: KernelStats) -> list[Tile]:
+    """The tiles a kernel can take (powers of two of the hardware tile, and the full dims).
+
+    For an MXU kernel with several independent products (batched matmuls, grouped convs),
+    tm beyond one product's rows stacks whole products in one grid step.
+    """
+    g = stats.gemm
+    if g is not None:
+        tms = _ladder(MXU_ROWS, g.m_pad)
+        if g.count > 1:
+            tms += [g.m_pad * b for b in _ladder(2, g.count)]
+        return [(tm, tn, tk) for tm in tms for tn in _ladder(128, g.n_pad)
+                for tk in _ladder(128, g.k_pad)]
+    rows = _round_up(stats.rows, stats.row_tile)
+    return [(tr,) for tr in _ladder(stats.row_tile, rows)]
+
+
+def tile_problem(stats: KernelStats, tile: Tile) -> str | None:
+    """Why `tile` is not a tile of this kernel (shape only; VMEM is checked separately)."""
+    g = stats.gemm
+    if not isinstance(tile, tuple) or not all(isinstance(x, int) and x > 0 for x in tile):
+        return f"a tile is a tuple of positive ints, found {tile!r}"
+    if g is not None:
+        if len(tile) != 3:
+            return f"an MXU kernel takes a tile (tm, tn, tk), found {tile!r}"
+        tm, tn, tk = tile
+        if tm > g.m_pad:
+            if tm % g.m_pad or tm > g.count * g.m_pad:
+                return (f"tm={tm} must be a multiple of {MXU_ROWS} up to {g.m_pad}, or stack "
+                        f"whole products: a multiple of {g.m_pad} up to {g.count * g.m_pad}")
+        elif tm % MXU_ROWS and tm != g.m_pad:
+            return f"tm={tm} must be a multiple of {MXU_ROWS} up to {g.m_pad}"
+        if tn > g.n_pad or tn % 128:
+            return f"tn={tn} must be a multiple of 128 up to {g.n_pad}"
+        if tk > g.k_pad or tk % 128:
+            return f"tk={tk} must be a multiple of 128 up to {g.k_pad}"
+        return None
+    if len(tile) != 1:
+        return f"a vector kernel takes a tile (rows,), found {tile!r}"
+    rows = _round_up(stats.rows, stats.row_tile)
+    if tile[0] > rows or tile[0] % stats.row_tile:
+        return f"rows={tile[0]} must be a multiple of {stats.row_tile} up to {rows}"
+    return None
+
+
+def _rows(g: Gemm, tm: int) -> tuple[int, int, int, int]:
+    """(rows per product, products per step, row blocks per product, product groups)."""
+    if tm > g.m_pad:
+        per_step = tm // g.m_pad
+        return g.m_pad, per_step, 1, -(-g.count // per_step)
+    return tm, 1, -(-g.m_pad // tm), g.count
+
+
+@dataclass(frozen=True, slots=True)
+class Grid:
+    """How a tile cuts a kernel: steps, HBM traffic, per-transfer sizes and VMEM need."""
+
+    steps: int
+    in_bytes: float  # fetched, with re-reads
+    out_bytes: float
+    transfers: tuple[tuple[float, float, float], ...]  # (count, bytes each, contiguous run)
+    vmem_io: float  # operand + result tile bytes (doubled with double buffering)
+    vmem_fixed: float  # accumulator and intermediates
+
+
+def grid(stats: KernelStats, tile: Tile) -> Grid:
+    g = stats.gemm
+    if g is not None:
+        tm, tn, tk = tile
+        rows, per_step, gm, gb = _rows(g, tm)
+        gn, gk = -(-g.n_pad // tn), -(-g.k_pad // tk)
+        steps = gb * gm * gn * gk
+        # Blocks at the end of a dim may be partial: a block's bytes are the array's share.
+        lhs_tile = stats.lhs_bytes / (gb * gm * gk)
+        rhs_tile = stats.rhs_bytes / (gb * gn * gk)
+        # A block is fetched again only when the step's block index changes: the lhs stays
+        # put across output columns when one step covers the whole contraction; the rhs is
+        # fetched again for each row block unless it is the only block.
+        lhs_loads = gb * gm * gk * (gn if gk > 1 else 1)
+        rhs_loads = gb * gn * gk * (gm if gk * gn > 1 else 1)
+        out_tiles = gb * gm * gn
+        stream_tile = stats.stream_bytes / out_tiles
+        out_tile = stats.out_bytes / out_tiles
+        row_groups = max(1, rows * per_step // MXU_ROWS)
+        lhs_run = lhs_tile if gk == 1 else lhs_tile / row_groups
+        rhs_run = rhs_tile if gn == 1 else rhs_tile / max(1, tk // MXU_ROWS)
+        out_run = out_tile if gn == 1 else out_tile / row_groups
+        transfers = ((lhs_loads, lhs_tile, lhs_run), (rhs_loads, rhs_tile, rhs_run),
+                     (out_tiles if stats.stream_bytes else 0, stream_tile, out_run))
+        vmem_io = lhs_tile + rhs_tile + stream_tile + out_tile
+        acc = rows * per_step * tn * 4.0 if gk > 1 else 0.0
+        inter = stats.lhs_inter / (gb * gm * gk) + stats.stream_inter / out_tiles
+        return Grid(steps, lhs_loads * lhs_tile + rhs_loads * rhs_tile + stats.stream_bytes,
+                    stats.out_bytes, (*transfers, (out_tiles, out_tile, out_run)),
+                    vmem_io, acc + inter)
+    (tr,) = tile
+    rows = _round_up(stats.rows, stats.row_tile)
+    steps = -(-rows // tr)
+    frac = 1.0 / steps
+    in_tile = stats.in_bytes * frac
+    out_tile = stats.out_bytes * frac
+    per_input = in_tile / max(1, stats.n_inputs)
+    per_output = out_tile / max(1, stats.n_outputs)
+    transfers = ((steps * stats.n_inputs, per_input, per_input),
+                 (steps * stats.n_outputs, per_output, per_output))
+    return Grid(steps, stats.in_bytes, stats.out_bytes, transfers, in_tile + out_tile,
+                (stats.lhs_inter + stats.stream_inter) * frac)
+
+
+def vmem_bytes(stats: KernelStats, tile: Tile, flags: Flags) -> float:
+    gr = grid(stats, tile)
+    return gr.vmem_io * (2 if flags.double_buffer else 1) + gr.vmem_fixed
+
+
+def mxu_cycles_per_step(g: Gemm, tile: Tile, split: str, hw: Hardware) -> tuple[float, float]:
+    """(MXU cycles, extra vector cycles) of one grid step of a tiled product.
+
+    Products stacked in one step stream back to back, so the pipeline fills once per step.
+    """
+    tm, tn, tk = tile
+    rows, per_step, _, _ = _rows(g, tm)
+    nb, kb = -(-tn // hw.mxu_dim), -(-tk // hw.mxu_dim)
+    floor = hw.mxu_dim  # loading a weight block takes as long as streaming mxu_dim rows
+    extra = 0.0
+    if split == "n":
+        cycles = -(-nb // hw.mxus) * kb * max(rows, floor)
+    elif split == "m":
+        cycles = nb * kb * max(_round_up(-(-rows // hw.mxus), MXU_ROWS), floor)
+    else:  # "k": partial sums from each MXU are added on the vector unit
+        cycles = nb * -(-kb // hw.mxus) * max(rows, floor)
+        if kb > 1:
+            extra = (min(kb, hw.mxus) - 1) * rows * tn / hw.vreg_elems * hw.vpu_op_cycles
+    return per_step * cycles + hw.mxu_fill_cycles, per_step * extra
+
+
+# ---- kernel time -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class KernelCost:
+    """Simulated time of one kernel under a tile and flags (seconds, bytes, FLOPs)."""
+
+    time: float
+    compute: float  # steps x per-step compute (MXU and vector overlap)
+    mxu: float
+    vector: float
+    memory: float  # DMA time of all transfers
+    overhead: float  # time - max(compute, memory): fixed costs and what does not overlap
+    flops: float
+    bytes: float  # HBM bytes moved, with re-reads
+    steps: int
+    vmem: float
+    valid: bool
+    problem: str = ""
+
+    @property
+    def bound(self) -> str:
+        parts = {"compute": self.compute, "memory": self.memory, "overhead": self.overhead}
+        return max(parts, key=parts.__getitem__)
+
+
+def _dma_time(transfers: Iterable[tuple[float, float, float]], hw: Hardware) -> float:
+    total = 0.0
+    for count, size, run in transfers:
+        if count and size > 0:
+            total += count * size / hw.hbm_bytes_per_s * (1.0 + hw.dma_half_bytes / max(run, 1.0))
+    return total
+
+
+def kernel_cost(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware) -> KernelCost:
+    """The simulator's time for one kernel (see the module docstring)."""
+    problem = tile_problem(stats, tile) or flags.problem()
+    if problem:
+        return _invalid(stats, problem)
+    gr = grid(stats, tile)
+    vmem = gr.vmem_io * (2 if flags.double_buffer else 1) + gr.vmem_fixed
+    steps = gr.steps
+    clock = hw.clock_hz
+    mxu = 0.0
+    extra_vec = 0.0
+    if stats.gemm is not None:
+        per, extra = mxu_cycles_per_step(stats.gemm, tile, flags.mxu_split, hw)
+        mxu = per * steps / clock
+        extra_vec = extra * steps
+    live = stats.live_vregs * flags.unroll
+    spill = max(0.0, 1.0 - hw.vregs / live) if live else 0.0
+    vec_cycles = (stats.vector_cycles * (1.0 + spill) + extra_vec
+                  + stats.loop_vregs / flags.unroll * hw.loop_overhead_cycles)
+    vector = vec_cycles / clock
+    compute = max(mxu, vector)
+    dma_in = _dma_time(gr.transfers[:-1] if stats.gemm is not None else gr.transfers[:1], hw)
+    dma_out = _dma_time(gr.transfers[-1:], hw)
+    memory = dma_in + dma_out
+    c, i, o = compute / steps, dma_in / steps, dma_out / steps
+    if flags.double_buffer:
+        if steps == 1:
+            body = i + c + o
+        else:
+            body = i + max(c, i) + (steps - 2) * max(c, i + o) + max(c, o) + o
+        exposed_issue = 0.0
+    else:
+        body = steps * (i + c + o)
+        exposed_issue = (steps - 1) * hw.dma_issue_s
+    code = stats.n_ops * flags.unroll
+    icache = steps * max(0, code - hw.instruction_budget) * hw.instruction_miss_s
+    time = hw.launch_s + (steps - 1) * hw.step_s + body + exposed_issue + icache
+    valid = vmem <= hw.vmem_bytes
+    return KernelCost(
+        time=time, compute=compute, mxu=mxu, vector=vector, memory=memory,
+        overhead=time - max(compute, memory), flops=stats.flops,
+        bytes=gr.in_bytes + gr.out_bytes, steps=steps, vmem=vmem, valid=valid,
+        problem="" if valid else (f"tile {tile} needs {vmem / 2**20:.2f} MiB of VMEM "
+                                  f"({flags.short()}), more than {hw.vmem_bytes / 2**20:.0f} MiB"))
+
+
+def _invalid(stats: KernelStats, problem: str) -> KernelCost:
+    return KernelCost(math.inf, 0.0, 0.0, 0.0, 0.0, 0.0, stats.flops, 0.0, 0, 0.0, False,
+                      problem)
+
+
+def analytical(compute: float, memory: float, hw: Hardware) -> float:
+    """XLA-like estimate: compute + memory - 0.95 x min(compute, memory) + launch."""
+    return compute + memory - 0.95 * min(compute, memory) + hw.launch_s
+
+
+def analytical_compute(stats: KernelStats, hw: Hardware) -> float:
+    mxu = stats.gemm.padded_flops / hw.peak_flops if stats.gemm is not None else 0.0
+    return mxu + stats.vector_cycles / hw.clock_hz
+
+
+
+# ---- the cached model -----------------------------------------------------------------------
+
+class CostModel:
+    """Kernel statistics, costs and default tiles for one hardware preset, cached by kernel
+    signature (and tile and flags). Caches are bounded: they are cleared when full."""
+
+    def __init__(self, hw: Hardware, max_entries: int = 1 << 20) -> None:
+        self.hw = hw
+        self.max_entries = max_entries
+        self._stats: dict[Signature, KernelStats] = {}
+        self._costs: dict[tuple[Signature, Tile, Flags], KernelCost] = {}
+        self._tiles: dict[tuple[Signature, Flags], Tile] = {}
+        self._canon: dict[Signature, Signature] = {}
+        self._names: dict[Signature, str] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def intern(self, sig: Signature) -> Signature:
+        """The cached instance equal to `sig` (so later lookups compare by identity)."""
+        known = self._canon.get(sig)
+        if known is None:
+            if len(self._canon) >= self.max_entries:
+                self._canon.clear()
+                self._names.clear()
+            known = self._canon[sig] = sig
+        return known
+
+    def stats(self, sig: Signature) -> KernelStats:
+        s = self._stats.get(sig)
+        if s is None:
+            if len(self._stats) >= self.max_entries:
+                self._stats.clear()
+            s = self._stats[sig] = kernel_stats(sig, self.hw)
+        return s
+
+    def cost(self, sig: Signature, tile: Tile, flags: Flags) -> KernelCost:
+        key = (sig, tile, flags)
+        c = self._costs.get(key)
+        if c is None:
+            self.misses += 1
+            if len(self._costs) >= self.max_entries:
+                self._costs.clear()
+            c = self._costs[key] = kernel_cost(self.stats(sig), tile, flags, self.hw)
+        else:
+            self.hits += 1
+        return c
+
+    def name(self, sig: Signature) -> str:
+        """The kernel's ops in order, each once: "conv2d+batch_norm+relu"."""
+        got = self._names.get(sig)
+        if got is None:
+            got = self._names[sig] = "+".join(dict.fromkeys(self.stats(sig).ops))
+        return got
+
+    def default_tile(self, sig: Signature, flags: Flags) -> Tile:
+        """Argmin of the analytical model over the tiles that fit VMEM (ties: fewer steps,
+        then the larger tile); the smallest tile when none fits."""
+        key = (sig, flags)
+        t = self._tiles.get(key)
+        if t is None:
+            stats = self.stats(sig)
+            best: tuple[float, int, tuple[int, ...]] | None = None
+            options = tile_options(stats)
+            compute = analytical_compute(stats, self.hw)
+            bw = self.hw.hbm_bytes_per_s
+            buffers = 2 if flags.double_buffer else 1
+            for tile in options:
+                gr = grid(stats, tile)
+                if gr.vmem_io * buffers + gr.vmem_fixed > self.hw.vmem_bytes:
+                    continue
+                t = analytical(compute, (gr.in_bytes + gr.out_bytes) / bw, self.hw)
+                # Whole picoseconds: float noise must not break ties between equal tiles.
+                score = (round(t * 1e12), gr.steps, tuple(-x for x in tile))
+                if best is None or score < best:
+                    best = score
+            t = tuple(-x for x in best[2]) if best is not None else options[0]
+            if len(self._tiles) >= self.max_entries:
+                self._tiles.clear()
+            self._tiles[key] = t
+        return t
+
+
+_MODELS: dict[Hardware, CostModel] = {}
+# Per hardware, per-op costs of single nodes keyed by op, attributes, types and layouts (the
+# default compiler's fusion pass reads them for every node; repeated layers share them).
+OP_COSTS: dict[Hardware, dict[tuple, tuple[float, float, bool, tuple]]] = {}
+
+
+def clear_caches() -> None:
+    """Forget every cached kernel statistic, cost, default tile and per-op cost."""
+    _MODELS.clear()
+    OP_COSTS.clear()
+
+
+def cost_model(hw: Hardware) -> CostModel:
+    """The shared cost model (and caches) of a hardware preset."""
+    m = _MODELS.get(hw)
+    if m is None:
+        m = _MODELS[hw] = CostModel(hw)
+    return m

@@ -1,0 +1,198 @@
+"""Grouping a laid-out graph into kernels from per-node fusion decisions.
+
+Semantics (XLA's producer-consumer fusion, as TpuGraphs encodes it): a node whose decision
+is "fuse" is computed inside the kernel of every consumer, so a producer fused into
+consumers that sit in different kernels is duplicated, work and operand reads included.
+A node that is not fused is the root of its own kernel, which writes the root's outputs to
+HBM. Sources (inputs, weights, constants) live in HBM and are never kernels; bitcasts
+(views that move no bytes, see `layout_rules`) are never kernels either: kernels read
+through them.
+
+Kernels cannot form cycles: every value a kernel reads from outside is the output of a
+root that is a strict ancestor of the kernel's root, so the kernel graph inherits the
+topological order of the roots. Decisions that cannot be honoured are repaired
+deterministically, walking nodes in reverse topological order, and reported in
+`Kernels.repaired`:
+
+- a node whose value is a graph output (directly or through bitcasts), or that has no
+  consumer, is materialised;
+- an MXU op (matmul, conv2d) is not duplicated and is not fused into a kernel that already
+  has one: a kernel has at most one "hero";
+- a producer is duplicated into at most `MAX_DUPLICATES` kernels (this also keeps the total
+  kernel size linear in the graph size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from types import MappingProxyType
+
+from superopt.ir.graph import Graph, Value
+from superopt.ir.opdef import SOURCE, get_op
+from superopt.tpu_sim.layout import NodeLayouts
+from superopt.tpu_sim.layout_rules import LAYOUT_RULES
+
+MAX_DUPLICATES = 8
+HEROES = frozenset({"matmul", "conv2d"})
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """One kernel: its root, its member nodes (topological order, root last), the values it
+    reads from HBM (resolved through bitcasts) and the values it writes."""
+
+    root: int
+    nodes: tuple[int, ...]
+    inputs: tuple[Value, ...]
+    outputs: tuple[Value, ...]
+    hero: int | None
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The partition of a laid-out graph into kernels."""
+
+    kernels: tuple[Kernel, ...]  # in topological order of their roots
+    kernel_of: tuple[tuple[int, ...], ...]  # node id -> roots of the kernels computing it
+    bitcasts: frozenset[int]  # nodes that are views
+    resolved: Mapping[int, Value]  # bitcast node -> the materialised value it views
+    repaired: tuple[tuple[int, str], ...]  # (node, why its "fuse" decision was overridden)
+
+    def resolve(self, v: Value) -> Value:
+        return self.resolved.get(v.node, v)
+
+
+@cache
+def is_source(op: str) -> bool:
+    return get_op(op).has(SOURCE)
+
+
+def find_bitcasts(graph: Graph, layouts: NodeLayouts) -> frozenset[int]:
+    per = layouts.per_node
+    nodes = graph.nodes
+    out: list[int] = []
+    for n in nodes:
+        if len(n.inputs) != 1 or is_source(n.op):
+            continue
+        v = n.inputs[0]
+        rule = LAYOUT_RULES.get(n.op)
+        if rule.bitcast(n, (nodes[v.node].types[v.index],), (per[v.node][v.index],), per[n.id]):
+            out.append(n.id)
+    return frozenset(out)
+
+
+def resolve_bitcasts(graph: Graph, bitcasts: frozenset[int]) -> dict[int, Value]:
+    """Bitcast node -> the materialised value it views (through chains of bitcasts)."""
+    resolved: dict[int, Value] = {}
+    for b in sorted(bitcasts):  # topological: a bitcast's input is already resolved
+        v = graph.nodes[b].inputs[0]
+        resolved[b] = resolved.get(v.node, v) if v.node in bitcasts else v
+    return resolved
+
+
+def effective_consumers(graph: Graph, bitcasts: frozenset[int]
+                        ) -> tuple[list[tuple[int, ...]], list[bool]]:
+    """Per node: the non-bitcast consumers reached through bitcast chains, and whether a
+    graph output views the node's value (so it must be materialised)."""
+    n_nodes = len(graph.nodes)
+    consumers = graph.consumers
+    out_nodes = {v.node for v in graph.outputs}
+    eff: list[tuple[int, ...]] = [()] * n_nodes
+    needed: list[bool] = [False] * n_nodes
+    for i in range(n_nodes - 1, -1, -1):
+        direct = consumers[i]
+        if not any(c in bitcasts for c in direct):
+            eff[i] = direct
+            needed[i] = i in out_nodes
+            continue
+        seen: dict[int, None] = {}
+        need = i in out_nodes
+        for c in direct:
+            if c in bitcasts:
+                for d in eff[c]:
+                    seen[d] = None
+                need = need or needed[c]
+            else:
+                seen[c] = None
+        eff[i] = tuple(seen)
+        needed[i] = need
+    return eff, needed
+
+
+def form_kernels(graph: Graph, layouts: NodeLayouts, fusion: Mapping[int, bool],
+                 bitcasts: frozenset[int] | None = None,
+                 consumers: tuple[list[tuple[int, ...]], list[bool]] | None = None) -> Kernels:
+    """Group `graph` into kernels following `fusion` (see the module docstring).
+
+    `bitcasts` and `consumers` (from `effective_consumers`) may be passed when known."""
+    if bitcasts is None:
+        bitcasts = find_bitcasts(graph, layouts)
+    nodes = graph.nodes
+    n_nodes = len(nodes)
+    source = [is_source(n.op) for n in nodes]
+    eff, needed = consumers if consumers is not None else effective_consumers(graph, bitcasts)
+
+    resolved = resolve_bitcasts(graph, bitcasts)
+
+    kernel_of: list[tuple[int, ...]] = [()] * n_nodes
+    members: dict[int, list[int]] = {}
+    hero_of: dict[int, int] = {}
+    repaired: list[tuple[int, str]] = []
+    for i in range(n_nodes - 1, -1, -1):
+        if source[i] or i in bitcasts:
+            continue
+        node = nodes[i]
+        hero = node.op in HEROES
+        reason = None
+        if fusion.get(i, False):
+            cons = eff[i]
+            if needed[i]:
+                reason = "its value is a graph output"
+            elif not cons:
+                reason = "it has no consumer"
+            else:
+                ks = sorted({k for c in cons for k in kernel_of[c]})
+                if len(ks) > MAX_DUPLICATES:
+                    reason = f"it would be duplicated into {len(ks)} > {MAX_DUPLICATES} kernels"
+                elif hero and len(ks) > 1:
+                    reason = f"{node.op} is not duplicated ({len(ks)} consumer kernels)"
+                elif hero and ks[0] in hero_of:
+                    reason = f"kernel %{ks[0]} already has an MXU op (%{hero_of[ks[0]]})"
+                else:
+                    kernel_of[i] = tuple(ks)
+                    for k in ks:
+                        members[k].append(i)
+                        if hero:
+                            hero_of[k] = i
+                    continue
+            repaired.append((i, reason))
+        kernel_of[i] = (i,)
+        members[i] = [i]
+        if hero:
+            hero_of[i] = i
+
+    kernels: list[Kernel] = []
+    for root in sorted(members):
+        mem = members[root]
+        mem.reverse()
+        ext: dict[Value, None] = {}
+        for m in mem:
+            for v in nodes[m].inputs:
+                r = resolved.get(v.node, v) if v.node in bitcasts else v
+                if source[r.node] or root not in kernel_of[r.node]:
+                    ext[r] = None
+        outs = nodes[root].outputs
+        live = outs if len(outs) == 1 else tuple(v for v in outs if _has_use(graph, v))
+        kernels.append(Kernel(root, tuple(mem), tuple(sorted(ext)), tuple(live),
+                              hero_of.get(root)))
+    return Kernels(tuple(kernels), tuple(kernel_of), bitcasts, MappingProxyType(resolved),
+                   tuple(sorted(repaired)))
+
+
+def _has_use(graph: Graph, v: Value) -> bool:
+    return v in graph.outputs or any(v in graph.nodes[c].inputs for c in graph.consumers[v.node])
