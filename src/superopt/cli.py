@@ -240,6 +240,64 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0 if not found else 1
 
 
+# ---- generate -----------------------------------------------------------------------
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from superopt.substitutions.generator import generate
+    from superopt.substitutions.library import save_library
+    from superopt.substitutions.presets import make_config
+    from superopt.substitutions.text import format_rules
+
+    cfg = make_config(args.preset, max_ops=args.max_ops,
+                      ops=[o for o in (args.ops or "").split(",") if o] or None,
+                      inputs=args.inputs, max_outputs=args.max_outputs, seed=args.seed)
+    workers = args.workers or (os.cpu_count() or 1)
+    console = _console()
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
+                  "{task.total}"), TimeElapsedColumn(), console=console, transient=True,
+                  disable=args.quiet) as progress:
+        tasks: dict[str, Any] = {}
+
+        def report(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                label = {"enumerate": "enumerating shards", "candidates": "pairing and pruning",
+                         "verify": "checking rules"}.get(stage, stage)
+                tasks[stage] = progress.add_task(label, total=total)
+            progress.update(tasks[stage], completed=done, total=total)
+
+        result = generate(cfg, workers=workers, workdir=args.workdir, progress=report,
+                          verify=not args.no_verify, drop_instances=args.drop_instances)
+    meta = {"config": cfg.key(), "stages": result.stages,
+            "times_s": {k: round(v, 3) for k, v in result.times.items()},
+            "peak_rss_mb": result.info["peak_rss_mb"]}
+    path = save_library(result.rules, args.out, meta=meta)
+    if args.text:
+        with open(args.text, "w") as f:
+            f.write(format_rules(result.rules))
+    table = Table(title=f"superopt generate --preset {cfg.preset} --max-ops {cfg.max_ops}")
+    table.add_column("stage")
+    table.add_column("count", justify="right")
+    for k, v in result.stages.items():
+        table.add_row(k, f"{v:,}")
+    table.add_section()
+    t = result.times
+    peak = result.info["peak_rss_mb"]
+    table.add_row("wall time", f"{t['total']:.1f} s")
+    table.add_row("CPU time (parent + workers)",
+                  f"{t['cpu_parent'] + t['cpu_workers']:.1f} s")
+    table.add_row("peak memory (parent / largest worker)",
+                  f"{peak['parent']:.0f} / {peak['largest_worker']:.0f} MB")
+    table.add_row("workers, shards (resumed)",
+                  f"{workers}, {result.info['shards']} ({result.info['shards_resumed']})")
+    console.print(table)
+    console.print(f"wrote {len(result.rules)} rules to {path}"
+                  + (f" and {args.text}" if args.text else ""))
+    return 0
+
+
 # ---- entry point --------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -292,6 +350,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="OUT.png", help="draw the per-kernel roofline")
     p.set_defaults(func=cmd_simulate)
 
+    p = sub.add_parser("generate", help="enumerate graphs and write a rule library (TASO)",
+                       description="Enumerate every graph of up to N operators over a set of "
+                                   "typed inputs, fingerprint the outputs exactly mod p, keep "
+                                   "equal pairs confirmed on fresh inputs, prune as TASO does, "
+                                   "check each rule with the IR's interpreter and write a "
+                                   "JSON rule library.")
+    p.add_argument("--preset", choices=("taso", "linear", "conv", "small"), default="taso",
+                   help="inputs and operator templates (taso: TASO's generator setting)")
+    p.add_argument("--max-ops", type=int, default=None, help="largest graph size (default 3)")
+    p.add_argument("--max-outputs", type=int, choices=(1, 2), default=None,
+                   help="also look for two-output rules (default 2)")
+    p.add_argument("--ops", default=None, metavar="A,B,...",
+                   help="keep only these templates or ops (e.g. matmul,ewadd,concat2d_1)")
+    p.add_argument("--inputs", default=None, metavar="NAME:2x4,...",
+                   help="replace the preset's inputs (e.g. x1:2x4,x2:2x4,w1:4x4,s0:scalar)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the random inputs")
+    p.add_argument("--out", default="rules.json", metavar="LIB.json",
+                   help="rule library to write (.json or .jsonl)")
+    p.add_argument("--text", default=None, metavar="LIB.rules", help="also write the text form")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes for the enumeration (0: one per core)")
+    p.add_argument("--workdir", default=None, metavar="DIR",
+                   help="keep finished shards here; an interrupted run resumes from them")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip the final check of every rule with the IR's interpreter")
+    p.add_argument("--drop-instances", action="store_true",
+                   help="leave out rules another rule yields by substituting a variable")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_generate)
     return parser
 
 

@@ -1,0 +1,933 @@
+"""TASO-style rule generation: enumerate, fingerprint, bucket, confirm, prune, verify.
+
+Stages (each reported with its count):
+
+1. enumerate every term of up to N ops (`enumerate.py`; the last level in shards, in
+   parallel, resumable from a work directory);
+2. bucket terms by exact mod-p fingerprint (shape included);
+3. confirm each bucket on fresh random inputs (a second, independent evaluation);
+4. pair each term with the earliest smaller member of its bucket that passes TASO's
+   common-subgraph and common-supergraph pruning; terms equal to one of their inputs give
+   rules with a bare variable as target;
+5. two-output rules: pairs of terms that share operators (e.g. two matmuls of one input vs
+   one matmul on concatenated weights then split) against other pairs of the same two
+   buckets;
+6. drop duplicates under renaming of interchangeable inputs;
+7. build rules with shape-dependent attributes as expressions (`symshape.py`) and check
+   every one with the IR's interpreter: `differs` on fresh exact inputs and the float64
+   reference semantics on random normal inputs. Only rules passing both are written.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import resource
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from superopt.ir.errors import IRError
+from superopt.ir.types import TensorType
+from superopt.substitutions.enumerate import (
+    COUNT_KEYS,
+    Shard,
+    TermTable,
+    Unit,
+    config_digest,
+    load_shard,
+    merge_arrays,
+    plan_shards,
+    run_shard,
+    save_shard,
+    shard_path,
+)
+from superopt.substitutions.fingerprint import evaluate, hash_rows, random_inputs, resolve
+from superopt.substitutions.presets import GeneratorConfig
+from superopt.substitutions.prune import SideInfo, canonical, common_subgraph, common_supergraph
+from superopt.substitutions.rule import Rule, differs
+from superopt.substitutions.symshape import SHAPE_ATTRS, RuleSpec, Side, SNode, build_rule
+
+Progress = Callable[[str, int, int], None]
+NodeKey = tuple[int, int, int]
+
+CONFIRM_SEED = 0xC0FFEE
+VERIFY_SEED = 1_000_003
+
+
+class GenerateError(IRError):
+    """A generator run that cannot proceed (e.g. a work directory from another run)."""
+
+
+@dataclass
+class GenerateResult:
+    rules: list[Rule]
+    stages: dict[str, int]
+    times: dict[str, float]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+# ---- access to every enumerated term ------------------------------------------------
+
+class TermStore:
+    """Terms of the table (sizes < N), of the last level, and the collapse terms, under one
+    numbering; structure, values on fresh inputs and expression trees on demand."""
+
+    def __init__(self, table: TermTable, last: dict[str, np.ndarray], level: int) -> None:
+        self.table = table
+        self.cfg = table.cfg
+        self.templates = table.templates
+        self.level = level
+        self.n_in = table.n_inputs
+        self.n_table = len(table)
+        self.last = {k: last[k].tolist() for k in ("tmpl", "a0", "a1", "out")}
+        self.last_h1 = last["h1"]
+        self.last_h2 = last["h2"]
+        self.m = len(self.last["tmpl"])
+        coll = list(table.collapses) + [
+            (int(a), int(b), int(c), int(d), int(e)) for a, b, c, d, e in zip(
+                last["c_tmpl"], last["c_a0"], last["c_a1"], last["c_out"], last["c_inp"],
+                strict=True)]
+        self.coll = coll
+        self.cbase = self.n_table + self.m
+        self._nodes: dict[int, frozenset[NodeKey]] = {}
+        self._cons: dict[int, frozenset[int]] = {}
+        self._expr: dict[int, tuple[Any, ...]] = {}
+        self.fresh_inputs = random_inputs([s.shape for s in self.cfg.inputs],
+                                          self.cfg.seed + CONFIRM_SEED)
+        self._leaves: dict[int, frozenset[NodeKey]] = {}
+
+    def __len__(self) -> int:
+        return self.cbase + len(self.coll)
+
+    def struct(self, t: int) -> tuple[int, int, int, int]:
+        if t < self.n_table:
+            tb = self.table
+            return tb.tmpl[t], tb.a0[t], tb.a1[t], tb.out[t]
+        if t < self.cbase:
+            i = t - self.n_table
+            lt = self.last
+            return lt["tmpl"][i], lt["a0"][i], lt["a1"][i], lt["out"][i]
+        c = self.coll[t - self.cbase]
+        return c[0], c[1], c[2], c[3]
+
+    def args(self, t: int) -> tuple[int, ...]:
+        tmpl, a0, a1, _ = self.struct(t)
+        return tuple(a for a in (a0, a1) if a >= 0)[:self.templates[tmpl].arity]
+
+    def key(self, t: int) -> NodeKey:
+        tmpl, a0, a1, _ = self.struct(t)
+        return (tmpl, a0, a1)
+
+    def is_input(self, t: int) -> bool:
+        return t < self.n_in
+
+    def vmask(self, t: int) -> int:
+        """Bit k set when input k occurs in t."""
+        if t < self.n_table:
+            return self.table.vmask[t]
+        m = 0
+        for a in self.args(t):
+            m |= self.table.vmask[a]
+        return m
+
+    def nodes(self, t: int) -> frozenset[NodeKey]:
+        got = self._nodes.get(t)
+        if got is None:
+            if self.is_input(t):
+                got = frozenset()
+            else:
+                acc = {self.key(t)}
+                for a in self.args(t):
+                    acc |= self.nodes(a)
+                got = frozenset(acc)
+            self._nodes[t] = got
+        return got
+
+    def consumed(self, t: int) -> frozenset[int]:
+        got = self._cons.get(t)
+        if got is None:
+            acc: set[int] = set()
+            if not self.is_input(t):
+                for a in self.args(t):
+                    acc.add(a)
+                    acc |= self.consumed(a)
+            got = frozenset(acc)
+            self._cons[t] = got
+        return got
+
+    def size(self, t: int) -> int:
+        return len(self.nodes(t))
+
+    def expr(self, t: int) -> tuple[Any, ...]:
+        got = self._expr.get(t)
+        if got is None:
+            if self.is_input(t):
+                got = ("in", t)
+            else:
+                tmpl, _, _, out = self.struct(t)
+                got = (tmpl, out, tuple(self.expr(a) for a in self.args(t)))
+            self._expr[t] = got
+        return got
+
+    def leaves(self, t: int) -> frozenset[NodeKey]:
+        got = self._leaves.get(t)
+        if got is None:
+            got = frozenset(k for k in self.nodes(t) if all(a < self.n_in for a in k[1:] if a >= 0))
+            self._leaves[t] = got
+        return got
+
+    def root(self, t: int) -> tuple[int, tuple[Any, ...]] | None:
+        if self.is_input(t):
+            return None
+        tmpl = self.struct(t)[0]
+        return tmpl, tuple(("in", a) if self.is_input(a) else ("op", a) for a in self.args(t))
+
+    def info(self, outs: Sequence[int]) -> SideInfo:
+        leaves: frozenset[NodeKey] = frozenset()
+        for t in outs:
+            leaves |= self.leaves(t)
+        return SideInfo(leaves, tuple(self.root(t) for t in outs))
+
+    # ---- values on fresh inputs ---------------------------------------------------
+
+    def shape_and_attrs(self, t: int) -> tuple[dict[str, Any], tuple[tuple[int, ...], ...]]:
+        """Full IR attributes of t's node and its output shapes."""
+        tmpl_i = self.struct(t)[0]
+        tmpl = self.templates[tmpl_i]
+        args = self.args(t)
+        shapes = [self.shape(a) for a in args]
+        mid = None
+        if tmpl.kind == "split":
+            mid = self.table.split[args[0]][tmpl.axis][-1]
+        res = resolve(tmpl, shapes, mid)
+        assert res is not None, f"term {t} does not type-check"
+        return res
+
+    def shape(self, t: int) -> tuple[int, ...]:
+        if t < self.n_table:
+            return self.table.shapes[self.table.group[t]]
+        return self.shape_and_attrs(t)[1][self.struct(t)[3]]
+
+    def _fresh_table(self) -> list[np.ndarray]:
+        """Every table term's value on the fresh inputs, computed level by level in
+        batches (no pruning here, so term ids stay those of the enumeration)."""
+        got = getattr(self, "_ftable", None)
+        if got is not None:
+            return got
+        tb = self.table
+        vals: list[np.ndarray | None] = [None] * self.n_table
+        for k in range(self.n_in):
+            vals[k] = self.fresh_inputs[k]
+        by_level: dict[int, list[int]] = defaultdict(list)
+        for t in range(self.n_in, self.n_table):
+            by_level[tb.size[t]].append(t)
+        for lv in sorted(by_level):
+            self._fresh_batch(by_level[lv], vals)
+        self._ftable = vals  # type: ignore[assignment]
+        return self._ftable
+
+    def _fresh_batch(self, terms: Sequence[int], vals: list[np.ndarray | None]
+                     ) -> dict[int, np.ndarray]:
+        """Fresh values of `terms` whose operands are table terms already in `vals`; table
+        terms are stored into `vals`, all are returned."""
+        groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+        for t in terms:
+            tmpl_i = self.struct(t)[0]
+            args = self.args(t)
+            mid = None
+            if self.templates[tmpl_i].kind == "split":
+                mid = self.table.split[args[0]][self.templates[tmpl_i].axis][-1]
+            key = (tmpl_i, tuple(self.table.group[a] for a in args), mid)
+            groups[key].append(t)
+        out: dict[int, np.ndarray] = {}
+        for (tmpl_i, gs, mid), ts in groups.items():
+            tmpl = self.templates[tmpl_i]
+            res = resolve(tmpl, [self.table.shapes[g] for g in gs], mid)
+            assert res is not None
+            attrs = res[0]
+            step = max(1, (1 << 20) // max(1, int(np.prod(res[1][0]))))
+            for s0 in range(0, len(ts), step):
+                chunk = ts[s0:s0 + step]
+                args = [np.stack([vals[self.args(t)[i]] for t in chunk]) for i in range(len(gs))]
+                outs = evaluate(tmpl, attrs, args)
+                for r, t in enumerate(chunk):
+                    o = self.struct(t)[3]
+                    v = outs[o][r if outs[o].shape[0] > 1 else 0]
+                    out[t] = v
+                    if t < self.n_table:
+                        vals[t] = v
+        return out
+
+    def fresh_hashes(self, terms: Sequence[int]) -> dict[int, tuple[int, int]]:
+        """Fingerprints of terms on the fresh inputs (an evaluation independent of the
+        enumeration's), batched by template and operand shapes."""
+        vals = self._fresh_table()
+        got: dict[int, np.ndarray] = {}
+        rest = []
+        for t in terms:
+            if t < self.n_table:
+                got[t] = vals[t]  # type: ignore[assignment]
+            else:
+                rest.append(t)
+        got.update(self._fresh_batch(rest, vals))
+        by_shape: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for t, v in got.items():
+            by_shape[v.shape].append(t)
+        out: dict[int, tuple[int, int]] = {}
+        for ts in by_shape.values():
+            h1, h2 = hash_rows(np.stack([got[t] for t in ts]))
+            for t, a, b in zip(ts, h1.tolist(), h2.tolist(), strict=True):
+                out[t] = (a, b)
+        return out
+
+    def dag_fps(self, t: int) -> dict[int, tuple[int, int]]:
+        """Enumeration fingerprints of every operator output in t's DAG, by term id."""
+        if t < self.n_table:
+            tb = self.table
+            return {d: (tb.h1[d], tb.h2[d]) for d in tb.dag[t]}
+        out: dict[int, tuple[int, int]] = {}
+        for a in self.args(t):
+            out.update(self.dag_fps(a))
+        if t < self.cbase:
+            i = t - self.n_table
+            out[t] = (int(self.last_h1[i]), int(self.last_h2[i]))
+            sib = self._siblings().get(self.key(t))
+            if sib:
+                for u in sib:
+                    j = u - self.n_table
+                    out[u] = (int(self.last_h1[j]), int(self.last_h2[j]))
+        return out
+
+    def _siblings(self) -> dict[NodeKey, list[int]]:
+        """Last-level outputs of multi-output nodes, by node."""
+        got = getattr(self, "_sib", None)
+        if got is None:
+            got = defaultdict(list)
+            multi = {i for i, t in enumerate(self.templates) if t.kind == "split"}
+            lt = self.last
+            for i, tm in enumerate(lt["tmpl"]):
+                if tm in multi:
+                    got[(tm, lt["a0"][i], lt["a1"][i])].append(self.n_table + i)
+            self._sib = got
+        return got
+
+    # ---- side graphs for rules ----------------------------------------------------
+
+    def side(self, outs: Sequence[int], var_index: dict[int, int]) -> Side:
+        nodes: list[SNode] = []
+        index: dict[NodeKey, int] = {}
+
+        def ref(t: int) -> tuple[str, int, int]:
+            if self.is_input(t):
+                return ("var", var_index[t], 0)
+            key = self.key(t)
+            if key not in index:
+                kids = tuple(ref(a) for a in self.args(t))
+                tmpl = self.templates[key[0]]
+                attrs, _ = self.shape_and_attrs(t)
+                infer = tuple(a for a in SHAPE_ATTRS.get(tmpl.op, ()) if a in attrs)
+                index[key] = len(nodes)
+                nodes.append(SNode(tmpl.op, tuple(sorted(attrs.items())), kids, infer))
+            return ("node", index[key], self.struct(t)[3])
+
+        outputs = tuple(ref(t) for t in outs)
+        return Side(tuple(nodes), outputs)
+
+
+# ---- the pipeline --------------------------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(cfg: GeneratorConfig) -> None:
+    if _WORKER.get("digest") != config_digest(cfg):
+        table = TermTable(cfg, cfg.max_ops - 1)
+        units, shards = plan_shards(table, cfg.max_ops)
+        _WORKER.update(digest=config_digest(cfg), table=table, units=units, shards=shards)
+
+
+def _worker_run(index: int, path: str | None) -> dict[str, np.ndarray]:
+    table: TermTable = _WORKER["table"]
+    shard: Shard = _WORKER["shards"][index]
+    arrays = run_shard(table, _WORKER["units"], shard, table.cfg.max_ops)
+    if path is not None:
+        save_shard(Path(path), arrays)
+    return arrays
+
+
+def _peak_mb() -> dict[str, float]:
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"parent": round(own, 1), "largest_worker": round(kids, 1)}
+
+
+def _prepare_workdir(workdir: Path, cfg: GeneratorConfig) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    meta = workdir / "run.json"
+    digest = config_digest(cfg)
+    if meta.exists():
+        try:
+            old = json.loads(meta.read_text())
+        except json.JSONDecodeError:
+            old = {}
+        if old.get("digest") != digest:
+            raise GenerateError(f"{workdir}: work directory holds shards of another run "
+                                f"(config {old.get('digest')!r}, this run {digest!r}); use "
+                                "another directory")
+    else:
+        meta.write_text(json.dumps({"digest": digest, "config": cfg.key()}, indent=1))
+
+
+def enumerate_last_level(table: TermTable, units: list[Unit], shards: list[Shard],
+                         workers: int, workdir: Path | None, progress: Progress | None
+                         ) -> tuple[dict[str, np.ndarray], int]:
+    """Run (or load) every shard of the last level; returns merged arrays and how many
+    shards came from the work directory."""
+    cfg = table.cfg
+    level = cfg.max_ops
+    results: dict[int, dict[str, np.ndarray]] = {}
+    resumed = 0
+    todo: list[int] = []
+    for i, sh in enumerate(shards):
+        p = shard_path(workdir, sh) if workdir is not None else None
+        if p is not None and p.exists():
+            results[i] = load_shard(p)
+            resumed += 1
+        else:
+            todo.append(i)
+    done = len(results)
+    if progress:
+        progress("enumerate", done, len(shards))
+    todo.sort(key=lambda i: -shards[i].cost)  # longest first balances the pool
+    if workers <= 1 or len(todo) <= 1:
+        for i in todo:
+            arrays = run_shard(table, units, shards[i], level)
+            if workdir is not None:
+                save_shard(shard_path(workdir, shards[i]), arrays)
+            results[i] = arrays
+            done += 1
+            if progress:
+                progress("enumerate", done, len(shards))
+    else:
+        import multiprocessing as mp
+
+        _WORKER.update(digest=config_digest(cfg), table=table, units=units, shards=shards)
+        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                 initargs=(cfg,)) as pool:
+            futures: dict[Future[dict[str, np.ndarray]], int] = {}
+            try:
+                for i in todo:
+                    p = str(shard_path(workdir, shards[i])) if workdir is not None else None
+                    futures[pool.submit(_worker_run, i, p)] = i
+                pending = set(futures)
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        results[futures[f]] = f.result()
+                        done += 1
+                        if progress:
+                            progress("enumerate", done, len(shards))
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+    merged = merge_arrays([results[i] for i in range(len(shards))])
+    return merged, resumed
+
+
+def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None = None,
+             progress: Progress | None = None, verify: bool = True,
+             name_prefix: str | None = None, drop_instances: bool = False) -> GenerateResult:
+    """Generate a rule library for `cfg` (see the module docstring for the stages).
+
+    With `drop_instances`, a rule that another rule yields by substituting one variable for
+    another (`(concat 0 (concat 0 ?x1 ?x2) ?x1) => ...` from concat associativity) is left
+    out, as TASO's generator does; by default such rules are only counted."""
+    t_start, c_start = time.perf_counter(), time.process_time()
+    times: dict[str, float] = {}
+    stages: dict[str, int] = {}
+    wd = Path(workdir) if workdir is not None else None
+    if wd is not None:
+        _prepare_workdir(wd, cfg)
+    level = cfg.max_ops
+
+    t0 = time.perf_counter()
+    table = TermTable(cfg, level - 1)
+    units, shards = plan_shards(table, level)
+    last, resumed = enumerate_last_level(table, units, shards, workers, wd, progress)
+    times["enumerate"] = time.perf_counter() - t0
+    counts = {k: sum(c[k] for c in table.level_counts.values()) for k in COUNT_KEYS}
+    for k, v in zip(COUNT_KEYS, last["counts"].tolist(), strict=True):
+        counts[k] += v
+    stages["graphs enumerated (terms evaluated)"] = counts["evaluated"]
+    stages["pruned: duplicate tensors in graph"] = counts["pruned_duplicate"]
+    stages["terms kept"] = counts["clean_terms"]
+    store = TermStore(table, last, level)
+
+    # ---- buckets and confirmation -------------------------------------------------
+    t0 = time.perf_counter()
+    n_in, n_table = table.n_inputs, len(table)
+    ids = np.concatenate([np.arange(n_in, n_table), n_table + np.arange(store.m)])
+    h1 = np.concatenate([np.array(table.h1[n_in:], dtype=np.uint64), store.last_h1])
+    h2 = np.concatenate([np.array(table.h2[n_in:], dtype=np.uint64), store.last_h2])
+    order = np.lexsort((h2, h1))
+    ids, h1, h2 = ids[order], h1[order], h2[order]
+    if len(ids):
+        new = np.ones(len(ids), dtype=bool)
+        new[1:] = (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])
+        starts = np.flatnonzero(new)
+    else:
+        starts = np.zeros(0, dtype=np.int64)
+    ends = np.append(starts[1:], len(ids))
+    stages["distinct fingerprints"] = len(starts)
+    multi = [(int(s), int(e)) for s, e in zip(starts, ends, strict=True) if e - s >= 2]
+    stages["candidate pairs (bucket hits)"] = sum(e - s - 1 for s, e in multi)
+    stages["collapse candidates (term equal to one of its inputs)"] = len(store.coll)
+    classes: list[list[int]] = []
+    class_fp: list[tuple[int, int]] = []
+    members_all = [t for s, e in multi for t in ids[s:e].tolist()]
+    coll_ids = [store.cbase + c for c in range(len(store.coll))]
+    fresh = store.fresh_hashes(members_all + coll_ids + list(range(n_in)))
+    for s, e in multi:
+        sub: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for t in ids[s:e].tolist():
+            sub[fresh[t]].append(t)
+        for members in sub.values():
+            if len(members) >= 2:
+                members.sort(key=lambda t: (store.size(t), t))
+                classes.append(members)
+                class_fp.append((int(h1[s]), int(h2[s])))
+    confirmed_coll: list[tuple[int, int]] = []
+    for c in range(len(store.coll)):
+        t = store.cbase + c
+        k = store.coll[c][4]
+        if fresh[t] == fresh[k]:
+            confirmed_coll.append((t, k))
+    stages["confirmed on fresh inputs"] = sum(len(m) - 1 for m in classes)
+    stages["collapse candidates confirmed"] = len(confirmed_coll)
+    times["bucket+confirm"] = time.perf_counter() - t0
+    if progress:
+        progress("candidates", 0, 1)
+
+    # ---- single-output candidates -------------------------------------------------
+    t0 = time.perf_counter()
+    candidates, after_sub = _single_output_candidates(store, classes)
+    single_after_super = len(candidates)
+    for t, k in confirmed_coll:
+        candidates.append(((t,), (k,), -1))
+
+    # ---- two-output candidates ----------------------------------------------------
+    multi_stats = {"linked": 0, "candidates": 0, "after_sub": 0}
+    if cfg.max_outputs >= 2:
+        two = _two_output_candidates(store, classes, level, multi_stats)
+        candidates.extend(two)
+    stages["after common-subgraph pruning"] = after_sub
+    stages["after common-supergraph pruning"] = single_after_super
+    stages["two-output graphs sharing operators"] = multi_stats["linked"]
+    stages["two-output: partner left after common-subgraph pruning"] = multi_stats["after_sub"]
+    stages["two-output: after common-supergraph pruning"] = multi_stats["candidates"]
+    stages["all candidates (single + collapse + two-output)"] = len(candidates)
+    times["pair+prune"] = time.perf_counter() - t0
+
+    # ---- duplicates under renaming ------------------------------------------------
+    t0 = time.perf_counter()
+    groups = _input_groups(cfg)
+    commutative = {i for i, t in enumerate(cfg.templates) if t.commutative}
+    tkeys = [t.key for t in cfg.templates]
+    seen: dict[str, int] = {}
+    unique: list[tuple[tuple[int, ...], tuple[int, ...], int, dict[int, int]]] = []
+    for src, tgt, ci in candidates:
+        key, mapping = canonical([store.expr(t) for t in src], [store.expr(t) for t in tgt],
+                                 groups, tkeys.__getitem__, commutative.__contains__)
+        if key in seen:
+            continue
+        seen[key] = len(unique)
+        unique.append((src, tgt, ci, mapping))
+    stages["after renaming dedup"] = len(unique)
+    stages["after renaming dedup: two-output"] = sum(1 for u in unique if len(u[0]) == 2)
+    times["dedup"] = time.perf_counter() - t0
+
+    # ---- rules, checked by the IR ---------------------------------------------------
+    t0 = time.perf_counter()
+    prefix = name_prefix or f"{cfg.preset}{level}"
+    built: list[tuple[Rule, dict[str, TensorType]]] = []
+    build_failed = 0
+    for src, tgt, ci, mapping in unique:
+        try:
+            rule, types = _make_rule(store, src, tgt, mapping, ci, class_fp, prefix)
+        except IRError:
+            build_failed += 1
+            continue
+        built.append((rule, types))
+    general: dict[str, int] = {}
+    merged: list[tuple[Rule, dict[str, TensorType]]] = []
+    for rule, types in built:
+        gkey = _general_key(rule)
+        if gkey in general:
+            first = merged[general[gkey]][0]
+            merged[general[gkey]] = (_add_instance(first, rule), merged[general[gkey]][1])
+            continue
+        general[gkey] = len(merged)
+        merged.append((rule, types))
+    stages["after generalization dedup"] = len(merged)
+    stages["after generalization dedup: two-output"] = sum(1 for r, _ in merged if r.outputs == 2)
+    built = merged
+    refuted = 0
+    rules: list[Rule] = []
+    if progress:
+        progress("verify", 0, len(built))
+    for n, (rule, types) in enumerate(built):
+        if verify and not check_rule(rule, types):
+            refuted += 1
+            continue
+        rules.append(rule)
+        if progress and n % 50 == 0:
+            progress("verify", n, len(built))
+    if progress:
+        progress("verify", len(built), len(built))
+    stages["rules not expressible"] = build_failed
+    stages["rejected by the IR check"] = refuted
+    instances = instance_rules(rules)
+    stages["instances of another rule (kept unless drop_instances)"] = len(instances)
+    if drop_instances:
+        rules = [r for k, r in enumerate(rules) if k not in instances]
+    rules.sort(key=lambda r: (r.outputs, sum(r.size), max(r.size), _text(r)))
+    from dataclasses import replace
+
+    rules = [replace(r, name=f"{prefix}_{i + 1:04d}") for i, r in enumerate(rules)]
+    stages["rules written"] = len(rules)
+    stages["single-output rules"] = sum(1 for r in rules if r.outputs == 1)
+    stages["two-output rules"] = sum(1 for r in rules if r.outputs == 2)
+    stages["rules with a bare-variable target"] = sum(
+        1 for r in rules if r.outputs == 1 and r.size[1] == 0)
+    times["build+verify"] = time.perf_counter() - t0
+    times["total"] = time.perf_counter() - t_start
+    times["cpu_parent"] = time.process_time() - c_start
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    times["cpu_workers"] = kids.ru_utime + kids.ru_stime
+    info = {"shards": len(shards), "shards_resumed": resumed, "workers": workers,
+            "peak_rss_mb": _peak_mb(), "table_terms": len(table),
+            "last_level_terms": store.m, "classes": len(classes),
+            "level_counts": {str(k): dict(v) for k, v in table.level_counts.items()},
+            "last_level_counts": dict(zip(COUNT_KEYS, last["counts"].tolist(), strict=True)),
+            "cpu_count": os.cpu_count()}
+    return GenerateResult(rules, stages, times, info)
+
+
+def instance_rules(rules: Sequence[Rule]) -> set[int]:
+    """Positions of rules that another rule of the list yields by a (non-injective)
+    substitution of variables: the same text once variables are mapped consistently."""
+    import re
+
+    var = re.compile(r"\?[A-Za-z_][A-Za-z0-9_]*")
+    by_skeleton: dict[str, list[tuple[int, list[str]]]] = defaultdict(list)
+    for k, r in enumerate(rules):
+        # a two-way rule also yields the instances of its reversed form
+        forms = [r, r.reversed()] if r.bidirectional else [r]
+        for f in forms:
+            body = _text(f).split(": ", 1)[1]
+            by_skeleton[var.sub("?", body)].append((k, var.findall(body)))
+    out: set[int] = set()
+    for group in by_skeleton.values():
+        for k, specific in group:
+            for j, general in group:
+                if j == k:
+                    continue
+                m: dict[str, str] = {}
+                if all(m.setdefault(g, s) == s for g, s in zip(general, specific, strict=True)) \
+                        and len(set(m.values())) < len(m):
+                    out.add(k)
+                    break
+    return out
+
+
+def _general_key(rule: Rule) -> str:
+    """The rule's text with variables renamed in order of first occurrence: rules found
+    at different shapes that generalize to the same rule share it."""
+    import re
+    from dataclasses import replace
+
+    keys = []
+    for perm in itertools.permutations(range(rule.outputs)):
+        r = replace(rule, source=tuple(rule.source[i] for i in perm),
+                    target=tuple(rule.target[i] for i in perm))
+        text = _text(r).split(":", 1)[1]
+        names: dict[str, str] = {}
+
+        def sub(m: re.Match[str], names: dict[str, str] = names) -> str:
+            return names.setdefault(m.group(0), f"?v{len(names)}")
+
+        keys.append(re.sub(r"\?[A-Za-z_][A-Za-z0-9_]*", sub, text))
+    return min(keys)
+
+
+def _add_instance(rule: Rule, other: Rule) -> Rule:
+    """Record that `other` (found at other shapes) generalizes to the same rule."""
+    from dataclasses import replace
+
+    prov = dict(rule.provenance)
+    inst = list(prov.get("also_found_at", []))
+    if len(inst) < 8:
+        inst.append(other.provenance.get("types", {}))
+    prov["also_found_at"] = inst
+    prov["instances"] = int(prov.get("instances", 1)) + 1
+    return replace(rule, provenance=prov)
+
+
+def _orient(src_mask: int, tgt_mask: int) -> bool | None:
+    """True: src => tgt is a rule (tgt's variables are among src's); False: only the
+    reverse is; None: neither."""
+    if tgt_mask & ~src_mask == 0:
+        return True
+    if src_mask & ~tgt_mask == 0:
+        return False
+    return None
+
+
+def _text(rule: Rule) -> str:
+    from superopt.substitutions.text import format_rule
+
+    return format_rule(rule)
+
+
+def _input_groups(cfg: GeneratorConfig) -> list[int]:
+    """Interchangeable inputs (same shape and role) share a group number."""
+    seen: dict[tuple[Any, ...], int] = {}
+    return [seen.setdefault((tuple(i.shape), i.role), len(seen)) for i in cfg.inputs]
+
+
+Candidate = tuple[tuple[int, ...], tuple[int, ...], int]  # source terms, target terms, bucket
+
+
+def _single_output_candidates(store: TermStore, classes: list[list[int]]
+                              ) -> tuple[list[Candidate], int]:
+    """Each bucket member (smallest first) against the earliest smaller member that passes
+    pruning; returns the candidates and how many members passed common-subgraph pruning."""
+    candidates: list[Candidate] = []
+    after_sub = 0
+    for ci, members in enumerate(classes):
+        infos = [store.info([m]) for m in members]
+        masks = [store.vmask(m) for m in members]
+        for gi in range(1, len(members)):
+            passed_sub = False
+            for hi in range(gi):
+                oriented = _orient(masks[gi], masks[hi])
+                if oriented is None:
+                    continue  # neither side binds all the other's variables
+                if common_subgraph(infos[hi], infos[gi]):
+                    continue
+                passed_sub = True
+                if common_supergraph(infos[hi], infos[gi]):
+                    continue
+                g, h = (members[gi],), (members[hi],)
+                candidates.append((g, h, ci) if oriented else (h, g, ci))
+                break
+            after_sub += passed_sub
+    return candidates, after_sub
+
+
+def _two_output_candidates(store: TermStore, classes: list[list[int]], level: int,
+                           stats: dict[str, int]) -> list[tuple[tuple[int, ...], tuple[int, ...], int]]:
+    """Two-output rules: a graph whose two outputs share operators (e.g. one matmul on
+    concatenated weights, then split) against the smallest other graph computing the same
+    two values that passes pruning. Only terms with an equivalent partner can take part (a
+    term without one would be common to both sides, which common-subgraph pruning drops)."""
+    class_of: dict[int, int] = {}
+    for ci, members in enumerate(classes):
+        for m in members:
+            class_of[m] = ci
+    terms = sorted(class_of)
+    by_nodeset: dict[frozenset[NodeKey], list[int]] = defaultdict(list)
+    for t in terms:
+        by_nodeset[store.nodes(t)].append(t)
+
+    def valid(u1: int, u2: int) -> bool:
+        if len(store.nodes(u1) | store.nodes(u2)) > level:
+            return False
+        if u1 in store.consumed(u2) or u2 in store.consumed(u1):
+            return False
+        f1, f2 = store.dag_fps(u1), store.dag_fps(u2)
+        inv = {fp: ref for ref, fp in f1.items()}
+        for ref, fp in f2.items():
+            if inv.setdefault(fp, ref) != ref:
+                return False  # two distinct tensors with equal values in one graph
+        return True
+
+    linked: set[tuple[int, int]] = set()
+
+    def consider(a: int, b: int) -> None:
+        if a == b or class_of[a] == class_of[b]:
+            return
+        pair = (a, b) if class_of[a] < class_of[b] else (b, a)
+        if pair not in linked and valid(*pair):
+            linked.add(pair)
+
+    # a graph of <= N ops with two outputs that share operators: either one output's node
+    # set contains the other's (split siblings and their consumers) ...
+    for t1 in terms:
+        ns = sorted(store.nodes(t1))
+        for r in range(1, len(ns) + 1):
+            for sub in itertools.combinations(ns, r):
+                for t2 in by_nodeset.get(frozenset(sub), ()):
+                    consider(t1, t2)
+    # ... or they overlap without nesting (two consumers of a shared operator)
+    by_node: dict[NodeKey, list[int]] = defaultdict(list)
+    for t in terms:
+        if store.size(t) < level:
+            for k in store.nodes(t):
+                by_node[k].append(t)
+    for lst in by_node.values():
+        for i, t1 in enumerate(lst):
+            n1 = store.nodes(t1)
+            for t2 in lst[i + 1:]:
+                n2 = store.nodes(t2)
+                if not (n1 <= n2 or n2 <= n1) and len(n1 | n2) <= level:
+                    consider(t1, t2)
+    stats["linked"] = len(linked)
+
+    out: list[tuple[tuple[int, ...], tuple[int, ...], int]] = []
+    for t1, t2 in sorted(linked):
+        g = (t1, t2)
+        gi = store.info(g)
+        gmask = store.vmask(t1) | store.vmask(t2)
+        gsize = len(store.nodes(t1) | store.nodes(t2))
+        # class members are sorted by size; the smallest partner is among the first ones
+        f1 = [u for u in classes[class_of[t1]] if store.leaves(u).isdisjoint(gi.leaves)]
+        f2 = [u for u in classes[class_of[t2]] if store.leaves(u).isdisjoint(gi.leaves)]
+        f1, f2 = f1[:PARTNER_SIDE], f2[:PARTNER_SIDE]
+        if not f1 or not f2:
+            continue
+        stats["after_sub"] += 1
+        best: tuple[int, int] | None = None
+        for u1, u2 in sorted(itertools.product(f1, f2),
+                             key=lambda p: (store.size(p[0]) + store.size(p[1]), p)):
+            if (u1, u2) == g or not valid(u1, u2):
+                continue
+            hi = store.info((u1, u2))
+            if common_subgraph(gi, hi) or common_supergraph(gi, hi):
+                continue
+            hmask = store.vmask(u1) | store.vmask(u2)
+            oriented = _orient(gmask, hmask)
+            if oriented is None:
+                continue
+            best = (u1, u2)
+            break
+        if best is None:
+            continue
+        hsize = len(store.nodes(best[0]) | store.nodes(best[1]))
+        bmask = store.vmask(best[0]) | store.vmask(best[1])
+        # the larger graph is the source unless only the reverse binds all variables
+        forward = _orient(gmask, bmask)
+        if forward and (gsize >= hsize or _orient(bmask, gmask) is not True):
+            out.append((g, best, -2))
+        else:
+            out.append((best, g, -2))
+        stats["candidates"] += 1
+    return out
+
+
+PARTNER_SIDE = 64  # members of each bucket tried as partners of a two-output graph
+
+
+def _make_rule(store: TermStore, src: tuple[int, ...], tgt: tuple[int, ...],
+               mapping: dict[int, int], ci: int, class_fp: list[tuple[int, int]], prefix: str
+               ) -> tuple[Rule, dict[str, TensorType]]:
+    cfg = store.cfg
+    used: dict[int, None] = {}
+    for t in (*src, *tgt):
+        _collect_inputs(store, t, used)
+    # The canonical renaming fixes the rule up to names; within each group of
+    # interchangeable inputs, hand out the group's names in order of first occurrence.
+    groups = _input_groups(cfg)
+    members: dict[int, list[int]] = defaultdict(list)
+    for k, g in enumerate(groups):
+        members[g].append(k)
+    seen_in: dict[int, int] = defaultdict(int)
+    rename: dict[int, int] = {}
+    for k in sorted(used, key=lambda k: _first_use(store, (*src, *tgt), k, mapping)):
+        g = groups[k]
+        rename[k] = members[g][seen_in[g]]
+        seen_in[g] += 1
+    order = sorted(used, key=lambda k: rename[k])
+    var_index = {k: i for i, k in enumerate(order)}
+    names = tuple(cfg.inputs[rename[k]].name for k in order)
+    shapes = tuple(tuple(cfg.inputs[k].shape) for k in order)
+    spec = RuleSpec(prefix, store.side(src, var_index), store.side(tgt, var_index), names, shapes)
+    size = [len(frozenset().union(*(store.nodes(t) for t in side))) for side in (src, tgt)]
+    prov: dict[str, Any] = {
+        "generator": "superopt generate", "preset": cfg.preset, "max_ops": cfg.max_ops,
+        "seed": cfg.seed, "size": size,
+        "types": {n: list(s) for n, s in zip(names, shapes, strict=True)},
+    }
+    if ci >= 0:
+        prov["fingerprint"] = f"{class_fp[ci][0]:016x}{class_fp[ci][1]:016x}"
+    rule = build_rule(spec, provenance=prov)
+    types = {n: TensorType(s) for n, s in zip(names, shapes, strict=True)}
+    return rule, types
+
+
+def _first_use(store: TermStore, outs: Sequence[int], k: int, mapping: dict[int, int]
+               ) -> tuple[int, int]:
+    """Position of input k's first occurrence in a left-to-right walk of the rule, with
+    commutative operands visited in their canonical order."""
+    pos = 0
+    found: list[int] = []
+
+    def walk(t: int) -> None:
+        nonlocal pos
+        if found:
+            return
+        if store.is_input(t):
+            if t == k:
+                found.append(pos)
+            pos += 1
+            return
+        args = list(store.args(t))
+        if store.templates[store.struct(t)[0]].commutative:
+            args.sort(key=lambda a: (not store.is_input(a), mapping.get(a, a)))
+        for a in args:
+            walk(a)
+
+    for t in outs:
+        walk(t)
+    return (found[0] if found else 1 << 30, mapping[k])
+
+
+def _collect_inputs(store: TermStore, t: int, acc: dict[int, None]) -> None:
+    if store.is_input(t):
+        acc.setdefault(t, None)
+        return
+    for a in store.args(t):
+        _collect_inputs(store, a, acc)
+
+
+def check_rule(rule: Rule, types: dict[str, TensorType], seed: int = VERIFY_SEED) -> bool:
+    """The IR's verdict: equal on fresh exact inputs mod p (`differs`) and, within float
+    tolerance, on random normal inputs under the float64 reference semantics."""
+    from superopt.ir.interpret import interpret, random_feeds
+
+    try:
+        if differs(rule, types, trials=2, seed=seed) is not None:
+            return False
+        src, tgt = rule.instantiate(types)
+        feeds = random_feeds(src, "reference", seed=seed)
+        a = interpret(src, feeds)
+        b = interpret(tgt, feeds)
+    except IRError:
+        return False
+    for x, y in zip(a, b, strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        if x.shape != y.shape:
+            return False
+        scale = max(1.0, float(np.max(np.abs(x))) if x.size else 1.0)
+        if not np.allclose(x, y, rtol=1e-9, atol=1e-9 * scale):
+            return False
+    return True
