@@ -16,6 +16,7 @@ TABLE_MODULES = (
     "superopt.backends.torch",
     "superopt.tpu_sim.cost",
     "superopt.tpu_sim.layout_rules",
+    "superopt.verifier.shapes",
 )
 
 
@@ -26,10 +27,10 @@ def _load_tables() -> None:
 
 
 def test_expected_tables_are_registered() -> None:
-    assert {"modp", "flops", "torch", "tpu_cost", "tpu_layout"} <= set(TABLES)
+    assert {"modp", "flops", "torch", "tpu_cost", "tpu_layout", "z3"} <= set(TABLES)
 
 
-@pytest.mark.parametrize("table", ["modp", "flops", "torch", "tpu_cost", "tpu_layout"])
+@pytest.mark.parametrize("table", ["modp", "flops", "torch", "tpu_cost", "tpu_layout", "z3"])
 def test_table_covers_every_op(table: str) -> None:
     t = TABLES[table]
     assert t.missing() == [], f"ops without a {table} rule: {t.missing()}"

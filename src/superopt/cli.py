@@ -298,6 +298,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- verify -------------------------------------------------------------------------
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from superopt.verifier.command import run
+
+    return run(args)
+
+
 # ---- entry point --------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -379,6 +387,43 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out rules another rule yields by substituting a variable")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_generate)
+    p = sub.add_parser("verify", help="prove rule files with Z3, refute false rules",
+                       description="Verify substitution rules: random testing against the "
+                                   "reference semantics first (a counterexample refutes a "
+                                   "rule), then a Z3 proof per output from validated operator "
+                                   "axioms. Exit status: 0 nothing refuted, 1 some rule "
+                                   "refuted (or, with --strict, unknown), 2 bad input, 3 an "
+                                   "axiom failed validation.")
+    p.add_argument("files", nargs="*", metavar="FILE",
+                   help="rule files: our text or JSON libraries, Tensat's equations or "
+                        "s-expressions, TASO's graph_subst.pb")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="Z3 time limit per rule output in seconds (default 10)")
+    p.add_argument("--jobs", type=int, default=0, metavar="N",
+                   help="worker processes (default: the usable cores, at most 8)")
+    p.add_argument("--json", metavar="OUT.json", help="write every result as JSON")
+    p.add_argument("--save", metavar="LIB.json",
+                   help="write the rules as a library with their proof status")
+    p.add_argument("--axioms", action="append", metavar="LIB",
+                   help="also use this rule library as axioms (validated first); repeatable")
+    p.add_argument("--no-builtin-axioms", action="store_true",
+                   help="use only --axioms libraries (is a rule implied by my library?)")
+    p.add_argument("--check-axioms", action="store_true",
+                   help="validate the axioms afresh and print a table (alone: only that)")
+    p.add_argument("--list-axioms", action="store_true",
+                   help="print the built-in axioms in the rule text format")
+    p.add_argument("--strict", action="store_true", help="exit 1 unless every rule is proved")
+    p.add_argument("--samples", type=int, default=12, metavar="N",
+                   help="well-typed random instances tested per rule (default 12)")
+    p.add_argument("--axiom-samples", type=int, default=0, metavar="N",
+                   help="instances per axiom direction in validation (default 8, 24 with "
+                        "--check-axioms)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler and test values")
+    p.add_argument("--no-cache", action="store_true",
+                   help="validate the axioms even if a cached validation matches")
+    p.add_argument("--verbose", action="store_true", help="list every rule, not only problems")
+    p.set_defaults(func=cmd_verify)
+
     return parser
 
 

@@ -1,0 +1,168 @@
+"""Benchmark: the verifier's throughput on rule libraries, against TASO's verifier.
+
+Libraries (each verified with the same validated built-in axioms):
+
+- `data/taso_like.rules`: a hand-written library of the kinds of rules TASO ships in
+  graph_subst.pb (element-wise algebra, scalar multiplication, fused activations, conv
+  and matmul merging, concat/split, transpose, pooling, constants, enlarge), every rule
+  true (with its shape condition where it needs one);
+- `data/false_rules.rules`: plausible but false rules, each of which must be refuted;
+- a generated library: `superopt generate --preset taso --max-ops N` (when the generator
+  is available; --max-ops 0 skips it).
+
+For each: rules, outputs, proved / refuted / unknown, wall time with `--jobs` workers,
+CPU time in the workers, rules per second, the slowest rules, and the speed-up over TASO's
+own verifier with the current z3-solver (993 s for its 133 rules; 15 of 146 outputs left
+unknown). Axiom validation is timed separately, cold (no cache).
+
+Run: `.venv/bin/python benchmarks/verify.py [--jobs 2] [--timeout 10] [--max-ops 3]
+[--out benchmarks/results/verify.json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+TASO_SECONDS = 993.0  # TASO's verify.py on its 133 rules (146 outputs), z3-solver 4.12+
+TASO_RULES, TASO_OUTPUTS, TASO_UNKNOWN = 133, 146, 15
+
+
+def generated_library(max_ops: int, out: Path) -> tuple[list, float] | None:
+    try:
+        from superopt.substitutions.generator import generate
+        from superopt.substitutions.presets import make_config
+    except ImportError:
+        return None
+    t0 = time.perf_counter()
+    result = generate(make_config("taso", max_ops=max_ops), workers=1)
+    from superopt.substitutions.library import save_library
+
+    save_library(result.rules, out)
+    return list(result.rules), time.perf_counter() - t0
+
+
+def run_library(name: str, rules: list, axioms: list, options, jobs: int) -> dict:
+    from superopt.verifier.command import summary
+    from superopt.verifier.prover import verify_rules
+
+    t0 = time.perf_counter()
+    results = verify_rules(rules, axioms, options, jobs)
+    wall = time.perf_counter() - t0
+    s = summary(results, wall)
+    slow = sorted(results, key=lambda r: -r.time_s)[:5]
+    return {
+        "library": name, **s,
+        "speedup_vs_taso": round(TASO_SECONDS / wall, 1) if wall > 0 else None,
+        # per rule: TASO needs 993 s / 133 rules = 7.5 s a rule
+        "speedup_per_rule_vs_taso": round((TASO_SECONDS / TASO_RULES) / (wall / len(rules)), 1)
+        if wall > 0 and rules else None,
+        "slowest": [{"rule": r.name, "state": r.state, "time_s": round(r.time_s, 3),
+                     "test_s": round(r.test.time_s, 3), "prove_s": round(r.prove_time_s, 3)}
+                    for r in slow],
+        "not_proved": [{"rule": r.name, "state": r.state, "reason": r.reason}
+                       for r in results if r.state != "proved"],
+        "axioms_used": sorted({a for r in results for a in r.axioms}),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=10.0, help="Z3 limit per output (s)")
+    ap.add_argument("--samples", type=int, default=12, help="random instances per rule")
+    ap.add_argument("--max-ops", type=int, default=3, help="generated library size (0: skip)")
+    ap.add_argument("--out", default=str(HERE / "results" / "verify.json"))
+    ap.add_argument("--save-generated", default=None, metavar="LIB.json",
+                    help="keep the generated library here (default: a temporary file)")
+    args = ap.parse_args()
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from superopt.substitutions.text import read_rules
+    from superopt.verifier.axioms import builtin_axioms, validate_axioms
+    from superopt.verifier.prover import VerifyOptions
+
+    console = Console(highlight=False, width=170)
+    axioms = builtin_axioms()
+    t0 = time.perf_counter()
+    checks = validate_axioms(axioms, samples=8, jobs=args.jobs)
+    validate_s = time.perf_counter() - t0
+    bad = [c.name for c in checks if not c.ok]
+    console.print(f"axioms: {len(axioms)} built-in, {sum(len(c.directions) for c in checks)} "
+                  f"directions, {sum(c.instances for c in checks)} instances, "
+                  f"validated in {validate_s:.1f} s (cold, {args.jobs} jobs); failed: {bad or 'none'}")
+    if bad:
+        raise SystemExit(3)
+
+    options = VerifyOptions(timeout_s=args.timeout, samples=args.samples)
+    libraries = [("taso_like", read_rules(HERE / "data" / "taso_like.rules")),
+                 ("false_rules", read_rules(HERE / "data" / "false_rules.rules"))]
+    gen_info = None
+    if args.max_ops > 0:
+        out = Path(args.save_generated or Path(tempfile.mkdtemp()) /
+                   f"generated_taso{args.max_ops}.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        got = generated_library(args.max_ops, out)
+        if got is not None:
+            libraries.append((f"generated (taso preset, {args.max_ops} ops)", got[0]))
+            gen_info = {"rules": len(got[0]), "generate_s": round(got[1], 2), "path": str(out)}
+
+    rows = []
+    for name, rules in libraries:
+        with console.status(f"verifying {name} ({len(rules)} rules)"):
+            rows.append(run_library(name, rules, axioms, options, args.jobs))
+
+    table = Table(title=f"superopt verify benchmark ({args.jobs} jobs, Z3 limit "
+                        f"{args.timeout:g} s/output, {args.samples} random instances/rule)")
+    for col in ("library", "rules", "outputs", "proved", "refuted", "unknown", "wall s",
+                "CPU s", "rules/s", "median s", "max s", "vs TASO (total)", "vs TASO (per rule)"):
+        table.add_column(col, justify="left" if col == "library" else "right")
+    for r in rows:
+        table.add_row(r["library"], str(r["rules"]), str(r["outputs"]), str(r["proved"]),
+                      str(r["refuted"]), str(r["unknown"]), f"{r['wall_s']:.1f}",
+                      f"{r['cpu_sum_s']:.1f}", f"{r['rules_per_s']:.2f}",
+                      f"{r['median_rule_s']:.3f}", f"{r['max_rule_s']:.3f}",
+                      f"{r['speedup_vs_taso']}x", f"{r['speedup_per_rule_vs_taso']}x")
+    table.add_row("TASO verify.py (z3 4.12+)", str(TASO_RULES), str(TASO_OUTPUTS),
+                  str(TASO_OUTPUTS - TASO_UNKNOWN) + " outputs", "-",
+                  f"{TASO_UNKNOWN} outputs", f"{TASO_SECONDS:.0f}", "-",
+                  f"{TASO_RULES / TASO_SECONDS:.2f}", "-", "-", "1x", "1x")
+    console.print(table)
+    for r in rows:
+        slow = Table(title=f"slowest rules: {r['library']}")
+        for col in ("rule", "outcome", "total s", "testing s", "proof s"):
+            slow.add_column(col, justify="left" if col in ("rule", "outcome") else "right")
+        for x in r["slowest"]:
+            slow.add_row(x["rule"], x["state"], f"{x['time_s']:.3f}", f"{x['test_s']:.3f}",
+                         f"{x['prove_s']:.3f}")
+        console.print(slow)
+        shown = [x for x in r["not_proved"]
+                 if r["library"] != "false_rules" or x["state"] != "refuted"]
+        for x in shown[:10]:
+            console.print(f"  {r['library']}: {x['rule']} {x['state']}: {x['reason']}")
+        if len(shown) > 10:
+            console.print(f"  ... and {len(shown) - 10} more not proved (see the JSON)")
+
+    doc = {"benchmark": "verify", "python": platform.python_version(),
+           "machine": platform.machine(), "jobs": args.jobs, "timeout_s": args.timeout,
+           "samples": args.samples,
+           "axioms": {"count": len(axioms), "validation_s": round(validate_s, 2),
+                      "failed": bad},
+           "taso_reference": {"seconds": TASO_SECONDS, "rules": TASO_RULES,
+                              "outputs": TASO_OUTPUTS, "unknown_outputs": TASO_UNKNOWN},
+           "generated": gen_info, "libraries": rows}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    console.print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

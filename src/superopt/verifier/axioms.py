@@ -1,0 +1,471 @@
+"""Operator axioms as data: rules in the project's text format, each validated by sampling.
+
+Every axiom is a `Rule` (`lhs => rhs` or `lhs <=> rhs` over ?variables, with a condition
+where it only holds for some shapes or attributes). The Z3 encoding is generated from the
+same patterns (`encoding.quantify`), so what is validated is what is used. The list starts
+from TASO's operator properties (element-wise algebra, scalar multiplication, fused relu,
+conv/matmul linearity, concat/split laws, transpose laws, pooling, constants, enlarge) and
+adds laws for the project's other ops.
+
+Validation (`validate_axiom`) samples instances where one side (the trigger of that
+direction) type-checks and the condition holds, and requires that the other side
+type-checks too and computes the same tensor in the exact mod-p semantics and the float64
+reference semantics; the shape theory is checked on every node of those instances.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from superopt.ir.errors import IRError
+from superopt.substitutions.rule import Rule
+from superopt.substitutions.text import parse_rules
+from superopt.verifier.encoding import QAxiom, directions, quantify
+from superopt.verifier.sampler import Sampler, SamplerSpec, compare, instances
+from superopt.verifier.shapes import check_graph, env
+from superopt.verifier.zvalues import Unsupported
+
+# ---- the built-in axioms ------------------------------------------------------------
+
+def _conv(x: str, w: str, act: str = "none", g: str = "?g") -> str:
+    return f"(conv2d ?s ?p ?d {g} {act} {x} {w})"
+
+
+def _same_dims(a: str, b: str, dims: Iterable[int]) -> str:
+    return " and ".join(f"dim(?{a},{k}) == dim(?{b},{k})" for k in dims)
+
+
+def _ranks(r: int, *names: str) -> str:
+    return " and ".join(f"rank(?{n}) == {r}" for n in names)
+
+
+def _tuple(items: Sequence[str]) -> str:
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _core_axioms() -> list[str]:
+    ax = [
+        "# element-wise algebra (TASO)",
+        "ewadd_assoc: (ewadd ?x (ewadd ?y ?z)) <=> (ewadd (ewadd ?x ?y) ?z)",
+        "ewadd_comm: (ewadd ?x ?y) => (ewadd ?y ?x)",
+        "ewmul_assoc: (ewmul ?x (ewmul ?y ?z)) <=> (ewmul (ewmul ?x ?y) ?z)",
+        "ewmul_comm: (ewmul ?x ?y) => (ewmul ?y ?x)",
+        "ewmul_distrib: (ewmul (ewadd ?x ?y) ?z) <=> (ewadd (ewmul ?x ?z) (ewmul ?y ?z))",
+        "# scalar multiplication (TASO)",
+        "smul_assoc: (smul (smul ?x ?y) ?w) <=> (smul ?x (smul ?y ?w))",
+        "smul_scalar_comm: (smul ?y ?w) => (smul ?w ?y) if rank(?y) == 0",
+        "smul_as_ewmul: (smul ?x ?w) <=> (ewmul ?x ?w) if rank(?w) == 0",
+        "smul_ewadd: (smul (ewadd ?x ?y) ?w) <=> (ewadd (smul ?x ?w) (smul ?y ?w))",
+        "smul_ewmul: (smul (ewmul ?x ?y) ?w) <=> (ewmul ?x (smul ?y ?w))",
+        "smul_transpose: (smul (transpose ?p ?x) ?w) <=> (transpose ?p (smul ?x ?w))",
+        "smul_matmul_r: (smul (matmul ?x ?y) ?w) <=> (matmul ?x (smul ?y ?w))",
+        "smul_matmul_l: (smul (matmul ?x ?y) ?w) <=> (matmul (smul ?x ?w) ?y)",
+        "smul_concat: (smul (concat axis=?a ?x ?y) ?w) <=> "
+        "(concat axis=?a (smul ?x ?w) (smul ?y ?w))",
+        f"smul_conv_swap: {_conv('(smul ?x ?w)', '?y', '?act')} <=> "
+        f"{_conv('?x', '(smul ?y ?w)', '?act')}",
+        f"smul_conv: (smul {_conv('?x', '?y')} ?w) <=> {_conv('(smul ?x ?w)', '?y')}",
+        "smul_avgpool: (smul (pool2d_avg ?k ?s ?p none ?c ?x) ?w) <=> "
+        "(pool2d_avg ?k ?s ?p none ?c (smul ?x ?w))",
+        "smul_reshape: (smul (reshape ?t ?x) ?w) <=> (reshape ?t (smul ?x ?w))",
+        "smul_pad: (smul (pad ?q ?x) ?w) <=> (pad ?q (smul ?x ?w))",
+        "smul_reduce_sum: (smul (reduce_sum ?ax ?kd ?x) ?w) <=> (reduce_sum ?ax ?kd (smul ?x ?w))",
+        "smul_reduce_mean: (smul (reduce_mean ?ax ?kd ?x) ?w) <=> "
+        "(reduce_mean ?ax ?kd (smul ?x ?w))",
+        "smul_enlarge: (smul (enlarge ?kh ?kw ?x) ?w) <=> (enlarge ?kh ?kw (smul ?x ?w))",
+    ]
+    ax.append("# fused activations (TASO: relu fused into conv)")
+    for act in ("relu", "sigmoid", "tanh"):
+        ax += [
+            f"fuse_conv_{act}: ({act} {_conv('?x', '?w')}) <=> {_conv('?x', '?w', act)}",
+            f"fuse_matmul_{act}: ({act} (matmul ?x ?y)) <=> (matmul {act} ?x ?y)",
+            f"fuse_avgpool_{act}: ({act} (pool2d_avg ?k ?s ?p none ?c ?x)) <=> "
+            f"(pool2d_avg ?k ?s ?p {act} ?c ?x)",
+            f"fuse_maxpool_{act}: ({act} (pool2d_max ?k ?s ?p none ?x)) <=> "
+            f"(pool2d_max ?k ?s ?p {act} ?x)",
+        ]
+    ax.append("# element-wise unary ops through movement ops (TASO: relu, concat, transpose)")
+    for u, name in (("relu", "relu"), ("sigmoid", "sigmoid"), ("tanh", "tanh"),
+                    ("gelu ?ap", "gelu")):
+        ax += [
+            f"{name}_concat: ({u} (concat axis=?a ?x ?y)) <=> (concat axis=?a ({u} ?x) ({u} ?y))",
+            f"{name}_transpose: ({u} (transpose ?p ?x)) <=> (transpose ?p ({u} ?x))",
+            f"{name}_reshape: ({u} (reshape ?t ?x)) <=> (reshape ?t ({u} ?x))",
+            f"{name}_split0: ({u} (split.0 ?a ?n ?x)) <=> (split.0 ?a ?n ({u} ?x))",
+            f"{name}_split1: ({u} (split.1 ?a ?n ?x)) <=> (split.1 ?a ?n ({u} ?x))",
+        ]
+        if name != "sigmoid":  # u(0) = 0
+            ax.append(f"{name}_pad: ({u} (pad ?q ?x)) <=> (pad ?q ({u} ?x))")
+    ax += [
+        "relu_idempotent: (relu (relu ?x)) => (relu ?x)",
+        "relu_maxpool: (pool2d_max ?k ?s ?p none (relu ?x)) <=> (relu (pool2d_max ?k ?s ?p none ?x))"
+        " if ?p == 'same' or ?p == 'valid'",
+    ]
+    ax += [
+        "# convolution (TASO)",
+        # Linear in each input, also under broadcasting of the output channels (weights)
+        # or of the batch (inputs), where every conv of the other side type-checks.
+        f"conv_linear_w: {_conv('?x', '(ewadd ?y ?z)')} <=> "
+        f"(ewadd {_conv('?x', '?y')} {_conv('?x', '?z')}) if "
+        f"{_same_dims('y', 'z', (1, 2, 3))} and (?g == 1 or dim(?y,0) == dim(?z,0))",
+        f"conv_linear_x: {_conv('(ewadd ?x ?y)', '?w')} <=> "
+        f"(ewadd {_conv('?x', '?w')} {_conv('?y', '?w')}) if {_same_dims('x', 'y', (1, 2, 3))}",
+        f"conv_sum_concat: (ewadd {_conv('?x', '?y', g='1')} {_conv('?z', '?w', g='1')}) <=> "
+        f"{_conv('(concat 1 ?x ?z)', '(concat 1 ?y ?w)', g='1')} if "
+        f"{_same_dims('x', 'z', (0, 2, 3))} and {_same_dims('y', 'w', (0, 2, 3))} and "
+        "dim(?x,1) == dim(?y,1)",
+        f"conv_batch_concat: {_conv('(concat 0 ?x ?y)', '?w', '?act')} <=> "
+        f"(concat 0 {_conv('?x', '?w', '?act')} {_conv('?y', '?w', '?act')}) if "
+        f"{_same_dims('x', 'y', (2, 3))}",
+        f"conv_out_concat: {_conv('?x', '(concat 0 ?y ?z)', '?act', g='1')} <=> "
+        f"(concat 1 {_conv('?x', '?y', '?act', g='1')} {_conv('?x', '?z', '?act', g='1')}) if "
+        f"{_same_dims('y', 'z', (2, 3))}",
+        # TASO's concat of grouped convolutions holds only when both convs have as many
+        # output channels per group; the merged conv has the sum of the groups.
+        f"conv_group_concat: (concat 1 {_conv('?x', '?y', '?act', '?g1')} "
+        f"{_conv('?z', '?w', '?act', '?g2')}) => "
+        f"{_conv('(concat 1 ?x ?z)', '(concat 0 ?y ?w)', '?act', '{?g1 + ?g2}')} if "
+        f"dim(?y,0) * ?g2 == dim(?w,0) * ?g1 and {_same_dims('y', 'w', (1, 2, 3))} and "
+        f"{_same_dims('x', 'z', (2, 3))}",
+        "conv_enlarge: (conv2d ?s same ?d ?g ?act ?x (enlarge ?kh ?kw ?w)) => "
+        "(conv2d ?s same ?d ?g ?act ?x ?w) if ?s == (1, 1)",
+        "conv_explicit_pad: (conv2d ?s ?p ?d ?g ?act ?x ?w) => (conv2d ?s valid ?d ?g ?act "
+        "(pad {(0, 0, ?p[0], ?p[2], 0, 0, ?p[1], ?p[3])} ?x) ?w) if ?p != 'same' and ?p != 'valid'",
+        "conv_valid_explicit: (conv2d ?s valid ?d ?g ?act ?x ?w) <=> "
+        "(conv2d ?s [0,0,0,0] ?d ?g ?act ?x ?w)",
+        "avgpool_valid_explicit: (pool2d_avg ?k ?s valid ?act ?c ?x) <=> "
+        "(pool2d_avg ?k ?s [0,0,0,0] ?act ?c ?x)",
+        "maxpool_valid_explicit: (pool2d_max ?k ?s valid ?act ?x) <=> "
+        "(pool2d_max ?k ?s [0,0,0,0] ?act ?x)",
+        "# constants (TASO)",
+        "avgpool_as_conv: (pool2d_avg ?k ?s ?p ?act true ?x) => (conv2d ?s ?p [1,1] {dim(?x,1)} "
+        "?act ?x (const_pool {dim(?x,1)} {?k[0]} {?k[1]}))",
+        "conv_as_avgpool: (conv2d ?s ?p [1,1] ?g ?act ?x (const_pool ?c ?kh ?kw)) => "
+        "(pool2d_avg {(?kh, ?kw)} ?s ?p ?act true ?x) if ?g == dim(?x,1) and ?c == dim(?x,1)",
+        "conv_iconv: (conv2d [1,1] same ?d ?g none ?x (const_iconv ?c ?kh ?kw ?g)) => ?x "
+        "if ?c == dim(?x,1)",
+        # TASO: average-pooling the identity kernel gives the pooling kernel (here as the
+        # dense kernel of a conv: 1/(kh*kw) on the channel diagonal).
+        "conv_pooled_iconv: (conv2d ?s ?p ?d 1 ?act ?x (pool2d_avg ?k [1,1] same none true "
+        "(const_iconv ?c ?kh ?kw 1))) => (conv2d ?s ?p ?d ?c ?act ?x (const_pool ?c ?kh ?kw)) "
+        "if ?k == (?kh, ?kw) and ?c == dim(?x,1)",
+        "matmul_imm_r: (matmul ?x (const_imm ?n)) => ?x if ?n == dim(?x,-1)",
+        "matmul_imm_l: (matmul (const_imm ?n) ?x) => ?x if ?n == dim(?x,-2)",
+        "transpose_imm: (transpose [1,0] (const_imm ?n)) => (const_imm ?n)",
+        "ewmul_one: (ewmul ?x (const_one ?t)) => ?x if ?t == shape(?x)",
+        "# matrix multiplication (TASO)",
+        "matmul_assoc: (matmul ?x (matmul ?y ?z)) <=> (matmul (matmul ?x ?y) ?z)",
+        # Linear in each operand, also under broadcasting, as long as both products of
+        # the other side type-check.
+        "matmul_linear_r: (matmul ?x (ewadd ?y ?z)) <=> (ewadd (matmul ?x ?y) (matmul ?x ?z)) "
+        "if rank(?y) >= 2 and rank(?z) >= 2 and dim(?y,-2) == dim(?z,-2)",
+        "matmul_linear_l: (matmul (ewadd ?x ?y) ?z) <=> (ewadd (matmul ?x ?z) (matmul ?y ?z)) "
+        "if rank(?x) >= 2 and rank(?y) >= 2 and dim(?x,-1) == dim(?y,-1)",
+    ]
+    for r in (2, 3, 4):
+        batch = range(r - 2)
+        yz = f" and {_same_dims('y', 'z', batch)}" if r > 2 else ""
+        xy = f" and {_same_dims('x', 'y', batch)}" if r > 2 else ""
+        ax += [
+            f"matmul_concat_r{r}: (matmul ?x (concat axis=?a ?y ?z)) <=> "
+            f"(concat axis=?a (matmul ?x ?y) (matmul ?x ?z)) if {_ranks(r, 'x', 'y', 'z')} and "
+            f"?a == {r - 1}{yz}",
+            f"matmul_concat_l{r}: (matmul (concat axis=?a ?x ?y) ?z) <=> "
+            f"(concat axis=?a (matmul ?x ?z) (matmul ?y ?z)) if {_ranks(r, 'x', 'y', 'z')} and "
+            f"?a == {r - 2}{xy}",
+        ]
+    for r in (2, 3):
+        batch = list(range(r - 2))
+        same = "".join(f" and {_same_dims(a, b, batch)}" for a, b in (("x", "z"), ("y", "w"),
+                                                                       ("x", "y"))) if batch else ""
+        ax.append(
+            f"matmul_concat_inner{r}: (ewadd (matmul ?x ?y) (matmul ?z ?w)) <=> "
+            f"(matmul (concat {r - 1} ?x ?z) (concat {r - 2} ?y ?w)) if "
+            f"{_ranks(r, 'x', 'y', 'z', 'w')} and dim(?x,{r - 1}) == dim(?y,{r - 2}) and "
+            f"dim(?x,{r - 2}) == dim(?z,{r - 2}) and dim(?y,{r - 1}) == dim(?w,{r - 1}){same}")
+    return ax
+
+
+def _transpose_axioms() -> list[str]:
+    ax = ["# transpose (TASO: involutive, through matmul, concat, ewadd, ewmul)"]
+    for r in range(1, 7):
+        ax.append(f"transpose_id{r}: (transpose ?p ?x) => ?x if ?p == {_tuple([str(k) for k in range(r)])}")
+    for r in (2, 3, 4):
+        composed = _tuple([f"?q[?p[{k}]]" for k in range(r)])
+        swap = _tuple([str(k) for k in range(r - 2)] + [str(r - 1), str(r - 2)])
+        inverse = f"0 if ?p[0] == ?a else ({_inverse_chain(r)})"
+        ax += [
+            f"transpose_compose{r}: (transpose ?p (transpose ?q ?x)) => (transpose {{{composed}}} ?x)"
+            f" if rank(?x) == {r}",
+            f"transpose_matmul{r}: (transpose ?p (matmul ?x ?y)) <=> "
+            f"(matmul (transpose ?p ?y) (transpose ?p ?x)) if {_ranks(r, 'x', 'y')} and ?p == {swap}",
+            f"transpose_concat{r}: (transpose ?p (concat axis=?a ?x ?y)) => "
+            f"(concat axis={{{inverse}}} (transpose ?p ?x) (transpose ?p ?y)) if rank(?x) == {r}",
+            f"concat_transpose{r}: (concat axis=?b (transpose ?p ?x) (transpose ?p ?y)) => "
+            f"(transpose ?p (concat axis={{?p[?b]}} ?x ?y)) if rank(?x) == {r}",
+        ]
+    ax += [
+        "transpose_ewadd: (transpose ?p (ewadd ?x ?y)) <=> (ewadd (transpose ?p ?x) "
+        "(transpose ?p ?y)) if rank(?x) == rank(?y)",
+        "transpose_ewmul: (transpose ?p (ewmul ?x ?y)) <=> (ewmul (transpose ?p ?x) "
+        "(transpose ?p ?y)) if rank(?x) == rank(?y)",
+    ]
+    return ax
+
+
+def _inverse_chain(r: int) -> str:
+    """The position b with ?p[b] == ?a, for b in 1..r-1 (0 is tested by the caller)."""
+    out = str(r - 1)
+    for k in range(r - 2, 0, -1):
+        out = f"{k} if ?p[{k}] == ?a else ({out})"
+    return out
+
+
+def _concat_axioms() -> list[str]:
+    ax = [
+        "# concat and split (TASO)",
+        "concat_one: (concat axis=?a ?x) => ?x",
+        "concat_assoc: (concat axis=?a (concat axis=?a ?x ?y) ?z) <=> "
+        "(concat axis=?a ?x (concat axis=?a ?y ?z))",
+        "concat3_nest: (concat axis=?a ?x ?y ?z) <=> (concat axis=?a (concat axis=?a ?x ?y) ?z)",
+        "concat4_nest: (concat axis=?a ?x ?y ?z ?w) <=> "
+        "(concat axis=?a (concat axis=?a ?x ?y ?z) ?w)",
+        "concat_geometry: (concat axis=?a (concat axis=?b ?x ?y) (concat axis=?b ?z ?w)) <=> "
+        "(concat axis=?b (concat axis=?a ?x ?z) (concat axis=?a ?y ?w)) "
+        "if ?a != ?b and dim(?x,?b) == dim(?z,?b) and dim(?x,?a) == dim(?y,?a)",
+        "concat_ewadd: (concat axis=?a (ewadd ?x ?y) (ewadd ?z ?w)) <=> "
+        "(ewadd (concat axis=?a ?x ?z) (concat axis=?a ?y ?w)) "
+        "if shape(?x) == shape(?y) and shape(?z) == shape(?w)",
+        "concat_ewmul: (concat axis=?a (ewmul ?x ?y) (ewmul ?z ?w)) <=> "
+        "(ewmul (concat axis=?a ?x ?z) (concat axis=?a ?y ?w)) "
+        "if shape(?x) == shape(?y) and shape(?z) == shape(?w)",
+    ]
+    for n in (2, 3):
+        xs = [f"?x{k}" for k in range(n)]
+        sizes = _tuple([f"dim({x},?a)" for x in xs])
+        for i in range(n):
+            ax.append(f"split{n}_concat_{i}: (split.{i} ?a ?n (concat axis=?a {' '.join(xs)})) => "
+                      f"{xs[i]} if ?n == {sizes}")
+        parts = " ".join(f"(split.{i} ?a ?n ?x)" for i in range(n))
+        ax.append(f"concat_split{n}: (concat axis=?a {parts}) => ?x if len(?n) == {n}")
+    ax += ["# pooling (TASO: pooling through concat)"]
+    for op, attrs in (("pool2d_avg", "?k ?s ?p ?act ?c"), ("pool2d_max", "?k ?s ?p ?act")):
+        short = "avgpool" if op == "pool2d_avg" else "maxpool"
+        for axis, other in ((0, (1, 2, 3)), (1, (0, 2, 3))):
+            ax.append(f"{short}_concat{axis}: (concat {axis} ({op} {attrs} ?x) ({op} {attrs} ?y)) "
+                      f"<=> ({op} {attrs} (concat {axis} ?x ?y)) if {_same_dims('x', 'y', other)}")
+    return ax
+
+
+def _other_axioms() -> list[str]:
+    return [
+        "# reshape, reductions, padding, enlarge",
+        "reshape_reshape: (reshape ?s (reshape ?t ?x)) => (reshape ?s ?x)",
+        "reshape_id: (reshape ?s ?x) => ?x if ?s == shape(?x)",
+        "reshape_ewadd: (reshape ?s (ewadd ?x ?y)) <=> (ewadd (reshape ?s ?x) (reshape ?s ?y)) "
+        "if shape(?x) == shape(?y)",
+        "reduce_sum_ewadd: (reduce_sum ?ax ?kd (ewadd ?x ?y)) <=> "
+        "(ewadd (reduce_sum ?ax ?kd ?x) (reduce_sum ?ax ?kd ?y)) if shape(?x) == shape(?y)",
+        "reduce_sum_concat_in: (reduce_sum ?ax true (concat axis=?a ?x ?y)) => "
+        "(ewadd (reduce_sum ?ax true ?x) (reduce_sum ?ax true ?y)) if ?a in ?ax",
+        "reduce_sum_concat_out: (reduce_sum ?ax true (concat axis=?a ?x ?y)) => "
+        "(concat axis=?a (reduce_sum ?ax true ?x) (reduce_sum ?ax true ?y)) if ?a not in ?ax",
+        "pad_ewadd: (pad ?q (ewadd ?x ?y)) <=> (ewadd (pad ?q ?x) (pad ?q ?y)) "
+        "if shape(?x) == shape(?y)",
+        "enlarge_ewadd: (enlarge ?kh ?kw (ewadd ?x ?y)) <=> "
+        "(ewadd (enlarge ?kh ?kw ?x) (enlarge ?kh ?kw ?y)) if shape(?x) == shape(?y)",
+        "enlarge_concat0: (enlarge ?kh ?kw (concat 0 ?x ?y)) <=> "
+        "(concat 0 (enlarge ?kh ?kw ?x) (enlarge ?kh ?kw ?y)) if dim(?x,2) == dim(?y,2) and "
+        "dim(?x,3) == dim(?y,3)",
+        "enlarge_id: (enlarge ?kh ?kw ?x) => ?x if ?kh == dim(?x,2) and ?kw == dim(?x,3)",
+        "# the project's other ops",
+        "copy_id: (copy ?x) => ?x",
+        "layout_id: (layout ?m ?x) => ?x",
+        "softmax_concat: (softmax ?b (concat axis=?a ?x ?y)) <=> "
+        "(concat axis=?a (softmax ?b ?x) (softmax ?b ?y)) if ?a != ?b",
+        "layer_norm_concat: (layer_norm ?b ?e (concat axis=?a ?x ?y) ?g ?t) <=> "
+        "(concat axis=?a (layer_norm ?b ?e ?x ?g ?t) (layer_norm ?b ?e ?y ?g ?t)) if ?a < ?b",
+        "batch_norm_concat0: (batch_norm ?e (concat 0 ?x ?y) ?sc ?bi ?mu ?va) <=> "
+        "(concat 0 (batch_norm ?e ?x ?sc ?bi ?mu ?va) (batch_norm ?e ?y ?sc ?bi ?mu ?va))",
+        "lrn_concat0: (lrn ?n ?al ?be ?bi (concat 0 ?x ?y)) <=> "
+        "(concat 0 (lrn ?n ?al ?be ?bi ?x) (lrn ?n ?al ?be ?bi ?y))",
+        "embedding_concat: (embedding (concat axis=?a ?i ?j) ?t) <=> "
+        "(concat axis=?a (embedding ?i ?t) (embedding ?j ?t)) if ?a < rank(?i)",
+    ]
+
+
+def builtin_text() -> str:
+    """The built-in axioms in the rule text format (one per line, `#` comments)."""
+    lines = [*_core_axioms(), *_transpose_axioms(), *_concat_axioms(), *_other_axioms()]
+    return "\n".join(lines) + "\n"
+
+
+# Sampler settings for axioms that need other ranges than the defaults.
+SPECS: dict[str, SamplerSpec] = {
+    "transpose_id5": SamplerSpec(max_rank=6, max_dim=2),
+    "transpose_id6": SamplerSpec(max_rank=6, max_dim=2),
+    # Reshape's size constraint is non-linear; smaller tensors keep proposals fast.
+    **{name: SamplerSpec(max_rank=4, max_dim=3) for name in (
+        "reshape_reshape", "reshape_id", "reshape_ewadd", "smul_reshape", "relu_reshape",
+        "sigmoid_reshape", "tanh_reshape", "gelu_reshape")},
+}
+
+
+@dataclass(frozen=True)
+class Axiom:
+    """`weak`: the target is also required to be well typed before the axiom applies
+    (library rules that are only partial, see `DirectionCheck.kind`)."""
+
+    name: str
+    rule: Rule
+    spec: SamplerSpec = field(default_factory=SamplerSpec)
+    origin: str = "builtin"
+    weak: bool = False
+
+
+def builtin_axioms() -> list[Axiom]:
+    rules = parse_rules(builtin_text(), "<builtin axioms>")
+    return [Axiom(r.name, r, SPECS.get(r.name, SamplerSpec())) for r in rules]
+
+
+def axioms_from_rules(rules: Iterable[Rule], origin: str) -> list[Axiom]:
+    return [Axiom(r.name, r, SamplerSpec(), origin) for r in rules]
+
+
+def compile_axioms(axioms: Sequence[Axiom]) -> tuple[list[QAxiom], list[tuple[str, str, str]]]:
+    """Quantified formulas of every usable direction; (axiom, direction, reason) for the
+    directions that cannot be used as axioms."""
+    e = env()
+    out: list[QAxiom] = []
+    skipped: list[tuple[str, str, str]] = []
+    for ax in axioms:
+        for d, r in directions(ax.rule):
+            try:
+                out.append(quantify(r, e, ax.name, d, guard_target=ax.weak))
+            except (Unsupported, IRError) as err:
+                skipped.append((ax.name, d, str(err)))
+    return out, skipped
+
+
+# ---- validation ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DirectionCheck:
+    """`kind` of failure: "differs" (the sides compute different tensors: unsound),
+    "partial" (the target does not always type-check), "sparse" (too few instances),
+    "encode" (no Z3 encoding); "" when the direction passed."""
+
+    direction: str
+    instances: int = 0
+    failure: str = ""
+    kind: str = ""
+    counterexample: dict[str, Any] | None = None
+    exhausted: bool = False  # every instance within the sampler's bounds was tested
+
+
+@dataclass(frozen=True)
+class AxiomCheck:
+    """The validation of one axiom: every direction must pass on enough instances."""
+
+    name: str
+    origin: str
+    text: str
+    directions: tuple[DirectionCheck, ...]
+    shape_problems: tuple[str, ...] = ()
+    time_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.shape_problems and all(not d.failure for d in self.directions)
+
+    @property
+    def instances(self) -> int:
+        return sum(d.instances for d in self.directions)
+
+
+def _check_direction(rule: Rule, direction: str, spec: SamplerSpec, samples: int, seed: int,
+                     deadline: float, shape_checks: int, problems: list[str]) -> DirectionCheck:
+    try:
+        sampler = Sampler(rule, spec, seed=seed)
+    except (Unsupported, IRError) as err:
+        return DirectionCheck(direction, failure=f"cannot encode: {err}", kind="encode")
+    valid = 0
+    for k, (inst, built) in enumerate(instances(sampler, samples, samples * 10, deadline,
+                                                target=False)):
+        if built.source is None or built.outside:
+            continue
+        if built.target is None:
+            return DirectionCheck(direction, valid, failure=f"at {inst.describe()} the source "
+                                  f"type-checks but not the target ({built.problem})",
+                                  kind="partial")
+        try:
+            cmp = compare(rule, inst, built, seed * 7919 + k)
+        except IRError as err:
+            return DirectionCheck(direction, valid, failure=f"evaluation failed at "
+                                  f"{inst.describe()}: {err}", kind="differs")
+        if cmp.separates:
+            return DirectionCheck(direction, valid, failure=f"the sides differ at "
+                                  f"{inst.describe()}", kind="differs",
+                                  counterexample=cmp.counterexample)
+        if cmp.modp_differs:
+            return DirectionCheck(direction, valid, failure=f"the mod-p semantics tells the sides "
+                                  f"apart at {inst.describe()}", kind="differs")
+        if valid < shape_checks:
+            for g in (built.source, built.target):
+                problems.extend(check_graph(g))
+        valid += 1
+    if valid < min(samples, spec.min_samples) and not (sampler.exhausted and valid):
+        return DirectionCheck(direction, valid, failure=f"only {valid} valid instances found "
+                              f"(need {min(samples, spec.min_samples)})", kind="sparse")
+    return DirectionCheck(direction, valid, exhausted=sampler.exhausted)
+
+
+def validate_axiom(ax: Axiom, samples: int = 8, seed: int = 0, budget_s: float = 20.0,
+                   shape_checks: int = 1) -> AxiomCheck:
+    """Sample and test every direction of an axiom (see the module docstring)."""
+    from superopt.substitutions.text import format_rule
+
+    t0 = time.perf_counter()
+    problems: list[str] = []
+    checks = []
+    for d, r in directions(ax.rule):
+        checks.append(_check_direction(r, d, ax.spec, samples, seed, t0 + budget_s,
+                                       shape_checks, problems))
+    return AxiomCheck(ax.name, ax.origin, format_rule(ax.rule), tuple(checks),
+                      tuple(dict.fromkeys(problems)), time.perf_counter() - t0)
+
+
+def validate_axioms(axioms: Sequence[Axiom], samples: int = 8, seed: int = 0, jobs: int = 1,
+                    shape_checks: int = 1,
+                    progress: Callable[[AxiomCheck], None] | None = None) -> list[AxiomCheck]:
+    """Validate axioms, in parallel over `jobs` processes; results in input order."""
+    from superopt.verifier.parallel import run_parallel
+
+    tasks = [(payload(ax), samples, seed, shape_checks) for ax in axioms]
+    return run_parallel(_validate_task, tasks, jobs, progress)
+
+
+Payload = tuple[str, str, str, bool, SamplerSpec]
+
+
+def payload(ax: Axiom) -> Payload:
+    """An axiom as picklable data (rules hold mapping proxies, which do not pickle)."""
+    from superopt.substitutions.text import format_rule
+
+    return (ax.name, format_rule(ax.rule), ax.origin, ax.weak, ax.spec)
+
+
+def from_payload(p: Payload) -> Axiom:
+    from superopt.substitutions.text import parse_rule
+
+    name, text, origin, weak, spec = p
+    return Axiom(name, parse_rule(text, f"<axiom {name}>"), spec, origin, weak)
+
+
+def _validate_task(task: tuple[Payload, int, int, int]) -> AxiomCheck:
+    p, samples, seed, shape_checks = task
+    return validate_axiom(from_payload(p), samples, seed, shape_checks=shape_checks)
+

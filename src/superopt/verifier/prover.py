@@ -1,0 +1,281 @@
+"""The prover: per rule, random testing first, then a Z3 proof per output.
+
+Outcomes (DESIGN.md section 6):
+
+- REFUTED: the random tester found valid shapes, attributes and inputs where the two
+  sides differ in the float64 reference semantics (or have different output shapes);
+  the counterexample is reported. Z3 is not asked.
+- PROVED: for every output, Z3 showed `premise and src != tgt` unsatisfiable from the
+  validated axioms; the axioms in the unsat core and the time are reported.
+- UNKNOWN: anything else (time limit, the axioms do not imply the rule, an op or
+  condition the encoding cannot express). Never counted as proved.
+
+Axioms are selected per rule: an axiom direction is used once every function symbol of
+its trigger can occur (symbols of the rule, closed under what selected axioms introduce),
+and the shape theory of those symbols comes with them. Z3 runs with model-based
+quantifier instantiation off: e-matching on the explicit triggers either finds the proof
+or saturates, which then reads as "the axioms do not imply the rule".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import z3
+
+from superopt.ir.errors import IRError
+from superopt.substitutions.rule import ProofStatus, Rule
+from superopt.substitutions.text import format_rule, parse_rule
+from superopt.verifier.axioms import Axiom, Payload, compile_axioms, from_payload, payload
+from superopt.verifier.encoding import GroundRule, QAxiom, encode_rule
+from superopt.verifier.sampler import SampleReport, random_test
+from superopt.verifier.shapes import FuncKey, env, general_axioms, shape_axioms
+from superopt.verifier.zvalues import Unsupported
+
+PROVED, REFUTED, UNKNOWN = "proved", "refuted", "unknown"
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    timeout_s: float = 10.0  # Z3 time limit per rule output
+    samples: int = 12  # well-typed instances the random tester runs per rule
+    test_budget_s: float = 5.0  # time limit of the random tester per rule
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class OutputProof:
+    index: int
+    state: str  # proved | unknown
+    axioms: tuple[str, ...] = ()
+    time_s: float = 0.0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """Everything known about one rule after verification."""
+
+    name: str
+    text: str
+    state: str
+    outputs: tuple[OutputProof, ...] = ()
+    counterexample: dict[str, Any] | None = None
+    reason: str = ""
+    test: SampleReport = field(default_factory=SampleReport)
+    time_s: float = 0.0
+    prove_time_s: float = 0.0
+    timeout_s: float | None = None
+    cpu_s: float = 0.0  # CPU time of the process that verified the rule
+
+    @property
+    def axioms(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(a for o in self.outputs for a in o.axioms))
+
+    @property
+    def shape_note(self) -> str:
+        t = self.test
+        if t.error:
+            return t.error
+        if t.source_only:
+            return (f"target does not type-check on {t.source_only} of {t.source_checked} "
+                    f"sampled instances where the source does, e.g. {t.source_only_example}")
+        if t.instances == 0 and self.state != REFUTED:
+            return "no well-typed instance found by the sampler"
+        return ""
+
+    def status(self) -> ProofStatus:
+        return ProofStatus(state=self.state, axioms=self.axioms, time_s=round(self.time_s, 4),
+                           counterexample=self.counterexample, reason=self.reason,
+                           timeout_s=self.timeout_s)
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.test
+        return {
+            "name": self.name, "rule": self.text, "state": self.state, "reason": self.reason,
+            "axioms": list(self.axioms), "time_s": round(self.time_s, 4),
+            "prove_time_s": round(self.prove_time_s, 4), "test_time_s": round(t.time_s, 4),
+            "cpu_s": round(self.cpu_s, 4),
+            "timeout_s": self.timeout_s,
+            "outputs": [{"index": o.index, "state": o.state, "axioms": list(o.axioms),
+                         "time_s": round(o.time_s, 4), "reason": o.reason}
+                        for o in self.outputs],
+            "testing": {"instances": t.instances, "source_checked": t.source_checked,
+                        "source_only": t.source_only,
+                        "outside_domain": t.outside, "proposals": t.proposals,
+                        "modp_only": t.modp_only, "error": t.error},
+            "shapes": self.shape_note,
+            "counterexample": self.counterexample,
+        }
+
+
+class Prover:
+    """Compiles a set of axioms once and verifies rules against it (one per process)."""
+
+    def __init__(self, axioms: Sequence[Axiom], options: VerifyOptions = VerifyOptions()) -> None:
+        self.axioms = list(axioms)
+        self.options = options
+        self.e = env()
+        self.compiled, self.skipped = compile_axioms(self.axioms)
+        self._general = general_axioms(self.e)
+
+    def select(self, keys: set[FuncKey], exclude: set[str]) -> tuple[list[QAxiom], set[FuncKey]]:
+        keys = set(keys)
+        chosen: list[QAxiom] = []
+        todo = [q for q in self.compiled if q.name not in exclude]
+        changed = True
+        while changed:
+            changed = False
+            rest = []
+            for q in todo:
+                if q.trigger_keys <= keys:
+                    chosen.append(q)
+                    if not q.keys <= keys:
+                        keys |= q.keys
+                        changed = True
+                else:
+                    rest.append(q)
+            todo = rest
+        return chosen, keys
+
+    def prove(self, g: GroundRule, exclude: set[str] = frozenset()) -> list[OutputProof]:
+        e = self.e
+        chosen, keys = self.select(g.keys(e), exclude)
+        outs = []
+        for i, (src, tgt) in enumerate(zip(g.sources, g.targets, strict=True)):
+            t0 = time.perf_counter()
+            s = z3.Solver()
+            s.set("timeout", max(1, int(self.options.timeout_s * 1000)))
+            # E-matching only: without auto-configuration Z3 stops as soon as the
+            # triggers are saturated instead of restarting on a satisfiable goal.
+            s.set("auto_config", False)
+            s.set("smt.mbqi", False)
+            s.set("random_seed", self.options.seed)
+            lits: list[z3.BoolRef] = []
+            names: dict[int, str] = {}
+            for k, q in enumerate(chosen):
+                lit = z3.Bool(f"axiom!{k}")
+                s.add(z3.Implies(lit, q.formula))
+                lits.append(lit)
+                names[lit.get_id()] = q.name
+            for key in sorted(keys):
+                s.add(*shape_axioms(e, key))
+            s.add(*self._general)
+            s.add(*g.premise(e))
+            s.add(src != tgt)
+            r = s.check(*lits)
+            dt = time.perf_counter() - t0
+            if r == z3.unsat:
+                core = [names[c.get_id()] for c in s.unsat_core() if c.get_id() in names]
+                outs.append(OutputProof(i, PROVED, tuple(dict.fromkeys(core)), dt))
+            elif r == z3.sat:
+                # Cannot happen with sound axioms unless the premise is satisfiable by
+                # terms the axioms do not constrain; still not a refutation.
+                outs.append(OutputProof(i, UNKNOWN, (), dt, "Z3 found a model of the "
+                                        "axioms where the sides differ (incomplete axioms)"))
+            else:
+                why = s.reason_unknown()
+                if "timeout" in why or "canceled" in why:
+                    reason = f"time limit of {self.options.timeout_s:g} s reached"
+                elif "quantifiers" in why:
+                    reason = ("not implied by the axioms (quantifier instantiation saturated "
+                              f"after {len(chosen)} axiom directions)")
+                else:
+                    reason = f"Z3: {why}"
+                outs.append(OutputProof(i, UNKNOWN, (), dt, reason))
+        return outs
+
+    def verify(self, rule: Rule, exclude: set[str] = frozenset()) -> RuleResult:
+        c0 = time.process_time()
+        result = self._verify(rule, exclude)
+        return replace(result, cpu_s=time.process_time() - c0)
+
+    def _verify(self, rule: Rule, exclude: set[str]) -> RuleResult:
+        t0 = time.perf_counter()
+        o = self.options
+        text = format_rule(rule)
+        report = random_test(rule, samples=o.samples, seed=o.seed, budget_s=o.test_budget_s)
+        if report.counterexample is not None:
+            ce = report.counterexample
+            what = ("output shapes differ" if ce.get("kind") == "shape"
+                    else "values differ (float64 reference)")
+            return RuleResult(rule.name, text, REFUTED, counterexample=ce, test=report,
+                              reason=f"{what} on output {ce.get('output', 0)}",
+                              time_s=time.perf_counter() - t0)
+        try:
+            g = encode_rule(rule, self.e, prefix=f"{rule.name}:")
+        except (Unsupported, IRError) as err:
+            return RuleResult(rule.name, text, UNKNOWN, reason=f"no Z3 encoding: {err}",
+                              test=report, time_s=time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        outs = self.prove(g, exclude)
+        prove_time = time.perf_counter() - t1
+        if all(x.state == PROVED for x in outs):
+            state, reason = PROVED, ""
+        else:
+            bad = next(x for x in outs if x.state != PROVED)
+            state = UNKNOWN
+            reason = (f"output {bad.index}: " if len(outs) > 1 else "") + bad.reason
+        if report.modp_only:
+            reason = (reason + "; " if reason else "") + report.modp_only
+        return RuleResult(rule.name, text, state, tuple(outs), reason=reason, test=report,
+                          time_s=time.perf_counter() - t0, prove_time_s=prove_time,
+                          timeout_s=o.timeout_s if state == UNKNOWN else None)
+
+
+# ---- parallel verification ----------------------------------------------------------
+
+AxiomData = tuple[Payload, ...]
+
+
+def axiom_data(axioms: Sequence[Axiom]) -> AxiomData:
+    return tuple(payload(a) for a in axioms)
+
+
+def _axioms_from_data(data: AxiomData) -> list[Axiom]:
+    return [from_payload(p) for p in data]
+
+
+_PROVERS: dict[str, Prover] = {}
+
+
+def _prover_for(data: AxiomData, options: VerifyOptions) -> Prover:
+    key = hashlib.sha256(repr((data, options)).encode()).hexdigest()
+    if key not in _PROVERS:
+        _PROVERS.clear()
+        _PROVERS[key] = Prover(_axioms_from_data(data), options)
+    return _PROVERS[key]
+
+
+def _verify_task(task: tuple[int, str, AxiomData, VerifyOptions, tuple[str, ...]]
+                 ) -> tuple[int, RuleResult]:
+    index, text, data, options, exclude = task
+    rule = parse_rule(text, f"<rule {index}>")
+    prover = _prover_for(data, options)
+    try:
+        return index, prover.verify(rule, set(exclude))
+    except Exception as err:  # one broken rule must not take the run down with it
+        return index, RuleResult(rule.name, text, UNKNOWN,
+                                 reason=f"internal error: {type(err).__name__}: {err}")
+
+
+def verify_rules(rules: Sequence[Rule], axioms: Sequence[Axiom], options: VerifyOptions =
+                 VerifyOptions(), jobs: int = 1,
+                 exclude: Callable[[Rule], Sequence[str]] | None = None,
+                 progress: Callable[[RuleResult], None] | None = None) -> list[RuleResult]:
+    """Verify every rule (in parallel over `jobs` processes); results in input order.
+
+    `exclude(rule)` names axioms not to use for that rule (a library rule is not an
+    axiom for itself when checking redundancy)."""
+    from superopt.verifier.parallel import run_parallel
+
+    data = axiom_data(axioms)
+    tasks = [(i, format_rule(r), data, options, tuple(exclude(r)) if exclude else ())
+             for i, r in enumerate(rules)]
+    results = run_parallel(_verify_task, tasks, jobs,
+                           (lambda r: progress(r[1])) if progress else None)
+    return [r for _, r in sorted(results, key=lambda x: x[0])]

@@ -1,0 +1,110 @@
+"""The axiom library: every axiom validates against both semantics, unsound or partial
+axioms are caught, and the shape theory agrees with the IR's shape rules."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from op_cases import OP_CASES
+from superopt.ir import Graph
+from superopt.substitutions import parse_rules
+from superopt.verifier.axioms import (
+    Axiom,
+    axioms_from_rules,
+    builtin_axioms,
+    builtin_text,
+    compile_axioms,
+    validate_axiom,
+)
+from superopt.verifier.shapes import check_graph
+
+AXIOMS = builtin_axioms()
+
+
+def test_library_covers_tasos_properties_and_more() -> None:
+    names = {a.name for a in AXIOMS}
+    # TASO's list: associativity/commutativity/distributivity, scalar laws, fused relu,
+    # conv linearity and concat laws, matmul laws, split/concat, transpose, pooling,
+    # constants, enlarge.
+    for name in ("ewadd_assoc", "ewadd_comm", "ewmul_assoc", "ewmul_comm", "ewmul_distrib",
+                 "smul_matmul_r", "smul_conv", "fuse_conv_relu", "relu_concat",
+                 "relu_transpose", "conv_linear_w", "conv_linear_x", "conv_sum_concat",
+                 "conv_batch_concat", "conv_out_concat", "conv_group_concat",
+                 "matmul_assoc", "matmul_linear_r", "matmul_concat_inner2",
+                 "split2_concat_0", "transpose_compose2", "transpose_matmul2",
+                 "transpose_concat2", "concat_geometry", "avgpool_concat1",
+                 "avgpool_as_conv", "conv_iconv", "matmul_imm_r", "ewmul_one",
+                 "conv_enlarge"):
+        assert name in names, name
+    assert len(AXIOMS) >= 100
+    assert len(names) == len(AXIOMS)
+    assert builtin_text().count("\n") > len(AXIOMS)
+
+
+def test_every_direction_compiles_to_a_triggered_quantifier() -> None:
+    compiled, skipped = compile_axioms(AXIOMS)
+    assert skipped == []
+    bidirectional = sum(a.rule.bidirectional for a in AXIOMS)
+    assert len(compiled) == len(AXIOMS) + bidirectional
+    for q in compiled:
+        assert q.formula.is_forall() and q.formula.num_patterns() == 1, q.name
+
+
+@pytest.mark.parametrize("axiom", AXIOMS, ids=[a.name for a in AXIOMS])
+def test_every_builtin_axiom_is_valid(axiom: Axiom) -> None:
+    check = validate_axiom(axiom, samples=2, seed=1, shape_checks=0)
+    assert check.ok, [(d.direction, d.failure) for d in check.directions] + list(
+        check.shape_problems)
+    assert all(d.instances >= 1 for d in check.directions)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("axiom", AXIOMS, ids=[a.name for a in AXIOMS])
+def test_every_builtin_axiom_is_valid_on_many_shapes(axiom: Axiom) -> None:
+    check = validate_axiom(axiom, samples=32, seed=7, shape_checks=4, budget_s=120)
+    assert check.ok, [(d.direction, d.failure) for d in check.directions] + list(
+        check.shape_problems)
+
+
+BAD = """\
+relu_additive: (relu (ewadd ?x ?y)) => (ewadd (relu ?x) (relu ?y))
+concat_commutes: (concat axis=?a ?x ?y) => (concat axis=?a ?y ?x)
+concat_blocks_swapped: (concat 0 (concat 1 ?x ?y) (concat 1 ?z ?w)) <=> (concat 1 (concat 0 ?x ?w) (concat 0 ?z ?y)) if shape(?x) == shape(?y) and shape(?x) == shape(?z) and shape(?x) == shape(?w)
+grouped_concat_no_condition: (concat 1 (conv2d [1,1] same [1,1] 1 none ?x ?y) (conv2d [1,1] same [1,1] 1 none ?z ?w)) => (conv2d [1,1] same [1,1] 2 none (concat 1 ?x ?z) (concat 0 ?y ?w)) if shape(?x) == shape(?z) and dim(?y,1) == dim(?w,1) and dim(?y,2) == dim(?w,2) and dim(?y,3) == dim(?w,3) and (dim(?y,0) + dim(?w,0)) % 2 == 0
+enlarge_any_stride: (conv2d ?s same [1,1] 1 none ?x (enlarge 3 3 ?w)) => (conv2d ?s same [1,1] 1 none ?x ?w)
+"""
+
+
+@pytest.mark.parametrize("axiom", axioms_from_rules(parse_rules(BAD), "test"),
+                         ids=lambda a: a.name)
+def test_unsound_axioms_fail_with_a_separating_instance(axiom: Axiom) -> None:
+    check = validate_axiom(axiom, samples=8, seed=0)
+    assert not check.ok
+    failed = [d for d in check.directions if d.failure]
+    assert failed and failed[0].kind == "differs", failed
+
+
+def test_partial_axiom_is_reported_as_partial() -> None:
+    # True whenever both sides type-check, but the target only type-checks for rank 2.
+    rule = parse_rules("tt: (matmul ?x ?y) => (transpose [1,0] (matmul (transpose [1,0] ?y) "
+                       "(transpose [1,0] ?x)))")[0]
+    check = validate_axiom(Axiom("tt", rule), samples=8)
+    kinds = {d.kind for d in check.directions if d.failure}
+    assert kinds == {"partial"}, check
+
+
+def test_axiom_without_instances_is_not_accepted() -> None:
+    # The condition is unsatisfiable: no instance can validate it.
+    rule = parse_rules("never: (relu ?x) => ?x if rank(?x) == 1 and rank(?x) == 2")[0]
+    check = validate_axiom(Axiom("never", rule), samples=4)
+    assert not check.ok and check.directions[0].kind == "sparse"
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+@pytest.mark.parametrize("op", sorted(OP_CASES))
+def test_shape_theory_agrees_with_the_ir(op: str, data) -> None:
+    graph: Graph = data.draw(OP_CASES[op]())
+    assert check_graph(graph) == []

@@ -1,0 +1,149 @@
+"""`superopt verify`: exit statuses, JSON and library output, axiom libraries, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from superopt.cli import main
+from superopt.substitutions import load_library, parse_rules, save_library
+from superopt.verifier.axioms import builtin_axioms
+
+LIB = """\
+a_comm: (ewadd ?x ?y) => (ewadd ?y ?x)
+a_assoc: (ewadd ?x (ewadd ?y ?z)) <=> (ewadd (ewadd ?x ?y) ?z)
+m_comm: (ewmul ?x ?y) => (ewmul ?y ?x)
+"""
+TRUE = """\
+rot: (ewadd ?x (ewadd ?y ?z)) => (ewadd ?z (ewadd ?x ?y))
+pair: (ewadd (ewadd ?x ?y) ?z) => (ewadd ?y (ewadd ?x ?z))
+"""
+FALSE = "wrong: (ewadd (ewmul ?x ?y) ?z) => (ewmul (ewadd ?x ?y) ?z)\n"
+NOT_IMPLIED = "fac: (ewadd (ewmul ?x ?y) (ewmul ?x ?z)) => (ewmul ?x (ewadd ?y ?z))\n"
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SUPEROPT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _write(tmp_path: Path, name: str, text: str) -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def _verify(tmp_path: Path, *args: str) -> int:
+    lib = _write(tmp_path, "lib.rules", LIB)
+    return main(["verify", "--no-builtin-axioms", "--axioms", lib, "--jobs", "1",
+                 "--samples", "6", "--axiom-samples", "3", *args])
+
+
+def test_proves_true_rules_and_writes_json(tmp_path: Path, capsys) -> None:
+    rules = _write(tmp_path, "true.rules", TRUE)
+    out = tmp_path / "out.json"
+    assert _verify(tmp_path, rules, "--json", str(out)) == 0
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["proved"] == 2 and doc["summary"]["refuted"] == 0
+    assert {r["name"]: r["state"] for r in doc["rules"]} == {"rot": "proved", "pair": "proved"}
+    assert set(doc["rules"][0]["axioms"]) <= {"a_comm", "a_assoc"}
+    assert doc["readers"] in (["text"], ["readers.read_any"])
+    text = capsys.readouterr().out
+    assert "superopt verify" in text and "slowest" in text
+
+
+def test_refuted_rule_fails_the_run(tmp_path: Path, capsys) -> None:
+    rules = _write(tmp_path, "mixed.rules", TRUE + FALSE)
+    out = tmp_path / "out.json"
+    assert _verify(tmp_path, rules, "--json", str(out)) == 1
+    doc = json.loads(out.read_text())
+    wrong = next(r for r in doc["rules"] if r["name"] == "wrong")
+    assert wrong["state"] == "refuted" and wrong["counterexample"]["shapes"]
+    assert "REFUTED" in capsys.readouterr().out
+
+
+def test_unknown_fails_only_with_strict(tmp_path: Path) -> None:
+    rules = _write(tmp_path, "unknown.rules", NOT_IMPLIED)
+    assert _verify(tmp_path, rules) == 0
+    assert _verify(tmp_path, rules, "--strict") == 1
+
+
+def test_malformed_file_names_line_and_column_and_reports_nothing(tmp_path: Path,
+                                                                   capsys) -> None:
+    good = _write(tmp_path, "good.rules", TRUE)
+    bad = _write(tmp_path, "bad.rules", "ok: (relu ?x) => (relu ?x)\nr: (matmul ?x ?y) => "
+                                        "(matmal ?x ?y)\n")
+    out = tmp_path / "out.json"
+    assert _verify(tmp_path, good, bad, "--json", str(out)) == 2
+    captured = capsys.readouterr()
+    assert f"{bad}:2:23" in captured.err and "unknown op 'matmal'" in captured.err
+    assert not out.exists() and "proved" not in captured.out
+
+
+def test_missing_file_is_an_input_error(tmp_path: Path, capsys) -> None:
+    assert _verify(tmp_path, str(tmp_path / "nope.rules")) == 2
+    assert "nope.rules" in capsys.readouterr().err
+
+
+def test_check_axioms_prints_a_table_and_stops_on_an_unsound_axiom(tmp_path: Path,
+                                                                    capsys) -> None:
+    assert _verify(tmp_path, "--check-axioms") == 0
+    assert "a_assoc" in capsys.readouterr().out
+    bad = _write(tmp_path, "bad_lib.rules", "additive_relu: (relu (ewadd ?x ?y)) => "
+                                            "(ewadd (relu ?x) (relu ?y))\n")
+    rules = _write(tmp_path, "true.rules", TRUE)
+    out = tmp_path / "out.json"
+    code = main(["verify", "--axioms", bad, "--no-builtin-axioms", "--jobs", "1",
+                 "--axiom-samples", "3", rules, "--json", str(out)])
+    assert code == 3 and not out.exists()
+    assert "FAILED" in capsys.readouterr().out
+
+
+def test_partial_library_rules_are_used_only_where_both_sides_type_check(tmp_path: Path,
+                                                                         capsys) -> None:
+    lib = _write(tmp_path, "partial.rules", LIB + "tt: (matmul ?x ?y) => (transpose [1,0] "
+                 "(matmul (transpose [1,0] ?y) (transpose [1,0] ?x)))\n")
+    rules = _write(tmp_path, "true.rules", TRUE)
+    assert main(["verify", "--axioms", lib, "--no-builtin-axioms", "--jobs", "1",
+                 "--axiom-samples", "3", "--samples", "4", rules]) == 0
+    assert "partial" in capsys.readouterr().out
+
+
+def test_json_library_in_library_with_status_out(tmp_path: Path) -> None:
+    src = save_library(parse_rules(TRUE + NOT_IMPLIED), tmp_path / "in.json")
+    out = tmp_path / "verified.json"
+    assert _verify(tmp_path, str(src), "--save", str(out)) == 0
+    lib = load_library(out).by_name()
+    assert lib["rot"].status.state == "proved" and lib["rot"].status.axioms
+    assert lib["fac"].status.state == "unknown" and lib["fac"].status.reason
+
+
+def test_a_library_rule_is_not_its_own_proof(tmp_path: Path) -> None:
+    # m_comm is in the library; checking the library against itself asks whether the
+    # *other* rules imply it (TASO's redundancy check): they do not.
+    rules = _write(tmp_path, "lib_again.rules", LIB)
+    out = tmp_path / "out.json"
+    assert _verify(tmp_path, rules, "--json", str(out)) == 0
+    states = {r["name"]: r["state"] for r in json.loads(out.read_text())["rules"]}
+    assert states == {"a_comm": "unknown", "a_assoc": "unknown", "m_comm": "unknown"}
+
+
+def test_list_axioms_prints_the_builtin_library(capsys) -> None:
+    assert main(["verify", "--list-axioms"]) == 0
+    printed = parse_rules(capsys.readouterr().out)
+    assert [r.name for r in printed] == [a.name for a in builtin_axioms()]
+
+
+def test_no_files_is_an_input_error(capsys) -> None:
+    assert main(["verify"]) == 2
+
+
+@pytest.mark.slow
+def test_taso_like_library_with_builtin_axioms(tmp_path: Path) -> None:
+    rules = Path(__file__).parents[2] / "benchmarks" / "data" / "taso_like.rules"
+    out = tmp_path / "out.json"
+    assert main(["verify", str(rules), "--jobs", "2", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["proved"] == doc["summary"]["rules"]
