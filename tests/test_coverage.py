@@ -17,6 +17,7 @@ TABLE_MODULES = (
     "superopt.tpu_sim.cost",
     "superopt.tpu_sim.layout_rules",
     "superopt.verifier.shapes",
+    "superopt.mutants.boxes",
 )
 
 
@@ -27,10 +28,12 @@ def _load_tables() -> None:
 
 
 def test_expected_tables_are_registered() -> None:
-    assert {"modp", "flops", "torch", "tpu_cost", "tpu_layout", "z3"} <= set(TABLES)
+    assert {"modp", "flops", "torch", "tpu_cost", "tpu_layout", "z3",
+            "boxes"} <= set(TABLES)
 
 
-@pytest.mark.parametrize("table", ["modp", "flops", "torch", "tpu_cost", "tpu_layout", "z3"])
+@pytest.mark.parametrize("table", ["modp", "flops", "torch", "tpu_cost", "tpu_layout", "z3",
+                                   "boxes"])
 def test_table_covers_every_op(table: str) -> None:
     t = TABLES[table]
     assert t.missing() == [], f"ops without a {table} rule: {t.missing()}"

@@ -306,6 +306,49 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return run(args)
 
 
+# ---- mutants ------------------------------------------------------------------------
+
+def cmd_mutants(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from superopt.mutants.report import table, totals, write_json
+    from superopt.mutants.search import Settings, search_model
+    from superopt.substitutions.library import save_library
+
+    console = _console()
+    graph = _load(args.model, args.batch)
+    settings = Settings(depth=args.depth, max_ops=args.max_ops, min_equal=args.min_equal,
+                        dfs=not args.no_dfs, dfs_states=args.dfs_states,
+                        dfs_seconds=args.dfs_seconds, measure_top=1 if args.torch else 0)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("subprograms", total=None)
+
+        def step(i: int, n: int, name: str) -> None:
+            progress.update(task, total=n, completed=i, description=f"PET {name}")
+
+        report = search_model(graph, settings, batch=args.batch, use_sim=not args.no_sim,
+                              use_torch=args.torch, progress=step, limit=args.limit)
+    console.print(table(report))
+    t = totals(report)
+    console.print(f"{t['subprograms']} subprograms, {t['candidates']} candidates, "
+                  f"{t['box_tested']} box-tested, {t['mutants']} mutants kept "
+                  f"({t['fully_equivalent']} fully, {t['partially_equivalent']} partially "
+                  f"equivalent, all corrected programs exactly equal); {t['seconds']} s")
+    if not report.simulator:
+        console.print("TPU simulator not available: simulated times are not reported")
+    rules = report.rules
+    if args.out:
+        path = save_library(rules, args.out, meta={"model": graph.name, "batch": args.batch,
+                                                   "generator": "pet"})
+        console.print(f"wrote {len(rules)} PET rules to {path}")
+    if args.json:
+        console.print(f"wrote {write_json([report], args.json)}")
+    errors = [e for s in report.subprograms for e in s.errors]
+    for e in errors[:5]:
+        console.print(f"[red]error[/]: {e}", markup=True)
+    return 1 if errors else 0
+
+
 # ---- entry point --------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -423,6 +466,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validate the axioms even if a cached validation matches")
     p.add_argument("--verbose", action="store_true", help="list every rule, not only problems")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("mutants", help="PET: partially equivalent mutants with corrections",
+                       description="Split a model into multi-linear subprograms, enumerate "
+                                   "mutants, test their output boxes exactly mod p, correct "
+                                   "the wrong boxes and export the corrected mutants as rules.")
+    p.add_argument("model", metavar="MODEL_OR_FILE", help=MODEL_HELP)
+    p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
+    p.add_argument("--depth", type=int, default=4, help="ops per mutant (reshape/transpose "
+                   "runs count once)")
+    p.add_argument("--max-ops", type=int, default=4, help="ops per subprogram")
+    p.add_argument("--out", metavar="pet_rules.json", help="write the corrected mutants as a "
+                   "rule library")
+    p.add_argument("--json", metavar="REPORT.json", help="write the full report as JSON")
+    p.add_argument("--min-equal", type=float, default=0.5,
+                   help="keep mutants equal on at least this fraction of output positions")
+    p.add_argument("--dfs-states", type=int, default=3000, help="search states per subprogram")
+    p.add_argument("--dfs-seconds", type=float, default=3.0, help="search time per subprogram")
+    p.add_argument("--no-dfs", action="store_true", help="only the transformation families")
+    p.add_argument("--limit", type=int, default=None, help="at most N subprograms")
+    p.add_argument("--torch", action="store_true", help="also time the best mutant of each "
+                   "subprogram on the torch backend")
+    p.add_argument("--no-sim", action="store_true", help="skip the TPU simulator")
+    p.set_defaults(func=cmd_mutants)
 
     return parser
 
