@@ -349,6 +349,14 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+# ---- optimize -----------------------------------------------------------------------
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from superopt.rewrite.command import run
+
+    return run(args, _console(), _load)
+
+
 # ---- entry point --------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -490,6 +498,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-sim", action="store_true", help="skip the TPU simulator")
     p.set_defaults(func=cmd_mutants)
 
+    p = sub.add_parser("optimize", help="search rewrites of a model (TASO), check and time it",
+                       description="Optimize a model with substitution rules: TASO's cost-based "
+                                   "backtracking search, then a value check against the "
+                                   "original (reference interpreter) and the torch CPU time "
+                                   "of both graphs side by side.")
+    p.add_argument("model", metavar="MODEL_OR_FILE", help=MODEL_HELP)
+    p.add_argument("--rules", metavar="LIB", default=None,
+                   help="a rule file (.rules text) or library (.json/.jsonl); default: the "
+                        "starter library shipped with superopt")
+    p.add_argument("--cost", choices=("sim", "torch", "flops"), default="sim",
+                   help="search cost: the TPU simulator's default-compiled time (sim, default),"
+                        " the sum of per-op torch CPU times as in TASO (torch), or an "
+                        "analytical FLOP/byte count (flops)")
+    p.add_argument("--alpha", type=float, default=1.05,
+                   help="keep graphs costing less than alpha x the best (default 1.05)")
+    p.add_argument("--budget", type=int, default=100, help="graphs to expand at most (default 100)")
+    p.add_argument("--time-limit", type=float, default=300.0, metavar="S",
+                   help="stop the search after S seconds (default 300)")
+    p.add_argument("--no-batch-moves", action="store_true",
+                   help="propose single rewrites only (TASO exactly); by default a rule's "
+                        "independent sites may also be applied together in one step")
+    p.add_argument("--screen", type=int, default=16,
+                   help="with a whole-graph cost (sim): evaluate only the N most promising "
+                        "single rewrites per graph (by FLOPs), plus the batches")
+    p.add_argument("--hardware", default="v4", help="TPU preset for --cost sim")
+    p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
+    p.add_argument("--out", metavar="OUT.json",
+                   help="save the optimized graph (weights in a side .npz)")
+    p.add_argument("--json", metavar="RESULT.json", help="write the figures as JSON")
+    p.add_argument("--no-fold", action="store_true",
+                   help="keep weight-only computations as ops instead of folding them")
+    p.add_argument("--no-check", action="store_true",
+                   help="skip the value check with the reference interpreter")
+    p.add_argument("--repeats", type=int, default=10,
+                   help="timed torch runs per graph (0: no timing); medians are reported")
+    p.add_argument("--warmup", type=int, default=2, help="untimed torch runs per graph")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads for --cost torch and the timing (default 1, the "
+                        "steadiest on a shared machine; 0: torch's default)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.set_defaults(func=cmd_optimize)
     return parser
 
 

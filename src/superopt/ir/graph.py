@@ -12,7 +12,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import cached_property, lru_cache, partial
 from types import MappingProxyType
 from typing import Any
 
@@ -82,6 +82,12 @@ def _attr_repr(v: AttrValue) -> str:
     return str(v)
 
 
+@lru_cache(maxsize=1 << 16)
+def _attrs_bytes(attrs: AttrItems) -> bytes:
+    # Graphs repeat a few attribute tuples many times; hashing is on every pass's path.
+    return _attr_repr(attrs).encode()
+
+
 @dataclass(frozen=True, eq=False)
 class Graph:
     """An immutable tensor graph. `weights` holds the data of weights that have any."""
@@ -140,7 +146,7 @@ class Graph:
         for n in self.nodes:
             h = hashlib.blake2b(digest_size=16)
             h.update(n.op.encode())
-            h.update(_attr_repr(n.attrs).encode())
+            h.update(_attrs_bytes(n.attrs))
             for v in n.inputs:
                 h.update(out[v.node])
                 h.update(v.index.to_bytes(2, "little"))
@@ -337,6 +343,51 @@ class GraphBuilder:
             self.nodes.append(Node(found, name, inputs, items, types))
             self._index[key] = found
         return self.nodes[found].outputs
+
+    def recreate(self, node: Node, inputs: Sequence[Value], in_types: tuple[TensorType, ...],
+                 data: np.ndarray | None = None) -> tuple[Value, ...]:
+        """Add (or find) a copy of `node`, a node of another graph, reading `inputs`.
+
+        Passes copy most nodes unchanged, so this skips re-checking what was checked when
+        `node` was built: if the new inputs have the node's old input types (`in_types`),
+        its attributes and output types are reused as they are. Otherwise it is added
+        afresh through `add`. A source keeps its attributes; read-only weight `data` (as
+        builders store it) is shared rather than copied.
+        """
+        inputs = tuple(inputs)
+        if node.op in ("input", "weight"):
+            name = node.attr("name")
+            if name in self._names:  # the usual checks for a name used twice
+                if node.op == "input":
+                    return (self.input(name, node.type.shape, node.type.dtype,
+                                       high=node.attr("high")),)
+                return (self.weight(name, node.type.shape, node.type.dtype, data=data,
+                                    init=node.attr("init")),)
+            v = self._append(node.op, (), node.attrs, node.types)
+            self._names[name] = v
+            if data is not None:
+                arr = np.asarray(data)
+                if arr.flags.writeable or tuple(arr.shape) != node.type.shape:
+                    self.weight(name, node.type.shape, node.type.dtype, data=arr)
+                else:
+                    self.weights[name] = arr
+            return self.nodes[v].outputs
+        for v in inputs:
+            if not isinstance(v, Value) or not 0 <= v.node < len(self.nodes):
+                raise IRError(f"{node.op}: input is not a value of this builder: {v!r}")
+        if tuple(self.type_of(v) for v in inputs) != tuple(in_types):
+            return self.add(node.op, inputs, dict(node.attrs))
+        return self.nodes[self._append(node.op, inputs, node.attrs, node.types)].outputs
+
+    def _append(self, op: str, inputs: tuple[Value, ...], attrs: AttrItems,
+                types: tuple[TensorType, ...]) -> int:
+        key = (op, inputs, attrs)
+        found = self._index.get(key)
+        if found is None:
+            found = len(self.nodes)
+            self.nodes.append(Node(found, op, inputs, attrs, types))
+            self._index[key] = found
+        return found
 
     def build(self, outputs: Sequence[Value] | Value, name: str | None = None) -> Graph:
         return self.build_with_map(outputs, name)[0]

@@ -29,15 +29,8 @@ class PassResult:
 
 
 def copy_node(b: GraphBuilder, node: Node, inputs: tuple[Value, ...], graph: Graph) -> tuple[Value, ...]:
-    if node.op == "weight":
-        name = node.attr("name")
-        v = b.weight(name, node.type.shape, node.type.dtype, data=graph.weights.get(name),
-                     init=node.attr("init"))
-        return (v,)
-    if node.op == "input":
-        return (b.input(node.attr("name"), node.type.shape, node.type.dtype,
-                        high=node.attr("high")),)
-    return b.add(node.op, inputs, dict(node.attrs))
+    data = graph.weights.get(node.attr("name")) if node.op == "weight" else None
+    return b.recreate(node, inputs, tuple(graph.type_of(v) for v in node.inputs), data)
 
 
 def transform(graph: Graph, rule: NodeRule, name: str | None = None) -> PassResult:

@@ -1,0 +1,62 @@
+"""The rewrite engine: match substitution rules on graphs, apply them, and search (TASO).
+
+- `match`: `Matcher(rules).match(graph)` lists every well-formed site (single- and
+  multi-output rules, attribute variables, conditions, type-checked targets) through an
+  op-name index, with counts per rule and the reasons candidates were rejected.
+- `apply`: `apply_sites(graph, sites, matcher)` rewrites non-overlapping sites in one
+  rebuild and returns `(new_graph, origin)`.
+- `rewrite_pass`: `RewritePass` exposes sites as per-point choices for a tuner.
+- `optimizer`: `optimize(graph, rules, cost)` is TASO's cost-based backtracking search.
+- `cost`: `create_cost("sim" | "torch" | "flops")`; `fold`: constant folding of weights;
+  `check`: value check and side-by-side torch timing.
+- `starter.rules`: a hand-written starter library (`starter_rules()`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from superopt.ir.errors import IRError
+from superopt.rewrite.apply import RewriteError, RewriteResult, apply_site, apply_sites
+from superopt.rewrite.cost import CostFunction, create_cost
+from superopt.rewrite.fold import fold_weights
+from superopt.rewrite.match import Matcher, Matches, Site, match
+from superopt.rewrite.optimizer import OptimizeResult, optimize
+from superopt.rewrite.rewrite_pass import Point, RewriteConfig, RewritePass, choose_all
+from superopt.substitutions.rule import Rule
+
+STARTER = Path(__file__).with_name("starter.rules")
+
+
+def starter_rules() -> list[Rule]:
+    """The hand-written starter library shipped with the package."""
+    from superopt.substitutions.text import read_rules
+
+    return read_rules(STARTER)
+
+
+def load_rules(spec: str | Path | None = None, include_refuted: bool = False
+               ) -> tuple[list[Rule], int]:
+    """Rules from `spec`: None or "starter" (the starter library), a text rule file, or a
+    JSON/JSONL library. Rules a verifier refuted are left out unless asked; returns the
+    rules and how many were left out."""
+    from superopt.substitutions.library import load_library
+    from superopt.substitutions.text import read_rules
+
+    if spec is None or str(spec) == "starter":
+        return starter_rules(), 0
+    path = Path(spec)
+    if not path.exists():
+        raise IRError(f"{path}: no such rule file")
+    rules = list(load_library(path).rules) if path.suffix in (".json", ".jsonl") \
+        else read_rules(path)
+    kept = [r for r in rules if include_refuted or r.status.state != "refuted"]
+    return kept, len(rules) - len(kept)
+
+
+__all__ = [
+    "STARTER", "CostFunction", "Matcher", "Matches", "OptimizeResult", "Point", "RewriteConfig",
+    "RewriteError", "RewritePass", "RewriteResult", "Site", "apply_site", "apply_sites",
+    "choose_all", "create_cost", "fold_weights", "load_rules", "match", "optimize",
+    "starter_rules",
+]

@@ -1,0 +1,140 @@
+"""`superopt optimize`: search a model's rewrites, then check values and time it for real.
+
+Steps: load the model and the rules (the starter library by default; rules a verifier
+refuted are left out), list the sites in the input, run TASO's search under the chosen cost
+with a progress bar, fold weight-only computations into weights, print the rules applied
+and the cost before and after, check with the reference interpreter that the result
+computes the original's values, and time both graphs side by side on the torch backend.
+Exit status 0 when the values match, 1 when they do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def run(args: argparse.Namespace, console: Any, load: Any) -> int:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from superopt.ir.analysis import human
+    from superopt.ir.errors import IRError
+    from superopt.rewrite import Matcher, create_cost, fold_weights, load_rules, optimize
+    from superopt.rewrite.check import check_values, time_side_by_side
+    from superopt.rewrite.fold import runtime_ops
+
+    if args.budget < 1:
+        raise IRError(f"--budget must be >= 1, found {args.budget}")
+    graph = load(args.model, args.batch)
+    rules, refuted = load_rules(args.rules)
+    matcher = Matcher(rules)
+    threads = args.threads or None  # 0: torch's default
+    options: dict[str, Any] = {}
+    if args.cost == "sim":
+        options["hardware"] = args.hardware
+    elif args.cost == "torch":
+        options["threads"] = threads
+    cost = create_cost(args.cost, **options)
+    source = args.rules or "starter library"
+    console.print(f"{graph.name}: {len(graph)} nodes, {runtime_ops(graph)} runtime ops; "
+                  f"{len(matcher.rules)} rules from {source}"
+                  + (f" ({refuted} refuted rules left out)" if refuted else "")
+                  + f"; cost: {cost.describe()}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[best]}"),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task(f"optimizing {graph.name}", total=args.budget, best="")
+
+        def step(done: int, budget: int, best: float) -> None:
+            progress.update(task, completed=done, best=f"best {_fmt(best, cost.unit)}")
+
+        result = optimize(graph, matcher, cost, alpha=args.alpha, budget=args.budget,
+                          time_limit=args.time_limit, batch=not args.no_batch_moves,
+                          screen=args.screen, progress=step)
+    final = result.graph if args.no_fold else fold_weights(result.graph, seed=args.seed).graph
+    applied = result.applied
+    table = Table(title=f"rules applied to {graph.name}")
+    for col in ("rule", "sites in input", "applied"):
+        table.add_column(col, justify="left" if col == "rule" else "right")
+    shown = [r for r in result.initial_sites if result.initial_sites[r] or applied.get(r)]
+    for name in sorted(shown, key=lambda r: (-applied.get(r, 0), r)):
+        table.add_row(name, str(result.initial_sites[name]), str(applied.get(name, 0)))
+    table.add_row("[bold]total[/]", str(sum(result.initial_sites.values())),
+                  str(sum(applied.values())))
+    console.print(table)
+    if result.steps:
+        path = Table(title="path from the input to the result (which rule changed what)")
+        for col in ("step", "rule", "sites", f"cost after ({cost.name})"):
+            path.add_column(col, justify="left" if col == "rule" else "right")
+        shown_steps = result.steps if len(result.steps) <= 24 else \
+            (*result.steps[:12], None, *result.steps[-11:])
+        for i, st in enumerate(shown_steps, start=1):
+            if st is None:
+                path.add_row("...", f"{len(result.steps) - 23} more steps", "", "")
+                continue
+            number = i if i <= 12 or len(result.steps) <= 24 else len(result.steps) - 24 + i
+            path.add_row(str(number), st.rule, str(len(st.sites)), _fmt(st.cost, cost.unit))
+        console.print(path)
+    summary = Table(title="search", show_header=False)
+    summary.add_column("what")
+    summary.add_column("value", justify="right")
+    rows = [
+        (f"cost ({cost.name})", f"{_fmt(result.cost_before, cost.unit)} -> "
+                               f"{_fmt(result.cost_after, cost.unit)} "
+                               f"({result.speedup:.3f}x)"),
+        ("runtime ops", f"{runtime_ops(graph)} -> {runtime_ops(final)}"),
+        ("nodes", f"{len(graph)} -> {len(final)}"),
+        ("steps on the path", f"{len(result.steps)} ({sum(applied.values())} sites)"),
+        ("graphs expanded / built / proposals", f"{result.expanded} / {result.evaluated} / "
+                                                f"{human(result.proposed)}"),
+        ("search time", f"{result.seconds:.2f} s (matching {result.match_seconds:.2f} s); "
+                        f"stopped: {result.stopped}"),
+    ]
+    for k, v in rows:
+        summary.add_row(k, v)
+    console.print(summary)
+    figures: dict[str, Any] = {
+        "model": graph.name, "nodes_before": len(graph), "nodes_after": len(final),
+        "cost": cost.name, "cost_before": result.cost_before, "cost_after": result.cost_after,
+        "applied": dict(applied), "sites_in_input": dict(result.initial_sites),
+        "search_s": result.seconds, "expanded": result.expanded, "stopped": result.stopped,
+    }
+    ok = True
+    if not args.no_check:
+        with console.status("checking values with the reference interpreter"):
+            check = check_values(graph, final, seed=args.seed)
+        ok = check.ok
+        console.print(("[green]" if ok else "[red]") + check.summary() + "[/]")
+        figures["max_rel_err"] = check.max_rel_err
+    if args.repeats > 0:
+        with console.status(f"timing both graphs on torch (cpu), {args.repeats} runs each"):
+            timing = time_side_by_side([graph, final], repeats=args.repeats,
+                                       warmup=args.warmup, threads=threads,
+                                       seed=args.seed)
+        before, after = timing.medians
+        console.print(f"torch cpu ({timing.threads} threads), median of {args.repeats}: "
+                      f"{before * 1e3:.2f} ms -> {after * 1e3:.2f} ms "
+                      f"({timing.ratio():.3f}x, paired per round; medians "
+                      f"{before / after:.3f}x)")
+        figures.update(torch_before_s=before, torch_after_s=after,
+                       torch_ratio=timing.ratio(), torch_threads=timing.threads)
+    if args.out:
+        from superopt.ir.serialize import save
+
+        console.print(f"saved {save(final, args.out)}")
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(figures, indent=1) + "\n")
+        console.print(f"wrote {path}")
+    return 0 if ok else 1
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "s":
+        return f"{value * 1e3:.4g} ms" if value >= 1e-3 else f"{value * 1e6:.4g} us"
+    return f"{value:.4g} {unit}"

@@ -1,0 +1,250 @@
+"""Pluggable graph cost functions for the optimizer: `create_cost("sim" | "torch" | "flops")`.
+
+- `sim`: the TPU simulator's default-compiled time (`superopt.tpu_sim.evaluate`, noise
+  free). Fusion and layouts make it a whole-graph cost, not a sum over ops.
+- `torch`: TASO's cost, the sum over ops of each op's measured time, here on the torch
+  backend (median of timed runs, cached per op signature: op, attributes, input types).
+- `flops`: an analytical per-op cost on a notional CPU (FLOPs / peak + bytes / bandwidth +
+  a fixed cost per op), deterministic and instant; for tests and quick runs.
+
+Every cost treats weight-only computations as free by default (`fold=True`): a compiler
+evaluates them once (see `superopt.rewrite.fold`), and rewrites like batch-norm folding
+only pay off under that assumption. Additive costs expose `op_cost`, which lets the
+optimizer price a rewrite from the nodes it adds and removes without rebuilding the graph.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+from superopt.ir.analysis import COUNTS
+from superopt.ir.errors import IRError
+from superopt.ir.graph import AttrItems, Graph, GraphBuilder, Node
+from superopt.ir.opdef import SOURCE, get_op
+from superopt.ir.types import TensorType
+from superopt.rewrite.fold import fold_weights, weight_only
+
+OpSignature = tuple[str, AttrItems, tuple[TensorType, ...]]
+
+
+class CostError(IRError):
+    """A cost function that cannot be created or cannot price a graph."""
+
+
+class CostFunction(ABC):
+    """Prices a whole graph; lower is better. `unit` names what the number measures."""
+
+    name: str = "cost"
+    unit: str = "s"
+    additive: bool = False
+
+    def __init__(self, fold: bool = True) -> None:
+        self.fold = fold
+
+    @abstractmethod
+    def cost(self, graph: Graph) -> float: ...
+
+    def describe(self) -> str:
+        return self.name
+
+
+class AdditiveCost(CostFunction):
+    """Graph cost = sum of per-op costs over runtime ops (sources and, with `fold`,
+    weight-only ops are free). Per-op costs are cached by signature."""
+
+    additive = True
+
+    def __init__(self, fold: bool = True) -> None:
+        super().__init__(fold)
+        self._cache: dict[OpSignature, float] = {}
+        self._free: weakref.WeakKeyDictionary[Graph, tuple[bool, ...]] = \
+            weakref.WeakKeyDictionary()
+
+    @abstractmethod
+    def measure(self, op: str, attrs: AttrItems, ins: tuple[TensorType, ...],
+                outs: tuple[TensorType, ...]) -> float: ...
+
+    def op_cost(self, op: str, attrs: AttrItems, ins: tuple[TensorType, ...],
+                outs: tuple[TensorType, ...]) -> float:
+        key = (op, attrs, ins)
+        got = self._cache.get(key)
+        if got is None:
+            got = float(self.measure(op, attrs, ins, outs))
+            self._cache[key] = got
+        return got
+
+    def node_cost(self, graph: Graph, node: Node) -> float:
+        return self.op_cost(node.op, node.attrs, tuple(graph.type_of(v) for v in node.inputs),
+                            node.types)
+
+    def free(self, graph: Graph) -> tuple[bool, ...]:
+        """Per node: does it cost nothing (a source, or weight-only with `fold`)?"""
+        flags = self._free.get(graph)
+        if flags is None:
+            flags = tuple(get_op(n.op).has(SOURCE) for n in graph.nodes)
+            if self.fold:
+                flags = tuple(a or b for a, b in zip(flags, weight_only(graph), strict=True))
+            self._free[graph] = flags
+        return flags
+
+    def cost(self, graph: Graph) -> float:
+        free = self.free(graph)
+        return sum(self.node_cost(graph, n) for n in graph.nodes if not free[n.id])
+
+    def breakdown(self, graph: Graph) -> dict[str, float]:
+        """Cost per op name (for reports)."""
+        free = self.free(graph)
+        out: dict[str, float] = {}
+        for n in graph.nodes:
+            if not free[n.id]:
+                out[n.op] = out.get(n.op, 0.0) + self.node_cost(graph, n)
+        return out
+
+    @property
+    def cached(self) -> int:
+        return len(self._cache)
+
+
+def _stub(op: str, attrs: AttrItems, outs: tuple[TensorType, ...]) -> Node:
+    return Node(0, op, (), attrs, outs)
+
+
+class FlopsCost(AdditiveCost):
+    """FLOPs / peak + bytes moved / bandwidth + a fixed cost per op, on a notional CPU
+    (100 GFLOP/s, 20 GB/s, 5 us per op). Reshapes and splits move no bytes (views)."""
+
+    name = "flops"
+
+    def __init__(self, peak_flops: float = 1e11, bytes_per_s: float = 2e10,
+                 per_op_s: float = 5e-6, fold: bool = True) -> None:
+        super().__init__(fold)
+        self.peak_flops, self.bytes_per_s, self.per_op_s = peak_flops, bytes_per_s, per_op_s
+
+    def measure(self, op: str, attrs: AttrItems, ins: tuple[TensorType, ...],
+                outs: tuple[TensorType, ...]) -> float:
+        macs, other = COUNTS.get(op)(_stub(op, attrs, outs), ins)
+        moved = 0 if op in ("reshape", "split") else sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs)
+        return (2 * macs + other) / self.peak_flops + moved / self.bytes_per_s + self.per_op_s
+
+    def describe(self) -> str:
+        return (f"flops (analytical: {self.peak_flops / 1e9:g} GFLOP/s, "
+                f"{self.bytes_per_s / 1e9:g} GB/s, {self.per_op_s * 1e6:g} us per op)")
+
+
+class TorchOpCost(AdditiveCost):
+    """TASO's cost model: each op timed alone on the torch backend (float32), cached per
+    signature; the graph's cost is the sum.
+
+    One sample repeats the op for at least `min_sample_s`; `samples` samples are taken and
+    the fastest is kept: on a shared machine other load only ever adds time, so the minimum
+    is the steadiest estimate of what the op itself costs. `threads` sets torch's intra-op
+    threads while measuring (time the result with the same setting)."""
+
+    name = "torch"
+
+    def __init__(self, device: str = "cpu", samples: int = 5, min_sample_s: float = 2e-3,
+                 threads: int | None = None, fold: bool = True) -> None:
+        super().__init__(fold)
+        self.device, self.samples, self.min_sample_s = device, samples, min_sample_s
+        self.threads = threads
+        self.measured_s = 0.0  # wall time spent measuring
+
+    def measure(self, op: str, attrs: AttrItems, ins: tuple[TensorType, ...],
+                outs: tuple[TensorType, ...]) -> float:
+        import torch
+
+        saved = torch.get_num_threads()
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        t0 = time.perf_counter()
+        try:
+            return self._measure(op, attrs, ins)
+        finally:
+            self.measured_s += time.perf_counter() - t0
+            torch.set_num_threads(saved)
+
+    def _measure(self, op: str, attrs: AttrItems, ins: tuple[TensorType, ...]) -> float:
+        from superopt.backends import torch as tb
+
+        b = GraphBuilder(f"op.{op}")
+        args = []
+        for i, t in enumerate(ins):
+            # Integer operands are indices (embedding ids): 0 is always in range.
+            args.append(b.input(f"in{i}", t.shape, t.dtype, high=1))
+        values = b.add(op, args, dict(attrs))
+        program = tb.lower(b.build(list(values)), self.device)
+        sources = program.prepare()
+
+        def run(reps: int) -> float:
+            start = time.perf_counter()
+            for _ in range(reps):
+                program.execute(sources)
+            return (time.perf_counter() - start) / reps
+
+        run(1)  # warm-up: allocator, the kernel's first-call setup
+        one = min(run(1) for _ in range(3))
+        reps = max(1, min(1 << 16, math.ceil(self.min_sample_s / max(one, 1e-9))))
+        return min(one, *(run(reps) for _ in range(self.samples)))
+
+    def describe(self) -> str:
+        threads = f", {self.threads} threads" if self.threads else ""
+        return f"torch (per-op measured time on {self.device}{threads}, summed; TASO's cost)"
+
+
+class SimCost(CostFunction):
+    """The TPU simulator's default-compiled time of the graph (weight-only parts folded
+    structurally first, with `fold`)."""
+
+    name = "sim"
+
+    def __init__(self, hardware: str | None = None, fold: bool = True) -> None:
+        super().__init__(fold)
+        try:
+            from superopt.tpu_sim import evaluate, get_hardware
+        except ImportError as e:  # pragma: no cover - the simulator ships with the package
+            raise CostError(f"the TPU simulator is not available: {e}") from None
+        self._evaluate: Callable[..., float] = evaluate
+        self.hardware = get_hardware(hardware)
+        self.evaluations = 0
+
+    def cost(self, graph: Graph) -> float:
+        if self.fold:
+            graph = fold_weights(graph, evaluate=False).graph
+        self.evaluations += 1
+        t = float(self._evaluate(graph, None, self.hardware))
+        return t if math.isfinite(t) else math.inf
+
+    def describe(self) -> str:
+        return f"sim (TPU {self.hardware.name} simulator, default compiler)"
+
+
+COSTS: dict[str, Callable[..., CostFunction]] = {
+    "flops": FlopsCost,
+    "torch": TorchOpCost,
+    "sim": SimCost,
+}
+
+
+def sim_available() -> bool:
+    try:
+        import superopt.tpu_sim  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def create_cost(name: str, **options: Any) -> CostFunction:
+    """A cost function by name: sim, torch or flops (options go to its constructor)."""
+    try:
+        factory = COSTS[name]
+    except KeyError:
+        raise CostError(f"unknown cost {name!r}; expected one of {', '.join(COSTS)}") from None
+    try:
+        return factory(**options)
+    except TypeError as e:
+        raise CostError(f"cost {name!r}: {e}") from None

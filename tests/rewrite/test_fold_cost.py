@@ -1,0 +1,116 @@
+"""Weight folding, cost functions, exact pricing of rewrites, value checks and timing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from superopt.ir import GraphBuilder, interpret, random_feeds
+from superopt.rewrite import Matcher, apply_sites, create_cost, fold_weights, starter_rules
+from superopt.rewrite.check import check_values, time_side_by_side
+from superopt.rewrite.cost import CostError, FlopsCost, TorchOpCost
+from superopt.rewrite.effect import site_effect
+from superopt.rewrite.fold import runtime_ops, weight_only
+
+
+def _weight_math(with_data: bool):
+    b = GraphBuilder("wm")
+    x = b.input("x", (2, 4))
+    rng = np.random.default_rng(0)
+    w1 = b.weight("w1", (4, 3), data=rng.standard_normal((4, 3)) if with_data else None)
+    w2 = b.weight("w2", (4, 3), data=rng.standard_normal((4, 3)) if with_data else None)
+    w = b.concat(w1, b.relu(w2), axis=1)  # weight-only
+    y = b.matmul(x, w)
+    return b.build([y, b.transpose(w1, perm=(1, 0))])  # a weight-only output too
+
+
+def test_fold_turns_weight_only_values_into_weights_with_equal_values() -> None:
+    for with_data in (True, False):
+        g = _weight_math(with_data)
+        flags = weight_only(g)
+        assert sum(flags) == 5  # w1, w2, relu, concat, transpose
+        res = fold_weights(g)
+        folded = res.graph
+        folded.lint()
+        assert res.folded == 2
+        assert folded.op_histogram() == {"input": 1, "weight": 2, "matmul": 1}
+        assert all(n.attr("name") in folded.weights for n in folded.weight_nodes)
+        feeds = random_feeds(g, seed=3)
+        for a, b in zip(interpret(g, feeds), interpret(folded, feeds), strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6)
+
+
+def test_fold_without_materialising_keeps_ops_over_weights_without_data() -> None:
+    g = _weight_math(with_data=False)
+    res = fold_weights(g, materialize=False)
+    assert res.folded == 0 and res.kept == 2 and res.graph is not None
+    assert res.graph.op_histogram()["concat"] == 1
+    # Structural folding (for costing): new weights, no data.
+    s = fold_weights(g, evaluate=False).graph
+    assert s.op_histogram()["concat"] == 0 and not s.weights
+
+
+def test_costs_by_name_and_their_errors() -> None:
+    assert create_cost("flops").name == "flops"
+    assert create_cost("sim").name == "sim"
+    with pytest.raises(CostError, match="unknown cost"):
+        create_cost("nope")
+    with pytest.raises(CostError, match="unexpected"):
+        create_cost("flops", bogus=1)
+    g = _weight_math(with_data=True)
+    f = FlopsCost()
+    # Only the matmul runs: weight-only ops are free (they fold away).
+    assert f.cost(g) == pytest.approx(f.breakdown(g)["matmul"])
+    assert FlopsCost(fold=False).cost(g) > f.cost(g)
+    assert runtime_ops(g) == 1
+
+
+def test_torch_cost_times_each_op_signature_once() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (8, 16))
+    y = b.relu(b.matmul(x, b.weight("w", (16, 16))))
+    z = b.relu(b.matmul(y, b.weight("v", (16, 16))))
+    g = b.build([z])
+    c = TorchOpCost(samples=2, min_sample_s=2e-4)
+    total = c.cost(g)
+    assert total > 0 and c.cached == 2  # one matmul and one relu signature
+    assert c.cost(g) == total  # cached: the same number again
+
+
+@pytest.mark.parametrize("model,options", [("resnet18", {"image_size": 32}),
+                                           ("bert-small", {"seq_len": 8}),
+                                           ("squeezenet", {"image_size": 64})])
+def test_pricing_a_site_without_building_is_exact(model: str, options: dict) -> None:
+    from superopt import zoo
+
+    g = zoo.build(model, **options)
+    m = Matcher(starter_rules())
+    cost = FlopsCost()
+    base = cost.cost(g)
+    sites = m.match(g).sites
+    assert sites
+    for s in sites[:40]:
+        effect = site_effect(g, s, m.rule(s.rule))
+        new = apply_sites(g, [s], m).graph
+        assert effect.node_delta == len(new) - len(g), s.describe()
+        assert effect.runtime_delta(g) == runtime_ops(new) - runtime_ops(g), s.describe()
+        assert effect.cost_delta(g, cost) == pytest.approx(cost.cost(new) - base, rel=1e-9,
+                                                           abs=1e-15), s.describe()
+
+
+def test_value_check_catches_a_wrong_graph_and_timing_compares_side_by_side() -> None:
+    b = GraphBuilder("a")
+    x = b.input("x", (64, 64))
+    g1 = b.build([b.relu(b.matmul(x, b.weight("w", (64, 64))))])
+    b = GraphBuilder("b")
+    x = b.input("x", (64, 64))
+    g2 = b.build([b.matmul(x, b.weight("w", (64, 64)), activation="relu")])
+    b = GraphBuilder("c")
+    x = b.input("x", (64, 64))
+    g3 = b.build([b.matmul(x, b.weight("w", (64, 64)), activation="tanh")])
+    assert check_values(g1, g2).ok
+    bad = check_values(g1, g3)
+    assert not bad.ok and bad.max_rel_err > 1e-3 and "DIFFER" in bad.summary()
+    t = time_side_by_side([g1, g2], repeats=3, warmup=1, threads=1)
+    assert len(t.medians) == 2 and all(m > 0 for m in t.medians)
+    assert t.ratio(0, 1) > 0 and len(t.times[0]) == 3

@@ -1,0 +1,54 @@
+"""`superopt optimize`: rules table, cost before and after, value check, timing, outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from superopt.cli import main
+from superopt.ir import GraphBuilder, load, save
+
+
+@pytest.fixture()
+def conv_bn(tmp_path: Path) -> Path:
+    b = GraphBuilder("convbn")
+    x = b.input("x", (1, 4, 12, 12))
+    for i in range(3):
+        x = b.conv2d(x, b.weight(f"w{i}", (4, 4, 3, 3)), padding="same")
+        x = b.batch_norm(x, b.weight(f"s{i}", (4,), init="positive"), b.weight(f"b{i}", (4,)),
+                         b.weight(f"m{i}", (4,)), b.weight(f"v{i}", (4,), init="positive"))
+        x = b.relu(x)
+    return save(b.build([x]), tmp_path / "convbn.json")
+
+
+def test_optimize_prints_rules_costs_check_and_timing(conv_bn: Path, tmp_path: Path,
+                                                      capsys) -> None:
+    out, res = tmp_path / "opt.json", tmp_path / "res.json"
+    code = main(["optimize", str(conv_bn), "--cost", "flops", "--budget", "4", "--repeats", "2",
+                 "--warmup", "0", "--out", str(out), "--json", str(res)])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "fold_conv_bn" in text and "equal values" in text and "torch cpu" in text
+    figures = json.loads(res.read_text())
+    assert figures["applied"] == {"fold_conv_bn": 3}
+    assert figures["cost_after"] < figures["cost_before"]
+    assert figures["max_rel_err"] < 1e-5 and figures["torch_before_s"] > 0
+    optimized = load(out)
+    assert optimized.op_histogram()["batch_norm"] == 0
+    assert all(n.attr("name") in optimized.weights for n in optimized.weight_nodes
+               if n.attr("name").startswith("folded."))
+
+
+def test_optimize_with_a_rule_file_and_bad_input(conv_bn: Path, tmp_path: Path, capsys) -> None:
+    rules = tmp_path / "mine.rules"
+    rules.write_text("fuse: (relu (conv2d ?s ?p ?d ?g none ?x ?w)) => "
+                     "(conv2d ?s ?p ?d ?g relu ?x ?w)\n")
+    code = main(["optimize", str(conv_bn), "--rules", str(rules), "--cost", "flops",
+                 "--budget", "2", "--repeats", "0", "--no-check"])
+    assert code == 0
+    assert "1 rules from" in capsys.readouterr().out
+    assert main(["optimize", str(conv_bn), "--rules", str(tmp_path / "none.rules")]) == 2
+    assert "no such rule file" in capsys.readouterr().err
+    assert main(["optimize", str(conv_bn), "--budget", "0", "--cost", "flops"]) == 2

@@ -1,0 +1,97 @@
+"""TASO's search: relaxation alpha, budget, equal values, origins, costs of every kind."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from superopt.ir import Graph, GraphBuilder
+from superopt.rewrite import Matcher, optimize, starter_rules
+from superopt.rewrite.check import check_values
+from superopt.rewrite.cost import FlopsCost, SimCost
+from superopt.substitutions import parse_rules
+
+SCALE_RULES = [r for r in starter_rules() if r.name.startswith("scale_")]
+
+
+def _attention_scores() -> Graph:
+    """smul(q @ k, c) with q = heads(x @ W + b): the scale can travel into W and b."""
+    b = GraphBuilder("scores")
+    x = b.input("x", (1, 16, 16))
+    q = b.ewadd(b.matmul(x, b.weight("W", (16, 16))), b.weight("bias", (16,)))
+    q = b.transpose(b.reshape(q, shape=(1, 16, 2, 8)), perm=(0, 2, 1, 3))
+    k = b.input("k", (1, 2, 8, 16))
+    c = b.weight("c", (), data=np.array(0.125, dtype=np.float32))
+    return b.build([b.smul(b.matmul(q, k), c)])
+
+
+def test_alpha_lets_the_search_cross_equal_cost_steps() -> None:
+    g = _attention_scores()
+    strict = optimize(g, SCALE_RULES, FlopsCost(), alpha=1.0, budget=50, batch=False)
+    relaxed = optimize(g, SCALE_RULES, FlopsCost(), alpha=1.05, budget=50, batch=False)
+    # Only improvements: the scale moves onto q (smaller than the scores) and stops there,
+    # since moving it through transpose, reshape and the bias add costs the same.
+    assert [s.rule for s in strict.steps] in (["scale_matmul_lhs"], ["scale_matmul_rhs"])
+    # Relaxed: it reaches the weights, where it folds away; no smul is left at run time.
+    assert relaxed.cost_after < strict.cost_after < strict.cost_before
+    rules = [s.rule for s in relaxed.steps]
+    assert "scale_through_add" in rules and rules[-1] == "scale_matmul_rhs"
+    smul = [n for n in relaxed.graph.nodes if n.op == "smul"]
+    assert all(relaxed.graph.nodes[n.inputs[0].node].op == "weight" for n in smul)
+    for r in (strict, relaxed):
+        check = check_values(g, r.graph, rtol=1e-12)
+        assert check.ok, check.summary()
+        assert set(r.origin) == set(range(len(r.graph)))
+        assert all(set(o) <= set(range(len(g))) for o in r.origin.values())
+
+
+def test_budget_bounds_the_expansions() -> None:
+    g = _attention_scores()
+    r = optimize(g, SCALE_RULES, FlopsCost(), budget=1, batch=False)
+    assert r.expanded == 1 and r.stopped == "budget"
+    assert r.cost_after <= r.cost_before
+    with pytest.raises(Exception, match="alpha"):
+        optimize(g, SCALE_RULES, alpha=0.9)
+
+
+def test_a_model_gets_cheaper_with_equal_values_and_the_search_is_deterministic() -> None:
+    from superopt import zoo
+
+    g = zoo.build("resnet18", image_size=32)
+    m = Matcher(starter_rules())
+    a = optimize(g, m, FlopsCost(), budget=6)
+    b = optimize(g, m, FlopsCost(), budget=6)
+    assert a.graph.structural_hash == b.graph.structural_hash
+    assert a.cost_after < a.cost_before
+    assert a.applied["fold_conv_bn"] == 20  # every batch norm follows a conv
+    assert a.initial_sites["fold_conv_bn"] == 20
+    check = check_values(g, a.graph, rtol=1e-9)
+    assert check.ok, check.summary()
+    # Without batch moves the same budget folds one batch norm per expansion.
+    single = optimize(g, m, FlopsCost(), budget=6, batch=False)
+    assert sum(single.applied.values()) <= 6
+    assert single.cost_after > a.cost_after
+
+
+def test_growth_limit_counts_runtime_ops_only() -> None:
+    rules = parse_rules("grow: (relu ?x) => (relu (relu ?x))")
+    b = GraphBuilder()
+    x = b.input("x", (4,))
+    g = b.build([b.relu(x)])
+    # Growing is never cheaper, but alpha large enough lets it through up to the limit.
+    r = optimize(g, rules, FlopsCost(), alpha=10.0, budget=20, max_growth=3.0, batch=False)
+    assert r.expanded <= 3 and r.stopped == "queue empty"
+
+
+def test_whole_graph_cost_path_with_the_simulator() -> None:
+    b = GraphBuilder("sim")
+    x = b.input("x", (1, 8, 16, 16))
+    y = b.conv2d(x, b.weight("w", (8, 8, 3, 3)), padding="same")
+    y = b.batch_norm(y, b.weight("s", (8,), init="positive"), b.weight("bb", (8,)),
+                     b.weight("m", (8,)), b.weight("v", (8,), init="positive"))
+    g = b.build([b.relu(y)])
+    cost = SimCost()
+    r = optimize(g, starter_rules(), cost, budget=4)
+    assert r.cost_name == "sim" and cost.evaluations >= 2
+    assert r.cost_after <= r.cost_before
+    assert check_values(g, r.graph, rtol=1e-9).ok
