@@ -48,19 +48,22 @@ def only_kernel(c: Compiled, op: str):
 
 # ---- sanity targets -------------------------------------------------------------------------
 
-def test_2048_cubed_bf16_matmul_reaches_85_to_90_percent_of_peak() -> None:
+def test_2048_cubed_bf16_matmul_reaches_85_to_92_percent_of_peak() -> None:
+    # The band was 85-90% with the assumed fixed costs; the constants calibrated on
+    # TPU v3 kernels (smaller per-step cost, larger MXU fill) give about 91%.
     c = compile_default(matmul_graph(2048, 2048, 2048))
     validate(c)
     sim = simulate(c)
     assert sim.flops == 2 * 2048**3
-    assert 0.85 <= sim.flops_fraction <= 0.90
+    assert 0.85 <= sim.flops_fraction <= 0.92
     assert sim.kernels[0].bound == "compute"
 
 
 def test_tiny_elementwise_kernel_costs_about_a_microsecond_of_fixed_cost() -> None:
+    # Calibrated on TPU v3 kernels, a launch costs about 640 cycles (0.6 us on v4).
     sim = simulate(compile_default(add_graph((8, 128))))
     (k,) = sim.kernels
-    assert 0.9e-6 <= k.time <= 1.5e-6
+    assert 0.5e-6 <= k.time <= 1.5e-6
     assert k.cost.overhead >= 0.9 * k.time
     assert k.bound == "overhead"
 
@@ -285,8 +288,10 @@ def test_small_transfers_move_data_less_efficiently() -> None:
     small = kernel_cost(stats, (8,), Flags(), TPU_V4)
     assert big.bytes == small.bytes == 2 * 4096 * 1024 * 4
     ideal = big.bytes / TPU_V4.hbm_bytes_per_s
-    assert big.memory < 1.05 * ideal
-    assert small.memory > 1.1 * ideal
+    # 8-row tiles move 32 KiB runs: the calibrated per-run DMA cost (about 3 KB of transfer
+    # time on v4) makes them about 9% slower than the stream rate.
+    assert big.memory < 1.01 * ideal
+    assert small.memory > 1.05 * ideal
 
 
 def test_repeated_layers_share_cached_kernel_costs() -> None:
@@ -350,5 +355,6 @@ def test_very_large_fusions_pay_instruction_fetch() -> None:
 def test_the_default_compilers_analytical_formula() -> None:
     from superopt.tpu_sim.cost import analytical
 
-    assert analytical(2e-6, 1e-6, TPU_V4) == pytest.approx(2e-6 + 1e-6 - 0.95e-6 + 1e-6)
-    assert analytical(0.0, 0.0, TPU_V4) == pytest.approx(1e-6)
+    launch = TPU_V4.launch_s
+    assert analytical(2e-6, 1e-6, TPU_V4) == pytest.approx(2e-6 + 1e-6 - 0.95e-6 + launch)
+    assert analytical(0.0, 0.0, TPU_V4) == pytest.approx(launch)

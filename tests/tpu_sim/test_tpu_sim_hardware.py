@@ -6,6 +6,7 @@ import pytest
 
 from superopt.ir.errors import IRError
 from superopt.tpu_sim import PRESETS, TPU_V3, TPU_V4, TPU_V5E, get_hardware
+from superopt.tpu_sim.hardware import CALIBRATED, UNCALIBRATED
 
 
 def test_v4_peak_is_mxus_times_array_times_clock() -> None:
@@ -29,11 +30,26 @@ def test_v3_and_v5e_match_their_chip_figures() -> None:
 
 
 def test_fixed_costs_are_named_constants() -> None:
-    assert TPU_V4.launch_s == pytest.approx(1e-6)
-    assert TPU_V4.step_s == pytest.approx(0.35e-6)
-    assert TPU_V4.dma_issue_s == pytest.approx(0.4e-6)
-    assert TPU_V4.vpu_op_cycles == 2 and TPU_V4.transcendental_cycles == 7
+    # Before calibration: about 1 us per launch, 0.35 us per grid step, 2 cycles per vreg op.
+    assert UNCALIBRATED.launch_cycles == pytest.approx(1e-6 * TPU_V3.clock_hz)
+    assert UNCALIBRATED.step_cycles == pytest.approx(0.35e-6 * TPU_V3.clock_hz)
+    assert UNCALIBRATED.vpu_op_cycles == 2
+    assert TPU_V4.dma_issue_s == pytest.approx(0.4e-6)  # not constrained by the data
     assert TPU_V4.sublanes * TPU_V4.lanes == 1024
+
+
+def test_every_preset_applies_the_calibrated_constants_at_its_own_clock_and_bandwidth() -> None:
+    for hw in (TPU_V3, TPU_V4, TPU_V5E):
+        assert hw.launch_s * hw.clock_hz == pytest.approx(CALIBRATED.launch_cycles)
+        assert hw.step_s * hw.clock_hz == pytest.approx(CALIBRATED.step_cycles)
+        # The same time per contiguous DMA run: more bytes of transfer time at more bandwidth.
+        assert hw.dma_half_bytes / hw.hbm_bytes_per_s == pytest.approx(CALIBRATED.dma_run_s)
+        assert hw.mxu_fill_cycles == pytest.approx(CALIBRATED.mxu_fill_cycles)
+        assert hw.vpu_op_cycles == pytest.approx(CALIBRATED.vpu_op_cycles)
+        assert hw.transcendental_cycles == pytest.approx(3.5 * hw.vpu_op_cycles)
+        assert hw.xlu_cycles == pytest.approx(2 * hw.vpu_op_cycles)
+    assert TPU_V4.dma_half_bytes > TPU_V3.dma_half_bytes  # 600 vs 450 GB/s
+    assert TPU_V4.launch_s < TPU_V3.launch_s  # 1.05 vs 0.94 GHz
 
 
 @pytest.mark.parametrize("name,want", [("v4", "v4"), ("TPU-v4", "v4"), ("tpu_v3", "v3"),

@@ -3,7 +3,8 @@
 Heavy packages load only when a specific importer is used:
 - `superopt.importers.onnx`: ONNX files (and the models the `onnx` package ships);
 - `superopt.importers.torch`: PyTorch modules via torch.fx or torch.export (ATen level);
-- `superopt.importers.hf`: HuggingFace BERT built from a config, captured with torch.export.
+- `superopt.importers.hf`: HuggingFace BERT built from a config, captured with torch.export;
+- `superopt.importers.hlo`: XLA HLO modules (decoded JSON), with their layouts and kernels.
 """
 
 from __future__ import annotations

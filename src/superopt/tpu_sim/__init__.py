@@ -3,10 +3,12 @@
 `compile_default(graph)` lays out, fuses, tiles and flags a graph as an XLA-like compiler
 would; `compile_with(graph, config)` takes a (partial) configuration instead; `simulate`
 returns the runtime with a per-kernel breakdown and `measure` adds seeded noise. See
-`hardware` for the presets and their sources, `cost` for the kernel cost model and
-`compiler` for the default passes.
+`hardware` for the presets, their sources and the calibrated constants, `cost` for the kernel
+cost model, `bounds` for XLA-style tile bounds, `compiler` for the default passes, `replay`
+and `calibration` for the replay of real TPU measurements and the fit of the constants.
 """
 
+from superopt.tpu_sim.bounds import Bounds
 from superopt.tpu_sim.compiler import (
     InvalidConfig,
     LaidOut,
@@ -29,7 +31,15 @@ from superopt.tpu_sim.cost import (
     Signature,
     cost_model,
 )
-from superopt.tpu_sim.hardware import PRESETS, TPU_V3, TPU_V4, TPU_V5E, Hardware, get_hardware
+from superopt.tpu_sim.hardware import (
+    PRESETS,
+    TPU_V3,
+    TPU_V4,
+    TPU_V5E,
+    Constants,
+    Hardware,
+    get_hardware,
+)
 from superopt.tpu_sim.kernels import Kernel, Kernels, form_kernels
 from superopt.tpu_sim.layout import Layout, NodeLayouts, feature_minor, row_major
 from superopt.tpu_sim.layout_rules import LAYOUT_RULES
@@ -38,7 +48,7 @@ from superopt.tpu_sim.synthetic import synthetic_graph
 
 __all__ = [
     "COST_RULES", "DEFAULT_FLAGS", "LAYOUT_RULES", "PRESETS", "TPU_V3", "TPU_V4", "TPU_V5E",
-    "Compiled", "Config", "CostModel", "Flags", "Hardware", "InvalidConfig", "Kernel",
+    "Bounds", "Compiled", "Config", "Constants", "CostModel", "Flags", "Hardware", "InvalidConfig", "Kernel",
     "KernelCost", "KernelReport", "KernelStats", "Kernels", "LaidOut", "Layout", "NodeLayouts",
     "Signature", "Simulation", "Tile", "all_flags", "apply_layouts", "assign_layouts",
     "clear_caches", "compile_default", "compile_with", "cost_model", "evaluate",

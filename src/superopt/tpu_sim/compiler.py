@@ -32,7 +32,9 @@ from types import MappingProxyType
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, Node, Value
 from superopt.ir.passes import Origin, identity_origin
+from superopt.ir.types import DType, TensorType
 from superopt.tpu_sim import cost as cost_module
+from superopt.tpu_sim.bounds import Bounds, plan
 from superopt.tpu_sim.config import DEFAULT_FLAGS, Compiled, Config, Flags
 from superopt.tpu_sim.cost import (
     COST_RULES,
@@ -43,7 +45,6 @@ from superopt.tpu_sim.cost import (
     analytical,
     cost_model,
     kernel_signature,
-    tile_problem,
 )
 from superopt.tpu_sim.hardware import Hardware, get_hardware
 from superopt.tpu_sim.kernels import (
@@ -267,15 +268,19 @@ _REDUCTIONS = frozenset({"reduce_sum", "reduce_mean", "softmax", "layer_norm"})
 
 
 def _node_group(graph: Graph, per: tuple[tuple[Layout, ...], ...], nid: int, hw: Hardware,
-                resolved: Mapping[int, Value], op_costs: dict) -> _Group:
+                resolved: Mapping[int, Value], op_costs: dict,
+                stored: tuple[tuple[TensorType, ...], ...] | None = None) -> _Group:
     node = graph.nodes[nid]
     nodes = graph.nodes
-    in_types = tuple(nodes[v.node].types[v.index] for v in node.inputs)
+    types_of = stored if stored is not None else [n.types for n in nodes]
+    in_types = tuple(types_of[v.node][v.index] for v in node.inputs)
     in_layouts = tuple(per[v.node][v.index] for v in node.inputs)
-    key = (node.op, node.attrs, node.types, in_types, in_layouts, per[nid])
+    key = (node.op, node.attrs, types_of[nid], in_types, in_layouts, per[nid])
     got = op_costs.get(key)  # repeated layers share their per-op costs
     if got is None:
-        c = COST_RULES.get(node.op)(OpView(node, in_types, in_layouts, per[nid], hw))
+        view_node = node if stored is None else Node(nid, node.op, node.inputs, node.attrs,
+                                                     types_of[nid])
+        c = COST_RULES.get(node.op)(OpView(view_node, in_types, in_layouts, per[nid], hw))
         got = (c.gemm.padded_flops / hw.peak_flops if c.gemm is not None else 0.0,
                c.vector_cycles / hw.clock_hz, c.transposing, c.reads)
         if len(op_costs) > 1 << 18:
@@ -285,11 +290,11 @@ def _node_group(graph: Graph, per: tuple[tuple[Layout, ...], ...], nid: int, hw:
     ext: dict[Key, float] = {}
     for i, v in enumerate(node.inputs):
         r = resolved.get(v.node, v)
-        full = float(padded_bytes(nodes[r.node].types[r.index], per[r.node][r.index]))
+        full = float(padded_bytes(types_of[r.node][r.index], per[r.node][r.index]))
         part = reads[i] if i < len(reads) else None
         k = (r.node, r.index)
         ext[k] = max(ext.get(k, 0.0), full if part is None else min(full, part))
-    out_bytes = float(sum(padded_bytes(t, lay) for t, lay in zip(node.types, per[nid],
+    out_bytes = float(sum(padded_bytes(t, lay) for t, lay in zip(types_of[nid], per[nid],
                                                                    strict=True)))
     return _Group(
         members=[nid], ext=ext, out_bytes=out_bytes, mxu_s=mxu_s, vec_s=vec_s,
@@ -308,17 +313,20 @@ def _merged(c: _Group, p: _Group, p_root: int, hw: Hardware) -> _Group:
 
 
 def priority_fusion(graph: Graph, layouts: NodeLayouts, hw: Hardware,
-                    bitcasts: frozenset[int] | None = None) -> dict[int, bool]:
-    """XLA-like priority fusion (see the module docstring); returns "fuse" per node."""
+                    bitcasts: frozenset[int] | None = None,
+                    stored: tuple[tuple[TensorType, ...], ...] | None = None
+                    ) -> dict[int, bool]:
+    """XLA-like priority fusion (see the module docstring); returns "fuse" per node.
+    `stored` gives each node's types as stored, when storage dtypes are overridden."""
     if bitcasts is None:
-        bitcasts = find_bitcasts(graph, layouts)
+        bitcasts = find_bitcasts(graph, layouts, stored)
     nodes = graph.nodes
     eff, needed = effective_consumers(graph, bitcasts)
     resolved = resolve_bitcasts(graph, bitcasts)
     units = [n.id for n in nodes if not is_source(n.op) and n.id not in bitcasts]
     per = layouts.per_node
     op_costs = OP_COSTS.setdefault(hw, {})
-    groups = {i: _node_group(graph, per, i, hw, resolved, op_costs) for i in units}
+    groups = {i: _node_group(graph, per, i, hw, resolved, op_costs, stored) for i in units}
     kernel_of: dict[int, tuple[int, ...]] = {i: (i,) for i in units}
     version: dict[int, int] = dict.fromkeys(units, 0)
     fused: set[int] = set()
@@ -398,6 +406,8 @@ class LaidOut:
     bitcasts: frozenset[int]
     consumers: tuple[list[tuple[int, ...]], list[bool]]  # effective consumers, needed
     defaults: bool  # computed without overrides
+    dtypes: Mapping[Value, DType] | None = None  # the storage overrides it was made with
+    stored: tuple[tuple[TensorType, ...], ...] | None = None  # per laid-out node, as stored
     # Kernel members -> signature: on this graph and these layouts a kernel's signature is
     # a function of its members, so candidates that keep most kernels reuse them.
     signatures: dict[tuple[int, ...], Signature] = field(default_factory=dict)
@@ -409,7 +419,7 @@ class LaidOut:
             if len(self.signatures) > 4 * len(self.graph.nodes) + 1024:
                 self.signatures.clear()
             sig = self.signatures[kernel.nodes] = model.intern(
-                kernel_signature(self.graph, self.laid_layouts, kernel, resolved))
+                kernel_signature(self.graph, self.laid_layouts, kernel, resolved, self.stored))
         return sig
 
 
@@ -422,32 +432,74 @@ def clear_caches() -> None:
     cost_module.clear_caches()
 
 
-def lay_out(graph: Graph, layouts: Mapping[Value, Layout] | None) -> LaidOut:
-    """Assign layouts (with `layouts` as overrides) and run the layout pass.
+def lay_out(graph: Graph, layouts: Mapping[Value, Layout] | None,
+            dtypes: Mapping[Value, DType] | None = None) -> LaidOut:
+    """Assign layouts (with `layouts` as overrides) and run the layout pass; `dtypes` are
+    storage types of source values (`Config.dtypes`), carried to the laid-out graph.
 
     The last result per graph is remembered: passing back the `layouts` of a compiled
     configuration (the same object), or no layouts again, skips the pass, as a tuner that
     changes only fusion, tiles or flags does on every evaluation.
     """
     memo = _LAID.get(graph)
-    if memo is not None and (layouts is memo.layouts or (not layouts and memo.defaults)):
+    same_dtypes = memo is not None and (dtypes is memo.dtypes or (not dtypes and not memo.dtypes))
+    if memo is not None and same_dtypes and (layouts is memo.layouts
+                                             or (not layouts and memo.defaults)):
         return memo
     assigned = assign_layouts(graph, layouts)
     laid, origin, laid_layouts = apply_layouts(graph, assigned)
-    bitcasts = find_bitcasts(laid, laid_layouts)
+    stored = stored_types(graph, laid, origin, dtypes) if dtypes else None
+    bitcasts = find_bitcasts(laid, laid_layouts, stored)
     result = LaidOut(assigned, laid, origin, laid_layouts, bitcasts,
-                     effective_consumers(laid, bitcasts), not layouts)
+                     effective_consumers(laid, bitcasts), not layouts, dtypes or None, stored)
     _LAID[graph] = result
     return result
 
 
-def default_flags(gemm_columns: int | None, tile: tuple[int, ...], hw: Hardware) -> Flags:
+def stored_types(source: Graph, laid: Graph, origin: Origin, dtypes: Mapping[Value, DType]
+                 ) -> tuple[tuple[TensorType, ...], ...]:
+    """Per laid-out node, its values' types as stored: a source value's storage dtype where
+    `dtypes` gives one; a layout op inserted by the layout pass stores what it copies."""
+    for v, dt in dtypes.items():
+        if (not isinstance(v, Value) or not 0 <= v.node < len(source.nodes)
+                or not 0 <= v.index < len(source.nodes[v.node].types)):
+            raise InvalidConfig(f"storage dtype given for {v}, which is not a value of graph "
+                                f"{source.name!r}")
+        if not isinstance(dt, DType):
+            raise InvalidConfig(f"storage dtype of {v} must be a DType, found {dt!r}")
+    out: list[tuple[TensorType, ...]] = []
+    for n in laid.nodes:
+        srcs = origin.get(n.id, ())
+        if n.op == "layout" and (len(srcs) != 1 or source.nodes[srcs[0]].op != "layout"):
+            v = n.inputs[0]
+            out.append((out[v.node][v.index],))
+            continue
+        src = srcs[0] if len(srcs) == 1 and source.nodes[srcs[0]].op == n.op else None
+        out.append(tuple(TensorType(t.shape, dtypes.get(Value(src, i), t.dtype))
+                         if src is not None else t for i, t in enumerate(n.types)))
+    return tuple(out)
+
+
+def default_flags(gemm_columns: int | None, tile: tuple[int, ...], hw: Hardware,
+                  tile_columns: int | None = None) -> Flags:
     """Double buffering, no unrolling, MXUs split over columns when the tile has a block of
-    128 columns per MXU, else over rows."""
+    128 columns per MXU, else over rows. `tile_columns` gives the columns of a `Bounds`
+    tile's block (which `tile` does not spell out)."""
     if gemm_columns is None:
         return DEFAULT_FLAGS
-    split = "n" if tile[1] // hw.mxu_dim >= hw.mxus else "m"
+    cols = tile_columns if tile_columns is not None else tile[1]
+    split = "n" if cols // hw.mxu_dim >= hw.mxus else "m"
     return Flags(double_buffer=True, unroll=1, mxu_split=split)
+
+
+def bounds_columns(model: CostModel, sig: Signature, tile: object) -> int | None:
+    """Output columns of a `Bounds` tile's block on the MXU (None for other tiles)."""
+    if not isinstance(tile, Bounds) or model.stats(sig).gemm is None:
+        return None
+    space = model.space(sig)
+    if space.cols is None or model.problem(sig, tile):
+        return None
+    return plan(space, tile).ext[space.cols]
 
 
 def compile_with(graph: Graph, config: Config | None = None,
@@ -468,7 +520,7 @@ def _compile_with(graph: Graph, config: Config | None, hw: Hardware, fusion_defa
     if fusion_default not in ("priority", "none"):
         raise InvalidConfig(f"fusion_default must be 'priority' or 'none', found "
                             f"{fusion_default!r}")
-    lo = lay_out(graph, config.layouts)
+    lo = lay_out(graph, config.layouts, config.dtypes)
     layouts, laid, origin, laid_layouts, bitcasts = (lo.layouts, lo.graph, lo.origin,
                                                      lo.laid_layouts, lo.bitcasts)
     given = config.fusion
@@ -477,10 +529,14 @@ def _compile_with(graph: Graph, config: Config | None, hw: Hardware, fusion_defa
         bad = next(k for k in given if not isinstance(k, int) or not 0 <= k < n_laid)
         raise InvalidConfig(f"fusion decision for node {bad!r}, which the laid-out graph "
                             f"{laid.name!r} (nodes %0..%{n_laid - 1}) lacks")
+    for k, d in given.items():
+        if not isinstance(d, bool) and not (isinstance(d, int) and k < d < n_laid):
+            raise InvalidConfig(f"fusion decision of %{k} must be a bool or the root of a "
+                                f"later kernel, found {d!r}")
     if len(given) >= n_laid:
         fusion = dict(given)
     elif fusion_default == "priority":
-        fusion = priority_fusion(laid, laid_layouts, hw, bitcasts)
+        fusion = priority_fusion(laid, laid_layouts, hw, bitcasts, lo.stored)
         fusion.update(given)
     else:
         fusion = {i: bool(given.get(i, False)) for i in range(n_laid)}
@@ -496,7 +552,8 @@ def _compile_with(graph: Graph, config: Config | None, hw: Hardware, fusion_defa
             tile = model.default_tile(sig, f or DEFAULT_FLAGS)
         if f is None:
             g = model.stats(sig).gemm
-            f = default_flags(g.n if g is not None else None, tile, hw)
+            f = default_flags(g.n if g is not None else None, tile, hw,
+                              bounds_columns(model, sig, tile))
         tiles[k.root] = tile
         flags[k.root] = f
     full = Config(layouts, MappingProxyType(fusion), MappingProxyType(tiles),
@@ -559,6 +616,7 @@ def problems(compiled: Compiled, lint: bool = True) -> list[str]:
     for node_id, why in part.repaired:
         out.append(f"fusion decision of %{node_id} was overridden: {why}")
     seen: set[int] = set()
+    written = {v: k.root for k in compiled.kernels for v in k.outputs}
     for k in compiled.kernels:
         members = set(k.nodes)
         if k.nodes[-1] != k.root or list(k.nodes) != sorted(k.nodes):
@@ -576,8 +634,7 @@ def problems(compiled: Compiled, lint: bool = True) -> list[str]:
                     continue
                 if r not in listed:
                     out.append(f"kernel %{k.root} reads {r} without listing it as an input")
-                if not is_source(g.nodes[r.node].op) and (part.kernel_of[r.node] != (r.node,)
-                                                          or r.node >= k.root):
+                if not is_source(g.nodes[r.node].op) and written.get(r, k.root) >= k.root:
                     out.append(f"kernel %{k.root} reads {r}, which is not the root of an "
                                "earlier kernel (cycle or unmaterialised value)")
     model = cost_model(compiled.hw)
@@ -586,7 +643,7 @@ def problems(compiled: Compiled, lint: bool = True) -> list[str]:
         if tile is None or flags is None:
             out.append(f"kernel %{k.root} has no tile or no flags")
             continue
-        why = tile_problem(model.stats(sig), tile) or flags.problem()
+        why = model.problem(sig, tile) or flags.problem()
         if why:
             out.append(f"kernel %{k.root}: {why}")
             continue

@@ -6,12 +6,18 @@ a collection of per-item choices on the graph that pass sees:
 - layouts: minor-to-major order per value of the *source* graph (`Value -> Layout`);
   the layout pass inserts `layout` ops where a consumer needs another layout;
 - fusion: per node of the *laid-out* graph, "fuse into all consumers" (True) or
-  "materialise" (False), the encoding XLA's fusion decisions and TpuGraphs use;
+  "materialise" (False), the encoding XLA's fusion decisions and TpuGraphs use; or the root
+  of another kernel (an int): compute the node in that kernel and write its value as an
+  extra output (XLA's multi-output fusion);
 - tiles: per kernel (keyed by the kernel's root node in the laid-out graph), the output
   tile and reduction tile: `(tm, tn, tk)` for a kernel with an MXU op (rows and columns of
   the output block, contraction per step), `(rows,)` otherwise (rows of the kernel's
-  largest array per step, lanes whole);
-- flags: per kernel, the code-generation switches of `Flags`.
+  largest array per step, lanes whole); or XLA-style `Bounds` over the physical dims of the
+  kernel's main array (see `superopt.tpu_sim.bounds`);
+- flags: per kernel, the code-generation switches of `Flags`;
+- dtypes: per value of the *source* graph, the element type it is stored in when that
+  differs from its IR dtype (an imported XLA program computes in one IR dtype but stores
+  bf16 or 8-bit arrays): every byte count and tiling uses the stored type.
 
 A configuration may be partial; `superopt.tpu_sim.compiler.compile_with` completes it with
 the default compiler's choices and returns a `Compiled`, whose config is complete.
@@ -27,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from superopt.ir.graph import Graph, Value
 from superopt.ir.passes import Origin
+from superopt.ir.types import DType
 from superopt.tpu_sim.hardware import Hardware
 from superopt.tpu_sim.layout import Layout, NodeLayouts
 
@@ -34,7 +41,7 @@ if TYPE_CHECKING:
     from superopt.tpu_sim.cost import Signature
     from superopt.tpu_sim.kernels import Kernel, Kernels
 
-Tile = tuple[int, ...]
+Tile = tuple[int, ...]  # or a `Bounds` (a named tuple of two tuples)
 
 UNROLLS = (1, 2, 4, 8)
 MXU_SPLITS = ("n", "m", "k")
@@ -93,9 +100,10 @@ class Config:
     """Per-pass choices; any part may be partial (missing entries get defaults)."""
 
     layouts: Mapping[Value, Layout] = field(default_factory=_empty)
-    fusion: Mapping[int, bool] = field(default_factory=_empty)
+    fusion: Mapping[int, bool | int] = field(default_factory=_empty)
     tiles: Mapping[int, Tile] = field(default_factory=_empty)
     flags: Mapping[int, Flags] = field(default_factory=_empty)
+    dtypes: Mapping[Value, DType] = field(default_factory=_empty)
 
     def with_(self, **changes: Mapping) -> Config:
         """A copy with some parts replaced (frozen: mappings are copied and wrapped).

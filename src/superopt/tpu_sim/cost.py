@@ -20,7 +20,9 @@ erf, rsqrt, `xlu_cycles` for a cross-lane move), as the rules below charge it:
   window of `size` taps (XLU when channels sit in lanes) + 4 ops + 2 transcendentals.
 - matmul, conv2d: the MXU (below); a fused activation on the result; an XLU transpose of
   any operand or result whose minor dim is not the one the MXU streams (K of the lhs, N of
-  the rhs and result, channels for convs). A conv whose groups are so narrow that the MXU
+  the rhs and result, channels for convs). The MXU produces the result's lane dim as its
+  columns: a conv whose result keeps its batch dim in lanes (XLA's weight-gradient convs)
+  computes the transposed product, batch as columns, input stationary. A conv whose groups are so narrow that the MXU
   would idle (depthwise) runs on the VPU instead, at kh x kw x C/groups multiply-adds per
   output, when that is cheaper.
 - transpose, reshape, layout: 1 op per pass when the two tiled dims stay in place (whole
@@ -30,14 +32,20 @@ erf, rsqrt, `xlu_cycles` for a cross-lane move), as the rules below charge it:
 
 Time of a kernel under a tile and flags (the "true" model the simulator reports):
 
+- Tiles: the simulator's own `(tm, tn, tk)` / `(rows,)` tiles, or XLA-style `Bounds` over the
+  physical dims of the kernel's main array, costed by `superopt.tpu_sim.bounds` with the same
+  DMA, MXU, pipeline and fixed-cost model below.
+- Kernels may write several values (multi-output fusion) and values may be stored in another
+  element type than their IR dtype (`Config.dtypes`): signatures carry both.
 - Grid: an MXU kernel tiles its product (tm x tn outputs, tk of the contraction per step;
   with several independent products, as in batched attention or grouped convs, tm beyond
   one product's rows stacks whole products into a step); other kernels stream `rows` rows
   of their largest array per step.
 - HBM traffic: each operand tile is fetched when its block changes between steps, so a
   smaller output tile re-reads the other operand (operand re-reads); results are written
-  once. Every DMA transfer pays `dma_half_bytes` of bandwidth per contiguous run, so small
-  tiles and narrow blocks move data inefficiently.
+  once. Streams reach `hbm_efficiency` of the peak bandwidth and every contiguous run costs
+  as much again as moving `dma_half_bytes`, so small tiles and narrow blocks move data
+  inefficiently.
 - MXU: per step, each 128x128 weight block streams max(rows, 128) rows (the weight-load
   floor: short row counts do not amortise loading weights), blocks are shared among MXUs
   by the `mxu_split` flag, and each step pays the systolic fill and drain.
@@ -48,7 +56,8 @@ Time of a kernel under a tile and flags (the "true" model the simulator reports)
   issue latency. Launch costs `launch_s`, every step after the first `step_s`; fusions whose
   ops x unroll exceed the instruction budget pay instruction fetch per step.
 - VMEM: operand and result tiles (twice with double buffering), the f32 accumulator and the
-  fused intermediates must fit; a tile that does not fit is invalid.
+  share of the fused intermediates VMEM holds (`Hardware.vmem_intermediate_share`; the rest
+  stay in vregs) must fit; a tile that does not fit is invalid.
 
 The default compiler's *analytical* model (XLA-like) ignores DMA efficiency, the MXU
 weight-load floor and fill, loop overhead, spills, instruction fetch, pipeline prologue and
@@ -60,7 +69,7 @@ including the tile's operand re-reads.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +77,8 @@ from superopt.ir.analysis import COUNTS
 from superopt.ir.graph import Graph, Node, Value
 from superopt.ir.rules import RuleTable
 from superopt.ir.types import TensorType
+from superopt.tpu_sim import bounds as bounds_module
+from superopt.tpu_sim.bounds import Bounds, Space
 from superopt.tpu_sim.config import Flags, Tile
 from superopt.tpu_sim.hardware import Hardware
 from superopt.tpu_sim.kernels import Kernel
@@ -202,24 +213,38 @@ def _matmul(v: OpView) -> OpCost:
 COST_RULES.register("matmul", _matmul)
 
 
-def conv_gemm(x: TensorType, w: TensorType, out: TensorType, groups: int) -> Gemm:
+def conv_gemm(x: TensorType, w: TensorType, out: TensorType, groups: int,
+              transposed: bool = False) -> Gemm:
     """Implicit GEMM of a conv: rows = output pixels, columns = output channels per group.
 
     Deep convs (>= 128 input channels per group) contract tap by tap, each tap padded to
     128; shallow ones fold the taps into the contraction (as XLA's TPU emitter does), so a
-    3-channel 7x7 conv contracts over 147 -> 256 rather than 49 x 128.
+    3-channel 7x7 conv contracts over 147 -> 256 rather than 49 x 128. `transposed`: the
+    product is computed the other way round, batch in the columns (see `_conv`).
     """
     o, cg, kh, kw = w.shape
     m = out.shape[0] * out.shape[2] * out.shape[3]
     k = cg * kh * kw
     k_pad = kh * kw * _round_up(cg, 128) if cg >= 128 else _round_up(max(k, 1), 128)
+    if transposed:
+        return Gemm(1, o * out.shape[2] * out.shape[3], out.shape[0], k, k_pad)
     return Gemm(groups, m, o // groups, k, k_pad)
+
+
+def batch_in_lanes(out: TensorType, layout: Layout, groups: int) -> bool:
+    """Whether a conv's result keeps its batch dim in lanes, so the MXU computes the
+    transposed product (XLA does this for weight-gradient convs, whose "batch" is the
+    forward conv's input features)."""
+    return groups == 1 and bool(layout) and layout[0] == 0 and out.shape[0] > 1
 
 
 def _conv(v: OpView) -> OpCost:
     x, w = v.ins
     out = v.out
-    gemm = conv_gemm(x, w, out, v.node.attr("groups"))
+    # The MXU produces the result's lane dim as its columns: output features normally, the
+    # batch dim when the result keeps it in lanes (then no transpose of the result either).
+    transposed = batch_in_lanes(out, v.out_layouts[0], v.node.attr("groups"))
+    gemm = conv_gemm(x, w, out, v.node.attr("groups"), transposed)
     _, cg, kh, kw = w.shape
     # Each group is at least one grid step on the MXU (fill, drain, step overhead).
     per_group = v.hw.mxu_fill_cycles + v.hw.step_s * v.hw.clock_hz
@@ -232,7 +257,7 @@ def _conv(v: OpView) -> OpCost:
         cycles += v.vin(0) * v.xl
     if v.in_layouts[1][0] != 0:
         cycles += v.vin(1) * v.xl
-    if v.out_layouts[0][0] != 1:
+    if v.out_layouts[0][0] != 1 and not transposed:
         cycles += v.vout() * v.xl
     if vpu_cycles < mxu_cycles:  # depthwise-like convs run on the vector unit
         return OpCost(cycles + vpu_cycles, None)
@@ -467,13 +492,19 @@ class Signature:
 
 
 def kernel_signature(graph: Graph, layouts: NodeLayouts, kernel: Kernel,
-                     resolved: Mapping[int, Value]) -> Signature:
+                     resolved: Mapping[int, Value],
+                     stored: Sequence[tuple[TensorType, ...]] | None = None) -> Signature:
     """A hashable description of everything the kernel's cost depends on, independent of
-    node numbering: two kernels with equal signatures cost the same."""
+    node numbering: two kernels with equal signatures cost the same.
+
+    `stored` gives, per node, its values' types as stored (`Config.dtypes`) when they differ
+    from the graph's; the cost model sees stored types only. Outputs are (member, output)
+    pairs: the root's outputs, and the values of a multi-output fusion's other members."""
     local = {m: i for i, m in enumerate(kernel.nodes)}
     ext = {(v.node, v.index): j for j, v in enumerate(kernel.inputs)}
     nodes = graph.nodes
     per = layouts.per_node
+    types_of = stored if stored is not None else [n.types for n in nodes]
     entries = []
     for m in kernel.nodes:
         n = nodes[m]
@@ -482,10 +513,10 @@ def kernel_signature(graph: Graph, layouts: NodeLayouts, kernel: Kernel,
             r = resolved.get(v.node, v)
             li = local.get(r.node)
             ref: Ref = ("m", li, r.index) if li is not None else ("x", ext[r.node, r.index], 0)
-            refs.append((ref, nodes[v.node].types[v.index], per[v.node][v.index]))
-        entries.append((n.op, n.attrs, n.types, per[m], tuple(refs)))
-    ext_desc = tuple((nodes[v.node].types[v.index], per[v.node][v.index]) for v in kernel.inputs)
-    outs = tuple(v.index for v in kernel.outputs)
+            refs.append((ref, types_of[v.node][v.index], per[v.node][v.index]))
+        entries.append((n.op, n.attrs, types_of[m], per[m], tuple(refs)))
+    ext_desc = tuple((types_of[v.node][v.index], per[v.node][v.index]) for v in kernel.inputs)
+    outs = tuple((local[v.node], v.index) for v in kernel.outputs)
     return Signature((tuple(entries), ext_desc, outs))
 
 
@@ -511,6 +542,7 @@ class KernelStats:
     loop_vregs: float  # vreg iterations of the vector loop
     transposing: bool
     reduction: bool
+    hero: int | None = None  # the member whose product runs on the MXU
 
     @property
     def in_bytes(self) -> float:
@@ -547,10 +579,16 @@ def kernel_stats(sig: Signature, hw: Hardware) -> KernelStats:
         if c.gemm is not None and gemm is None:
             gemm, hero = c.gemm, i
 
-    # Which side of the MXU op each member feeds: lhs, rhs, or the epilogue ("stream").
+    # Which side of the MXU op each member feeds: lhs, rhs, or the epilogue ("stream"). A
+    # conv computed transposed (batch in the result's lanes) streams its weights as rows and
+    # keeps its input stationary: the roles swap.
     side = ["stream"] * n_members
+    slots = ((0, "lhs"), (1, "rhs"))
+    if hero >= 0 and entries[hero][0] == "conv2d" and batch_in_lanes(
+            entries[hero][2][0], entries[hero][3][0], dict(entries[hero][1])["groups"]):
+        slots = ((0, "rhs"), (1, "lhs"))
     if hero >= 0:
-        for slot, name in ((0, "lhs"), (1, "rhs")):
+        for slot, name in slots:
             ref = entries[hero][4][slot][0]
             if ref[0] == "m":
                 side[ref[1]] = name
@@ -575,7 +613,7 @@ def kernel_stats(sig: Signature, hw: Hardware) -> KernelStats:
                 read[j] = None
             elif read[j] is not None:
                 read[j] = (read[j] or 0.0) + part
-            here = ("lhs" if slot == 0 else "rhs") if i == hero else side[i]
+            here = dict(slots)[slot] if i == hero and slot < 2 else side[i]
             if rank[here] < rank[role[j]]:
                 role[j] = here
     by_role = {"lhs": 0.0, "rhs": 0.0, "stream": 0.0}
@@ -583,8 +621,7 @@ def kernel_stats(sig: Signature, hw: Hardware) -> KernelStats:
         r = read[j]
         by_role[role[j]] += b if r is None else min(b, r)
 
-    root = entries[-1]
-    out_bytes = float(sum(padded_bytes(root[2][k], root[3][k]) for k in outs))
+    out_bytes = float(sum(padded_bytes(entries[m][2][k], entries[m][3][k]) for m, k in outs))
     inter = {"lhs": 0.0, "rhs": 0.0, "stream": 0.0}
     # The vector loop runs over the largest array a vector op touches (the MXU op's result
     # drains through it too); partially read operands (a looked-up table) do not count.
@@ -622,7 +659,8 @@ def kernel_stats(sig: Signature, hw: Hardware) -> KernelStats:
         out_bytes=out_bytes, lhs_inter=inter["lhs"] + inter["rhs"], stream_inter=inter["stream"],
         rows=max(1, rows), row_tile=row_tile, n_inputs=len(ext_desc), n_outputs=len(outs),
         live_vregs=_peak_live(entries), loop_vregs=loop,
-        transposing=transposing, reduction=any(op in REDUCTIONS for op in ops))
+        transposing=transposing, reduction=any(op in REDUCTIONS for op in ops),
+        hero=hero if hero >= 0 else None)
 
 
 def _peak_live(entries: tuple) -> int:
@@ -732,6 +770,7 @@ class Grid:
     transfers: tuple[tuple[float, float, float], ...]  # (count, bytes each, contiguous run)
     vmem_io: float  # operand + result tile bytes (doubled with double buffering)
     vmem_fixed: float  # accumulator and intermediates
+    vmem_inter: float = 0.0  # the intermediates' part of vmem_fixed
 
 
 def grid(stats: KernelStats, tile: Tile) -> Grid:
@@ -763,7 +802,7 @@ def grid(stats: KernelStats, tile: Tile) -> Grid:
         inter = stats.lhs_inter / (gb * gm * gk) + stats.stream_inter / out_tiles
         return Grid(steps, lhs_loads * lhs_tile + rhs_loads * rhs_tile + stats.stream_bytes,
                     stats.out_bytes, (*transfers, (out_tiles, out_tile, out_run)),
-                    vmem_io, acc + inter)
+                    vmem_io, acc + inter, inter)
     (tr,) = tile
     rows = _round_up(stats.rows, stats.row_tile)
     steps = -(-rows // tr)
@@ -774,13 +813,21 @@ def grid(stats: KernelStats, tile: Tile) -> Grid:
     per_output = out_tile / max(1, stats.n_outputs)
     transfers = ((steps * stats.n_inputs, per_input, per_input),
                  (steps * stats.n_outputs, per_output, per_output))
-    return Grid(steps, stats.in_bytes, stats.out_bytes, transfers, in_tile + out_tile,
-                (stats.lhs_inter + stats.stream_inter) * frac)
+    inter = (stats.lhs_inter + stats.stream_inter) * frac
+    return Grid(steps, stats.in_bytes, stats.out_bytes, transfers, in_tile + out_tile, inter,
+                inter)
 
 
-def vmem_bytes(stats: KernelStats, tile: Tile, flags: Flags) -> float:
-    gr = grid(stats, tile)
-    return gr.vmem_io * (2 if flags.double_buffer else 1) + gr.vmem_fixed
+def vmem_bytes(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware) -> float:
+    """VMEM a (tm, tn, tk) or (rows,) tile needs (a `Bounds` tile: `kernel_cost(...).vmem`)."""
+    return _vmem(grid(stats, tile), flags, hw)
+
+
+def _vmem(gr: Grid, flags: Flags, hw: Hardware) -> float:
+    """Operand and result tiles (twice with double buffering), the accumulator, and the
+    share of fused intermediates held in VMEM (`Hardware.vmem_intermediate_share`)."""
+    fixed = gr.vmem_fixed - gr.vmem_inter * (1.0 - hw.vmem_intermediate_share)
+    return gr.vmem_io * (2 if flags.double_buffer else 1) + fixed
 
 
 def mxu_cycles_per_step(g: Gemm, tile: Tile, split: str, hw: Hardware) -> tuple[float, float]:
@@ -830,36 +877,74 @@ class KernelCost:
 
 
 def _dma_time(transfers: Iterable[tuple[float, float, float]], hw: Hardware) -> float:
+    """DMA time of (count, bytes each, contiguous run) transfers: streams reach
+    `hbm_efficiency` of the peak bandwidth, and every contiguous run costs as much again as
+    moving `dma_half_bytes` (so a run of that size reaches half the stream rate)."""
     total = 0.0
+    rate = hw.hbm_bytes_per_s * hw.hbm_efficiency
     for count, size, run in transfers:
         if count and size > 0:
-            total += count * size / hw.hbm_bytes_per_s * (1.0 + hw.dma_half_bytes / max(run, 1.0))
+            total += count * size / rate * (1.0 + hw.dma_half_bytes / max(run, 1.0))
     return total
 
 
-def kernel_cost(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware) -> KernelCost:
-    """The simulator's time for one kernel (see the module docstring)."""
+def kernel_cost(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware,
+                space: Space | None = None) -> KernelCost:
+    """The simulator's time for one kernel (see the module docstring). A `Bounds` tile needs
+    the kernel's `space` (`CostModel.cost` passes it)."""
+    if isinstance(tile, Bounds):
+        return _bounds_cost(stats, space, tile, flags, hw)
     problem = tile_problem(stats, tile) or flags.problem()
     if problem:
         return _invalid(stats, problem)
     gr = grid(stats, tile)
-    vmem = gr.vmem_io * (2 if flags.double_buffer else 1) + gr.vmem_fixed
+    vmem = _vmem(gr, flags, hw)
     steps = gr.steps
-    clock = hw.clock_hz
     mxu = 0.0
     extra_vec = 0.0
     if stats.gemm is not None:
         per, extra = mxu_cycles_per_step(stats.gemm, tile, flags.mxu_split, hw)
-        mxu = per * steps / clock
+        mxu = per * steps
         extra_vec = extra * steps
+    dma_in = _dma_time(gr.transfers[:-1] if stats.gemm is not None else gr.transfers[:1], hw)
+    dma_out = _dma_time(gr.transfers[-1:], hw)
+    return _assemble(stats, tile, flags, hw, steps, mxu, extra_vec, dma_in, dma_out,
+                     gr.in_bytes + gr.out_bytes, vmem)
+
+
+def _bounds_cost(stats: KernelStats, space: Space | None, tile: Bounds, flags: Flags,
+                 hw: Hardware) -> KernelCost:
+    if space is None:
+        return _invalid(stats, "a bounds tile is costed through CostModel.cost (it needs the "
+                               "kernel's iteration space)")
+    problem = bounds_module.problem(space, tile) or flags.problem()
+    if problem:
+        return _invalid(stats, problem)
+    pl = bounds_module.plan(space, tile)
+    ins, outs, in_bytes, out_bytes = bounds_module.transfers(space, pl)
+    mxu = extra_vec = 0.0
+    if stats.gemm is not None:
+        mxu, extra_vec = bounds_module.mxu_cycles(space, pl, flags.mxu_split, hw)
+    vmem = bounds_module.vmem(space, pl, 2 if flags.double_buffer else 1,
+                              (stats.lhs_inter + stats.stream_inter)
+                              * hw.vmem_intermediate_share)
+    return _assemble(stats, tile, flags, hw, pl.steps, mxu, extra_vec, _dma_time(ins, hw),
+                     _dma_time(outs, hw), in_bytes + out_bytes, vmem)
+
+
+def _assemble(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware, steps: int,
+              mxu_cycles: float, extra_vec: float, dma_in: float, dma_out: float,
+              moved: float, vmem: float) -> KernelCost:
+    """A kernel's time from its grid: compute and DMA per step through the pipeline, plus
+    launch, per-step and instruction-fetch costs."""
+    clock = hw.clock_hz
+    mxu = mxu_cycles / clock
     live = stats.live_vregs * flags.unroll
     spill = max(0.0, 1.0 - hw.vregs / live) if live else 0.0
     vec_cycles = (stats.vector_cycles * (1.0 + spill) + extra_vec
                   + stats.loop_vregs / flags.unroll * hw.loop_overhead_cycles)
     vector = vec_cycles / clock
     compute = max(mxu, vector)
-    dma_in = _dma_time(gr.transfers[:-1] if stats.gemm is not None else gr.transfers[:1], hw)
-    dma_out = _dma_time(gr.transfers[-1:], hw)
     memory = dma_in + dma_out
     c, i, o = compute / steps, dma_in / steps, dma_out / steps
     if flags.double_buffer:
@@ -875,11 +960,12 @@ def kernel_cost(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware) -> K
     icache = steps * max(0, code - hw.instruction_budget) * hw.instruction_miss_s
     time = hw.launch_s + (steps - 1) * hw.step_s + body + exposed_issue + icache
     valid = vmem <= hw.vmem_bytes
+    short = tile.short() if isinstance(tile, Bounds) else str(tile)
     return KernelCost(
         time=time, compute=compute, mxu=mxu, vector=vector, memory=memory,
         overhead=time - max(compute, memory), flops=stats.flops,
-        bytes=gr.in_bytes + gr.out_bytes, steps=steps, vmem=vmem, valid=valid,
-        problem="" if valid else (f"tile {tile} needs {vmem / 2**20:.2f} MiB of VMEM "
+        bytes=moved, steps=steps, vmem=vmem, valid=valid,
+        problem="" if valid else (f"tile {short} needs {vmem / 2**20:.2f} MiB of VMEM "
                                   f"({flags.short()}), more than {hw.vmem_bytes / 2**20:.0f} MiB"))
 
 
@@ -911,6 +997,7 @@ class CostModel:
         self._stats: dict[Signature, KernelStats] = {}
         self._costs: dict[tuple[Signature, Tile, Flags], KernelCost] = {}
         self._tiles: dict[tuple[Signature, Flags], Tile] = {}
+        self._spaces: dict[Signature, Space] = {}
         self._canon: dict[Signature, Signature] = {}
         self._names: dict[Signature, str] = {}
         self.hits = 0
@@ -934,6 +1021,49 @@ class CostModel:
             s = self._stats[sig] = kernel_stats(sig, self.hw)
         return s
 
+    def space(self, sig: Signature) -> Space:
+        """The kernel's iteration space for XLA-style `Bounds` tiles (see `bounds`)."""
+        sp = self._spaces.get(sig)
+        if sp is None:
+            if len(self._spaces) >= self.max_entries:
+                self._spaces.clear()
+            sp = self._spaces[sig] = bounds_module.analyse(sig.key, self.stats(sig).hero)
+        return sp
+
+    def problem(self, sig: Signature, tile: Tile) -> str | None:
+        """Why `tile` is not a tile of the kernel (shape only; VMEM is checked by `cost`)."""
+        if isinstance(tile, Bounds):
+            return bounds_module.problem(self.space(sig), tile)
+        return tile_problem(self.stats(sig), tile)
+
+    def analytical_time(self, sig: Signature, tile: Tile) -> float:
+        """The default compiler's analytical estimate of the kernel under `tile` (compute is
+        tile-independent; memory counts the tile's operand re-reads)."""
+        stats = self.stats(sig)
+        if isinstance(tile, Bounds):
+            pl = bounds_module.plan(self.space(sig), tile)
+            _, _, in_b, out_b = bounds_module.transfers(self.space(sig), pl)
+            moved = in_b + out_b
+        else:
+            gr = grid(stats, tile)
+            moved = gr.in_bytes + gr.out_bytes
+        return analytical(analytical_compute(stats, self.hw), moved / self.hw.hbm_bytes_per_s,
+                          self.hw)
+
+    def default_choice(self, sig: Signature, tiles: Sequence[Tile], flags: Flags) -> Tile:
+        """The default compiler's pick among candidate tiles: the argmin of the analytical
+        model over those that are valid and fit VMEM (ties: fewer grid steps, then the
+        earlier candidate); the first candidate when none fits."""
+        best: tuple[int, int, int] | None = None
+        for i, tile in enumerate(tiles):
+            c = self.cost(sig, tile, flags)
+            if not c.valid:
+                continue
+            score = (round(self.analytical_time(sig, tile) * 1e12), c.steps, i)
+            if best is None or score < best:
+                best = score
+        return tiles[best[2] if best is not None else 0]
+
     def cost(self, sig: Signature, tile: Tile, flags: Flags) -> KernelCost:
         key = (sig, tile, flags)
         c = self._costs.get(key)
@@ -941,7 +1071,8 @@ class CostModel:
             self.misses += 1
             if len(self._costs) >= self.max_entries:
                 self._costs.clear()
-            c = self._costs[key] = kernel_cost(self.stats(sig), tile, flags, self.hw)
+            space = self.space(sig) if isinstance(tile, Bounds) else None
+            c = self._costs[key] = kernel_cost(self.stats(sig), tile, flags, self.hw, space)
         else:
             self.hits += 1
         return c
@@ -964,10 +1095,9 @@ class CostModel:
             options = tile_options(stats)
             compute = analytical_compute(stats, self.hw)
             bw = self.hw.hbm_bytes_per_s
-            buffers = 2 if flags.double_buffer else 1
             for tile in options:
                 gr = grid(stats, tile)
-                if gr.vmem_io * buffers + gr.vmem_fixed > self.hw.vmem_bytes:
+                if _vmem(gr, flags, self.hw) > self.hw.vmem_bytes:
                     continue
                 t = analytical(compute, (gr.in_bytes + gr.out_bytes) / bw, self.hw)
                 # Whole picoseconds: float noise must not break ties between equal tiles.

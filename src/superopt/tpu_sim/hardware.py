@@ -15,24 +15,31 @@ pages are divided by the number of cores per chip:
 - TPU v5e: one TensorCore per chip, four MXUs, 1.5 GHz; 197 TFLOP/s bf16 and 819 GB/s
   (cloud.google.com/tpu/docs/v5e).
 
-Vector unit: a vreg holds 8 sublanes x 128 lanes of 32-bit values (the (8, 128) tile of
-f32 arrays; bf16 packs (16, 128) into the same bytes). An f32 add or multiply over one vreg
-takes 2 cycles; a transcendental on the EUP about 7 (the project's issue figures, which
-we adopt as stated). Every preset shares this (8, 128) tiling, which
-`superopt.tpu_sim.layout` applies to array layouts. VMEM per core: 16 MiB on v3 and v4, 128 MiB on v5e, the sizes the
-Pallas TPU guides work with.
+Vector unit: a vreg holds 8 sublanes x 128 lanes of 32-bit values (the (8, 128) tile XLA
+lays arrays out in; see `superopt.tpu_sim.layout`). VMEM per core: 16 MiB on v3 and v4,
+128 MiB on v5e, the sizes the Pallas TPU guides work with.
 
-Fixed costs are named constants: about 1 us to launch a kernel, about 0.35 us per grid
-step beyond the first (the per-iteration overhead the Pallas TPU pipelining guide
-describes), about 0.4 us DMA issue latency. The remaining constants (DMA efficiency of
-small transfers, MXU pipeline fill, loop overhead, register file, instruction budget) are
-documented modelling assumptions, not published figures; they drive the second-order
-effects that the default compiler's analytical model ignores.
+The kernel model's other constants are not published. They are *calibrated* against real
+TPU v3 kernel timings (the TpuGraphs samples; `superopt.tpu_sim.calibration` and
+`benchmarks/calibrate.py`) and recorded, with the data they came from, the fit's residuals
+and its date, in `v3_calibration.json` next to this module. The record holds them in
+physical units (`Constants`): launch and per-grid-step costs and the MXU fill in core cycles,
+the cost of each contiguous DMA run in seconds, the VPU's cycles per vreg op, and the share
+of a fused kernel's intermediates that VMEM holds (the rest stay in vregs). Every preset
+applies the same record at its own clock and bandwidth, so v4 and v5e are derived from the
+model fitted on v3 with their own published figures. `UNCALIBRATED` keeps the assumptions
+the simulator used before calibration (about 1 us to launch a kernel, about 0.35 us per grid
+step, 2 cycles per vreg op, ...), for before/after comparisons. Constants the data do not
+constrain keep their assumed values: the DMA issue latency without double buffering, loop
+overhead, register file and instruction budget.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from functools import cache
+from pathlib import Path
 from types import MappingProxyType
 
 from superopt.ir.errors import IRError
@@ -40,10 +47,16 @@ from superopt.ir.errors import IRError
 KIB = 1024
 MIB = 1024 * 1024
 
-# Fixed costs (seconds).
+# Fixed costs before calibration (seconds), kept for comparisons.
 KERNEL_LAUNCH_S = 1.0e-6
 GRID_STEP_S = 0.35e-6
 DMA_ISSUE_S = 0.4e-6
+
+CALIBRATION_FILE = Path(__file__).with_name("v3_calibration.json")
+
+# Transcendental (EUP) and cross-lane (XLU) ops keep these ratios to an element-wise op.
+TRANSCENDENTAL_RATIO = 7.0 / 2.0
+XLU_RATIO = 4.0 / 2.0
 
 
 class UnknownHardware(IRError):
@@ -69,9 +82,11 @@ class Hardware:
     launch_s: float = KERNEL_LAUNCH_S
     step_s: float = GRID_STEP_S
     dma_issue_s: float = DMA_ISSUE_S
-    # Modelling assumptions (second-order effects; see the module docstring).
-    dma_half_bytes: int = 4 * KIB  # a transfer of this size reaches half of the bandwidth
-    mxu_fill_cycles: int = 256  # systolic fill + drain paid once per grid step
+    # Second-order effects (calibrated where the data constrain them; module docstring).
+    dma_half_bytes: float = 4 * KIB  # a contiguous run of this size reaches half the rate
+    hbm_efficiency: float = 1.0  # fraction of the peak HBM bandwidth long DMA streams reach
+    mxu_fill_cycles: float = 256  # systolic fill + drain paid once per grid step
+    vmem_intermediate_share: float = 1.0  # of a fused kernel's intermediates, held in VMEM
     loop_overhead_cycles: float = 2.0  # loop control not hidden in VLIW slots, per iteration
     vregs: int = 32  # vector register file
     instruction_budget: int = 96  # fused ops x unroll that fit the instruction memory
@@ -96,18 +111,74 @@ class Hardware:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
-TPU_V4 = Hardware(
+@dataclass(frozen=True)
+class Constants:
+    """The kernel model's calibrated constants, in physical units (module docstring)."""
+
+    launch_cycles: float  # a kernel's fixed cost: launch, pipeline set-up and drain
+    step_cycles: float  # each grid step beyond the first
+    dma_run_s: float  # each contiguous DMA run, on top of its bytes
+    hbm_efficiency: float  # fraction of the peak HBM bandwidth long streams reach
+    mxu_fill_cycles: float  # systolic fill and drain per grid step
+    vpu_op_cycles: float  # one element-wise op over one vreg
+    vmem_intermediate_share: float = 1.0  # of fused intermediates, held in VMEM (not vregs)
+
+    @staticmethod
+    def of(hw: Hardware) -> Constants:
+        """The constants a preset uses."""
+        rate = hw.hbm_bytes_per_s * hw.hbm_efficiency
+        return Constants(hw.launch_s * hw.clock_hz, hw.step_s * hw.clock_hz,
+                         hw.dma_half_bytes / rate, hw.hbm_efficiency,
+                         float(hw.mxu_fill_cycles), hw.vpu_op_cycles,
+                         hw.vmem_intermediate_share)
+
+    def apply(self, hw: Hardware) -> Hardware:
+        """`hw` with these constants, at its own clock and bandwidth."""
+        return hw.with_(
+            launch_s=self.launch_cycles / hw.clock_hz, step_s=self.step_cycles / hw.clock_hz,
+            dma_half_bytes=self.dma_run_s * hw.hbm_bytes_per_s * self.hbm_efficiency,
+            hbm_efficiency=self.hbm_efficiency, mxu_fill_cycles=self.mxu_fill_cycles,
+            vpu_op_cycles=self.vpu_op_cycles,
+            transcendental_cycles=self.vpu_op_cycles * TRANSCENDENTAL_RATIO,
+            xlu_cycles=self.vpu_op_cycles * XLU_RATIO,
+            vmem_intermediate_share=self.vmem_intermediate_share)
+
+    def to_json(self) -> dict[str, float]:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(d: dict[str, float]) -> Constants:
+        return Constants(**{f.name: float(d[f.name]) for f in fields(Constants) if f.name in d})
+
+
+@cache
+def calibration_record() -> MappingProxyType:
+    """The recorded v3 calibration (`v3_calibration.json`): constants, data, residuals."""
+    try:
+        return MappingProxyType(json.loads(CALIBRATION_FILE.read_text()))
+    except (OSError, ValueError) as e:
+        raise IRError(f"{CALIBRATION_FILE}: cannot read the calibration record ({e})") from None
+
+
+BASE_V4 = Hardware(
     name="v4", clock_hz=1.05e9, mxus=4, mxu_dim=128, hbm_bytes_per_s=600e9,
     vmem_bytes=16 * MIB,
     source="Cloud TPU v4 docs (275 TFLOP/s, 1200 GB/s per 2-core chip); Jouppi et al. ISCA 2023")
-TPU_V3 = Hardware(
+BASE_V3 = Hardware(
     name="v3", clock_hz=0.94e9, mxus=2, mxu_dim=128, hbm_bytes_per_s=450e9,
     vmem_bytes=16 * MIB,
     source="Cloud TPU v3 docs (123 TFLOP/s, 900 GB/s per 2-core chip); Norrie et al. 2021")
-TPU_V5E = Hardware(
+BASE_V5E = Hardware(
     name="v5e", clock_hz=1.5e9, mxus=4, mxu_dim=128, hbm_bytes_per_s=819e9,
     vmem_bytes=128 * MIB,
     source="Cloud TPU v5e docs (197 TFLOP/s, 819 GB/s, one core per chip)")
+
+UNCALIBRATED = Constants.of(BASE_V3)  # the assumptions before calibration, in physical units
+CALIBRATED = Constants.from_json(calibration_record()["constants"])
+
+TPU_V4 = CALIBRATED.apply(BASE_V4)
+TPU_V3 = CALIBRATED.apply(BASE_V3)
+TPU_V5E = CALIBRATED.apply(BASE_V5E)
 
 PRESETS = MappingProxyType({h.name: h for h in (TPU_V4, TPU_V3, TPU_V5E)})
 DEFAULT = TPU_V4

@@ -20,17 +20,23 @@ deterministically, walking nodes in reverse topological order, and reported in
   has one: a kernel has at most one "hero";
 - a producer is duplicated into at most `MAX_DUPLICATES` kernels (this also keeps the total
   kernel size linear in the graph size).
+
+A decision may also name the root of a later kernel (an int): the node is computed in that
+kernel, which writes its value as an extra output (XLA's multi-output fusion, e.g. a
+convolution's epilogue writing both an activation and a pooling mask). Its consumers outside
+that kernel must belong to kernels whose roots come later, which read the written value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
 
-from superopt.ir.graph import Graph, Value
+from superopt.ir.graph import Graph, Node, Value
 from superopt.ir.opdef import SOURCE, get_op
+from superopt.ir.types import TensorType
 from superopt.tpu_sim.layout import NodeLayouts
 from superopt.tpu_sim.layout_rules import LAYOUT_RULES
 
@@ -72,7 +78,10 @@ def is_source(op: str) -> bool:
     return get_op(op).has(SOURCE)
 
 
-def find_bitcasts(graph: Graph, layouts: NodeLayouts) -> frozenset[int]:
+def find_bitcasts(graph: Graph, layouts: NodeLayouts,
+                  stored: Sequence[tuple[TensorType, ...]] | None = None) -> frozenset[int]:
+    """Nodes that are views under these layouts (`stored`: per node, its types as stored;
+    a node that stores another element type than its operand is never a view)."""
     per = layouts.per_node
     nodes = graph.nodes
     out: list[int] = []
@@ -81,7 +90,16 @@ def find_bitcasts(graph: Graph, layouts: NodeLayouts) -> frozenset[int]:
             continue
         v = n.inputs[0]
         rule = LAYOUT_RULES.get(n.op)
-        if rule.bitcast(n, (nodes[v.node].types[v.index],), (per[v.node][v.index],), per[n.id]):
+        if stored is None:
+            if rule.bitcast(n, (nodes[v.node].types[v.index],), (per[v.node][v.index],),
+                            per[n.id]):
+                out.append(n.id)
+            continue
+        t_in, t_out = stored[v.node][v.index], stored[n.id]
+        if t_in.dtype != t_out[0].dtype:
+            continue
+        view = Node(n.id, n.op, n.inputs, n.attrs, t_out)
+        if rule.bitcast(view, (t_in,), (per[v.node][v.index],), per[n.id]):
             out.append(n.id)
     return frozenset(out)
 
@@ -124,7 +142,7 @@ def effective_consumers(graph: Graph, bitcasts: frozenset[int]
     return eff, needed
 
 
-def form_kernels(graph: Graph, layouts: NodeLayouts, fusion: Mapping[int, bool],
+def form_kernels(graph: Graph, layouts: NodeLayouts, fusion: Mapping[int, bool | int],
                  bitcasts: frozenset[int] | None = None,
                  consumers: tuple[list[tuple[int, ...]], list[bool]] | None = None) -> Kernels:
     """Group `graph` into kernels following `fusion` (see the module docstring).
@@ -143,13 +161,25 @@ def form_kernels(graph: Graph, layouts: NodeLayouts, fusion: Mapping[int, bool],
     members: dict[int, list[int]] = {}
     hero_of: dict[int, int] = {}
     repaired: list[tuple[int, str]] = []
+    extra: dict[int, list[int]] = {}  # root -> members written as extra outputs
     for i in range(n_nodes - 1, -1, -1):
         if source[i] or i in bitcasts:
             continue
         node = nodes[i]
         hero = node.op in HEROES
         reason = None
-        if fusion.get(i, False):
+        decision = fusion.get(i, False)
+        if not isinstance(decision, bool) and isinstance(decision, int):
+            reason = _multi_output(i, decision, eff[i], kernel_of, hero, hero_of, n_nodes)
+            if reason is None:
+                kernel_of[i] = (decision,)
+                members[decision].append(i)
+                extra.setdefault(decision, []).append(i)
+                if hero:
+                    hero_of[decision] = i
+                continue
+            repaired.append((i, reason))
+        elif decision:
             cons = eff[i]
             if needed[i]:
                 reason = "its value is a graph output"
@@ -188,10 +218,29 @@ def form_kernels(graph: Graph, layouts: NodeLayouts, fusion: Mapping[int, bool],
                     ext[r] = None
         outs = nodes[root].outputs
         live = outs if len(outs) == 1 else tuple(v for v in outs if _has_use(graph, v))
+        for m in sorted(extra.get(root, ())):
+            more = nodes[m].outputs
+            live = (*live, *(more if len(more) == 1 else
+                             (v for v in more if _has_use(graph, v))))
         kernels.append(Kernel(root, tuple(mem), tuple(sorted(ext)), tuple(live),
                               hero_of.get(root)))
     return Kernels(tuple(kernels), tuple(kernel_of), bitcasts, MappingProxyType(resolved),
                    tuple(sorted(repaired)))
+
+
+def _multi_output(i: int, root: int, consumers: tuple[int, ...],
+                  kernel_of: list[tuple[int, ...]], hero: bool, hero_of: dict[int, int],
+                  n_nodes: int) -> str | None:
+    """Why node i cannot be an extra output of the kernel rooted at `root` (None: it can)."""
+    if not i < root < n_nodes or kernel_of[root] != (root,):
+        return f"%{root} is not the root of a later kernel"
+    for c in consumers:
+        for k in kernel_of[c]:
+            if k != root and k < root:
+                return f"its consumer's kernel %{k} runs before kernel %{root} writes it"
+    if hero and root in hero_of:
+        return f"kernel %{root} already has an MXU op (%{hero_of[root]})"
+    return None
 
 
 def _has_use(graph: Graph, v: Value) -> bool:

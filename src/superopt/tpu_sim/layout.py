@@ -3,11 +3,15 @@
 A layout is XLA's `minor_to_major`: a permutation of the logical dims, fastest-varying
 first. The IR's values are logical (NCHW convs, row-major tensors); the layout says how a
 value sits in HBM and VMEM. The two minor-most dims are tiled: the minor-most dim pads up
-to a multiple of 128 lanes, the second-minor dim to a multiple of 8 sublanes for 32-bit
-types (16 for 16-bit types, which pack two rows per sublane), every other dim has a tile of
-1. A rank-1 array is tiled linearly in chunks of one vreg (1024 f32 elements); a rank-0
-array is a single element (scalars live in SMEM). So a [1, 1] f32 array occupies one whole
-(8, 128) tile, exactly as much as an [8, 128] array.
+to a multiple of 128 lanes, the second-minor dim to a multiple of 8 rows, every other dim has
+a tile of 1. That is XLA's TPU tiling for every element type: f32 `T(8,128)`, bf16
+`T(8,128)(2,1)` (pairs of rows packed into 32-bit words), pred and 8-bit `T(8,128)(4,1)`, as
+the layouts of the measured TPU v3 programs in the TpuGraphs samples show. (An earlier
+version padded 16-bit arrays to 16 rows and 8-bit ones to 32; the calibration data say
+otherwise: a bf16[32,5,5,256] copy moves the bytes of 8-row padding.) A rank-1 array is tiled
+linearly in chunks of one vreg (1024 elements); a rank-0 array is a single element (scalars
+live in SMEM). So a [1, 1] f32 array occupies one whole (8, 128) tile, exactly as much as an
+[8, 128] array.
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ def _round_up(x: int, m: int) -> int:
 
 
 def sublane_tile(itemsize: int) -> int:
-    return SUBLANES * max(1, 4 // itemsize)
+    """Rows the second-minor dim pads to: 8 for every element type (module docstring)."""
+    return SUBLANES
 
 
 @lru_cache(maxsize=1 << 16)
@@ -93,8 +98,8 @@ def padded_bytes(t: TensorType, layout: Layout) -> int:
 def vregs(t: TensorType, layout: Layout) -> float:
     """Vector-register passes to touch every padded element once.
 
-    The v4 vector unit computes in 32 bits, so a packed 16-bit tile costs two passes:
-    either way the count is padded elements / (8 x 128).
+    The vector unit computes in 32 bits, so a packed 16-bit array costs as many passes as
+    an f32 one: either way the count is padded elements / (8 x 128).
     """
     elems = _padded_elems(t.shape, layout, ITEMSIZE[t.dtype])
     if elems == 0 or 0 in t.shape:

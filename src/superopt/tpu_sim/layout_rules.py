@@ -155,10 +155,13 @@ LAYOUT_RULES.register("matmul", LayoutRule(
 
 def _conv_operands(node: Node, ts: Types, outs: tuple[Layout, ...],
                    ins: tuple[MaybeLayout, ...]) -> tuple[MaybeLayout, ...]:
+    # Any order of the major dims works once the feature dim sits in lanes (XLA lays out
+    # conv activations as, e.g., H, W, N, C); weights may keep O or I in lanes (the kernel
+    # pays a transpose for I). Other layouts are copied to the preferred one.
     x, w = ins
-    x_req = x if x in (feature_minor(4), row_major(4)) else best_conv_layout(ts[0])
-    w_req = w if w in (oihw_as_hwio(), row_major(4)) else oihw_as_hwio()
-    return (x_req, w_req)
+    x_ok = x is not None and len(x) == 4 and (x[0] == 1 or x == row_major(4))
+    w_ok = w is not None and len(w) == 4 and (w[0] in (0, 1) or w == row_major(4))
+    return (x if x_ok else best_conv_layout(ts[0]), w if w_ok else oihw_as_hwio())
 
 
 LAYOUT_RULES.register("conv2d", LayoutRule(

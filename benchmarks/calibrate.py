@@ -1,0 +1,156 @@
+"""Benchmark: the TPU simulator against real TPU v3 measurements, before and after calibration.
+
+Replays the TpuGraphs samples (`shared/data/tpu_graphs_samples/`, real TPU v3 runtimes) on the
+simulator's v3 preset (see `superopt.tpu_sim.replay`), fits the kernel model's free constants
+(`superopt.tpu_sim.calibration`) and replays again. Per tile-tuned kernel it prints: rows,
+Kendall's tau-b between simulated and measured runtimes, the measured runtime of the
+simulator's top-1 configuration over the measured best, the same for the configuration the
+default compiler's analytical model picks (and, for reference, XLA's own default), and the
+mean absolute percentage error -- each before and after calibration. Config-free kernels (the
+reshapes: repeat timings of one setting) have no ranking; their tau and top-1 are "n/a".
+For the layout program it prints whether the simulator reproduces the three measured runtime
+levels, with each level's measured offset and mean simulated change. Then the fitted
+constants, their ranges, the loss, per-kernel residuals and the v4 preset derived from them.
+
+Run: `.venv/bin/python benchmarks/calibrate.py [--data DIR] [--out FILE] [--no-fit]
+[--write-record]`. `--no-fit` replays with the recorded calibration instead of fitting;
+`--write-record` stores the fit as the package's v3 calibration record (the v3, v4 and v5e
+presets read it at import).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:.{digits}f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=None, help="TpuGraphs samples directory")
+    parser.add_argument("--out", default="benchmarks/results/calibrate.json")
+    parser.add_argument("--no-fit", action="store_true", help="use the recorded calibration")
+    parser.add_argument("--write-record", action="store_true",
+                        help="store the fit as src/superopt/tpu_sim/v3_calibration.json")
+    parser.add_argument("--rounds", type=int, default=3, help="Nelder-Mead restarts")
+    args = parser.parse_args()
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from superopt.tpu_sim import calibration as cal
+    from superopt.tpu_sim import hardware as hwmod
+    from superopt.tpu_sim.replay import data_dir, load_layouts, load_tiles, prepare
+
+    console = Console(width=140)
+    directory = Path(args.data) if args.data else data_dir()
+    t0 = time.perf_counter()
+    kernels = [prepare(k) for k in load_tiles(directory / "op_tuning_data.json")]
+    layouts = load_layouts(directory / "module_tuning_data_layout.json")
+    before_hw = hwmod.UNCALIBRATED.apply(hwmod.BASE_V3)
+    before = cal.evaluate(before_hw, kernels, layouts)
+    if args.no_fit:
+        result = None
+        constants = hwmod.CALIBRATED
+    else:
+        result = cal.fit(kernels, before_hw, start=hwmod.UNCALIBRATED, rounds=args.rounds)
+        constants = result.constants
+    after_hw = constants.apply(hwmod.BASE_V3)
+    after = cal.evaluate(after_hw, kernels, layouts)
+    wall = time.perf_counter() - t0
+
+    table = Table(title="TPU v3 tile-size replay (TpuGraphs): before -> after calibration")
+    for col in ("kernel", "rows", "tau", "top-1/best", "default/best", "XLA default/best",
+                "MAPE"):
+        table.add_column(col, justify="left" if col == "kernel" else "right")
+    for b, a, k in zip(before.tiles, after.tiles, kernels, strict=True):
+        mb, ma = b.metrics, a.metrics
+
+        def pair(x: float, y: float, tunable: bool = True) -> str:
+            return f"{_fmt(x)} -> {_fmt(y)}" if tunable else "n/a"
+
+        table.add_row(k.name, str(ma.rows), pair(mb.tau, ma.tau, k.tunable),
+                      pair(mb.top1, ma.top1, k.tunable), pair(mb.default, ma.default, k.tunable),
+                      _fmt(ma.xla_default) if k.tunable else "n/a", pair(mb.mape, ma.mape))
+    console.print(table)
+    for b, a in zip(before.tiles, after.tiles, strict=True):
+        if b.invalid or a.invalid or a.error_rows:
+            console.print(f"  {a.name}: measured-valid rows the simulator puts over VMEM "
+                          f"{len(b.invalid)} -> {len(a.invalid)}; failed measurements "
+                          f"{a.error_rows}, of which the simulator calls invalid "
+                          f"{b.error_rows_invalid} -> {a.error_rows_invalid}")
+
+    for title, ev in (("before", before), ("after", after)):
+        lay = ev.layout.to_json()
+        table = Table(title=f"layout program ({lay['runs']} runs, output layouts applied): "
+                            f"levels {'REPRODUCED' if lay['reproduced'] else 'NOT reproduced'}"
+                            f" {title} calibration ({lay['runs_at_their_level']}/{lay['runs']} "
+                            "runs nearest their own level)")
+        for col in ("level", "runs", "measured offset ms", "simulated mean change ms"):
+            table.add_column(col, justify="right")
+        for lv, info in lay["levels"].items():
+            table.add_row(lv, str(info["runs"]), f"{info['measured_offset_ms']:.2f}",
+                          f"{info['simulated_mean_delta_ms']:.2f}")
+        console.print(table)
+    if after.layout_all is not None:
+        la = after.layout_all.to_json()
+        console.print(f"layout program with every tensor's layout applied (operands too), after "
+                      f"calibration: {la['runs_at_their_level']}/{la['runs']} runs nearest their "
+                      "level; mean simulated change per level (ms): "
+                      + ", ".join(f"{lv} {i['simulated_mean_delta_ms']:.1f}"
+                                  for lv, i in la["levels"].items()))
+
+    table = Table(title="calibrated constants (v3 at 940 MHz, 450 GB/s)")
+    for col in ("constant", "before", "after", "range"):
+        table.add_column(col, justify="left" if col == "constant" else "right")
+    cb, ca = hwmod.UNCALIBRATED.to_json(), constants.to_json()
+    for name in ca:
+        rng = cal.RANGES.get(name)
+        free = result.free if result is not None else cal.FREE
+        table.add_row(name + ("" if name in free else " (fixed)"), f"{cb[name]:.4g}",
+                      f"{ca[name]:.4g}", f"{rng[0]:.3g} .. {rng[1]:.3g}" if rng else "")
+    console.print(table)
+    console.print(f"loss (mean over kernels of mean squared log error): {before.loss:.4f} -> "
+                  f"{after.loss:.4f}" + (f" ({result.evaluations} evaluations)"
+                                         if result is not None else " (recorded constants)"))
+    table = Table(title="residuals after calibration (log = log(simulated / measured))")
+    for col in ("kernel", "rows", "mean log", "rms log", "MAPE", "tau"):
+        table.add_column(col, justify="left" if col == "kernel" else "right")
+    for r in after.residuals:
+        table.add_row(r.name, str(r.rows), f"{r.mean_log_error:+.3f}", f"{r.rms_log_error:.3f}",
+                      f"{r.mape:.3f}", _fmt(r.tau))
+    console.print(table)
+    v4 = constants.apply(hwmod.BASE_V4)
+    console.print(f"derived v4 (1.05 GHz, 600 GB/s): launch {v4.launch_s * 1e6:.3f} us, step "
+                  f"{v4.step_s * 1e9:.1f} ns, DMA half size {v4.dma_half_bytes:.0f} B, MXU fill "
+                  f"{v4.mxu_fill_cycles:.0f} cycles, VPU {v4.vpu_op_cycles:.3f} cycles/vreg op")
+    console.print(f"wall time {wall:.1f} s")
+
+    payload = {"data": cal.data_provenance(directory), "wall_s": wall,
+               "fitted": result is not None,
+               "constants": {"before": cb, "after": ca},
+               "ranges": {k: list(v) for k, v in cal.RANGES.items()},
+               "before": before.to_json(), "after": after.to_json(),
+               "v4_derived": cal.hardware_json(v4)}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=1))
+    console.print(f"wrote {out}")
+    if args.write_record:
+        if result is None:
+            raise SystemExit("--write-record needs a fit (drop --no-fit)")
+        rec = cal.record(result, before, after, directory)
+        hwmod.CALIBRATION_FILE.write_text(json.dumps(rec, indent=1) + "\n")
+        console.print(f"wrote {hwmod.CALIBRATION_FILE}")
+
+
+if __name__ == "__main__":
+    main()

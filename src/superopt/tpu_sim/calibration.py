@@ -1,0 +1,332 @@
+"""Calibrating the simulator's free constants against measured TPU v3 kernels.
+
+The published figures of a preset (clock, MXUs, HBM bandwidth, VMEM) are facts; the rest of
+the kernel model's constants are modelling assumptions. `FREE` lists those the tile-size
+measurements constrain, in physical units so that one fitted set serves every generation:
+
+- `launch_cycles`: a kernel's fixed cost (launch, pipeline set-up and drain), core cycles;
+- `step_cycles`: the cost of each grid step beyond the first (loop and DMA bookkeeping on
+  the scalar core), core cycles;
+- `dma_run_s`: the time each contiguous DMA run costs on top of its bytes (descriptor issue
+  and the latency a run does not hide), seconds;
+- `hbm_efficiency`: the fraction of the peak HBM bandwidth a long DMA stream reaches (held at
+  1.0: fits that free it drive it to that bound; see `FIXED`);
+- `mxu_fill_cycles`: the MXU's systolic fill and drain, paid once per grid step, cycles;
+- `vpu_op_cycles`: core cycles of one element-wise op over one vreg; transcendental and
+  cross-lane ops keep their ratio to it (7/2 and 4/2, the issue's figures);
+- `vmem_intermediate_share`: the share of a fused kernel's intermediates VMEM holds (the
+  rest stay in vregs), fitted to which tiles ran: the largest share with which every tile
+  that ran still fits (`fit_vmem`). It does not change a valid tile's time.
+
+`Constants.apply(hw)` (in `hardware`) turns them into a preset's fields at that preset's clock
+and bandwidth.
+Each is kept inside a physically plausible range (`RANGES`) by the fit's parametrisation.
+
+The fit (`fit`) minimises, over every valid measured row of every kernel, the squared log
+ratio of simulated to measured time, averaged per kernel and then over kernels (a kernel
+with 579 rows counts as much as one with 5). No constant is per kernel and nothing looks up
+a measured value: the simulator predicts every row from the kernel's HLO and the row's tile
+bounds alone. The optimiser is a deterministic Nelder-Mead on a bounded (logistic)
+reparametrisation, so a run reproduces exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from superopt.tpu_sim.cost import CostModel
+from superopt.tpu_sim.hardware import Constants, Hardware
+from superopt.tpu_sim.replay import (
+    LAYOUT_FILE,
+    TILE_FILE,
+    LayoutData,
+    LayoutReplay,
+    PreparedKernel,
+    TileReplay,
+    kendall_tau_b,
+    replay_layouts,
+    replay_tiles,
+)
+
+FREE = ("launch_cycles", "step_cycles", "dma_run_s", "mxu_fill_cycles", "vpu_op_cycles")
+
+# Constants held fixed, with why.
+FIXED = {"hbm_efficiency": (1.0, "fits that free it reach the upper bound of 1.0: long DMA "
+                                 "streams reach the published 450 GB/s")}
+
+# Physically plausible ranges (the fit cannot leave them).
+RANGES: dict[str, tuple[float, float]] = {
+    "launch_cycles": (100.0, 5000.0),  # 0.1 to 5 us at 1 GHz
+    "step_cycles": (10.0, 1000.0),  # a few instructions to a microsecond
+    "dma_run_s": (1e-10, 1e-6),
+    "hbm_efficiency": (0.5, 1.0),
+    "mxu_fill_cycles": (0.0, 512.0),  # fill + drain of a 128-deep array is about 256
+    "vpu_op_cycles": (0.25, 4.0),  # 4 to 1/4 vreg ops per cycle
+    "vmem_intermediate_share": (0.0, 1.0),
+}
+
+
+# ---- objective ------------------------------------------------------------------------------
+
+def log_errors(kernels: Sequence[PreparedKernel], hw: Hardware) -> list[np.ndarray]:
+    """Per kernel, log(simulated / measured) of each valid row under `hw` (a private cost
+    model, so trial presets do not fill the shared caches)."""
+    model = CostModel(hw)
+    return [np.log(np.array(k.times(model)) / np.array(k.measured)) for k in kernels]
+
+
+def loss(kernels: Sequence[PreparedKernel], hw: Hardware) -> float:
+    """Mean over kernels of the mean squared log error of their rows."""
+    errs = log_errors(kernels, hw)
+    return float(np.mean([np.mean(e * e) for e in errs]))
+
+
+# ---- the fit ----------------------------------------------------------------------------------
+
+def _to_unit(c: Constants, free: Sequence[str]) -> np.ndarray:
+    out = []
+    for name in free:
+        lo, hi = RANGES[name]
+        p = (getattr(c, name) - lo) / (hi - lo)
+        p = min(max(p, 1e-6), 1 - 1e-6)
+        out.append(math.log(p / (1 - p)))
+    return np.array(out)
+
+
+def _from_unit(u: np.ndarray, base: Constants, free: Sequence[str]) -> Constants:
+    vals = asdict(base)
+    for name, x in zip(free, u, strict=True):
+        lo, hi = RANGES[name]
+        vals[name] = lo + (hi - lo) / (1.0 + math.exp(-float(x)))
+    return Constants(**vals)
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.5,
+                iters: int = 400, tol: float = 1e-7) -> tuple[np.ndarray, float, int]:
+    """Minimise f from x0 (deterministic Nelder-Mead: reflection 1, expansion 2,
+    contraction 0.5, shrink 0.5). Returns (x, f(x), evaluations)."""
+    n = len(x0)
+    pts = [x0.astype(float)] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    vals = [f(p) for p in pts]
+    evals = n + 1
+    for _ in range(iters):
+        order = np.argsort(vals)
+        pts = [pts[i] for i in order]
+        vals = [vals[i] for i in order]
+        if abs(vals[-1] - vals[0]) < tol:
+            break
+        centre = np.mean(pts[:-1], axis=0)
+        refl = centre + (centre - pts[-1])
+        fr = f(refl)
+        evals += 1
+        if fr < vals[0]:
+            exp = centre + 2.0 * (centre - pts[-1])
+            fe = f(exp)
+            evals += 1
+            pts[-1], vals[-1] = (exp, fe) if fe < fr else (refl, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = refl, fr
+        else:
+            con = centre + 0.5 * (pts[-1] - centre)
+            fc = f(con)
+            evals += 1
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = con, fc
+            else:
+                for i in range(1, n + 1):
+                    pts[i] = pts[0] + 0.5 * (pts[i] - pts[0])
+                    vals[i] = f(pts[i])
+                    evals += 1
+    best = int(np.argmin(vals))
+    return pts[best], vals[best], evals
+
+
+@dataclass(frozen=True)
+class KernelResiduals:
+    name: str
+    rows: int
+    mean_log_error: float  # bias: mean of log(simulated / measured)
+    rms_log_error: float
+    mape: float
+    tau: float
+
+    def to_json(self) -> dict[str, float | int | str | None]:
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v)
+                for k, v in asdict(self).items()}
+
+
+def residuals(kernels: Sequence[PreparedKernel], hw: Hardware) -> list[KernelResiduals]:
+    model = CostModel(hw)
+    out = []
+    for k in kernels:
+        sim = np.array(k.times(model))
+        meas = np.array(k.measured)
+        e = np.log(sim / meas)
+        out.append(KernelResiduals(k.name, len(meas), float(e.mean()),
+                                   float(math.sqrt(float(np.mean(e * e)))),
+                                   float(np.mean(np.abs(sim - meas) / meas)),
+                                   kendall_tau_b(list(sim), list(meas))))
+    return out
+
+
+@dataclass(frozen=True)
+class Fit:
+    constants: Constants
+    start: Constants
+    loss: float
+    start_loss: float
+    evaluations: int
+    free: tuple[str, ...]
+
+
+def fit(kernels: Sequence[PreparedKernel], base: Hardware, start: Constants | None = None,
+        free: Sequence[str] = FREE, rounds: int = 3, iters: int = 300) -> Fit:
+    """Fit the `free` constants of `base` to the measured rows (module docstring). Nelder-Mead
+    restarts from its own result `rounds` times (a standard guard against early collapse).
+    Then the VMEM share (`fit_vmem`) is fitted to which tiles ran."""
+    start = start or Constants.of(base)
+    free = tuple(free)
+
+    def objective(u: np.ndarray) -> float:
+        return loss(kernels, _from_unit(u, start, free).apply(base))
+
+    u = _to_unit(start, free)
+    start_loss = objective(u)
+    total = 0
+    best = start_loss
+    for _ in range(rounds):
+        u, best, n = nelder_mead(objective, u, iters=iters)
+        total += n
+    fitted = _from_unit(u, start, free)
+    share = fit_vmem(kernels, fitted.apply(base))
+    return Fit(replace(fitted, vmem_intermediate_share=share), start, best, start_loss, total,
+               (*free, "vmem_intermediate_share"))
+
+
+def over_vmem(kernels: Sequence[PreparedKernel], hw: Hardware) -> int:
+    """How many measured-valid tiles the simulator says do not fit VMEM."""
+    model = CostModel(hw)
+    return sum(1 for k in kernels for c in k.costs(model) if not c.valid)
+
+
+def fit_vmem(kernels: Sequence[PreparedKernel], hw: Hardware, steps: int = 30) -> float:
+    """The VMEM model's free constant, `vmem_intermediate_share`: the largest share of fused
+    intermediates held in VMEM (bisection on [0, 1], floored to 0.01) with which no more
+    measured-valid tile exceeds VMEM than with none held."""
+    floor = over_vmem(kernels, hw.with_(vmem_intermediate_share=0.0))
+    lo, hi = 0.0, 1.0
+    if over_vmem(kernels, hw.with_(vmem_intermediate_share=1.0)) <= floor:
+        return 1.0
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if over_vmem(kernels, hw.with_(vmem_intermediate_share=mid)) <= floor:
+            lo = mid
+        else:
+            hi = mid
+    return math.floor(lo * 100) / 100
+
+
+# ---- a calibration run and its record ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The replays of all measured data under one preset."""
+
+    hw: Hardware
+    tiles: tuple[TileReplay, ...]
+    residuals: tuple[KernelResiduals, ...]
+    layout: LayoutReplay  # the runs' output layouts (the primary replay)
+    layout_all: LayoutReplay | None  # every tensor's layout (operands too)
+    loss: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hardware": hardware_json(self.hw), "loss": self.loss,
+                "kernels": [t.to_json() for t in self.tiles],
+                "residuals": [r.to_json() for r in self.residuals],
+                "layout": self.layout.to_json(),
+                "layout_all_tensors": None if self.layout_all is None
+                else _without_runs(self.layout_all.to_json())}
+
+
+def _without_runs(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k != "per_run"}
+
+
+def hardware_json(hw: Hardware) -> dict[str, Any]:
+    return {"name": hw.name, "constants": Constants.of(hw).to_json(), "launch_s": hw.launch_s,
+            "step_s": hw.step_s, "dma_half_bytes": hw.dma_half_bytes,
+            "hbm_efficiency": hw.hbm_efficiency, "mxu_fill_cycles": hw.mxu_fill_cycles,
+            "vpu_op_cycles": hw.vpu_op_cycles, "transcendental_cycles": hw.transcendental_cycles,
+            "xlu_cycles": hw.xlu_cycles}
+
+
+def evaluate(hw: Hardware, kernels: Sequence[PreparedKernel], layouts: LayoutData | None,
+             all_tensors: bool = True) -> Evaluation:
+    """Replay every kernel and the layout program under `hw` (fresh cost-model caches)."""
+    model = CostModel(hw)
+    tiles = tuple(replay_tiles(k, hw, model) for k in kernels)
+    lay = replay_layouts(layouts, hw, "outputs") if layouts is not None else None
+    lay_all = replay_layouts(layouts, hw, "all") if layouts is not None and all_tensors else None
+    return Evaluation(hw, tiles, tuple(residuals(kernels, hw)), lay, lay_all,  # type: ignore[arg-type]
+                      loss(kernels, hw))
+
+
+def data_provenance(directory: Path) -> dict[str, Any]:
+    """Where the measurements came from: the upstream commit and each file's SHA-256."""
+    out: dict[str, Any] = {"directory": str(directory), "files": {}}
+    for name in (TILE_FILE, LAYOUT_FILE):
+        path = directory / name
+        if not path.exists():
+            continue
+        raw = path.read_bytes()
+        src = json.loads(raw).get("source", {})
+        out["files"][name] = {"sha256": hashlib.sha256(raw).hexdigest(),
+                              "repository": src.get("repository"), "commit": src.get("commit"),
+                              "path": src.get("path")}
+    commits = {f["commit"] for f in out["files"].values() if f.get("commit")}
+    out["commit"] = commits.pop() if len(commits) == 1 else sorted(commits)
+    return out
+
+
+def record(result: Fit, before: Evaluation, after: Evaluation, directory: Path
+           ) -> dict[str, Any]:
+    """The calibration record the v3 preset reads (`hardware.CALIBRATION_FILE`)."""
+    return {
+        "preset": "v3",
+        "date": datetime.now(UTC).date().isoformat(),
+        "data": data_provenance(directory),
+        "method": ("Nelder-Mead on a logistic reparametrisation of the free constants within "
+                   "their ranges; loss = mean over kernels of the mean squared "
+                   "log(simulated / measured) of their valid rows; every row predicted from "
+                   "the kernel's HLO and the row's tile bounds (superopt.tpu_sim.calibration)"),
+        "free": list(result.free),
+        "ranges": {k: list(RANGES[k]) for k in result.free},
+        "fixed": {k: {"value": v, "why": why} for k, (v, why) in FIXED.items()},
+        "start": result.start.to_json(),
+        "constants": result.constants.to_json(),
+        "loss": {"before": result.start_loss, "after": result.loss},
+        "evaluations": result.evaluations,
+        "residuals": [r.to_json() for r in after.residuals],
+        "before": _without_layout_runs(before.to_json()),
+        "after": _without_layout_runs(after.to_json()),
+    }
+
+
+def _without_layout_runs(d: dict[str, Any]) -> dict[str, Any]:
+    d = dict(d)
+    d["layout"] = _without_runs(d["layout"])
+    return d
+
+
+__all__ = ["FIXED", "FREE", "RANGES", "Constants", "Evaluation", "Fit", "KernelResiduals",
+           "data_provenance", "evaluate", "fit", "fit_vmem", "hardware_json", "log_errors", "loss",
+           "nelder_mead", "over_vmem", "record", "residuals"]

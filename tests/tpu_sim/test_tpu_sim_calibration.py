@@ -1,0 +1,124 @@
+"""Calibration of the simulator's free constants: the fitting machinery, the recorded v3
+calibration (its provenance, that the presets use it, that it reproduces), and (slow) that a
+fresh fit from the uncalibrated constants finds it again."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from superopt.tpu_sim import TPU_V3, TPU_V4, TPU_V5E
+from superopt.tpu_sim.calibration import (
+    FREE,
+    RANGES,
+    fit,
+    fit_vmem,
+    loss,
+    nelder_mead,
+    residuals,
+)
+from superopt.tpu_sim.hardware import (
+    BASE_V3,
+    BASE_V4,
+    BASE_V5E,
+    CALIBRATED,
+    UNCALIBRATED,
+    Constants,
+    calibration_record,
+)
+from superopt.tpu_sim.replay import load_tiles, prepare
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tpu_graphs_samples"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"no TpuGraphs samples at {DATA}")
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return [prepare(k) for k in load_tiles(DATA / "op_tuning_data.json")]
+
+
+def test_nelder_mead_finds_a_quadratics_minimum() -> None:
+    target = np.array([1.5, -2.0, 0.25])
+    x, fx, evals = nelder_mead(lambda u: float(np.sum((u - target) ** 2)), np.zeros(3),
+                               iters=500, tol=1e-14)
+    np.testing.assert_allclose(x, target, atol=1e-5)
+    assert fx < 1e-9 and evals > 3
+
+
+def test_constants_round_trip_through_a_preset() -> None:
+    c = Constants(700.0, 80.0, 5e-9, 0.9, 300.0, 0.5, 0.2)
+    hw = c.apply(BASE_V4)
+    back = Constants.of(hw)
+    for name, value in c.to_json().items():
+        assert getattr(back, name) == pytest.approx(value)
+    assert hw.step_s == pytest.approx(80.0 / 1.05e9)
+    assert hw.dma_half_bytes == pytest.approx(5e-9 * 600e9 * 0.9)
+
+
+def test_the_presets_use_the_recorded_calibration() -> None:
+    rec = calibration_record()
+    assert Constants.from_json(rec["constants"]) == CALIBRATED
+    assert TPU_V3 == CALIBRATED.apply(BASE_V3)
+    assert TPU_V4 == CALIBRATED.apply(BASE_V4)
+    assert TPU_V5E == CALIBRATED.apply(BASE_V5E)
+    assert CALIBRATED != UNCALIBRATED
+    for name in FREE:
+        lo, hi = RANGES[name]
+        assert lo <= getattr(CALIBRATED, name) <= hi, name
+
+
+def test_the_record_says_where_its_data_came_from() -> None:
+    rec = calibration_record()
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", rec["date"])
+    assert rec["data"]["commit"] == "ddd187c583cd3b0c72fb5adada905ad7b7532794"
+    assert set(rec["free"]) >= set(FREE)
+    assert rec["loss"]["after"] < rec["loss"]["before"]
+    assert {r["name"] for r in rec["residuals"]} >= {"fusion.191", "fusion.232"}
+    if DATA.is_dir():
+        for name, info in rec["data"]["files"].items():
+            assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == info["sha256"]
+
+
+@needs_data
+def test_the_recorded_residuals_reproduce(kernels) -> None:
+    rec = calibration_record()
+    assert loss(kernels, TPU_V3) == pytest.approx(rec["loss"]["after"], rel=1e-6)
+    got = {r.name: r for r in residuals(kernels, TPU_V3)}
+    for want in rec["residuals"]:
+        r = got[want["name"]]
+        assert r.rows == want["rows"]
+        assert r.rms_log_error == pytest.approx(want["rms_log_error"], rel=1e-6)
+        assert r.mape == pytest.approx(want["mape"], rel=1e-6)
+
+
+@needs_data
+def test_the_recorded_constants_are_a_local_minimum(kernels) -> None:
+    best = loss(kernels, TPU_V3)
+    for name in FREE:
+        for factor in (0.9, 1.1):
+            c = Constants.from_json({**CALIBRATED.to_json(),
+                                     name: getattr(CALIBRATED, name) * factor})
+            assert loss(kernels, c.apply(BASE_V3)) > best - 1e-4, (name, factor)
+
+
+@pytest.mark.slow
+@needs_data
+def test_the_vmem_share_is_the_largest_that_fits_every_measured_tile(kernels) -> None:
+    assert fit_vmem(kernels, TPU_V3) == pytest.approx(CALIBRATED.vmem_intermediate_share)
+
+
+@pytest.mark.slow
+@needs_data
+def test_a_fresh_fit_finds_the_recorded_calibration_again(kernels) -> None:
+    result = fit(kernels, UNCALIBRATED.apply(BASE_V3), start=UNCALIBRATED)
+    rec = calibration_record()
+    assert result.loss == pytest.approx(rec["loss"]["after"], rel=0.01)
+    for name in FREE:
+        assert getattr(result.constants, name) == pytest.approx(getattr(CALIBRATED, name),
+                                                                rel=0.05), name
+    assert json.loads(json.dumps(result.constants.to_json())) == result.constants.to_json()
