@@ -119,7 +119,7 @@ def test_instances_of_other_rules_are_counted_and_dropped_on_request(
 
 
 def test_a_sample_of_a_size_three_library_holds() -> None:
-    res = generate(make_config("linear", max_ops=3))
+    res = generate(make_config("linear", max_ops=3), sample_check=False)
     rng = random.Random(0)
     sample = rng.sample(res.rules, 60) + [r for r in res.rules if r.outputs == 2]
     assert all(_fresh_ok(r, seed=77) for r in sample)
@@ -213,3 +213,37 @@ def test_cli_generate_rejects_bad_options(tmp_path: Path, capsys) -> None:
                  str(tmp_path / "x.json")])
     assert code == 2
     assert "unknown op or template 'conv3d'" in capsys.readouterr().err
+
+
+# ---- testing at other shapes ----------------------------------------------------------------
+
+def test_generalised_rules_survive_the_verifiers_sampler_at_other_shapes(
+        small3: GenerateResult) -> None:
+    """Every rule was random-tested at sampled shapes and, where refuted, strengthened; a
+    sample re-tested with another seed (other shapes) still holds."""
+    from superopt.verifier.sampler import random_test
+
+    st = small3.stages
+    assert st["refuted at sampled shapes"] == sum(
+        st[k] for k in st if k.startswith("strengthened:")) + st[
+        "refuted even when pinned (left out)"]
+    rng = random.Random(3)
+    sample = rng.sample(small3.rules, 12) + [r for r in small3.rules
+                                              if "strengthened" in r.provenance][:6]
+    for r in sample:
+        report = random_test(r, samples=6, seed=11, budget_s=3.0)
+        assert report.counterexample is None, (format_rule(r), report.counterexample)
+
+
+def test_a_rank_two_rule_is_strengthened_not_dropped() -> None:
+    from superopt.substitutions.strengthen import counterexample, strengthen
+
+    rule = parse_rule("r: (split.0 1 {[dim(?w2,1), dim(?w3,1)]} (matmul ?w1 (concat 1 ?w2 ?w3)))"
+                      " => (matmul ?w1 ?w2)")
+    found = {v: TensorType((4, 4)) for v in ("w1", "w2", "w3")}
+    assert check_rule(rule, found)  # holds where it was found ...
+    assert counterexample(rule)  # ... not for batched matmul (concat axis 1 is not the last)
+    out = strengthen(rule, found)
+    assert out.level == "rank" and out.rule is not None
+    assert "rank(?w1) == 2" in (out.rule.condition or "")
+    assert not counterexample(out.rule, seeds=(5,))

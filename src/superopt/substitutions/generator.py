@@ -445,12 +445,16 @@ def enumerate_last_level(table: TermTable, units: list[Unit], shards: list[Shard
 
 def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None = None,
              progress: Progress | None = None, verify: bool = True,
-             name_prefix: str | None = None, drop_instances: bool = False) -> GenerateResult:
+             name_prefix: str | None = None, drop_instances: bool = False,
+             sample_check: bool = True) -> GenerateResult:
     """Generate a rule library for `cfg` (see the module docstring for the stages).
 
     With `drop_instances`, a rule that another rule yields by substituting one variable for
     another (`(concat 0 (concat 0 ?x1 ?x2) ?x1) => ...` from concat associativity) is left
-    out, as TASO's generator does; by default such rules are only counted."""
+    out, as TASO's generator does; by default such rules are only counted.
+
+    With `sample_check` (and `verify`), every rule is also random-tested at shapes other
+    than the generator's and strengthened where it fails there (`strengthen.py`)."""
     t_start, c_start = time.perf_counter(), time.process_time()
     times: dict[str, float] = {}
     stages: dict[str, int] = {}
@@ -582,6 +586,7 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     built = merged
     refuted = 0
     rules: list[Rule] = []
+    checked: list[tuple[Rule, dict[str, TensorType]]] = []
     if progress:
         progress("verify", 0, len(built))
     for n, (rule, types) in enumerate(built):
@@ -589,12 +594,18 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
             refuted += 1
             continue
         rules.append(rule)
+        checked.append((rule, types))
         if progress and n % 50 == 0:
             progress("verify", n, len(built))
     if progress:
         progress("verify", len(built), len(built))
     stages["rules not expressible"] = build_failed
     stages["rejected by the IR check"] = refuted
+    times["build+verify"] = time.perf_counter() - t0
+    if verify and sample_check:
+        t0 = time.perf_counter()
+        rules = _test_at_other_shapes(checked, workers, stages, progress)
+        times["test at other shapes"] = time.perf_counter() - t0
     instances = instance_rules(rules)
     stages["instances of another rule (kept unless drop_instances)"] = len(instances)
     if drop_instances:
@@ -608,7 +619,6 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     stages["two-output rules"] = sum(1 for r in rules if r.outputs == 2)
     stages["rules with a bare-variable target"] = sum(
         1 for r in rules if r.outputs == 1 and r.size[1] == 0)
-    times["build+verify"] = time.perf_counter() - t0
     times["total"] = time.perf_counter() - t_start
     times["cpu_parent"] = time.process_time() - c_start
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -620,6 +630,44 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
             "last_level_counts": dict(zip(COUNT_KEYS, last["counts"].tolist(), strict=True)),
             "cpu_count": os.cpu_count()}
     return GenerateResult(rules, stages, times, info)
+
+
+def _test_at_other_shapes(checked: Sequence[tuple[Rule, dict[str, TensorType]]], workers: int,
+                          stages: dict[str, int], progress: Progress | None) -> list[Rule]:
+    """Random-test each rule at sampled shapes (the verifier's tester) and keep it as
+    generalised, strengthened, or (refuted even at its own shapes) not at all."""
+    from dataclasses import replace
+
+    from superopt.substitutions.strengthen import LEVELS, strengthen_task
+    from superopt.verifier.parallel import run_parallel
+
+    tasks = [(_text(r), {k: list(t.shape) for k, t in types.items()}) for r, types in checked]
+    done = [0]
+
+    def tick(_: Any) -> None:
+        done[0] += 1
+        if progress and (done[0] % 25 == 0 or done[0] == len(tasks)):
+            progress("test at other shapes", done[0], len(tasks))
+
+    results = run_parallel(strengthen_task, tasks, workers, tick)
+    out: list[Rule] = []
+    levels: dict[str, int] = dict.fromkeys(("", *LEVELS, "refuted"), 0)
+    for (rule, _), (keep, cond, level, ce) in zip(checked, results, strict=True):
+        levels[level] += 1
+        if not keep:
+            continue
+        if level:
+            prov = dict(rule.provenance)
+            prov["strengthened"] = {"level": level, "refuted_by": ce}
+            rule = replace(rule, condition=cond, provenance=prov)
+        out.append(rule)
+    stages["refuted at sampled shapes"] = len(checked) - levels[""]
+    stages["strengthened: rank conditions"] = levels["rank"]
+    stages["strengthened: + attribute values"] = levels["attributes"]
+    stages["strengthened: + dimension equalities"] = levels["equalities"]
+    stages["strengthened: pinned to discovery shapes"] = levels["pinned"]
+    stages["refuted even when pinned (left out)"] = levels["refuted"]
+    return out
 
 
 def instance_rules(rules: Sequence[Rule]) -> set[int]:

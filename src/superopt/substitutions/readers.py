@@ -33,6 +33,7 @@ from superopt.ir.errors import IRError
 from superopt.substitutions.library import LibraryError, load_library
 from superopt.substitutions.presets import TASO_INPUTS
 from superopt.substitutions.rule import Rule
+from superopt.substitutions.strengthen import add_conditions, rank_conditions
 from superopt.substitutions.symshape import Ref, RuleSpec, Side, SNode, build_rule, side_vars
 from superopt.substitutions.taso_pb import (
     ACTI,
@@ -335,6 +336,15 @@ def taso_types(var_names: Sequence[str]) -> dict[str, list[int]] | None:
     return out
 
 
+def _rank_checked(rule: Rule, types: dict[str, list[int]] | None) -> Rule:
+    """TASO checked its rules only at its input shapes: where those are known, the rule is
+    claimed only at their ranks (a 2-D matmul identity need not hold for batched matmul),
+    unless all of its ops are elementwise."""
+    if types is None:
+        return rule
+    return add_conditions(rule, rank_conditions(rule, {k: len(v) for k, v in types.items()}))
+
+
 def _make(source: str, name: str, src: Side, tgt: Side, var_index: dict[str, int],
           bidirectional: bool | None, line: int, col: int, prov: dict[str, Any]) -> Rule:
     names = tuple(sorted(var_index, key=var_index.__getitem__))
@@ -345,8 +355,9 @@ def _make(source: str, name: str, src: Side, tgt: Side, var_index: dict[str, int
     if bidirectional is None:
         src, tgt, prov = _orient(src, tgt, prov)
     try:
-        return build_rule(RuleSpec(name, src, tgt, names, None, bidirectional, ranks),
+        rule = build_rule(RuleSpec(name, src, tgt, names, None, bidirectional, ranks),
                           kind="taso", provenance=prov)
+        return _rank_checked(rule, types)
     except IRError as e:
         raise RuleSyntaxError(source, line, col, str(e)) from None
 
@@ -537,8 +548,9 @@ def taso_pb_rules(rules: list[PbRule], source: str = "<pb>", name: str = "taso")
             prov["taso_types"] = types
             ranks = tuple(len(v) for v in types.values())
         try:
-            out.append(build_rule(RuleSpec(f"{name}_{i + 1:04d}", src, tgt, names,
-                                           var_ranks=ranks), kind="taso", provenance=prov))
+            out.append(_rank_checked(build_rule(RuleSpec(f"{name}_{i + 1:04d}", src, tgt, names,
+                                                         var_ranks=ranks),
+                                                kind="taso", provenance=prov), types))
         except IRError as e:
             raise TasoPbError(f"{where}: {e}") from None
     return out
