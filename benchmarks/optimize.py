@@ -4,7 +4,9 @@ Per model (ResNet-50, ResNeXt-50, Inception-v3, SqueezeNet, NASNet-A, BERT-base)
 the starter library in the input (per rule), rules applied by the search, the search cost
 before and after, the TPU simulator's default-compiled time before and after, the torch CPU
 time before and after from one interleaved side-by-side run (the ratio is the median of
-per-round ratios, with its interquartile range), the value check against the reference
+per-round ratios, with a bootstrap 95% confidence interval; the input graph is timed a
+second time in the same loop as an A/A control, whose ratio shows the noise floor), the
+value check against the reference
 interpreter, and the search time. Then the time to match the whole starter library on
 synthetic graphs of up to 100,000 nodes (`superopt.tpu_sim.synthetic`).
 
@@ -44,9 +46,11 @@ def bench_model(name: str, args: argparse.Namespace, matcher, cost) -> dict:
     sim = SimCost()
     sim_before, sim_after = sim.cost(g), sim.cost(final)
     check = check_values(g, final)
-    timing = time_side_by_side([g, final], repeats=args.repeats, warmup=args.warmup,
-                               threads=args.threads)
-    ratios = [a / b for a, b in zip(*timing.times, strict=True)]
+    # The input graph twice (an A/A control): what "faster" looks like when nothing
+    # changed, i.e. the noise floor of this run on this machine.
+    timing = time_side_by_side([g, final, g], repeats=args.repeats, warmup=args.warmup,
+                               threads=args.threads or None)
+    ratios = timing.ratios(0, 1)
     q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
     return {
         "model": name, "nodes": len(g), "runtime_ops_before": runtime_ops(g),
@@ -57,6 +61,8 @@ def bench_model(name: str, args: argparse.Namespace, matcher, cost) -> dict:
         "cost_after": r.cost_after, "sim_before_s": sim_before, "sim_after_s": sim_after,
         "torch_before_s": timing.medians[0], "torch_after_s": timing.medians[1],
         "torch_ratio": timing.ratio(), "torch_ratio_iqr": [q1, q3],
+        "torch_ratio_ci95": list(timing.ratio_ci(0, 1)),
+        "aa_ratio": timing.ratio(0, 2), "aa_ratio_ci95": list(timing.ratio_ci(0, 2)),
         "torch_threads": timing.threads, "torch_repeats": args.repeats,
         "values_ok": check.ok, "max_rel_err": check.max_rel_err,
         "search_s": r.seconds, "expanded": r.expanded, "evaluated": r.evaluated,
@@ -88,8 +94,9 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=300.0)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads while timing (1 is steadier on a shared machine)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads for the torch cost and the timing (0: torch's "
+                         "default, all cores; 1 is steadier on a shared machine)")
     ap.add_argument("--nodes", default="10000,50000,100000",
                     help="synthetic graph sizes for the matching benchmark ('' to skip)")
     ap.add_argument("--out", default="benchmarks/results/optimize.json")
@@ -100,7 +107,8 @@ def main() -> None:
     from superopt.rewrite import Matcher, create_cost, starter_rules
 
     matcher = Matcher(starter_rules())
-    cost = create_cost(args.cost, **({"threads": args.threads} if args.cost == "torch" else {}))
+    cost = create_cost(args.cost,
+                       **({"threads": args.threads or None} if args.cost == "torch" else {}))
     rows = []
     for name in [m for m in args.models.split(",") if m]:
         row = bench_model(name, args, matcher, cost)
@@ -112,7 +120,8 @@ def main() -> None:
     scale = bench_matching([int(n) for n in args.nodes.split(",") if n], matcher)
 
     head = (f"{'model':13} {'nodes':>6} {'sites':>6} {'applied':>7} {'cost ' + args.cost:>19} "
-            f"{'sim us':>17} {'torch cpu ms':>19} {'ratio [IQR]':>20} {'rel err':>8} "
+            f"{'sim us':>17} {'torch cpu ms':>19} {'ratio [95% CI]':>20} {'A/A [95% CI]':>20} "
+            f"{'rel err':>8} "
             f"{'search s':>8}")
     print()
     print(head)
@@ -121,10 +130,11 @@ def main() -> None:
         cost_txt = f"{r['cost_before'] * 1e3:.2f}->{r['cost_after'] * 1e3:.2f}"
         sim_txt = f"{r['sim_before_s'] * 1e6:.0f}->{r['sim_after_s'] * 1e6:.0f}"
         torch_txt = f"{r['torch_before_s'] * 1e3:.1f}->{r['torch_after_s'] * 1e3:.1f}"
-        iqr = r["torch_ratio_iqr"]
+        ci, aa = r["torch_ratio_ci95"], r["aa_ratio_ci95"]
         print(f"{r['model']:13} {r['nodes']:>6} {r['sites_total']:>6} {r['applied_total']:>7} "
               f"{cost_txt:>19} {sim_txt:>17} {torch_txt:>19} "
-              f"{r['torch_ratio']:>6.3f} [{iqr[0]:.3f},{iqr[1]:.3f}] "
+              f"{r['torch_ratio']:>6.3f} [{ci[0]:.3f},{ci[1]:.3f}] "
+              f"{r['aa_ratio']:>6.3f} [{aa[0]:.3f},{aa[1]:.3f}] "
               f"{r['max_rel_err']:>8.1e} {r['search_s']:>8.1f}")
     print()
     for r in rows:

@@ -534,9 +534,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=10,
                    help="timed torch runs per graph (0: no timing); medians are reported")
     p.add_argument("--warmup", type=int, default=2, help="untimed torch runs per graph")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads for --cost torch and the timing (default 1, the "
-                        "steadiest on a shared machine; 0: torch's default)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads for --cost torch and the timing (default 0: torch's "
+                        "default, all cores; 1 is steadier on a shared machine, but which "
+                        "rewrites pay off depends on it)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.set_defaults(func=cmd_optimize)
     return parser

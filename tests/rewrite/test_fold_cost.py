@@ -114,3 +114,28 @@ def test_value_check_catches_a_wrong_graph_and_timing_compares_side_by_side() ->
     t = time_side_by_side([g1, g2], repeats=3, warmup=1, threads=1)
     assert len(t.medians) == 2 and all(m > 0 for m in t.medians)
     assert t.ratio(0, 1) > 0 and len(t.times[0]) == 3
+
+
+def test_ratio_confidence_interval_brackets_the_median_and_narrows_with_more_rounds() -> None:
+    from superopt.rewrite.check import SideBySide
+
+    rng = np.random.default_rng(3)
+
+    def timing(rounds: int) -> SideBySide:
+        # Graph 1 is 5% faster; each round's load multiplies both runs of the round alike,
+        # plus independent jitter of ~3% per run.
+        load = rng.uniform(1.0, 1.5, rounds)
+        a = load * 0.105 * rng.normal(1.0, 0.03, rounds)
+        b = load * 0.100 * rng.normal(1.0, 0.03, rounds)
+        return SideBySide((0.0, 0.0), (0.0, 0.0), (tuple(a), tuple(b)), "cpu", 1)
+
+    few, many = timing(12), timing(400)
+    for t in (few, many):
+        lo, hi = t.ratio_ci()
+        assert lo <= t.ratio() <= hi
+    assert many.ratio_ci()[1] - many.ratio_ci()[0] < few.ratio_ci()[1] - few.ratio_ci()[0]
+    # With 400 rounds the true 1.05 lies inside and 1.0 (no change) outside the interval.
+    lo, hi = many.ratio_ci()
+    assert lo < 1.05 < hi and lo > 1.0
+    same = SideBySide((0.0, 0.0), (0.0, 0.0), ((0.2,) * 5, (0.1,) * 5), "cpu", 1)
+    assert same.ratio_ci() == (2.0, 2.0)

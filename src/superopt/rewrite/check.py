@@ -84,7 +84,25 @@ class SideBySide:
         """How many times faster graph j runs than graph i: the median over rounds of
         time_i / time_j within a round (the two runs of a round are adjacent, so they
         share the machine's load at that moment)."""
-        return statistics.median(a / b for a, b in zip(self.times[i], self.times[j], strict=True))
+        return statistics.median(self.ratios(i, j))
+
+    def ratios(self, i: int = 0, j: int = 1) -> list[float]:
+        """Per round: time of graph i / time of graph j."""
+        return [a / b for a, b in zip(self.times[i], self.times[j], strict=True)]
+
+    def ratio_ci(self, i: int = 0, j: int = 1, level: float = 0.95, resamples: int = 2000,
+                 seed: int = 0) -> tuple[float, float]:
+        """A percentile-bootstrap confidence interval of `ratio(i, j)`: rounds resampled
+        with replacement, the median ratio of each resample. "Measurably faster" means
+        this interval lies above 1; the interquartile range of single rounds says how
+        noisy one round is, not how certain the median is."""
+        r = np.asarray(self.ratios(i, j))
+        if r.size < 2:
+            return float(r[0]), float(r[0])
+        rng = np.random.default_rng(seed)
+        meds = np.median(r[rng.integers(0, r.size, size=(resamples, r.size))], axis=1)
+        lo, hi = np.quantile(meds, [(1 - level) / 2, (1 + level) / 2])
+        return float(lo), float(hi)
 
 
 def time_side_by_side(graphs: Sequence[Graph], feeds: Mapping[str, Any] | None = None,

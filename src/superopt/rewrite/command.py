@@ -116,12 +116,14 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
                                        warmup=args.warmup, threads=threads,
                                        seed=args.seed)
         before, after = timing.medians
+        lo, hi = timing.ratio_ci()
         console.print(f"torch cpu ({timing.threads} threads), median of {args.repeats}: "
                       f"{before * 1e3:.2f} ms -> {after * 1e3:.2f} ms "
-                      f"({timing.ratio():.3f}x, paired per round; medians "
-                      f"{before / after:.3f}x)")
+                      f"({timing.ratio():.3f}x paired per round, 95% CI [{lo:.3f}, {hi:.3f}]; "
+                      f"medians {before / after:.3f}x)")
         figures.update(torch_before_s=before, torch_after_s=after,
-                       torch_ratio=timing.ratio(), torch_threads=timing.threads)
+                       torch_ratio=timing.ratio(), torch_ratio_ci=[lo, hi],
+                       torch_threads=timing.threads)
     if args.out:
         from superopt.ir.serialize import save
 
