@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
 from superopt.ir import OPS, Graph, GraphBuilder, Value
+from superopt.ir.passes import transform
 
 OpCase = Callable[[], SearchStrategy[Graph]]
 
@@ -529,3 +530,17 @@ def embedding_case(draw: DrawFn) -> Graph:
     ids = b.input("ids", draw(shapes(0, 3)), "i64", high=vocab)
     table = draw(tensor_source(b, "table", (vocab, width), init="normal"))
     return _graph(b, b.embedding(ids, table), "embedding")
+
+
+def without_activations(graph: Graph) -> Graph:
+    """The graph with every fused activation removed: op cases draw activations, and the
+    box theorem covers the multi-linear op underneath."""
+
+    def rule(b, node, inputs, lookup):  # type: ignore[no-untyped-def]
+        attrs = node.a
+        if attrs.get("activation", "none") == "none":
+            return None
+        attrs["activation"] = "none"
+        return b.add(node.op, inputs, attrs)
+
+    return transform(graph, rule).graph

@@ -13,9 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from op_cases import OP_CASES
+from op_cases import OP_CASES, without_activations
 from superopt.ir import OPS, Graph, GraphBuilder, get_op, interpret
-from superopt.ir.passes import transform
 from superopt.ir.rules import MissingRule
 from superopt.mutants.boxes import (
     TABLE,
@@ -34,20 +33,6 @@ from superopt.mutants.points import evaluate_points, full_feeds
 SETTINGS = settings(max_examples=12, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.filter_too_much])
-
-def without_activations(graph: Graph) -> Graph:
-    """The graph with every fused activation removed: op cases draw activations, and the
-    box theorem covers the multi-linear op underneath."""
-
-    def rule(b, node, inputs, lookup):  # type: ignore[no-untyped-def]
-        attrs = node.a
-        if attrs.get("activation", "none") == "none":
-            return None
-        attrs["activation"] = "none"
-        return b.add(node.op, inputs, attrs)
-
-    return transform(graph, rule).graph
-
 
 SUPPORTED = sorted(op for op in OPS if TABLE.supports(op) and op not in ("input", "weight"))
 

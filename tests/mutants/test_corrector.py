@@ -8,12 +8,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from op_cases import OP_CASES
+from op_cases import OP_CASES, without_activations
 from superopt.corrector import RegionBuilder, correct, correction_regions, cost, fold_weights
 from superopt.corrector.export import graph_patterns, to_rule, variable_names
 from superopt.corrector.regions import copy_sources
 from superopt.ir import Graph, GraphBuilder, TensorType, interpret
-from superopt.ir.passes import transform
 from superopt.mutants.boxes import TABLE
 from superopt.mutants.boxtest import OutputBoxes, box_test, exhaustive_equal
 from superopt.mutants.families import CONV_FAMILIES, _replace_one
@@ -50,20 +49,6 @@ def test_correction_regions_cover_a_cross_with_four_strips() -> None:
     for r in regions:
         covered[tuple(slice(lo, hi) for lo, hi in r)] = True
     np.testing.assert_array_equal(covered, out.wrong_mask())
-
-
-def without_activations(graph: Graph) -> Graph:
-    """The graph with every fused activation removed: op cases draw activations, and the
-    box theorem covers the multi-linear op underneath."""
-
-    def rule(b, node, inputs, lookup):  # type: ignore[no-untyped-def]
-        attrs = node.a
-        if attrs.get("activation", "none") == "none":
-            return None
-        attrs["activation"] = "none"
-        return b.add(node.op, inputs, attrs)
-
-    return transform(graph, rule).graph
 
 
 SUPPORTED = sorted(op for op in TABLE.ops() if TABLE.supports(op)
