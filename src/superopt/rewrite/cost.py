@@ -142,12 +142,15 @@ class TorchOpCost(AdditiveCost):
 
     One sample repeats the op for at least `min_sample_s`; `samples` samples are taken and
     the fastest is kept: on a shared machine other load only ever adds time, so the minimum
-    is the steadiest estimate of what the op itself costs. `threads` sets torch's intra-op
+    is the steadiest estimate of what the op itself costs. (With 2 ms samples a 3 ms
+    matmul got one run per sample and its cost moved by up to 80% between measurements on
+    the shared 2-core machine, enough to flip the search's choices; 10 ms x 7 keeps the
+    spread of the sum within a few percent.) `threads` sets torch's intra-op
     threads while measuring (time the result with the same setting)."""
 
     name = "torch"
 
-    def __init__(self, device: str = "cpu", samples: int = 5, min_sample_s: float = 2e-3,
+    def __init__(self, device: str = "cpu", samples: int = 7, min_sample_s: float = 1e-2,
                  threads: int | None = None, fold: bool = True) -> None:
         super().__init__(fold)
         self.device, self.samples, self.min_sample_s = device, samples, min_sample_s
