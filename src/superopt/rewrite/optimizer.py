@@ -17,8 +17,8 @@ Two practical departures, both optional:
   must be built and evaluated; `screen` then limits a graph's proposals to the `screen`
   best single rewrites under the analytical `flops` cost, plus the batches below.
 - Batches (`batch=True`). Besides every single rewrite, each graph proposes, per rule, all
-  of that rule's non-overlapping sites applied at once (for an additive cost, all of its
-  *improving* sites). Models repeat layers, so many independent improvements exist
+  of that rule's non-overlapping sites applied at once (for an additive cost, both all of
+  its *improving* sites and all of its sites). Models repeat layers, so many independent improvements exist
   (190 batch norms to fold in NasNet-A); one step per site would spend the budget walking
   through them one by one.
 """
@@ -214,13 +214,22 @@ class _Search:
             for item in priced:
                 by_rule.setdefault(item[2].rule, []).append(item)
             for rule, items in by_rule.items():
-                chosen = [t for t in items if not additive or t[0] < 0]
-                kept, _ = select_disjoint([t[2] for t in chosen])
-                if len(kept) < 2:
-                    continue
-                keep = {s.key for s in kept}
-                delta = sum(t[0] for t in chosen if t[2].key in keep)
-                out.append((state.cost + delta if additive else None, tuple(kept), rule))
+                # Two batches per rule: the sites that each look like a gain, and all of
+                # them. The second takes a step whose first half is cost-neutral (the first
+                # of two pairwise merges of three matmuls) in one move instead of one site
+                # at a time; it is priced, and kept only under the threshold, like any move.
+                candidates = [items] if not additive else \
+                    [[t for t in items if t[0] < 0], items]
+                batches: set[tuple[str, ...]] = set()
+                for chosen in candidates:
+                    kept, _ = select_disjoint([t[2] for t in chosen])
+                    keys = tuple(sorted(s.key for s in kept))
+                    if len(kept) < 2 or keys in batches:
+                        continue
+                    batches.add(keys)
+                    keep = set(keys)
+                    delta = sum(t[0] for t in chosen if t[2].key in keep)
+                    out.append((state.cost + delta if additive else None, tuple(kept), rule))
         self.proposed += len(out)
         return out
 

@@ -26,7 +26,7 @@ from superopt.substitutions.text import parse_rules
 from superopt.verifier.encoding import QAxiom, directions, quantify
 from superopt.verifier.sampler import Sampler, SamplerSpec, compare, instances
 from superopt.verifier.shapes import check_graph, env
-from superopt.verifier.zvalues import Unsupported
+from superopt.verifier.zvalues import MAX_RANK, Unsupported
 
 # ---- the built-in axioms ------------------------------------------------------------
 
@@ -44,6 +44,13 @@ def _ranks(r: int, *names: str) -> str:
 
 def _tuple(items: Sequence[str]) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _enlarge_pads() -> list[str]:
+    """Explicit conv pads (t, b, l, r) less the zero border `enlarge ?kh ?kw ?w` adds."""
+    rows = "?d[0] * ((?kh - dim(?w,2)) // 2)"
+    cols = "?d[1] * ((?kw - dim(?w,3)) // 2)"
+    return [f"?p[0] - {rows}", f"?p[1] - {rows}", f"?p[2] - {cols}", f"?p[3] - {cols}"]
 
 
 def _core_axioms() -> list[str]:
@@ -132,6 +139,11 @@ def _core_axioms() -> list[str]:
         f"{_same_dims('x', 'z', (2, 3))}",
         "conv_enlarge: (conv2d ?s same ?d ?g ?act ?x (enlarge ?kh ?kw ?w)) => "
         "(conv2d ?s same ?d ?g ?act ?x ?w) if ?s == (1, 1)",
+        # With explicit pads, the zero rows and columns enlarge adds (times the dilation)
+        # come off the pads, at any stride; pads smaller than that would cut the image.
+        f"conv_enlarge_pads: (conv2d ?s ?p ?d ?g ?act ?x (enlarge ?kh ?kw ?w)) => "
+        f"(conv2d ?s {{{_tuple(_enlarge_pads())}}} ?d ?g ?act ?x ?w) if ?p != 'same' and "
+        f"?p != 'valid' and " + " and ".join(f"{p} >= 0" for p in _enlarge_pads()),
         "conv_explicit_pad: (conv2d ?s ?p ?d ?g ?act ?x ?w) => (conv2d ?s valid ?d ?g ?act "
         "(pad {(0, 0, ?p[0], ?p[2], 0, 0, ?p[1], ?p[3])} ?x) ?w) if ?p != 'same' and ?p != 'valid'",
         "conv_valid_explicit: (conv2d ?s valid ?d ?g ?act ?x ?w) <=> "
@@ -186,6 +198,16 @@ def _core_axioms() -> list[str]:
             f"(matmul (concat {r - 1} ?x ?z) (concat {r - 2} ?y ?w)) if "
             f"{_ranks(r, 'x', 'y', 'z', 'w')} and dim(?x,{r - 1}) == dim(?y,{r - 2}) and "
             f"dim(?x,{r - 2}) == dim(?z,{r - 2}) and dim(?y,{r - 1}) == dim(?w,{r - 1}){same}")
+    # A rank-2 weight (a linear layer) broadcasts over any batch of the lhs: its column
+    # blocks are blocks of the output's last axis, with any fused activation.
+    ax += [
+        "matmul_concat_w: (matmul ?act ?x (concat 1 ?y ?z)) => "
+        "(concat {rank(?x) - 1} (matmul ?act ?x ?y) (matmul ?act ?x ?z)) "
+        "if rank(?y) == 2 and rank(?z) == 2",
+        "concat_matmul_w: (concat axis=?b (matmul ?act ?x ?y) (matmul ?act ?x ?z)) => "
+        "(matmul ?act ?x (concat 1 ?y ?z)) if rank(?y) == 2 and rank(?z) == 2 and "
+        "?b == rank(?x) - 1",
+    ]
     return ax
 
 
@@ -243,6 +265,12 @@ def _concat_axioms() -> list[str]:
         "(ewmul (concat axis=?a ?x ?z) (concat axis=?a ?y ?w)) "
         "if shape(?x) == shape(?y) and shape(?z) == shape(?w)",
     ]
+    # Broadcasting operands concatenated along the same axis counted from the end (a
+    # bias split like the weights it follows): the blocks line up when the first ones do.
+    for op in ("ewadd", "ewmul"):
+        ax.append(f"concat_{op}_bcast: ({op} (concat axis=?a ?x ?z) (concat axis=?b ?y ?w)) => "
+                  f"(concat axis={{max(?a, ?b)}} ({op} ?x ?y) ({op} ?z ?w)) "
+                  "if ?a - rank(?x) == ?b - rank(?y) and dim(?x,?a) == dim(?y,?b)")
     for n in (2, 3):
         xs = [f"?x{k}" for k in range(n)]
         sizes = _tuple([f"dim({x},?a)" for x in xs])
@@ -258,6 +286,89 @@ def _concat_axioms() -> list[str]:
             ax.append(f"{short}_concat{axis}: (concat {axis} ({op} {attrs} ?x) ({op} {attrs} ?y)) "
                       f"<=> ({op} {attrs} (concat {axis} ?x ?y)) if {_same_dims('x', 'y', other)}")
     return ax
+
+
+def _counts3(n: str) -> str:
+    """1 / (cells of a 3-wide 'same' window inside an axis of size n >= 3): 1/2 at both
+    ends, 1/3 between, from const_pool constants (the terms the starter rules write)."""
+    half = "(reshape [1] (slice [0,0,0,0] [1,1,1,1] (const_pool 1 1 2)))"
+    third = (f"(reshape {{[{n}-2]}} (slice [0,0,0,0] {{[{n}-2,1,1,1]}} "
+             f"(const_pool {{{n}-2}} 1 3)))")
+    return f"(concat 0 {half} {third} {half})"
+
+
+def _box(kh: int, kw: int) -> str:
+    """The depthwise window sum of ?x: a grouped conv with a kernel of ones."""
+    return f"(conv2d [1,1] same [1,1] {{dim(?x,1)}} none ?x (const_one {{[dim(?x,1),1,{kh},{kw}]}}))"
+
+
+def _pool_axioms() -> list[str]:
+    return [
+        "# pooling and box filters are separable; window counts of 3-wide 'same' pooling",
+        # The window is a rectangle and so is its part inside the image: its sum and its
+        # cell count are products of a row part and a column part ('same' and 'valid'
+        # pad each axis on its own).
+        "avgpool_separable: (pool2d_avg ?k ?s ?p ?act ?c ?x) => (pool2d_avg {(1, ?k[1])} "
+        "{(1, ?s[1])} ?p ?act ?c (pool2d_avg {(?k[0], 1)} {(?s[0], 1)} ?p none ?c ?x)) "
+        "if (?p == 'same' or ?p == 'valid') and ?k[0] > 1 and ?k[1] > 1",
+        "box_separable: (conv2d [1,1] ?p [1,1] ?g none (conv2d [1,1] ?p [1,1] ?g none ?x "
+        "(const_one ?a)) (const_one ?b)) => (conv2d [1,1] ?p [1,1] ?g none ?x "
+        "(const_one {(?g, 1, ?a[2], ?b[3])})) if (?p == 'same' or ?p == 'valid') and "
+        "?g == dim(?x,1) and len(?a) == 4 and len(?b) == 4 and ?a[0] == ?g and ?b[0] == ?g "
+        "and ?a[1] == 1 and ?b[1] == 1 and ?a[3] == 1 and ?b[2] == 1",
+        # A conv that mixes nothing across rows (one kernel row, row stride 1, no row
+        # padding) commutes with scaling rows; the same for columns.
+        "conv_row_scale: (conv2d ?s ?p ?d ?g none (ewmul ?y ?r) ?w) => "
+        "(ewmul (conv2d ?s ?p ?d ?g none ?y ?w) ?r) if dim(?w,2) == 1 and ?s[0] == 1 and "
+        "(?p == 'same' or ?p == 'valid') and rank(?r) == 2 and dim(?r,1) == 1 and "
+        "dim(?r,0) == dim(?y,2)",
+        "conv_col_scale: (conv2d ?s ?p ?d ?g none (ewmul ?y ?r) ?w) => "
+        "(ewmul (conv2d ?s ?p ?d ?g none ?y ?w) ?r) if dim(?w,3) == 1 and ?s[1] == 1 and "
+        "(?p == 'same' or ?p == 'valid') and rank(?r) == 2 and dim(?r,0) == 1 and "
+        "dim(?r,1) == dim(?y,3)",
+        # Not counting pads, a 3-wide 'same' window averages 2 cells at either end of the
+        # axis and 3 elsewhere: the window sum times those reciprocals.
+        f"avgpool_same3_rows: (pool2d_avg [3,1] [1,1] same none false ?x) => "
+        f"(ewmul {_box(3, 1)} (reshape {{[dim(?x,2),1]}} {_counts3('dim(?x,2)')})) "
+        "if dim(?x,2) >= 3",
+        f"avgpool_same3_cols: (pool2d_avg [1,3] [1,1] same none false ?x) => "
+        f"(ewmul {_box(1, 3)} (reshape {{[1,dim(?x,3)]}} {_counts3('dim(?x,3)')})) "
+        "if dim(?x,3) >= 3",
+    ]
+
+
+def _zero(n: str) -> tuple[str, str]:
+    """A zero vector as rules write one (no op makes zeros): a slice of a `pad` that lies
+    in the padding. The pattern (attribute variables ?<n>s ?<n>e ?<n>t ?<n>q, tensor
+    ?<n>v) and the condition that makes it zero."""
+    pat = f"(slice ?{n}s ?{n}e ?{n}t (pad ?{n}q ?{n}v))"
+    cond = f"rank(?{n}v) == 1 and (?{n}e[0] <= ?{n}q[0] or ?{n}s[0] >= ?{n}q[0] + dim(?{n}v,0))"
+    return pat, cond
+
+
+def _batch_norm_axioms() -> list[str]:
+    (za, ca), (zb, cb), (zc, cc) = _zero("za"), _zero("zb"), _zero("zc")
+    scaled = f"(batch_norm ?e ?y ?sc {za} {zb} ?va)"  # y * k, k = sc / sqrt(va + e)
+    shift = f"(batch_norm ?e (reshape ?t {zc}) ?sc ?b ?m ?va)"  # c = b - m * k, as [1, C]
+    return [
+        "# batch norm is affine per channel: bn(y) = y * k + c, where zero mean and bias",
+        "# give y * k and a zero input gives c",
+        f"bn_affine2: (ewadd {scaled} {shift}) => (batch_norm ?e ?y ?sc ?b ?m ?va) if "
+        f"rank(?y) == 2 and ?t == (1, dim(?y,1)) and {ca} and {cb} and {cc}",
+        # Higher ranks: c reshaped to [C, 1, ..., 1] broadcasts over the trailing dims.
+        f"bn_affine: (ewadd {scaled} (reshape ?r {shift})) => (batch_norm ?e ?y ?sc ?b ?m ?va) "
+        f"if rank(?y) >= 3 and ?t == (1, dim(?y,1)) and len(?r) == rank(?y) - 1 and "
+        f"?r[0] == dim(?y,1) and sum(?r) == dim(?y,1) + rank(?y) - 2 and {ca} and {cb} and {cc}",
+        # Scaling output channels (a zero-shift batch norm) moves into the weight's output
+        # channels: dim 0 of a conv kernel (transposed to dim 1 for batch_norm), dim 1 of a
+        # linear layer's weight.
+        f"bn_scale_conv: (conv2d ?s ?p ?d ?g none ?x (transpose [1,0,2,3] (batch_norm ?e "
+        f"(transpose [1,0,2,3] ?w) ?sc {za} {zb} ?va))) => (batch_norm ?e "
+        f"(conv2d ?s ?p ?d ?g none ?x ?w) ?sc {za} {zb} ?va) if {ca} and {cb}",
+        f"bn_scale_matmul: (matmul none ?x (batch_norm ?e ?w ?sc {za} {zb} ?va)) => "
+        f"(batch_norm ?e (matmul none ?x ?w) ?sc {za} {zb} ?va) if rank(?x) == 2 and "
+        f"rank(?w) == 2 and {ca} and {cb}",
+    ]
 
 
 def _other_axioms() -> list[str]:
@@ -281,6 +392,10 @@ def _other_axioms() -> list[str]:
         "(concat 0 (enlarge ?kh ?kw ?x) (enlarge ?kh ?kw ?y)) if dim(?x,2) == dim(?y,2) and "
         "dim(?x,3) == dim(?y,3)",
         "enlarge_id: (enlarge ?kh ?kw ?x) => ?x if ?kh == dim(?x,2) and ?kw == dim(?x,3)",
+        # A slice that keeps every cell of every axis (any step on an axis of size 1).
+        "slice_id: (slice ?b ?e ?t ?x) => ?x if " + " and ".join(
+            f"(rank(?x) <= {k} or (?b[{k}] == 0 and ?e[{k}] == dim(?x,{k}) and "
+            f"(?t[{k}] == 1 or dim(?x,{k}) == 1)))" for k in range(MAX_RANK)),
         "# the project's other ops",
         "copy_id: (copy ?x) => ?x",
         "layout_id: (layout ?m ?x) => ?x",
@@ -299,9 +414,12 @@ def _other_axioms() -> list[str]:
 
 def builtin_text() -> str:
     """The built-in axioms in the rule text format (one per line, `#` comments)."""
-    lines = [*_core_axioms(), *_transpose_axioms(), *_concat_axioms(), *_other_axioms()]
+    lines = [*_core_axioms(), *_transpose_axioms(), *_concat_axioms(), *_pool_axioms(),
+             *_batch_norm_axioms(), *_other_axioms()]
     return "\n".join(lines) + "\n"
 
+
+_ZERO_PADS = tuple((a, b) for a in range(5) for b in range(5) if a + b)
 
 # Sampler settings for axioms that need other ranges than the defaults.
 SPECS: dict[str, SamplerSpec] = {
@@ -311,6 +429,15 @@ SPECS: dict[str, SamplerSpec] = {
     **{name: SamplerSpec(max_rank=4, max_dim=3) for name in (
         "reshape_reshape", "reshape_id", "reshape_ewadd", "smul_reshape", "relu_reshape",
         "sigmoid_reshape", "tanh_reshape", "gelu_reshape")},
+    # Zero vectors (see `_zero`) as long as the channels need, and 2 to 4 channels: pads
+    # up to 4 each side (the default bounds give at most 2, and almost always 1 channel).
+    **{name: SamplerSpec(dims={"sc": (2, 4)}, attrs={f"{z}q": _ZERO_PADS
+                                                      for z in ("za", "zb", "zc")}) for name in (
+        "bn_affine2", "bn_affine", "bn_scale_conv", "bn_scale_matmul")},
+    # Axes of 3 to 6 cells: more than one cell has the interior count (reshape would
+    # otherwise keep every dim at most 3).
+    **{name: SamplerSpec(dims={"x": (1, 6)}) for name in (
+        "avgpool_same3_rows", "avgpool_same3_cols")},
 }
 
 
