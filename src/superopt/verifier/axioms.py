@@ -5,7 +5,9 @@ where it only holds for some shapes or attributes). The Z3 encoding is generated
 same patterns (`encoding.quantify`), so what is validated is what is used. The list starts
 from TASO's operator properties (element-wise algebra, scalar multiplication, fused relu,
 conv/matmul linearity, concat/split laws, transpose laws, pooling, constants, enlarge) and
-adds laws for the project's other ops.
+adds laws for the project's other ops and for the starter rewrites (batch norm as a
+per-channel affine map, separable pooling and box filters, rank-2 weights over a batched
+lhs, enlarged kernels under explicit pads).
 
 Validation (`validate_axiom`) samples instances where one side (the trigger of that
 direction) type-checks and the condition holds, and requires that the other side
@@ -208,6 +210,18 @@ def _core_axioms() -> list[str]:
         "(matmul ?act ?x (concat 1 ?y ?z)) if rank(?y) == 2 and rank(?z) == 2 and "
         "?b == rank(?x) - 1",
     ]
+    # ... and its row blocks take the lhs's last-axis blocks: a sum of two linear layers
+    # over the same batch is one layer over the concatenated features.
+    lead = " and ".join(f"(rank(?x) <= {k + 1} or dim(?x,{k}) == dim(?z,{k}))"
+                        for k in range(MAX_RANK - 1))
+    ax += [
+        "matmul_concat_inner_w: (ewadd (matmul ?x ?y) (matmul ?z ?w)) => "
+        "(matmul (concat {rank(?x) - 1} ?x ?z) (concat 0 ?y ?w)) if rank(?y) == 2 and "
+        f"rank(?w) == 2 and rank(?x) == rank(?z) and dim(?y,1) == dim(?w,1) and {lead}",
+        "concat_matmul_inner_w: (matmul (concat axis=?a ?x ?z) (concat 0 ?y ?w)) => "
+        "(ewadd (matmul ?x ?y) (matmul ?z ?w)) if rank(?y) == 2 and rank(?w) == 2 and "
+        "?a == rank(?x) - 1 and dim(?x,?a) == dim(?y,0)",
+    ]
     return ax
 
 
@@ -355,7 +369,8 @@ def _batch_norm_axioms() -> list[str]:
         "# give y * k and a zero input gives c",
         f"bn_affine2: (ewadd {scaled} {shift}) => (batch_norm ?e ?y ?sc ?b ?m ?va) if "
         f"rank(?y) == 2 and ?t == (1, dim(?y,1)) and {ca} and {cb} and {cc}",
-        # Higher ranks: c reshaped to [C, 1, ..., 1] broadcasts over the trailing dims.
+        # Higher ranks: c reshaped to [C, 1, ..., 1] broadcasts over the trailing dims
+        # (dims are >= 1, so the sum says every dim after the first is 1).
         f"bn_affine: (ewadd {scaled} (reshape ?r {shift})) => (batch_norm ?e ?y ?sc ?b ?m ?va) "
         f"if rank(?y) >= 3 and ?t == (1, dim(?y,1)) and len(?r) == rank(?y) - 1 and "
         f"?r[0] == dim(?y,1) and sum(?r) == dim(?y,1) + rank(?y) - 2 and {ca} and {cb} and {cc}",
