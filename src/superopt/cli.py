@@ -452,6 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Z3 time limit per rule output in seconds (default 10)")
     p.add_argument("--jobs", type=int, default=0, metavar="N",
                    help="worker processes (default: the usable cores, at most 8)")
+    p.add_argument("--executor", default=None, metavar="SPEC",
+                   help="where the per-rule work runs: 'process' (default: a local process "
+                        "pool), 'dask' (a local Dask cluster) or dask://HOST:PORT (a Dask "
+                        "scheduler)")
     p.add_argument("--json", metavar="OUT.json", help="write every result as JSON")
     p.add_argument("--save", metavar="LIB.json",
                    help="write the rules as a library with their proof status")

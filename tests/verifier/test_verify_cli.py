@@ -147,3 +147,26 @@ def test_taso_like_library_with_builtin_axioms(tmp_path: Path) -> None:
     assert main(["verify", str(rules), "--jobs", "2", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["summary"]["proved"] == doc["summary"]["rules"]
+
+
+def test_dask_executor_gives_the_same_outcomes_as_the_process_pool(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    rules = _write(tmp_path, "mixed.rules", TRUE + FALSE)
+    outcomes = []
+    for executor in ("process", "dask"):
+        out = tmp_path / f"{executor}.json"
+        lib = _write(tmp_path, "lib.rules", LIB)
+        code = main(["verify", "--no-builtin-axioms", "--axioms", lib, "--jobs", "2",
+                     "--samples", "6", "--axiom-samples", "3", "--no-cache",
+                     "--executor", executor, rules, "--json", str(out)])
+        assert code == 1  # `wrong` is refuted either way
+        doc = json.loads(out.read_text())
+        outcomes.append({r["name"]: r["state"] for r in doc["rules"]})
+    assert outcomes[0] == outcomes[1] == {"rot": "proved", "pair": "proved", "wrong": "refuted"}
+
+
+def test_unknown_executor_is_an_input_error(tmp_path: Path, capsys) -> None:
+    rules = _write(tmp_path, "true.rules", TRUE)
+    assert _verify(tmp_path, rules, "--executor", "threads") == 2
+    err = capsys.readouterr().err
+    assert "unknown executor 'threads'" in err and err.count("\n") == 1

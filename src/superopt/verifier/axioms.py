@@ -582,12 +582,14 @@ def validate_axiom(ax: Axiom, samples: int = 8, seed: int = 0, budget_s: float =
 
 def validate_axioms(axioms: Sequence[Axiom], samples: int = 8, seed: int = 0, jobs: int = 1,
                     shape_checks: int = 1,
-                    progress: Callable[[AxiomCheck], None] | None = None) -> list[AxiomCheck]:
-    """Validate axioms, in parallel over `jobs` processes; results in input order."""
+                    progress: Callable[[AxiomCheck], None] | None = None,
+                    executor: str | None = None) -> list[AxiomCheck]:
+    """Validate axioms, in parallel over `jobs` workers of `executor`; results in input
+    order."""
     from superopt.verifier.parallel import run_parallel
 
     tasks = [(payload(ax), samples, seed, shape_checks) for ax in axioms]
-    return run_parallel(_validate_task, tasks, jobs, progress)
+    return run_parallel(_validate_task, tasks, jobs, progress, executor)
 
 
 Payload = tuple[str, str, str, bool, SamplerSpec]

@@ -77,8 +77,8 @@ def _load(path: Path) -> dict[str, Any]:
 
 def validate_axioms_cached(axioms: Sequence[Axiom], samples: int = 8, seed: int = 0,
                            jobs: int = 1, shape_checks: int = 1, use_cache: bool = True,
-                           progress: Callable[[AxiomCheck], None] | None = None
-                           ) -> tuple[list[AxiomCheck], int]:
+                           progress: Callable[[AxiomCheck], None] | None = None,
+                           executor: str | None = None) -> tuple[list[AxiomCheck], int]:
     """Validation of every axiom (cached results where the cache has them) and how many
     came from the cache."""
     path = cache_dir() / "axiom-checks.json"
@@ -98,7 +98,7 @@ def validate_axioms_cached(axioms: Sequence[Axiom], samples: int = 8, seed: int 
         else:
             todo.append(i)
     fresh = validate_axioms([axioms[i] for i in todo], samples, seed, jobs, shape_checks,
-                            progress)
+                            progress, executor)
     for i, c in zip(todo, fresh, strict=True):
         out[i] = c
         store[keys[i]] = check_to_json(c)

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from superopt.executor import parse_executor
 from superopt.substitutions.rule import Rule
 from superopt.substitutions.text import format_rule
 from superopt.verifier.axioms import (
@@ -106,7 +107,8 @@ def _validate(console: Console, axioms: Sequence[Axiom], args: argparse.Namespac
         checks, cached = validate_axioms_cached(
             axioms, samples=samples, seed=args.seed, jobs=jobs,
             shape_checks=2 if args.check_axioms else 1,
-            use_cache=not (args.no_cache or args.check_axioms), progress=advance)
+            use_cache=not (args.no_cache or args.check_axioms), progress=advance,
+            executor=args.executor)
     return checks, cached, time.perf_counter() - t0
 
 
@@ -204,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.files and not args.check_axioms:
         console.print("superopt verify: give rule files to verify, or --check-axioms")
         return EXIT_INPUT
+    parse_executor(args.executor)  # a bad spec is an input error before any work
     jobs = args.jobs or default_jobs()
     options = VerifyOptions(timeout_s=args.timeout, samples=args.samples, seed=args.seed)
 
@@ -284,7 +287,8 @@ def run(args: argparse.Namespace) -> int:
             progress.update(task, advance=1, note=f"proved {done[PROVED]}  refuted "
                             f"{done[REFUTED]}  unknown {done[UNKNOWN]}")
 
-        results = verify_rules([r for _, r in rules], usable, options, jobs, exclude, advance)
+        results = verify_rules([r for _, r in rules], usable, options, jobs, exclude, advance,
+                               args.executor)
     wall = time.perf_counter() - t0
 
     paired = [(f, res) for (f, _), res in zip(rules, results, strict=True)]

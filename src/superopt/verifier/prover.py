@@ -266,8 +266,10 @@ def _verify_task(task: tuple[int, str, AxiomData, VerifyOptions, tuple[str, ...]
 def verify_rules(rules: Sequence[Rule], axioms: Sequence[Axiom], options: VerifyOptions =
                  VerifyOptions(), jobs: int = 1,
                  exclude: Callable[[Rule], Sequence[str]] | None = None,
-                 progress: Callable[[RuleResult], None] | None = None) -> list[RuleResult]:
-    """Verify every rule (in parallel over `jobs` processes); results in input order.
+                 progress: Callable[[RuleResult], None] | None = None,
+                 executor: str | None = None) -> list[RuleResult]:
+    """Verify every rule (in parallel over `jobs` workers of `executor`, see
+    `superopt.executor`); results in input order.
 
     `exclude(rule)` names axioms not to use for that rule (a library rule is not an
     axiom for itself when checking redundancy)."""
@@ -277,5 +279,5 @@ def verify_rules(rules: Sequence[Rule], axioms: Sequence[Axiom], options: Verify
     tasks = [(i, format_rule(r), data, options, tuple(exclude(r)) if exclude else ())
              for i, r in enumerate(rules)]
     results = run_parallel(_verify_task, tasks, jobs,
-                           (lambda r: progress(r[1])) if progress else None)
+                           (lambda r: progress(r[1])) if progress else None, executor)
     return [r for _, r in sorted(results, key=lambda x: x[0])]
