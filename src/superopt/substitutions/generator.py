@@ -638,10 +638,21 @@ def _test_at_other_shapes(checked: Sequence[tuple[Rule, dict[str, TensorType]]],
     generalised, strengthened, or (refuted even at its own shapes) not at all."""
     from dataclasses import replace
 
-    from superopt.substitutions.strengthen import LEVELS, strengthen_task
+    from superopt.substitutions.strengthen import (
+        LEVELS,
+        UNTESTED,
+        strengthen_task,
+        untested_reason,
+    )
     from superopt.verifier.parallel import run_parallel
 
-    tasks = [(_text(r), {k: list(t.shape) for k, t in types.items()}) for r, types in checked]
+    # Rules that no other shapes can refute are not sent to the workers at all.
+    results: list[tuple[bool, str | None, str, str] | None] = [
+        (True, r.condition, UNTESTED, "") if untested_reason(r, types) else None
+        for r, types in checked]
+    todo = [k for k, res in enumerate(results) if res is None]
+    tasks = [(_text(checked[k][0]), {v: list(t.shape) for v, t in checked[k][1].items()})
+             for k in todo]
     done = [0]
 
     def tick(_: Any) -> None:
@@ -649,19 +660,23 @@ def _test_at_other_shapes(checked: Sequence[tuple[Rule, dict[str, TensorType]]],
         if progress and (done[0] % 25 == 0 or done[0] == len(tasks)):
             progress("test at other shapes", done[0], len(tasks))
 
-    results = run_parallel(strengthen_task, tasks, workers, tick)
+    for k, res in zip(todo, run_parallel(strengthen_task, tasks, workers, tick), strict=True):
+        results[k] = res
     out: list[Rule] = []
-    levels: dict[str, int] = dict.fromkeys(("", *LEVELS, "refuted"), 0)
-    for (rule, _), (keep, cond, level, ce) in zip(checked, results, strict=True):
+    levels: dict[str, int] = dict.fromkeys(("", UNTESTED, *LEVELS, "refuted"), 0)
+    for (rule, _), res in zip(checked, results, strict=True):
+        assert res is not None
+        keep, cond, level, ce = res
         levels[level] += 1
         if not keep:
             continue
-        if level:
+        if level and level != UNTESTED:
             prov = dict(rule.provenance)
             prov["strengthened"] = {"level": level, "refuted_by": ce}
             rule = replace(rule, condition=cond, provenance=prov)
         out.append(rule)
-    stages["refuted at sampled shapes"] = len(checked) - levels[""]
+    stages["not tested at other shapes (none can refute them)"] = levels[UNTESTED]
+    stages["refuted at sampled shapes"] = len(checked) - levels[""] - levels[UNTESTED]
     stages["strengthened: rank conditions"] = levels["rank"]
     stages["strengthened: + attribute values"] = levels["attributes"]
     stages["strengthened: + dimension equalities"] = levels["equalities"]

@@ -9,9 +9,11 @@ take the op's default value. `split.1` names output 1 of a multi-output op.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any
 
 from superopt.ir.errors import IRError
@@ -142,22 +144,31 @@ def compile_expr(text: str) -> ast.Expression:
     return tree
 
 
-def expr_vars(text: str) -> list[str]:
+@functools.lru_cache(maxsize=8192)
+def _compiled(text: str) -> tuple[CodeType, tuple[str, ...]]:
+    """The checked expression's code and its variables. Building a rule's sides evaluates
+    the same few expressions at every instance (the sampler builds thousands), and parsing
+    and checking them again each time was most of that cost; failures are not cached."""
     tree = compile_expr(text)
-    return list(dict.fromkeys(n.id[2:] for n in ast.walk(tree)
-                              if isinstance(n, ast.Name) and n.id.startswith("v_")))
+    names = tuple(dict.fromkeys(n.id[2:] for n in ast.walk(tree)
+                                if isinstance(n, ast.Name) and n.id.startswith("v_")))
+    return compile(tree, "<pattern>", "eval"), names
+
+
+def expr_vars(text: str) -> list[str]:
+    return list(_compiled(text)[1])
 
 
 def eval_expr(text: str, env: Mapping[str, Any]) -> Any:
     """Evaluate with `env` mapping variable names (no '?') to TensorTypes or attributes."""
-    tree = compile_expr(text)
+    code, names = _compiled(text)
     scope = dict(FUNCTIONS)
-    for name in expr_vars(text):
+    for name in names:
         if name not in env:
             raise PatternError(f"expression {text!r}: variable ?{name} is not bound")
         scope[f"v_{name}"] = env[name]
     try:
-        value = eval(compile(tree, "<pattern>", "eval"), {"__builtins__": {}}, scope)
+        value = eval(code, {"__builtins__": {}}, scope)
     except PatternError:
         raise
     except Exception as e:

@@ -13,17 +13,34 @@ at the shapes where it was found, each re-tested:
    `dim(?x,1) // dim(?w,1) == 1`, a groups == 1 condition);
 3. plus every equality between dimensions that the discovery shapes satisfy;
 4. the discovery shapes themselves (`shape(?v) == (...)`), as for inexpressible sizes.
+
+Two kinds of rules are not tested, because no instance at other shapes can separate their
+sides unless the discovery shapes already do (and `check_rule` has tested those):
+
+- rules whose condition pins every tensor variable to its discovery shape (and that have
+  no attribute variables): the discovery instance is the only one there is;
+- rules built only from elementwise ops (`RANK_FREE_OPS`) whose every output uses the same
+  tensor variables on both sides (`elementwise_everywhere`).
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from superopt.ir.errors import IRError
 from superopt.ir.types import TensorType
-from superopt.substitutions.pattern import AExpr, PNode, eval_expr, walk
+from superopt.substitutions.pattern import (
+    AExpr,
+    AVar,
+    PNode,
+    PVar,
+    compile_expr,
+    eval_expr,
+    walk,
+)
 from superopt.substitutions.rule import Rule
 
 # Seeds of the random tester: the verifier's default seed first, so that a rule passing
@@ -33,6 +50,7 @@ TEST_SAMPLES = 12
 TEST_BUDGET_S = 5.0
 
 LEVELS = ("rank", "attributes", "equalities", "pinned")
+UNTESTED = "untested"  # the level of a rule that testing at other shapes cannot refute
 
 # Ops whose rules hold at every rank (elementwise, with the condition the typing adds).
 RANK_FREE_OPS = frozenset({"ewadd", "ewmul", "relu", "sigmoid", "tanh", "gelu", "smul", "copy"})
@@ -41,8 +59,9 @@ RANK_FREE_OPS = frozenset({"ewadd", "ewmul", "relu", "sigmoid", "tanh", "gelu", 
 @dataclass(frozen=True)
 class Outcome:
     """What testing at other shapes did to one rule: `level` is '' (passed as
-    generalised), one of LEVELS (strengthened), or 'refuted' (even the pinned rule
-    failed; the rule is left out)."""
+    generalised), UNTESTED (no other shapes can refute it: `untested_reason`), one of
+    LEVELS (strengthened), or 'refuted' (even the pinned rule failed; the rule is left
+    out)."""
 
     rule: Rule | None
     level: str
@@ -102,6 +121,74 @@ def _pins(rule: Rule, types: Mapping[str, TensorType]) -> list[str]:
     return [f"shape(?{v}) == {tuple(types[v].shape)!r}" for v in rule.source_vars()]
 
 
+def pinned_shapes(rule: Rule) -> dict[str, tuple[int, ...]]:
+    """Shapes the rule's condition pins with a top-level `shape(?v) == (...)` conjunct."""
+    if not rule.condition:
+        return {}
+    body = compile_expr(rule.condition).body
+    parts = body.values if isinstance(body, ast.BoolOp) and isinstance(body.op, ast.And) \
+        else [body]
+    out: dict[str, tuple[int, ...]] = {}
+    for c in parts:
+        if not (isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], ast.Eq)
+                and isinstance(c.left, ast.Call) and isinstance(c.left.func, ast.Name)
+                and c.left.func.id == "shape" and len(c.left.args) == 1
+                and isinstance(c.left.args[0], ast.Name)):
+            continue
+        try:
+            value = ast.literal_eval(c.comparators[0])
+        except ValueError:
+            continue
+        if isinstance(value, tuple) and all(type(d) is int for d in value):
+            out[c.left.args[0].id.removeprefix("v_")] = value
+    return out
+
+
+def _attribute_variables(rule: Rule) -> bool:
+    """Does the rule bind attributes to variables (which the sampler draws)?"""
+    return any(isinstance(a, AVar) for p in (*rule.source, *rule.target) for q in walk(p)
+               if isinstance(q, PNode) for _, a in q.attrs)
+
+
+def elementwise_everywhere(rule: Rule) -> bool:
+    """Only elementwise ops, and each output's two sides read the same tensor variables.
+
+    Such a side computes, at every output position, one scalar function of the values its
+    variables hold at that position (broadcast: each variable is read at the position
+    projected onto its own shape), and its output shape is the broadcast of its variables'
+    shapes. With the same variables on both sides, the output shapes agree at every
+    shape, and the values agree at every shape exactly when the two scalar functions agree
+    on the values drawn. The discovery check draws every variable's values independently at
+    every position, so other shapes only draw more tuples of the same kind. (A target that
+    does not type-check where the source does, e.g. `smul` for `ewmul` with a non-scalar,
+    is not a counterexample to the random tester either.)"""
+    if _attribute_variables(rule):
+        return False
+    for src, tgt in zip(rule.source, rule.target, strict=True):
+        nodes = [q for p in (src, tgt) for q in walk(p) if isinstance(q, PNode)]
+        if any(q.op not in RANK_FREE_OPS for q in nodes):
+            return False
+        if {q.name for q in walk(src) if isinstance(q, PVar)} != \
+                {q.name for q in walk(tgt) if isinstance(q, PVar)}:
+            return False
+    return True
+
+
+def untested_reason(rule: Rule, types: Mapping[str, TensorType]) -> str:
+    """Why testing `rule` at shapes other than `types` (where `check_rule` has tested it)
+    cannot refute it, or '' when it has to be tested."""
+    if not _attribute_variables(rule):
+        if not rule.source_vars():
+            return "no variables: its only instance is the one checked"
+        pins = pinned_shapes(rule)
+        if all(v in types and pins.get(v) == tuple(types[v].shape)
+               for v in rule.source_vars()):
+            return "pinned to the shapes it was checked at"
+    if elementwise_everywhere(rule):
+        return "elementwise on the same variables on both sides"
+    return ""
+
+
 def counterexample(rule: Rule, seeds: Sequence[int] = TEST_SEEDS, samples: int = TEST_SAMPLES,
                    budget_s: float = TEST_BUDGET_S) -> str:
     """A description of sampled shapes/attributes/inputs separating the sides, or ''."""
@@ -117,7 +204,10 @@ def counterexample(rule: Rule, seeds: Sequence[int] = TEST_SEEDS, samples: int =
 
 def strengthen(rule: Rule, types: Mapping[str, TensorType], **test: Any) -> Outcome:
     """Test `rule` at sampled shapes; if refuted, the first strengthening (LEVELS) that
-    holds at `types` (the discovery shapes) and survives the same test."""
+    holds at `types` (the discovery shapes) and survives the same test. A rule that no
+    other shapes can refute (`untested_reason`) is kept as it is, untested."""
+    if untested_reason(rule, types):
+        return Outcome(rule, UNTESTED)
     ce = counterexample(rule, **test)
     if not ce:
         return Outcome(rule, "")
@@ -138,7 +228,7 @@ def strengthen(rule: Rule, types: Mapping[str, TensorType], **test: Any) -> Outc
                 continue
         except IRError:
             continue
-        if not counterexample(cand, **test):
+        if untested_reason(cand, types) or not counterexample(cand, **test):
             prov = dict(cand.provenance)
             prov["strengthened"] = {"level": level, "refuted_by": ce}
             return Outcome(replace(cand, provenance=prov), level, ce)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -86,101 +86,181 @@ def _int_vars(rule: Rule) -> dict[str, int]:
     return out
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """The seed-independent part of a rule's sampler: its encoding, every constraint given
+    to the solver (in order), the pins and the terms read back from models."""
+
+    g: GroundRule
+    spec: SamplerSpec
+    nonlinear: bool
+    facts: tuple[z3.BoolRef, ...]
+    pins: tuple[tuple[z3.ExprRef, list[int]], ...]
+    target_lit: z3.BoolRef
+    pin_ids: tuple[int, ...]
+    shape_terms: Mapping[str, tuple[z3.ArithRef, list[z3.ArithRef]]]
+
+
+# Rules are usually tested with a few seeds in a row (the generator's check), so the last
+# few preparations are kept; building them is a large part of a short test.
+_PREPARED: dict[tuple[Any, ...], _Prepared] = {}
+_PREPARED_KEEP = 8
+
+
+def _prepare(rule: Rule, spec: SamplerSpec) -> _Prepared:
+    try:
+        key: tuple[Any, ...] | None = (rule.source, rule.target, rule.condition, repr(spec))
+        hash(key)
+    except TypeError:  # an unhashable attribute value: prepare afresh
+        key = None
+    got = _PREPARED.get(key) if key is not None else None
+    if got is None:
+        got = _build_prepared(rule, spec)
+        if key is not None:
+            if len(_PREPARED) >= _PREPARED_KEEP:
+                del _PREPARED[next(iter(_PREPARED))]
+            _PREPARED[key] = got
+    return got
+
+
+def _build_prepared(rule: Rule, spec: SamplerSpec) -> _Prepared:
+    e = env()
+    g = encode_rule(rule, e, prefix="smp:")
+    facts: list[z3.BoolRef] = []
+    terms = subterms(e, [*g.sources, *g.targets])
+    # Reshape's size constraint is non-linear: re-drawing conflicting pins works better
+    # there than freeing them, and smaller tensors keep the products in the tables.
+    nonlinear = any((e.key_of(t) or ("",))[0] == "reshape" for t in terms)
+    if nonlinear:
+        facts += smooth_tables(e)
+        spec = replace(spec, max_rank=min(spec.max_rank, 4), max_dim=min(spec.max_dim, 3))
+    for t in terms:
+        if e.key_of(t) is not None:
+            facts += ground_facts(e, t, sampling=True)
+        facts += general_ground(e, t)
+    facts += g.premise(e, target=False)
+    target_lit = z3.Bool("smp!target")
+    facts.append(z3.Implies(target_lit, z3.And(*[e.wt(t) for t in g.targets])))
+    pins: list[tuple[z3.ExprRef, list[int]]] = []
+    for name, x in g.tensors.items():
+        lo, hi = spec.ranks.get(name, (0, spec.max_rank))
+        r = e.rank(x)
+        facts += [r >= lo, r <= hi]
+        # Small ranks are where most rules live; ranks 5 and 6 still come up.
+        pins.append((r, [k for k in range(lo, hi + 1) for _ in range(2 if k <= 4 else 1)]))
+        dlo, dhi = spec.dims.get(name, (1, spec.max_dim))
+        for k in range(hi):
+            d = e.dim(x, k)
+            facts.append(z3.Implies(k < r, z3.And(d >= dlo, d <= dhi)))
+            pins.append((d, list(range(dlo, dhi + 1))))
+    for name, codec in g.codecs.items():
+        _bound_attr(spec, facts, pins, name, codec, g.attr_consts[name])
+    # Every draw reads the same terms back from the model and looks pins up by AST id;
+    # building them once instead of at every draw is most of the Python time of a draw.
+    shape_terms = {name: (e.rank(x), [e.dim(x, k) for k in range(
+                       spec.ranks.get(name, (0, spec.max_rank))[1])])
+                   for name, x in g.tensors.items()}
+    return _Prepared(g, spec, nonlinear, tuple(facts), tuple(pins), target_lit,
+                     tuple(v.get_id() for v, _ in pins), shape_terms)
+
+
+def _bound_attr(spec: SamplerSpec, facts: list[z3.BoolRef],
+                pins: list[tuple[z3.ExprRef, list[int]]], name: str, codec: AttrCodec,
+                consts: list[z3.ExprRef]) -> None:
+    if name in spec.attrs:
+        allowed = spec.attrs[name]
+        facts.append(z3.Or(*[z3.And(*[c == v for c, v in zip(consts, codec.encode(a),
+                                                                strict=True)])
+                             for a in allowed]))
+        for k, c in enumerate(consts):
+            vals = sorted({z3.simplify(codec.encode(a)[k]).as_long() for a in allowed}) \
+                if codec.kind != "float" else []
+            if vals:
+                pins.append((c, vals))
+        return
+    if codec.kind == "float":
+        facts.append(z3.Or(*[consts[0] == z3.RealVal(v) for v in FLOAT_CHOICES]))
+        return
+    if codec.kind in ("bool", "str"):
+        hi = 1 if codec.kind == "bool" else len(codec.choices) - 1
+        pins.append((consts[0], list(range(hi + 1))))
+        return
+    lo, hi = ATTR_BOUNDS.get(codec.name, DEFAULT_BOUNDS)
+    if codec.kind == "padding":
+        pins.append((consts[0], [0, 1, 2]))
+        items = consts[1:]
+    elif codec.kind == "tuple":
+        pins.append((consts[0], list(range(0, spec.max_rank + 1))))
+        items = consts[1:]
+    else:
+        items = consts
+    for c in items:
+        if codec.kind in ("tuple", "padding"):  # unused items are 0
+            facts += [c >= min(lo, 0), c <= max(hi, 0)]
+        else:
+            facts += [c >= lo, c <= hi]
+        pins.append((c, list(range(lo, hi + 1))))
+
+
 class Sampler:
     """Random well-typed instances of a rule. `draw(target=False)` only asks the source
     to type-check (axiom validation and the target's shape check)."""
 
     def __init__(self, rule: Rule, spec: SamplerSpec | None = None, seed: int = 0) -> None:
         self.rule = rule
-        self.spec = spec or SamplerSpec()
         self.e = env()
         self.rng = random.Random(seed)
-        self.g: GroundRule = encode_rule(rule, self.e, prefix="smp:")
+        prep = _prepare(rule, spec or SamplerSpec())
+        self.spec = prep.spec
+        self.g: GroundRule = prep.g
         self.int_vars = _int_vars(rule)
+        self.nonlinear = prep.nonlinear
         s = z3.Solver()
         s.set("timeout", 300)
         s.set("random_seed", seed)
-        e = self.e
-        terms = subterms(e, [*self.g.sources, *self.g.targets])
-        # Reshape's size constraint is non-linear: re-drawing conflicting pins works better
-        # there than freeing them, and smaller tensors keep the products in the tables.
-        self.nonlinear = any((e.key_of(t) or ("",))[0] == "reshape" for t in terms)
-        if self.nonlinear:
-            s.add(*smooth_tables(e))
-            self.spec = replace(self.spec, max_rank=min(self.spec.max_rank, 4),
-                                max_dim=min(self.spec.max_dim, 3))
-        for t in terms:
-            if e.key_of(t) is not None:
-                s.add(*ground_facts(e, t, sampling=True))
-            s.add(*general_ground(e, t))
-        s.add(*self.g.premise(e, target=False))
-        self.target_lit = z3.Bool("smp!target")
-        s.add(z3.Implies(self.target_lit, z3.And(*[e.wt(t) for t in self.g.targets])))
-        self.pins: list[tuple[z3.ExprRef, list[int]]] = []
-        for name, x in self.g.tensors.items():
-            lo, hi = self.spec.ranks.get(name, (0, self.spec.max_rank))
-            r = e.rank(x)
-            s.add(r >= lo, r <= hi)
-            # Small ranks are where most rules live; ranks 5 and 6 still come up.
-            self.pins.append((r, [k for k in range(lo, hi + 1) for _ in range(2 if k <= 4 else 1)]))
-            dlo, dhi = self.spec.dims.get(name, (1, self.spec.max_dim))
-            for k in range(hi):
-                d = e.dim(x, k)
-                s.add(z3.Implies(k < r, z3.And(d >= dlo, d <= dhi)))
-                self.pins.append((d, list(range(dlo, dhi + 1))))
-        for name, codec in self.g.codecs.items():
-            self._bound_attr(s, name, codec, self.g.attr_consts[name])
+        _assert_all(s, prep.facts)
+        self.target_lit = prep.target_lit
+        self.pins = list(prep.pins)
         self.solver = s
-        self._lits: dict[tuple[int, int], z3.BoolRef] = {}
+        self._lits: dict[tuple[int, int], tuple[z3.BoolRef, int, Any]] = {}
+        self._pin_ids = prep.pin_ids
+        self._shape_terms = prep.shape_terms
+        self._nums: dict[int, z3.ArithRef] = {}
         self.exhausted = False  # every instance within the bounds has been drawn
 
-    def _bound_attr(self, s: z3.Solver, name: str, codec: AttrCodec,
-                    consts: list[z3.ExprRef]) -> None:
-        if name in self.spec.attrs:
-            allowed = self.spec.attrs[name]
-            s.add(z3.Or(*[z3.And(*[c == v for c, v in zip(consts, codec.encode(a), strict=True)])
-                          for a in allowed]))
-            for k, c in enumerate(consts):
-                vals = sorted({z3.simplify(codec.encode(a)[k]).as_long() for a in allowed}) \
-                    if codec.kind != "float" else []
-                if vals:
-                    self.pins.append((c, vals))
-            return
-        if codec.kind == "float":
-            s.add(z3.Or(*[consts[0] == z3.RealVal(v) for v in FLOAT_CHOICES]))
-            return
-        if codec.kind in ("bool", "str"):
-            hi = 1 if codec.kind == "bool" else len(codec.choices) - 1
-            self.pins.append((consts[0], list(range(hi + 1))))
-            return
-        lo, hi = ATTR_BOUNDS.get(codec.name, DEFAULT_BOUNDS)
-        if codec.kind == "padding":
-            self.pins.append((consts[0], [0, 1, 2]))
-            items = consts[1:]
-        elif codec.kind == "tuple":
-            self.pins.append((consts[0], list(range(0, self.spec.max_rank + 1))))
-            items = consts[1:]
-        else:
-            items = consts
-        for c in items:
-            if codec.kind in ("tuple", "padding"):  # unused items are 0
-                s.add(c >= min(lo, 0), c <= max(hi, 0))
-            else:
-                s.add(c >= lo, c <= hi)
-            self.pins.append((c, list(range(lo, hi + 1))))
+    def _lit(self, k: int, value: int) -> tuple[z3.BoolRef, int, Any]:
+        """The literal pinning pin k's variable to `value`, its AST id and its raw AST
+        (one literal per variable and value, shared by pins of the same variable); its
+        definition is asserted in this solver the first time it is used."""
+        key = (self._pin_ids[k], value)
+        got = self._lits.get(key)
+        if got is None:
+            lit, definition, lit_id, lit_ast = _pin_literal(self.pins[k][0], key)
+            self.solver.add(definition)
+            got = self._lits[key] = (lit, lit_id, lit_ast)
+        return got
 
-    def _lit(self, var: z3.ExprRef, value: int) -> z3.BoolRef:
-        key = (var.get_id(), value)
-        lit = self._lits.get(key)
-        if lit is None:
-            lit = z3.Bool(f"pin!{len(self._lits)}")
-            self.solver.add(z3.Implies(lit, var == value))
-            self._lits[key] = lit
-        return lit
+    def _check(self, assumptions: list[Any]) -> z3.CheckSatResult:
+        """`solver.check(*assumptions)` for raw ASTs of Boolean literals made here: the
+        same call without z3's per-call sort checks of every assumption (a draw makes
+        several checks with dozens of pins each)."""
+        arr = (z3.Ast * len(assumptions))(*assumptions)
+        ctx = self.solver.ctx
+        return z3.CheckSatResult(z3.Z3_solver_check_assumptions(
+            ctx.ref(), self.solver.solver, len(assumptions), arr))
+
+    def _eq(self, term: z3.ArithRef, value: int) -> z3.BoolRef:
+        """`term == value` for an integer term, without z3's Python-side coercions
+        (the same AST: Z3 hash-conses terms)."""
+        num = self._nums.get(value)
+        if num is None:
+            num = self._nums[value] = z3.IntVal(value)
+        ctx = term.ctx
+        return z3.BoolRef(z3.Z3_mk_eq(ctx.ref(), term.as_ast(), num.as_ast()), ctx)
 
     def draw(self, target: bool = True) -> Instance | None:
         """One proposal from Z3 (None when the constraints have no model)."""
-        fixed = [self.target_lit] if target else []
+        fixed = [self.target_lit.as_ast()] if target else []
         # Pin most variables to random values; on a conflict, first re-draw the values in
         # the unsat core (keeps non-linear constraints ground and fast), then free them.
         share = 1.0 if self.nonlinear else 0.8
@@ -188,13 +268,14 @@ class Sampler:
                   if self.rng.random() < share}
         redraws = 12 if self.nonlinear else 0
         for round_ in range(redraws + 6):
-            lits = {self._lit(self.pins[k][0], v).get_id(): k for k, v in chosen.items()}
-            pins = [self._lit(self.pins[k][0], v) for k, v in chosen.items()]
-            r = self.solver.check(*fixed, *pins)
+            got = [self._lit(k, v) for k, v in chosen.items()]
+            lits = {i: k for (_, i, _), k in zip(got, chosen, strict=True)}
+            r = self._check([*fixed, *(a for _, _, a in got)])
             if r == z3.sat:
                 return self._decode(self.solver.model())
             if r == z3.unsat:
-                core = [lits[c.get_id()] for c in self.solver.unsat_core() if c.get_id() in lits]
+                ids = (c.get_id() for c in self.solver.unsat_core())
+                core = [lits[i] for i in ids if i in lits]
                 if not core:
                     break
             else:  # a hard (non-linear) corner: move somewhere else
@@ -204,7 +285,7 @@ class Sampler:
                     chosen[k] = self.rng.choice(self.pins[k][1])
                 else:
                     chosen.pop(k, None)
-        r = self.solver.check(*fixed)
+        r = self._check(fixed)
         if r == z3.sat:
             return self._decode(self.solver.model())
         if r == z3.unsat and not fixed:
@@ -214,15 +295,14 @@ class Sampler:
         return None
 
     def _decode(self, m: z3.ModelRef) -> Instance:
-        e = self.e
         types: dict[str, TensorType] = {}
         same: list[z3.BoolRef] = []
-        for name, x in self.g.tensors.items():
-            r = m.eval(e.rank(x), model_completion=True).as_long()
-            dims = tuple(m.eval(e.dim(x, k), model_completion=True).as_long() for k in range(r))
+        for name, (rank, dim) in self._shape_terms.items():
+            r = _eval_int(m, rank)
+            dims = tuple(_eval_int(m, dim[k]) for k in range(r))
             dtype = DType.I64 if name in self.int_vars else DType.F32
             types[name] = TensorType(dims, dtype)
-            same += [e.rank(x) == r, *[e.dim(x, k) == d for k, d in enumerate(dims)]]
+            same += [self._eq(rank, r), *[self._eq(dim[k], d) for k, d in enumerate(dims)]]
         attrs: dict[str, Any] = {}
         for name, codec in self.g.codecs.items():
             vals = []
@@ -232,8 +312,52 @@ class Sampler:
                 same.append(c == v)
             attrs[name] = codec.decode(vals)
         # Never propose the same instance twice; running out means the bounds are covered.
-        self.solver.add(z3.Not(z3.And(*same)))
+        ctx = self.solver.ctx
+        both = (z3.Ast * len(same))(*[x.as_ast() for x in same])
+        block = z3.BoolRef(z3.Z3_mk_not(ctx.ref(), z3.Z3_mk_and(ctx.ref(), len(same), both)), ctx)
+        _assert_all(self.solver, [block])
         return Instance(types, attrs)
+
+
+# Pin literals and their definitions, shared by every sampler of the process: samplers of
+# different rules pin the same variables (they are named after the rule's variables) to the
+# same small values, and building the formulas was a large part of a draw. A literal's
+# meaning is the same in every solver that asserts its definition. The cache holds the
+# variables, so their AST ids (part of the key) are not reused while it lives.
+_PIN_LITS: dict[tuple[int, int], tuple[z3.BoolRef, z3.BoolRef, int, Any]] = {}
+
+
+def _pin_literal(var: z3.ExprRef, key: tuple[int, int]
+                 ) -> tuple[z3.BoolRef, z3.BoolRef, int, Any]:
+    got = _PIN_LITS.get(key)
+    if got is None:
+        if len(_PIN_LITS) > 100_000:
+            _PIN_LITS.clear()
+        lit = z3.Bool(f"pin!{key[0]}={key[1]}")
+        got = _PIN_LITS[key] = (lit, z3.Implies(lit, var == key[1]), lit.get_id(), lit.as_ast())
+    return got
+
+
+def _assert_all(s: z3.Solver, facts: Sequence[z3.BoolRef]) -> None:
+    """`s.add(*facts)` for Boolean terms built here, without z3's per-term sort checks
+    (a sampler asserts hundreds of shape facts, and every draw a blocking clause)."""
+    ref = s.ctx.ref()
+    for f in facts:
+        z3.Z3_solver_assert(ref, s.solver, f.as_ast())
+
+
+def _eval_int(m: z3.ModelRef, term: z3.ArithRef) -> int:
+    """`m.eval(term, model_completion=True).as_long()` for an integer term, without
+    wrapping the numeral in a Python object first (a draw reads dozens of them)."""
+    ctx = m.ctx.ref()
+    out = (z3.Ast * 1)()
+    if not z3.Z3_model_eval(ctx, m.model, term.as_ast(), True, out):
+        raise z3.Z3Exception("failed to evaluate expression in the model")
+    z3.Z3_inc_ref(ctx, out[0])
+    try:
+        return int(z3.Z3_get_numeral_string(ctx, out[0]))
+    finally:
+        z3.Z3_dec_ref(ctx, out[0])
 
 
 # ---- building and running instances ---------------------------------------------------
