@@ -241,6 +241,19 @@ def matmul_case(draw: DrawFn) -> Graph:
     return _graph(b, b.matmul(x, w, activation=act), "matmul")
 
 
+@case("linear")
+@st.composite
+def linear_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    k, n = draw(dims()), draw(dims())
+    lead = draw(st.lists(dims(), min_size=1, max_size=3))
+    x = draw(tensor_source(b, "x", (*lead, k)))
+    w = draw(tensor_source(b, "w", (n, k)))
+    bias = draw(tensor_source(b, "b", (n,)))
+    act = draw(st.sampled_from(ACTIVATIONS))
+    return _graph(b, b.linear(x, w, bias, activation=act), "linear")
+
+
 @case("conv2d")
 @st.composite
 def conv2d_case(draw: DrawFn) -> Graph:

@@ -54,6 +54,14 @@ CASES: dict[str, list[Case]] = {
                        "b2": T((5,))}, {}),
                      ({"x": T((2, 3, 4)), "w1": T((4, 3)), "b1": T((3,)), "w2": T((4, 1)),
                        "b2": T((1,))}, {})],
+    "fuse_matmul_bias": [({"x": T((3, 4)), "w": T((4, 5)), "b": T((5,))}, {}),
+                         ({"x": T((2, 3, 4)), "w": T((4, 2)), "b": T((2,))}, {})],
+    "fuse_linear_relu": [({"x": T((3, 4)), "w": T((5, 4)), "b": T((5,))}, {}),
+                         ({"x": T((2, 3, 4)), "w": T((2, 4)), "b": T((2,))}, {})],
+    "merge_dense": [({"x": T((3, 4)), "w1": T((2, 4)), "b1": T((2,)), "w2": T((5, 4)),
+                      "b2": T((5,))}, {"a": "none"}),
+                    ({"x": T((2, 3, 4)), "w1": T((3, 4)), "b1": T((3,)), "w2": T((1, 4)),
+                      "b2": T((1,))}, {"a": "tanh"})],
     "merge_conv": [({"x": T((1, 3, 6, 6)), "w1": T((2, 3, 3, 3)), "w2": T((4, 3, 3, 3))},
                     {"s": (1, 1), "p": "same", "d": (1, 1), "a": "none"}),
                    ({"x": T((2, 2, 7, 7)), "w1": T((3, 2, 1, 3)), "w2": T((1, 2, 1, 3))},
@@ -123,7 +131,8 @@ CASES: dict[str, list[Case]] = {
 SAME_AS = {"fuse_conv_sigmoid": "fuse_conv_relu", "fuse_conv_tanh": "fuse_conv_relu",
            "relu_after_fused_relu": "fuse_conv_relu", "fuse_matmul_sigmoid": "fuse_matmul_relu",
            "fuse_matmul_tanh": "fuse_matmul_relu", "scale_matmul_rhs": "scale_matmul_lhs",
-           "split_concat1": "split_concat0"}
+           "split_concat1": "split_concat0", "fuse_bias_matmul": "fuse_matmul_bias",
+           "fuse_linear_sigmoid": "fuse_linear_relu", "fuse_linear_tanh": "fuse_linear_relu"}
 
 
 def cases(name: str) -> list[Case]:

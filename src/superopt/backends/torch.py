@@ -142,6 +142,12 @@ def _matmul(node: Node, ctx: LowerContext) -> Kernel:
     return lambda args: (act(torch.matmul(args[0], args[1])),)
 
 
+@_rule("linear")
+def _linear(node: Node, ctx: LowerContext) -> Kernel:
+    act = _activation(node)
+    return lambda args: (act(F.linear(args[0], args[1], args[2])),)
+
+
 def _torch_pads(pads: tuple[int, int, int, int], kernel: tuple[int, int] | None = None
                 ) -> tuple[tuple[int, int], tuple[int, int, int, int] | None]:
     """Split IR pads (top, bottom, left, right) into torch's symmetric `padding` argument

@@ -26,6 +26,11 @@ def _matmul(n: Node, ts: tuple[TensorType, ...]) -> tuple[int, int]:
     return n.type.size * ts[0].shape[-1], n.type.size if n.attr("activation") != "none" else 0
 
 
+def _linear(n: Node, ts: tuple[TensorType, ...]) -> tuple[int, int]:
+    act = n.type.size if n.attr("activation") != "none" else 0
+    return n.type.size * ts[0].shape[-1], n.type.size + act  # the bias add, then act
+
+
 def _conv(n: Node, ts: tuple[TensorType, ...]) -> tuple[int, int]:
     w = ts[1].shape
     act = n.type.size if n.attr("activation") != "none" else 0
@@ -46,6 +51,7 @@ def _per_input(factor: int) -> CostRule:
 
 
 COUNTS.register("matmul", _matmul)
+COUNTS.register("linear", _linear)
 COUNTS.register("conv2d", _conv)
 for _name in ("ewadd", "ewmul", "smul", "relu"):
     COUNTS.register(_name, _per_output(1))

@@ -91,6 +91,12 @@ def _matmul(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ...]:
     return (activation(kernels.modp_matmul(xs[0], xs[1]), a["activation"]),)
 
 
+@_reg("linear")
+def _linear(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ...]:
+    x, w, b = xs
+    return (activation((kernels.modp_matmul(x, w.T) + b) % P, a["activation"]),)
+
+
 @_reg("conv2d")
 def _conv(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ...]:
     x, w = xs

@@ -865,6 +865,7 @@ TABLE.register("reduce_mean", BoxRule(_reduce_cuts, _reduce_points, _reduce_rest
 for _name in ("relu", "sigmoid", "tanh", "gelu", "pool2d_max", "softmax", "layer_norm",
               "batch_norm", "lrn"):
     TABLE.unsupported(_name, "non-linear op: PET splits programs here")
+TABLE.unsupported("linear", "affine, not multi-linear (its bias): PET splits programs here")
 TABLE.unsupported("embedding", "data-dependent indexing: not multi-linear in its ids")
 for _name in ("const_pool", "const_iconv", "const_imm", "const_one"):
     TABLE.unsupported(_name, "constant tensor: the box theorem assumes free inputs")

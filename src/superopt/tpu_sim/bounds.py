@@ -52,7 +52,7 @@ from superopt.ir.types import TensorType
 from superopt.tpu_sim.hardware import Hardware
 from superopt.tpu_sim.layout import LANES, SUBLANES, Layout, padded_bytes, sublane_tile
 
-HEROES = ("conv2d", "matmul")
+HEROES = ("conv2d", "matmul", "linear")
 
 # Ops whose operands relate to their output dim by dim under numpy broadcasting.
 _ELEMENTWISE = frozenset({"ewadd", "ewmul", "smul", "relu", "sigmoid", "tanh", "gelu", "copy",
@@ -244,6 +244,12 @@ def analyse(key: tuple[Any, ...], hero: int | None) -> Space:
             uf.union((out, rank - 2), (lhs, len(shapes[0]) - 2))
             uf.union((out, rank - 1), (rhs, len(shapes[1]) - 1))
             uf.union((lhs, len(shapes[0]) - 1), (rhs, len(shapes[1]) - 2))
+        elif op == "linear":  # x (..., K) @ w (N, K)^T + b (N,)
+            for j in range(rank - 1):
+                uf.union((out, j), (ins[0], j))
+            uf.union((out, rank - 1), (ins[1], 0))
+            uf.union((out, rank - 1), (ins[2], 0))
+            uf.union((ins[0], rank - 1), (ins[1], 1))
         elif op in ("pool2d_avg", "pool2d_max"):
             uf.union((out, 0), (ins[0], 0))
             uf.union((out, 1), (ins[0], 1))
@@ -288,7 +294,7 @@ def analyse(key: tuple[Any, ...], hero: int | None) -> Space:
                             and dict(hattrs).get("groups", 1) == 1) else 1
             deep = wt.shape[1] >= 128
         else:
-            contraction = {wt.rank - 2: "feature"}
+            contraction = {1 if hop == "linear" else wt.rank - 2: "feature"}
             col_dim = htypes[0].rank - 1
         for p, d in enumerate(wphys):
             if d not in contraction:

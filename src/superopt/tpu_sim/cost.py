@@ -18,7 +18,7 @@ erf, rsqrt, `xlu_cycles` for a cross-lane move), as the rules below charge it:
   3 (softmax) or 6 (layer_norm) ops and a transcendental per output pass.
 - pooling: per window tap 1 op, plus an XLU shift when H or W sits in lanes; lrn: a
   window of `size` taps (XLU when channels sit in lanes) + 4 ops + 2 transcendentals.
-- matmul, conv2d: the MXU (below); a fused activation on the result; an XLU transpose of
+- matmul, conv2d, linear (its bias add: 1 op): the MXU (below); a fused activation on the result; an XLU transpose of
   any operand or result whose minor dim is not the one the MXU streams (K of the lhs, N of
   the rhs and result, channels for convs). The MXU produces the result's lane dim as its
   columns: a conv whose result keeps its batch dim in lanes (XLA's weight-gradient convs)
@@ -211,6 +211,27 @@ def _matmul(v: OpView) -> OpCost:
 
 
 COST_RULES.register("matmul", _matmul)
+
+
+def _linear(v: OpView) -> OpCost:
+    x, w, _ = v.ins
+    out = v.out
+    rows, k, n = math.prod(x.shape[:-1]), x.shape[-1], w.shape[0]
+    gemm = Gemm(1, rows, n, k, _round_up(max(k, 1), 128))
+    # The bias add runs in the epilogue: one op per output pass, then any activation.
+    cycles = v.vout() * (v.op + _act(v, v.node.attr("activation")))
+    # As matmul: K of the lhs and N of the result in lanes; the (N, K) weight wants N in
+    # lanes (stored transposed, as XLA lays out a dense layer's constant weight).
+    if v.in_layouts[0][0] != x.rank - 1:
+        cycles += v.vin(0) * v.xl
+    if v.in_layouts[1][0] != 0:
+        cycles += v.vin(1) * v.xl
+    if v.out_layouts[0][0] != out.rank - 1:
+        cycles += v.vout() * v.xl
+    return OpCost(cycles, gemm)
+
+
+COST_RULES.register("linear", _linear)
 
 
 def conv_gemm(x: TensorType, w: TensorType, out: TensorType, groups: int,

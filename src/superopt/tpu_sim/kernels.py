@@ -41,7 +41,7 @@ from superopt.tpu_sim.layout import NodeLayouts
 from superopt.tpu_sim.layout_rules import LAYOUT_RULES
 
 MAX_DUPLICATES = 8
-HEROES = frozenset({"matmul", "conv2d"})
+HEROES = frozenset({"matmul", "conv2d", "linear"})
 
 
 @dataclass(frozen=True, slots=True)

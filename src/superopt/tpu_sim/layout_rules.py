@@ -153,6 +153,18 @@ LAYOUT_RULES.register("matmul", LayoutRule(
     lambda node, ts, ins: (row_major(node.type.rank),), _matmul_operands))
 
 
+def _linear_operands(node: Node, ts: Types, outs: tuple[Layout, ...],
+                     ins: tuple[MaybeLayout, ...]) -> tuple[MaybeLayout, ...]:
+    # The (N, K) weight is wanted with N in lanes, i.e. stored as the (K, N) rhs of a matmul.
+    x, w = ins[0], ins[1]
+    return (x if _matrix_minor(x, ts[0].rank) else row_major(ts[0].rank),
+            w if _matrix_minor(w, 2) else (0, 1), None)
+
+
+LAYOUT_RULES.register("linear", LayoutRule(
+    lambda node, ts, ins: (row_major(node.type.rank),), _linear_operands))
+
+
 def _conv_operands(node: Node, ts: Types, outs: tuple[Layout, ...],
                    ins: tuple[MaybeLayout, ...]) -> tuple[MaybeLayout, ...]:
     # Any order of the major dims works once the feature dim sits in lanes (XLA lays out

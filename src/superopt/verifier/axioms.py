@@ -91,6 +91,7 @@ def _core_axioms() -> list[str]:
         ax += [
             f"fuse_conv_{act}: ({act} {_conv('?x', '?w')}) <=> {_conv('?x', '?w', act)}",
             f"fuse_matmul_{act}: ({act} (matmul ?x ?y)) <=> (matmul {act} ?x ?y)",
+            f"fuse_linear_{act}: ({act} (linear none ?x ?w ?b)) <=> (linear {act} ?x ?w ?b)",
             f"fuse_avgpool_{act}: ({act} (pool2d_avg ?k ?s ?p none ?c ?x)) <=> "
             f"(pool2d_avg ?k ?s ?p {act} ?c ?x)",
             f"fuse_maxpool_{act}: ({act} (pool2d_max ?k ?s ?p none ?x)) <=> "
@@ -412,6 +413,16 @@ def _other_axioms() -> list[str]:
             f"(rank(?x) <= {k} or (?b[{k}] == 0 and ?e[{k}] == dim(?x,{k}) and "
             f"(?t[{k}] == 1 or dim(?x,{k}) == 1)))" for k in range(MAX_RANK)),
         "# the project's other ops",
+        # A dense layer is a matmul by its transposed (N, K) weight plus a bias of size N
+        # (not a broadcast size-1 bias, which the matmul side would accept).
+        "linear_def: (linear none ?x ?w ?b) <=> (ewadd (matmul ?x (transpose [1,0] ?w)) ?b) "
+        "if rank(?w) == 2 and rank(?b) == 1 and dim(?b,0) == dim(?w,0)",
+        # Its weight and bias row blocks are blocks of the output's last axis.
+        "linear_concat_w: (linear ?act ?x (concat 0 ?w ?v) (concat 0 ?b ?c)) => "
+        "(concat {rank(?x) - 1} (linear ?act ?x ?w ?b) (linear ?act ?x ?v ?c)) "
+        "if dim(?b,0) == dim(?w,0)",
+        "concat_linear_w: (concat axis=?a (linear ?act ?x ?w ?b) (linear ?act ?x ?v ?c)) => "
+        "(linear ?act ?x (concat 0 ?w ?v) (concat 0 ?b ?c)) if ?a == rank(?x) - 1",
         "copy_id: (copy ?x) => ?x",
         "layout_id: (layout ?m ?x) => ?x",
         "softmax_concat: (softmax ?b (concat axis=?a ?x ?y)) <=> "

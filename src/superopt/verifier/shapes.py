@@ -312,6 +312,16 @@ def _matmul(c: Call) -> ShapeInfo:
 _reg(("matmul",), _matmul)
 
 
+def _linear(c: Call) -> ShapeInfo:
+    rx = c.R(0)
+    facts = [rx >= 2, c.R(1) == 2, c.R(2) == 1, c.D(0, rx - 1) == c.D(1, 1),
+             c.D(2, 0) == c.D(1, 0)]
+    return ShapeInfo(facts, rx, lambda i: z3.If(i == rx - 1, c.D(1, 0), c.D(0, i)))
+
+
+_reg(("linear",), _linear)
+
+
 # ---- convolution and pooling --------------------------------------------------------
 
 def out_size(size: Num, k: Num, s: Num, d: Num, pad: ZPad, lo: int) -> Num:

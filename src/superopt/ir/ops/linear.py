@@ -1,4 +1,5 @@
-"""Multi-linear ops: matmul, conv2d, element-wise add/mul and scalar multiplication."""
+"""Multi-linear ops (matmul, conv2d, element-wise add/mul, scalar multiplication) and the
+affine `linear` layer (a matmul with its bias fused, as torch's and ONNX's dense layers)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,36 @@ MATMUL = register_op(OpDef(
     name="matmul", num_inputs=2, shape=_matmul_shape, reference=_matmul_ref,
     attrs=(activation_attr(),), linear_in=(0, 1), input_names=("a", "b"),
     doc="Batched matrix product (..., M, K) @ (..., K, N), batch dims broadcast.",
+))
+
+
+# ---- linear (dense layer with a fused bias) --------------------------------------------
+
+def _linear_shape(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
+    x, w, b = ts
+    expect_min_rank("linear", 0, x, 2)
+    expect_rank("linear", 1, w, 2)
+    expect_rank("linear", 2, b, 1)
+    dtype = expect_same_dtype("linear", ts)
+    if x.shape[-1] != w.shape[1]:
+        raise ShapeError("linear", 1, f"dim 1 of size {x.shape[-1]} (input 0's dim -1)", str(w))
+    if b.shape[0] != w.shape[0]:
+        raise ShapeError("linear", 2, f"size {w.shape[0]} (input 1's dim 0)", str(b))
+    return (TensorType((*x.shape[:-1], w.shape[0]), dtype),)
+
+
+def _linear_ref(xs: tuple[np.ndarray, ...], attrs: Attrs) -> tuple[np.ndarray, ...]:
+    x, w, b = xs
+    return (apply_activation(np.matmul(x, w.T) + b, attrs["activation"]),)
+
+
+# Affine, not multi-linear (the bias term), so no `linear_in`: PET and the multi-linear
+# checks treat it like any other non-linear op.
+LINEAR_OP = register_op(OpDef(
+    name="linear", num_inputs=3, shape=_linear_shape, reference=_linear_ref,
+    attrs=(activation_attr(),), input_names=("x", "w", "b"),
+    doc="Dense layer x @ w^T + b: x (..., K), weight (N, K) stored output-major as torch's "
+        "nn.Linear, bias (N,).",
 ))
 
 
