@@ -59,6 +59,7 @@ class NewNode:
     ins: tuple[TensorType, ...]
     outs: tuple[TensorType, ...]
     weight_only: bool
+    weight_ins: tuple[bool, ...]  # per input: a weight-only value (see AdditiveCost)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class SiteEffect:
 
     def cost_delta(self, graph: Graph, cost: AdditiveCost) -> float:
         free = cost.free(graph)
-        gained = sum(cost.op_cost(n.op, n.attrs, n.ins, n.outs) for n in self.added
+        gained = sum(cost.op_cost(n.op, n.attrs, n.ins, n.outs, n.weight_ins) for n in self.added
                      if not (cost.fold and n.weight_only))
         lost = sum(cost.node_cost(graph, graph.nodes[i]) for i in self.removed if not free[i])
         return gained - lost
@@ -132,7 +133,8 @@ def site_effect(graph: Graph, site: Site, rule: Rule) -> SiteEffect:
         if j is None:
             outs = tuple(op.shape(ins, checked))
             # Constants (no operands) count as weights, as in `weight_only`.
-            added.append(NewNode(p.op, items, ins, outs, all(only_weights(c) for c in kids)))
+            flags = tuple(only_weights(c) for c in kids)
+            added.append(NewNode(p.op, items, ins, outs, all(flags), flags))
             j = len(added) - 1
             new_keys[key] = j
         return ("new", j, p.output)
