@@ -179,3 +179,27 @@ def test_embedding_lookup_and_bounds() -> None:
     np.testing.assert_array_equal(y[0, 1], table[3])
     with pytest.raises(Exception, match="out of range"):
         _run(emb, {"ids": np.array([[0, 4], [2, 2]]), "t": table})
+
+
+def test_linear_is_a_matmul_by_the_transposed_weight_plus_the_bias() -> None:
+    rng = np.random.default_rng(1)
+    x, w, bias = rng.standard_normal((2, 3, 4)), rng.standard_normal((5, 4)), rng.standard_normal(5)
+    b = GraphBuilder()
+    y = b.linear(b.input("x", x.shape), b.input("w", w.shape), b.input("b", bias.shape),
+                 activation="relu")
+    g = b.build([y])
+    assert g.type_of(y).shape == (2, 3, 5)
+    (got,) = interpret(g, {"x": x, "w": w, "b": bias})
+    want = np.maximum(np.einsum("bmk,nk->bmn", x, w) + bias, 0.0)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("w,bias,problem", [((5, 3), (5,), "input 1"),  # K mismatch
+                                            ((5, 4), (4,), "input 2"),  # bias not N
+                                            ((1, 5, 4), (5,), "input 1"),  # batched weight
+                                            ((5, 4), (1, 5), "input 2")])  # rank-2 bias
+def test_linear_rejects_weights_and_biases_that_do_not_fit(w: tuple, bias: tuple,
+                                                          problem: str) -> None:
+    b = GraphBuilder()
+    with pytest.raises(ShapeError, match=f"linear.*{problem}"):
+        b.linear(b.input("x", (3, 4)), b.input("w", w), b.input("b", bias))

@@ -77,15 +77,64 @@ def test_torch_cost_times_each_op_signature_once() -> None:
     assert c.cost(g) == total  # cached: the same number again
 
 
+class WeightAwareFlops(FlopsCost):
+    """FlopsCost plus 1 us per weight input: prices differ with the weight flags."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, tuple[bool, ...]]] = []
+
+    def measure(self, op, attrs, ins, outs, weights=()):  # type: ignore[no-untyped-def]
+        self.seen.append((op, weights))
+        return super().measure(op, attrs, ins, outs, weights) + 1e-6 * sum(weights)
+
+
+def test_costs_are_told_which_inputs_are_weights() -> None:
+    b = GraphBuilder("w")
+    x = b.input("x", (4, 8))
+    t = b.transpose(b.weight("w", (8, 8)), perm=(1, 0))  # weight-only: folded, a weight
+    y = b.matmul(x, t)
+    g = b.build([b.ewadd(y, x)])
+    cost = WeightAwareFlops()
+    cost.cost(g)
+    assert sorted(cost.seen) == [("ewadd", ()), ("matmul", (False, True))]
+    # Same op, attributes and types but other weight flags: a separate signature.
+    b = GraphBuilder("a")
+    x = b.input("x", (4, 8))
+    g_act = b.build([b.matmul(x, b.input("y", (8, 8)))])
+    b = GraphBuilder("b")
+    g_wt = b.build([b.matmul(b.input("x", (4, 8)), b.weight("y", (8, 8)))])
+    assert cost.cost(g_wt) - cost.cost(g_act) == pytest.approx(1e-6)
+
+
+def test_torch_cost_cycles_weight_copies_to_fill_the_cold_budget() -> None:
+    from superopt.ir import TensorType as T
+
+    c = TorchOpCost(cold_bytes=10_000)
+    ins = (T((4, 8)), T((8, 8)))  # 128 and 256 bytes in float32
+    assert c.copies(ins, (False, True)) == 40  # ceil(10000 / 256)
+    assert c.copies(ins, (True, True)) == 27  # ceil(10000 / 384)
+    assert c.copies(ins, (False, False)) == 1 and c.copies(ins, ()) == 1
+    assert TorchOpCost(cold_bytes=1 << 40).copies(ins, (False, True)) == TorchOpCost.MAX_COPIES
+    assert TorchOpCost(cold_bytes=0).copies(ins, (False, True)) == 1
+    # Timed with weights cold, the op still measures and caches one signature.
+    c = TorchOpCost(samples=2, min_sample_s=2e-4, cold_bytes=1 << 16)
+    assert c.op_cost("matmul", (("activation", "none"),), ins, (T((4, 8)),),
+                     (False, True)) > 0
+    assert c.cached == 1
+
+
 @pytest.mark.parametrize("model,options", [("resnet18", {"image_size": 32}),
                                            ("bert-small", {"seq_len": 8}),
                                            ("squeezenet", {"image_size": 64})])
-def test_pricing_a_site_without_building_is_exact(model: str, options: dict) -> None:
+@pytest.mark.parametrize("cost_kind", [FlopsCost, WeightAwareFlops])
+def test_pricing_a_site_without_building_is_exact(model: str, options: dict,
+                                                  cost_kind: type[FlopsCost]) -> None:
     from superopt import zoo
 
     g = zoo.build(model, **options)
     m = Matcher(starter_rules())
-    cost = FlopsCost()
+    cost = cost_kind()
     base = cost.cost(g)
     sites = m.match(g).sites
     assert sites

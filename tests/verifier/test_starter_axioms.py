@@ -1,5 +1,6 @@
 """The laws behind the starter rules (batch-norm folding, pooling without counted pads,
-rank-2 weights over a batched lhs, enlarged kernels under explicit pads, full slices):
+rank-2 weights over a batched lhs, enlarged kernels under explicit pads, full slices, the
+dense `linear` op):
 each is built in and valid, a broken variant of each is caught by validation, and the
 starter library verifies with nothing refuted or unknown."""
 
@@ -25,9 +26,14 @@ NEEDS = {
     "merge_conv_enlarge_valid": {"conv_enlarge_pads"},
     "merge_conv_enlarge_pads": {"conv_enlarge_pads"},
     "slice_identity": {"slice_id"},
+    "fuse_matmul_bias": {"linear_def"},
+    "fuse_bias_matmul": {"linear_def"},
+    "fuse_linear_relu": {"fuse_linear_relu"},
+    "merge_dense": {"linear_concat_w"},
 }
 NEW = sorted({*set().union(*NEEDS.values()), "conv_col_scale", "concat_ewmul_bcast",
-              "concat_matmul_w", "matmul_concat_inner_w", "concat_matmul_inner_w"})
+              "concat_matmul_w", "matmul_concat_inner_w", "concat_matmul_inner_w",
+              "concat_linear_w", "fuse_linear_sigmoid", "fuse_linear_tanh"})
 
 Z = "(slice ?zs ?ze ?zt (pad ?zq ?zv))"
 ZERO = "rank(?zv) == 1 and (?ze[0] <= ?zq[0] or ?zs[0] >= ?zq[0] + dim(?zv,0))"
@@ -44,6 +50,10 @@ conv_enlarge_pads_no_dilation: (conv2d ?s ?p ?d ?g ?act ?x (enlarge ?kh ?kw ?w))
 concat_ewadd_same_axis: (ewadd (concat axis=?a ?x ?z) (concat axis=?a ?y ?w)) => (concat axis=?a (ewadd ?x ?y) (ewadd ?z ?w)) if dim(?x,?a) == dim(?y,?a) and rank(?y) < rank(?x)
 matmul_concat_rows: (matmul ?x (concat 0 ?y ?z)) => (concat {{rank(?x) - 1}} (matmul ?x ?y) (matmul ?x ?z)) if rank(?y) == 2 and rank(?z) == 2
 matmul_inner_unaligned: (matmul (concat axis=?a ?x ?z) (concat 0 ?y ?w)) => (ewadd (matmul ?x ?y) (matmul ?z ?w)) if rank(?y) == 2 and rank(?w) == 2 and ?a == rank(?x) - 1
+linear_def_untransposed: (linear none ?x ?w ?b) => (ewadd (matmul ?x ?w) ?b) if rank(?w) == 2 and rank(?b) == 1
+linear_def_any_bias: (ewadd (matmul ?x (transpose [1,0] ?w)) ?b) => (linear none ?x ?w ?b) if rank(?w) == 2 and rank(?b) == 1
+linear_concat_unaligned: (linear ?act ?x (concat 0 ?w ?v) (concat 0 ?b ?c)) => (concat {{rank(?x) - 1}} (linear ?act ?x ?w ?b) (linear ?act ?x ?v ?c))
+fuse_linear_relu_inside: (relu (linear none ?x ?w ?b)) => (linear none (relu ?x) ?w ?b)
 slice_id_any_step: (slice ?b ?e ?t ?x) => ?x if ?e == shape(?x) and sum(?b) == 0
 """
 
@@ -64,9 +74,13 @@ def test_starter_law_is_valid_on_several_shapes(name: str) -> None:
 @pytest.mark.parametrize("axiom", axioms_from_rules(parse_rules(BAD), "test"),
                          ids=lambda a: a.name)
 def test_broken_variant_of_a_law_is_rejected(axiom: Axiom) -> None:
-    check = validate_axiom(axiom, samples=16, seed=0)
-    assert not check.ok
-    assert [d for d in check.directions if d.kind in ("differs", "partial")], check
+    # Z3's sampling depends on what the process asked it before (xdist decides that), so a
+    # rare counterexample (bn_affine2_nonzero_mean needs the slice to hit the non-zero
+    # part of the mean) may take a second seed.
+    checks = [validate_axiom(axiom, samples=16, seed=seed) for seed in range(3)]
+    caught = [c for c in checks if not c.ok]
+    assert caught, checks
+    assert [d for d in caught[0].directions if d.kind in ("differs", "partial")], caught[0]
 
 
 @pytest.fixture(scope="module")
