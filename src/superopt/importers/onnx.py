@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from superopt.importers.errors import ModelImportError, UnsupportedOpsError
+from superopt.importers.naming import UniqueNames
 from superopt.ir import kernels
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, GraphBuilder, Value
@@ -150,21 +151,15 @@ class _Context:
         self.folding = False
         self.batch_change = batch_change  # (batch in the model, batch asked for)
         self._materialised: dict[int, tuple[Const, Value]] = {}
-        self._names: set[str] = set()
+        self._names = UniqueNames()
 
     # -- naming and sources --
 
     def reserve(self, name: str) -> None:
-        self._names.add(name)
+        self._names.reserve(name)
 
     def unique(self, hint: str) -> str:
-        base = hint or "const"
-        name, k = base, 1
-        while name in self._names:
-            k += 1
-            name = f"{base}#{k}"
-        self._names.add(name)
-        return name
+        return self._names.claim(hint or "const")
 
     def value(self, t: Tensor) -> Value:
         """The graph value of `t`; a constant becomes a weight with data (once)."""

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from superopt.importers.errors import ModelImportError, UnsupportedOpsError
+from superopt.importers.naming import UniqueNames
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, GraphBuilder, Value
 from superopt.ir.types import DType
@@ -156,7 +157,7 @@ class _Ctx:
     def __init__(self, name: str, fold_parameters: bool = False) -> None:
         self.b = GraphBuilder(name)
         self.fold_parameters = fold_parameters
-        self._names: set[str] = set()
+        self._names = UniqueNames()
         self._consts: dict[tuple[int, DType], Value] = {}
         self._params: dict[str, Value] = {}
         self._keep: list[Const] = []  # keeps ids in _consts from being reused
@@ -164,12 +165,7 @@ class _Ctx:
     # ---- sources ---------------------------------------------------------------------
 
     def _claim(self, name: str) -> str:
-        base, k = name, 1
-        while name in self._names:
-            k += 1
-            name = f"{base}#{k}"
-        self._names.add(name)
-        return name
+        return self._names.claim(name)
 
     def input(self, name: str, shape: Sequence[int], dtype: torch.dtype, high: int = 0) -> Value:
         dt = ir_dtype(dtype)
@@ -194,7 +190,7 @@ class _Ctx:
         v = float(v) if dtype.is_float else int(v)
         name = f"const.{dtype.value}.{v!r}"
         if name not in self._params:
-            self._names.add(name)
+            self._names.reserve(name)
             self._params[name] = self.b.weight(name, (), dtype.value,
                                                data=np.array(v, dtype=dtype.numpy))
         return self._params[name]
