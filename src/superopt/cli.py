@@ -255,6 +255,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                       ops=[o for o in (args.ops or "").split(",") if o] or None,
                       inputs=args.inputs, max_outputs=args.max_outputs, seed=args.seed)
     workers = args.workers or (os.cpu_count() or 1)
+    if args.executor is not None:
+        from superopt.executor import parse_executor
+
+        parse_executor(args.executor)  # a bad spec is an input error before any work
     console = _console()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
                   "{task.total}"), TimeElapsedColumn(), console=console, transient=True,
@@ -269,7 +273,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             progress.update(tasks[stage], completed=done, total=total)
 
         result = generate(cfg, workers=workers, workdir=args.workdir, progress=report,
-                          verify=not args.no_verify, drop_instances=args.drop_instances)
+                          verify=not args.no_verify, drop_instances=args.drop_instances,
+                          executor=args.executor)
     meta = {"config": cfg.key(), "stages": result.stages,
             "times_s": {k: round(v, 3) for k, v in result.times.items()},
             "peak_rss_mb": result.info["peak_rss_mb"]}
@@ -430,6 +435,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text", default=None, metavar="LIB.rules", help="also write the text form")
     p.add_argument("--workers", type=int, default=1,
                    help="processes for the enumeration (0: one per core)")
+    p.add_argument("--executor", default=None, metavar="SPEC",
+                   help="run the shards and rule checks on 'process' (a spawned pool), "
+                        "'dask' (a local Dask cluster) or dask://HOST:PORT (a Dask scheduler) "
+                        "instead of forked workers")
     p.add_argument("--workdir", default=None, metavar="DIR",
                    help="keep finished shards here; an interrupted run resumes from them")
     p.add_argument("--no-verify", action="store_true",

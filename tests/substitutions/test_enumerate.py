@@ -209,6 +209,22 @@ def test_parallel_shards_give_the_same_library() -> None:
     assert [(r.source, r.target) for r in one.rules] == [(r.source, r.target) for r in two.rules]
 
 
+@pytest.mark.parametrize("executor", ["process", "dask"])
+def test_shards_on_an_executor_give_the_same_library_and_resume(tmp_path, executor: str) -> None:
+    if executor == "dask":
+        pytest.importorskip("distributed")
+    cfg = make_config("small", max_ops=2)
+    forked = generate(cfg, workers=1, sample_check=False)
+    sent = generate(cfg, workers=2, workdir=tmp_path, sample_check=False, executor=executor)
+    assert [(r.source, r.target) for r in sent.rules] == \
+        [(r.source, r.target) for r in forked.rules]
+    shards = sorted(tmp_path.glob("shard-*.npz"))  # saved by the caller as each arrived
+    assert len(shards) == sent.info["shards"] > 1
+    shards[-1].unlink()
+    again = generate(cfg, workers=2, workdir=tmp_path, verify=False, executor=executor)
+    assert again.info["shards_resumed"] == sent.info["shards"] - 1
+
+
 def test_every_term_of_the_small_preset_is_enumerated_once() -> None:
     """Brute force: all (template, operands) tuples over terms of smaller size whose
     operator sets unite to size-1 nodes, against what the table holds at size 2."""

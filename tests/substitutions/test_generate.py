@@ -231,6 +231,10 @@ def test_cli_generate_rejects_bad_options(tmp_path: Path, capsys) -> None:
                  str(tmp_path / "x.json")])
     assert code == 2
     assert "unknown op or template 'conv3d'" in capsys.readouterr().err
+    code = main(["generate", "--preset", "small", "--executor", "threads", "--out",
+                 str(tmp_path / "x.json")])
+    assert code == 2 and not (tmp_path / "x.json").exists()
+    assert "unknown executor 'threads'" in capsys.readouterr().err
 
 
 # ---- testing at other shapes ----------------------------------------------------------------

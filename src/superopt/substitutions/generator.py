@@ -354,6 +354,14 @@ def _worker_init(cfg: GeneratorConfig) -> None:
         _WORKER.update(digest=config_digest(cfg), table=table, units=units, shards=shards)
 
 
+def shard_task(task: tuple[GeneratorConfig, int]) -> tuple[int, dict[str, np.ndarray]]:
+    """One shard on any executor's worker: the worker builds the lower levels' table once
+    (per config) and returns the shard's index and arrays for the caller to save."""
+    cfg, index = task
+    _worker_init(cfg)
+    return index, _worker_run(index, None)
+
+
 def _worker_run(index: int, path: str | None) -> dict[str, np.ndarray]:
     table: TermTable = _WORKER["table"]
     shard: Shard = _WORKER["shards"][index]
@@ -387,10 +395,16 @@ def _prepare_workdir(workdir: Path, cfg: GeneratorConfig) -> None:
 
 
 def enumerate_last_level(table: TermTable, units: list[Unit], shards: list[Shard],
-                         workers: int, workdir: Path | None, progress: Progress | None
-                         ) -> tuple[dict[str, np.ndarray], int]:
+                         workers: int, workdir: Path | None, progress: Progress | None,
+                         executor: str | None = None) -> tuple[dict[str, np.ndarray], int]:
     """Run (or load) every shard of the last level; returns merged arrays and how many
-    shards came from the work directory."""
+    shards came from the work directory.
+
+    By default the shards run in this process or in forked workers that share the table
+    of lower levels with the parent. A named `executor` (`superopt.executor`: `process`,
+    `dask`, `dask://HOST:PORT`) sends (config, shard index) tasks instead: each worker
+    builds the table once, and the caller saves every shard as it arrives, so an
+    interrupted run resumes from the work directory either way."""
     cfg = table.cfg
     level = cfg.max_ops
     results: dict[int, dict[str, np.ndarray]] = {}
@@ -407,7 +421,21 @@ def enumerate_last_level(table: TermTable, units: list[Unit], shards: list[Shard
     if progress:
         progress("enumerate", done, len(shards))
     todo.sort(key=lambda i: -shards[i].cost)  # longest first balances the pool
-    if workers <= 1 or len(todo) <= 1:
+    if executor is not None and todo:
+        from superopt.executor import run_tasks
+
+        def arrived(item: tuple[int, dict[str, np.ndarray]]) -> None:
+            nonlocal done
+            i, arrays = item
+            if workdir is not None:  # saved as it arrives: an interrupted run resumes
+                save_shard(shard_path(workdir, shards[i]), arrays)
+            results[i] = arrays
+            done += 1
+            if progress:
+                progress("enumerate", done, len(shards))
+
+        run_tasks(shard_task, [(cfg, i) for i in todo], workers, arrived, executor)
+    elif workers <= 1 or len(todo) <= 1:
         for i in todo:
             arrays = run_shard(table, units, shards[i], level)
             if workdir is not None:
@@ -446,7 +474,7 @@ def enumerate_last_level(table: TermTable, units: list[Unit], shards: list[Shard
 def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None = None,
              progress: Progress | None = None, verify: bool = True,
              name_prefix: str | None = None, drop_instances: bool = False,
-             sample_check: bool = True) -> GenerateResult:
+             sample_check: bool = True, executor: str | None = None) -> GenerateResult:
     """Generate a rule library for `cfg` (see the module docstring for the stages).
 
     With `drop_instances`, a rule that another rule yields by substituting one variable for
@@ -454,7 +482,10 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     out, as TASO's generator does; by default such rules are only counted.
 
     With `sample_check` (and `verify`), every rule is also random-tested at shapes other
-    than the generator's and strengthened where it fails there (`strengthen.py`)."""
+    than the generator's and strengthened where it fails there (`strengthen.py`).
+
+    `executor` (`process`, `dask`, `dask://HOST:PORT`) runs the enumeration shards and the
+    check at other shapes on `superopt.executor` instead of forked workers."""
     t_start, c_start = time.perf_counter(), time.process_time()
     times: dict[str, float] = {}
     stages: dict[str, int] = {}
@@ -466,7 +497,8 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     t0 = time.perf_counter()
     table = TermTable(cfg, level - 1)
     units, shards = plan_shards(table, level)
-    last, resumed = enumerate_last_level(table, units, shards, workers, wd, progress)
+    last, resumed = enumerate_last_level(table, units, shards, workers, wd, progress,
+                                         executor)
     times["enumerate"] = time.perf_counter() - t0
     counts = {k: sum(c[k] for c in table.level_counts.values()) for k in COUNT_KEYS}
     for k, v in zip(COUNT_KEYS, last["counts"].tolist(), strict=True):
@@ -604,7 +636,7 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     times["build+verify"] = time.perf_counter() - t0
     if verify and sample_check:
         t0 = time.perf_counter()
-        rules = _test_at_other_shapes(checked, workers, stages, progress)
+        rules = _test_at_other_shapes(checked, workers, stages, progress, executor)
         times["test at other shapes"] = time.perf_counter() - t0
     instances = instance_rules(rules)
     stages["instances of another rule (kept unless drop_instances)"] = len(instances)
@@ -633,7 +665,8 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
 
 
 def _test_at_other_shapes(checked: Sequence[tuple[Rule, dict[str, TensorType]]], workers: int,
-                          stages: dict[str, int], progress: Progress | None) -> list[Rule]:
+                          stages: dict[str, int], progress: Progress | None,
+                          executor: str | None = None) -> list[Rule]:
     """Random-test each rule at sampled shapes (the verifier's tester) and keep it as
     generalised, strengthened, or (refuted even at its own shapes) not at all."""
     from dataclasses import replace
@@ -660,7 +693,8 @@ def _test_at_other_shapes(checked: Sequence[tuple[Rule, dict[str, TensorType]]],
         if progress and (done[0] % 25 == 0 or done[0] == len(tasks)):
             progress("test at other shapes", done[0], len(tasks))
 
-    for k, res in zip(todo, run_parallel(strengthen_task, tasks, workers, tick), strict=True):
+    for k, res in zip(todo, run_parallel(strengthen_task, tasks, workers, tick,
+                                                   executor), strict=True):
         results[k] = res
     out: list[Rule] = []
     levels: dict[str, int] = dict.fromkeys(("", UNTESTED, *LEVELS, "refuted"), 0)
