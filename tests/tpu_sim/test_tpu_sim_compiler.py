@@ -268,3 +268,24 @@ def test_validate_catches_inconsistent_layouts_and_partitions() -> None:
     assert any(f"%{s.node} (sigmoid) is computed by no kernel" in p for p in found)
     with pytest.raises(InvalidConfig, match="invalid configuration"):
         validate(dataclasses.replace(c, partition=fake, signatures=sigs))
+
+
+@pytest.mark.parametrize("rows,k,n", [(128, 768, 3072), (8, 256, 128), (200, 96, 40)])
+def test_a_dense_layer_costs_the_same_as_linear_or_as_matmul_plus_bias(rows: int, k: int,
+                                                                      n: int) -> None:
+    """XLA fuses a dot's bias add and activation into the dot's kernel, so the fused op
+    `linear` (weight stored (N, K), laid out with N in lanes) is one MXU kernel of the
+    same time as matmul + ewadd + gelu."""
+    b = GraphBuilder("mm")
+    y = b.ewadd(b.matmul(b.input("x", (rows, k)), b.weight("w", (k, n))), b.weight("b", (n,)))
+    unfused = b.build([b.gelu(y)])
+    b = GraphBuilder("lin")
+    y = b.linear(b.input("x", (rows, k)), b.weight("w", (n, k)), b.weight("b", (n,)))
+    fused = b.build([b.gelu(y)])
+    times = []
+    for g in (unfused, fused):
+        c = compile_default(g)
+        validate(c)
+        assert len(c.kernels) == 1
+        times.append(simulate(c).time)
+    assert times[1] == pytest.approx(times[0], rel=0.02)
