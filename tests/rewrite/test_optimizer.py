@@ -73,6 +73,35 @@ def test_a_model_gets_cheaper_with_equal_values_and_the_search_is_deterministic(
     assert single.cost_after > a.cost_after
 
 
+def test_ctrl_c_ends_the_search_with_the_best_graph_so_far() -> None:
+    from superopt import zoo
+
+    class Interrupting(FlopsCost):
+        """Raises KeyboardInterrupt at its n-th priced op, as Ctrl-C would."""
+
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.left = n
+
+        def measure(self, op, attrs, ins, outs, weights=()):  # type: ignore[no-untyped-def]
+            self.left -= 1
+            if self.left == 0:
+                raise KeyboardInterrupt
+            return super().measure(op, attrs, ins, outs, weights)
+
+    g = zoo.build("resnet18", image_size=32)
+    m = Matcher(starter_rules())
+    full = optimize(g, m, FlopsCost(), budget=6)
+    calls = FlopsCost()
+    optimize(g, m, calls, budget=6)
+    # Interrupted after the first graph was priced but well before the search ended.
+    r = optimize(g, m, Interrupting(calls.cached - 2), budget=6)
+    assert r.stopped == "interrupted"
+    assert r.expanded < full.expanded
+    assert r.cost_after <= r.cost_before
+    assert check_values(g, r.graph, rtol=1e-9).ok
+
+
 def test_growth_limit_counts_runtime_ops_only() -> None:
     rules = parse_rules("grow: (relu ?x) => (relu (relu ?x))")
     b = GraphBuilder()

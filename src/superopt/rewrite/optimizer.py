@@ -7,7 +7,8 @@ less than `alpha` times the best cost seen (alpha = 1.05: slightly worse graphs 
 better ones). Graphs are deduplicated by structural hash; graphs with more than
 `max_growth` times the input's runtime ops are dropped (TASO uses 2x; weight-only ops,
 which fold away, do not count). `budget` bounds the number
-of graphs taken from the queue (TASO's budget), `time_limit` the wall time.
+of graphs taken from the queue (TASO's budget), `time_limit` the wall time; Ctrl-C ends the
+search with the best graph so far (`stopped="interrupted"`).
 
 Two practical departures, both optional:
 
@@ -70,7 +71,7 @@ class OptimizeResult:
     duplicates: int  # graphs seen before
     seconds: float
     match_seconds: float
-    stopped: str  # why the search ended: "queue empty", "budget" or "time limit"
+    stopped: str  # why the search ended: "queue empty", "budget", "time limit", "interrupted"
 
     @property
     def speedup(self) -> float:
@@ -310,8 +311,14 @@ def optimize(graph: Graph, rules: Iterable[Rule] | Matcher, cost: str | CostFunc
                      progress)
     initial = matcher.match(graph)
     start = _State(graph, cost_fn.cost(graph), identity_origin(graph))
-    stopped = search.run(start)
-    search.finish()
+    try:
+        stopped = search.run(start)
+        search.finish()
+    except KeyboardInterrupt:
+        # Ctrl-C ends the search, not the run: the best graph found so far is complete
+        # (states are immutable once built) and the caller checks, reports and saves it;
+        # optimizing the saved graph again continues from there.
+        stopped = "interrupted"
     best = search.best
     assert best is not None
     return OptimizeResult(
