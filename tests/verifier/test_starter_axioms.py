@@ -74,13 +74,9 @@ def test_starter_law_is_valid_on_several_shapes(name: str) -> None:
 @pytest.mark.parametrize("axiom", axioms_from_rules(parse_rules(BAD), "test"),
                          ids=lambda a: a.name)
 def test_broken_variant_of_a_law_is_rejected(axiom: Axiom) -> None:
-    # Z3's sampling depends on what the process asked it before (xdist decides that), so a
-    # rare counterexample (bn_affine2_nonzero_mean needs the slice to hit the non-zero
-    # part of the mean) may take a second seed.
-    checks = [validate_axiom(axiom, samples=16, seed=seed) for seed in range(3)]
-    caught = [c for c in checks if not c.ok]
-    assert caught, checks
-    assert [d for d in caught[0].directions if d.kind in ("differs", "partial")], caught[0]
+    check = validate_axiom(axiom, samples=16, seed=0)
+    assert not check.ok
+    assert [d for d in check.directions if d.kind in ("differs", "partial")], check
 
 
 @pytest.fixture(scope="module")

@@ -215,16 +215,32 @@ class Sampler:
         self.g: GroundRule = prep.g
         self.int_vars = _int_vars(rule)
         self.nonlinear = prep.nonlinear
-        s = z3.Solver()
+        # A fresh Z3 context per sampler: Z3's choices depend on the AST ids of what it
+        # solves, and ids in the shared context depend on everything the process built
+        # before. Translated into a context of its own, a rule's constraints get the same
+        # ids in every process, so a seed draws the same instances in a fresh `verify` as
+        # in a worker that checked other rules first.
+        ctx = z3.Context()
+        terms = z3.AstVector(ctx=prep.target_lit.ctx)
+        for t in (*prep.facts, prep.target_lit, *(v for v, _ in prep.pins),
+                  *(x for r, ds in prep.shape_terms.values() for x in (r, *ds)),
+                  *(c for cs in self.g.attr_consts.values() for c in cs)):
+            terms.push(t)
+        moved = iter(terms.translate(ctx))
+        facts = [next(moved) for _ in prep.facts]
+        self.target_lit = next(moved)
+        self.pins = [(next(moved), vals) for _, vals in prep.pins]
+        self._shape_terms = {name: (next(moved), [next(moved) for _ in ds])
+                             for name, (_, ds) in prep.shape_terms.items()}
+        self._attr_consts = {name: [next(moved) for _ in cs]
+                             for name, cs in self.g.attr_consts.items()}
+        s = z3.Solver(ctx=ctx)
         s.set("timeout", 300)
         s.set("random_seed", seed)
-        _assert_all(s, prep.facts)
-        self.target_lit = prep.target_lit
-        self.pins = list(prep.pins)
+        _assert_all(s, facts)
         self.solver = s
         self._lits: dict[tuple[int, int], tuple[z3.BoolRef, int, Any]] = {}
         self._pin_ids = prep.pin_ids
-        self._shape_terms = prep.shape_terms
         self._nums: dict[int, z3.ArithRef] = {}
         self.exhausted = False  # every instance within the bounds has been drawn
 
@@ -235,9 +251,10 @@ class Sampler:
         key = (self._pin_ids[k], value)
         got = self._lits.get(key)
         if got is None:
-            lit, definition, lit_id, lit_ast = _pin_literal(self.pins[k][0], key)
-            self.solver.add(definition)
-            got = self._lits[key] = (lit, lit_id, lit_ast)
+            var = self.pins[k][0]
+            lit = z3.Bool(f"pin!{k}={value}", var.ctx)  # named by pin, not by AST id
+            _assert_all(self.solver, [z3.Implies(lit, var == value)])
+            got = self._lits[key] = (lit, lit.get_id(), lit.as_ast())
         return got
 
     def _check(self, assumptions: list[Any]) -> z3.CheckSatResult:
@@ -254,7 +271,7 @@ class Sampler:
         (the same AST: Z3 hash-conses terms)."""
         num = self._nums.get(value)
         if num is None:
-            num = self._nums[value] = z3.IntVal(value)
+            num = self._nums[value] = z3.IntVal(value, term.ctx)
         ctx = term.ctx
         return z3.BoolRef(z3.Z3_mk_eq(ctx.ref(), term.as_ast(), num.as_ast()), ctx)
 
@@ -306,7 +323,7 @@ class Sampler:
         attrs: dict[str, Any] = {}
         for name, codec in self.g.codecs.items():
             vals = []
-            for c in self.g.attr_consts[name]:
+            for c in self._attr_consts[name]:
                 v = m.eval(c, model_completion=True)
                 vals.append(v.as_fraction() if z3.is_rational_value(v) else v.as_long())
                 same.append(c == v)
@@ -317,25 +334,6 @@ class Sampler:
         block = z3.BoolRef(z3.Z3_mk_not(ctx.ref(), z3.Z3_mk_and(ctx.ref(), len(same), both)), ctx)
         _assert_all(self.solver, [block])
         return Instance(types, attrs)
-
-
-# Pin literals and their definitions, shared by every sampler of the process: samplers of
-# different rules pin the same variables (they are named after the rule's variables) to the
-# same small values, and building the formulas was a large part of a draw. A literal's
-# meaning is the same in every solver that asserts its definition. The cache holds the
-# variables, so their AST ids (part of the key) are not reused while it lives.
-_PIN_LITS: dict[tuple[int, int], tuple[z3.BoolRef, z3.BoolRef, int, Any]] = {}
-
-
-def _pin_literal(var: z3.ExprRef, key: tuple[int, int]
-                 ) -> tuple[z3.BoolRef, z3.BoolRef, int, Any]:
-    got = _PIN_LITS.get(key)
-    if got is None:
-        if len(_PIN_LITS) > 100_000:
-            _PIN_LITS.clear()
-        lit = z3.Bool(f"pin!{key[0]}={key[1]}")
-        got = _PIN_LITS[key] = (lit, z3.Implies(lit, var == key[1]), lit.get_id(), lit.as_ast())
-    return got
 
 
 def _assert_all(s: z3.Solver, facts: Sequence[z3.BoolRef]) -> None:
