@@ -515,7 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Optimize a model with substitution rules: TASO's cost-based "
                                    "backtracking search, then a value check against the "
                                    "original (reference interpreter) and the torch CPU time "
-                                   "of both graphs side by side.")
+                                   "of both graphs side by side. Ctrl-C ends the search early "
+                                   "and keeps the best graph found so far.")
     p.add_argument("model", metavar="MODEL_OR_FILE", help=MODEL_HELP)
     p.add_argument("--rules", metavar="LIB", default=None,
                    help="a rule file (.rules text) or library (.json/.jsonl); default: the "
