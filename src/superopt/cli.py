@@ -552,6 +552,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch threads for --cost torch and the timing (default 0: torch's "
                         "default, all cores; 1 is steadier on a shared machine, but which "
                         "rewrites pay off depends on it)")
+    p.add_argument("--cost-db", metavar="FILE.jsonl", default=None,
+                   help="with --cost torch: keep measured op costs in this file and reuse "
+                        "those measured on the same machine and settings (a rerun then "
+                        "makes the same choices, without measuring again)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.set_defaults(func=cmd_optimize)
     return parser

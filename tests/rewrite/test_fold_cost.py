@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from superopt.ir import GraphBuilder, interpret, random_feeds
+from superopt.ir import TensorType as T
 from superopt.rewrite import Matcher, apply_sites, create_cost, fold_weights, starter_rules
 from superopt.rewrite.check import check_values, time_side_by_side
 from superopt.rewrite.cost import CostError, FlopsCost, TorchOpCost
@@ -108,8 +109,6 @@ def test_costs_are_told_which_inputs_are_weights() -> None:
 
 
 def test_torch_cost_cycles_weight_copies_to_fill_the_cold_budget() -> None:
-    from superopt.ir import TensorType as T
-
     c = TorchOpCost(cold_bytes=10_000)
     ins = (T((4, 8)), T((8, 8)))  # 128 and 256 bytes in float32
     assert c.copies(ins, (False, True)) == 40  # ceil(10000 / 256)
@@ -188,3 +187,52 @@ def test_ratio_confidence_interval_brackets_the_median_and_narrows_with_more_rou
     assert lo < 1.05 < hi and lo > 1.0
     same = SideBySide((0.0, 0.0), (0.0, 0.0), ((0.2,) * 5, (0.1,) * 5), "cpu", 1)
     assert same.ratio_ci() == (2.0, 2.0)
+
+
+def _tiny_graph():
+    b = GraphBuilder("tiny")
+    x = b.input("x", (8, 16))
+    return b.build([b.relu(b.matmul(x, b.weight("w", (16, 16))))])
+
+
+def test_cost_database_reuses_measurements_of_the_same_context(tmp_path) -> None:
+    db = tmp_path / "costs.jsonl"
+    g = _tiny_graph()
+    first = TorchOpCost(samples=2, min_sample_s=2e-4, threads=1, database=db)
+    total = first.cost(g)
+    assert first.reused == 0 and len(db.read_text().splitlines()) == first.cached == 2
+    again = TorchOpCost(samples=2, min_sample_s=2e-4, threads=1, database=db)
+    assert again.cost(g) == total  # the stored numbers, not a new measurement
+    assert again.reused == 2 and again.measured_s == 0.0
+    # Another setting (threads) is another context: measured afresh, appended.
+    other = TorchOpCost(samples=2, min_sample_s=2e-4, threads=2, database=db)
+    other.cost(g)
+    assert other.reused == 0 and other.database is not None
+    assert other.database.other_contexts == 2
+    assert len(db.read_text().splitlines()) == 4
+
+
+def test_cost_database_errors_name_the_line_and_survive_a_torn_append(tmp_path) -> None:
+    db = tmp_path / "costs.jsonl"
+    g = _tiny_graph()
+    TorchOpCost(samples=2, min_sample_s=2e-4, threads=1, database=db).cost(g)
+    good = db.read_text()
+    db.write_text(good + '{"context": {}, "key": "k"}\n')  # no "s"
+    with pytest.raises(CostError, match=r"costs.jsonl:3: not a cost record"):
+        TorchOpCost(threads=1, database=db)
+    db.write_text(good + '{"context": {}, "ke')  # an append cut off mid-line
+    c = TorchOpCost(samples=2, min_sample_s=2e-4, threads=1, database=db)
+    assert c.cost(g) > 0 and c.reused == 2
+    c.op_cost("relu", (), (T((3, 3)),), (T((3, 3)),))  # appended after the cut, on its
+    reread = TorchOpCost(samples=2, min_sample_s=2e-4, threads=1, database=db)  # own line
+    assert reread.database is not None and reread.database.loaded == 3
+
+
+def test_cli_cost_db_needs_the_torch_cost(tmp_path, capsys) -> None:
+    from superopt.cli import main
+
+    code = main(["optimize", "bert-small", "--cost", "sim", "--cost-db",
+                 str(tmp_path / "c.jsonl")])
+    assert code == 2
+    assert "--cost-db keeps measured torch costs: it needs --cost torch" in \
+        capsys.readouterr().err

@@ -26,10 +26,14 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
     from superopt.ir.errors import IRError
     from superopt.rewrite import Matcher, create_cost, fold_weights, load_rules, optimize
     from superopt.rewrite.check import check_values, time_side_by_side
+    from superopt.rewrite.cost import TorchOpCost
     from superopt.rewrite.fold import runtime_ops
 
     if args.budget < 1:
         raise IRError(f"--budget must be >= 1, found {args.budget}")
+    if args.cost_db is not None and args.cost != "torch":
+        raise IRError(f"--cost-db keeps measured torch costs: it needs --cost torch, not "
+                      f"--cost {args.cost}")
     graph = load(args.model, args.batch)
     rules, refuted = load_rules(args.rules)
     matcher = Matcher(rules)
@@ -39,6 +43,7 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
         options["hardware"] = args.hardware
     elif args.cost == "torch":
         options["threads"] = threads
+        options["database"] = args.cost_db
     cost = create_cost(args.cost, **options)
     source = args.rules or "starter library"
     console.print(f"{graph.name}: {len(graph)} nodes, {runtime_ops(graph)} runtime ops; "
@@ -94,6 +99,9 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
         ("search time", f"{result.seconds:.2f} s (matching {result.match_seconds:.2f} s); "
                         f"stopped: {result.stopped}"),
     ]
+    if isinstance(cost, TorchOpCost):
+        rows.append(("op signatures priced", f"{cost.cached} ({cost.reused} from the database, "
+                                             f"{cost.measured_s:.1f} s measuring)"))
     for k, v in rows:
         summary.add_row(k, v)
     console.print(summary)

@@ -19,11 +19,13 @@ torch cost measures weights out of cache (see `TorchOpCost`).
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +146,84 @@ class FlopsCost(AdditiveCost):
                 f"{self.bytes_per_s / 1e9:g} GB/s, {self.per_op_s * 1e6:g} us per op)")
 
 
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, tuple | list):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return repr(v)
+    return v
+
+
+def signature_key(op: str, attrs: AttrItems, ins: tuple[TensorType, ...],
+                  weights: tuple[bool, ...]) -> str:
+    """A stable text key for an op signature (the database's key)."""
+    return json.dumps([op, _jsonable(attrs), [[list(t.shape), t.dtype.value] for t in ins],
+                       [bool(w) for w in weights]], separators=(",", ":"))
+
+
+class CostDatabase:
+    """Measured per-op costs kept across runs, as TASO keeps them within one: a JSON-lines
+    file, one measurement per line `{"context": ..., "key": ..., "s": seconds}`, appended
+    as each is taken (an interrupted run keeps what it measured). Only lines whose context
+    (device, threads, torch version, cache and sampling settings) equals this run's are
+    used, so one file can serve several machines and settings. Re-running a search with a
+    filled database prices every graph as before and makes the same choices."""
+
+    def __init__(self, path: str | Path, context: Mapping[str, Any]) -> None:
+        self.path = Path(path)
+        self.context = json.dumps(dict(context), sort_keys=True, separators=(",", ":"))
+        self.entries: dict[str, float] = {}
+        self.loaded = self.other_contexts = 0
+        self._torn: int | None = None  # bytes before a cut-off last line, if there is one
+        if self.path.exists():
+            self._load()
+
+    def _load(self) -> None:
+        try:
+            text = self.path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise CostError(f"{self.path}: cannot read the cost database: {e}") from None
+        lines = text.splitlines()
+        for lineno, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            if lineno == len(lines) and not text.endswith("\n"):
+                # An append cut off by an interrupt: that one measurement is lost, not the
+                # file; the next append first cuts the fragment off.
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError:
+                    self._torn = len(text[:text.rfind("\n") + 1].encode())
+                    continue
+            try:
+                rec = json.loads(line)
+                ctx, key, seconds = rec["context"], rec["key"], rec["s"]
+                if not isinstance(key, str) or not isinstance(seconds, int | float) \
+                        or isinstance(seconds, bool) or not math.isfinite(seconds) \
+                        or seconds < 0:
+                    raise ValueError("'key' must be text and 's' a non-negative number")
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                raise CostError(f"{self.path}:{lineno}: not a cost record ({e})") from None
+            if json.dumps(ctx, sort_keys=True, separators=(",", ":")) != self.context:
+                self.other_contexts += 1
+                continue
+            self.entries[key] = float(seconds)
+            self.loaded += 1
+
+    def get(self, key: str) -> float | None:
+        return self.entries.get(key)
+
+    def put(self, key: str, seconds: float) -> None:
+        self.entries[key] = seconds
+        record = {"context": json.loads(self.context), "key": key, "s": seconds}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._torn is not None:
+            os.truncate(self.path, self._torn)
+            self._torn = None
+        with self.path.open("a") as f:
+            f.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+
 def last_level_cache_bytes(default: int = 32 << 20) -> int:
     """The largest CPU cache's size from sysfs (Linux), else `default`."""
     best = 0
@@ -154,6 +234,19 @@ def last_level_cache_bytes(default: int = 32 << 20) -> int:
         if digits.isdigit():
             best = max(best, int(digits) * scale)
     return best or default
+
+
+def _processor_name() -> str:
+    """The CPU model (Linux /proc/cpuinfo), else platform.processor()."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 class TorchOpCost(AdditiveCost):
@@ -182,26 +275,49 @@ class TorchOpCost(AdditiveCost):
 
     def __init__(self, device: str = "cpu", samples: int = 7, min_sample_s: float = 1e-2,
                  threads: int | None = None, fold: bool = True,
-                 cold_bytes: int | None = None) -> None:
+                 cold_bytes: int | None = None, database: str | Path | None = None) -> None:
         super().__init__(fold)
         self.device, self.samples, self.min_sample_s = device, samples, min_sample_s
         self.threads = threads
         self.cold_bytes = 2 * last_level_cache_bytes() if cold_bytes is None else cold_bytes
         self.measured_s = 0.0  # wall time spent measuring
+        self.reused = 0  # signatures priced from the database
+        self.database = None if database is None else CostDatabase(database, self.context())
+
+    def context(self) -> dict[str, Any]:
+        """What a measurement depends on besides the op (the database's context)."""
+        import platform
+
+        import torch
+
+        return {"device": self.device, "torch": torch.__version__,
+                "threads": self.threads or torch.get_num_threads(),
+                "cold_bytes": self.cold_bytes, "samples": self.samples,
+                "min_sample_s": self.min_sample_s, "machine": platform.machine(),
+                "processor": _processor_name()}
 
     def measure(self, op: str, attrs: AttrItems, ins: tuple[TensorType, ...],
                 outs: tuple[TensorType, ...], weights: tuple[bool, ...] = ()) -> float:
         import torch
 
+        key = signature_key(op, attrs, ins, weights) if self.database is not None else ""
+        if self.database is not None:
+            known = self.database.get(key)
+            if known is not None:
+                self.reused += 1
+                return known
         saved = torch.get_num_threads()
         if self.threads is not None:
             torch.set_num_threads(self.threads)
         t0 = time.perf_counter()
         try:
-            return self._measure(op, attrs, ins, weights)
+            seconds = self._measure(op, attrs, ins, weights)
         finally:
             self.measured_s += time.perf_counter() - t0
             torch.set_num_threads(saved)
+        if self.database is not None:
+            self.database.put(key, seconds)
+        return seconds
 
     def copies(self, ins: tuple[TensorType, ...], weights: tuple[bool, ...]) -> int:
         """How many copies of the weight inputs the timing loop cycles through."""
