@@ -168,3 +168,29 @@ def test_the_mxu_columns_are_the_results_lane_dim() -> None:
     assert (transposed.gemm.m, transposed.gemm.n) == (64 * 8 * 8, 256)
     # 64 output features fill half of a 128-wide MXU; 256 batch rows fill it.
     assert transposed.gemm.padded_flops < normal.gemm.padded_flops
+
+
+def test_linear_has_the_tile_space_and_costs_of_matmul_plus_bias() -> None:
+    """linear's (N, K) weight, laid out with N in lanes, is stored exactly as matmul's
+    (K, N) weight: the same bounds (output rows x columns, weight K x N) cost the same."""
+    from superopt.tpu_sim import Flags
+
+    def kernel(lin: bool):  # type: ignore[no-untyped-def]
+        b = GraphBuilder("lin" if lin else "mm")
+        x = b.input("x", (256, 512))
+        y = b.linear(x, b.weight("w", (384, 512)), b.weight("b", (384,))) if lin else \
+            b.ewadd(b.matmul(x, b.weight("w", (512, 384))), b.weight("b", (384,)))
+        c = compile_with(b.build([b.relu(y)]), Config(), TPU_V3)
+        validate(c)
+        assert len(c.kernels) == 1
+        return c.signatures[0]
+
+    model = cost_model(TPU_V3)
+    spaces = [model.space(kernel(lin)) for lin in (False, True)]
+    assert [(d.size, d.unit) for d in spaces[0].dims] == [(d.size, d.unit)
+                                                          for d in spaces[1].dims]
+    times = [[model.cost(kernel(lin), Bounds(t, (k, t[1])), Flags()).time
+              for k in (1, 8, 64) for t in ((8, 1), (16, 3), (32, 3), (4, 2))]
+             for lin in (False, True)]
+    assert all(0 < t < float("inf") for t in times[0])
+    assert times[1] == pytest.approx(times[0], rel=1e-9)
