@@ -124,3 +124,23 @@ def test_whole_graph_cost_path_with_the_simulator() -> None:
     assert r.cost_name == "sim" and cost.evaluations >= 2
     assert r.cost_after <= r.cost_before
     assert check_values(g, r.graph, rtol=1e-9).ok
+
+
+def test_every_dense_layer_of_bert_becomes_one_linear_op() -> None:
+    """BERT-small has 4 layers of 6 dense layers (Q, K, V, attention output, two FFN) and a
+    pooler (dense + tanh): 25 matmul + bias pairs. Under the FLOP cost each fuses into
+    `linear`, the pooler's tanh joins it, and each layer's Q, K and V merge into one
+    (two pairwise merges): 4 x 4 + 1 = 17 linear ops, with the original values."""
+    from superopt import zoo
+
+    g = zoo.build("bert-small", seq_len=16)
+    r = optimize(g, Matcher(starter_rules()), FlopsCost(), budget=20)
+    assert r.initial_sites["fuse_matmul_bias"] == 25
+    assert r.applied["fuse_matmul_bias"] == 25
+    assert r.applied["fuse_linear_tanh"] == 1 and r.applied["merge_dense"] == 8
+    assert sum(1 for n in r.graph.nodes if n.op == "linear") == 17
+    assert not [n for n in r.graph.nodes if n.op == "ewadd" and
+                any(r.graph.nodes[v.node].op == "matmul" for v in n.inputs)
+                and any(r.graph.type_of(v).rank == 1 for v in n.inputs)]
+    check = check_values(g, r.graph, rtol=1e-9)
+    assert check.ok, check.summary()
