@@ -693,8 +693,8 @@ def _test_at_other_shapes(checked: Sequence[tuple[Rule, dict[str, TensorType]]],
         if progress and (done[0] % 25 == 0 or done[0] == len(tasks)):
             progress("test at other shapes", done[0], len(tasks))
 
-    for k, res in zip(todo, run_parallel(strengthen_task, tasks, workers, tick,
-                                                   executor), strict=True):
+    got = run_parallel(strengthen_task, tasks, workers, tick, executor)
+    for k, res in zip(todo, got, strict=True):
         results[k] = res
     out: list[Rule] = []
     levels: dict[str, int] = dict.fromkeys(("", UNTESTED, *LEVELS, "refuted"), 0)
