@@ -262,16 +262,17 @@ class TorchOpCost(AdditiveCost):
     threads while measuring (time the result with the same setting).
 
     Weight inputs are measured out of cache: the timing loop cycles through enough copies
-    of them to fill `cold_bytes` (default twice the last-level cache), as a model run reads
-    each weight once, while activations were just written and stay hot. Timed hot, a
-    weight sits in cache across repeats and the sum of per-op costs undershoots the model
-    (BERT-base, 2 threads, quiet machine, two runs: hot sums 149 and 168 ms, cold 161 and
+    of them to fill `cold_bytes` (default twice the last-level cache, at most 256 MiB), as
+    a model run reads each weight once, while activations were just written and stay hot.
+    Timed hot, a weight sits in cache across repeats and the sum of per-op costs
+    undershoots the model (BERT-base, 2 threads, quiet machine, two runs: hot sums 149 and 168 ms, cold 161 and
     168 ms, the model measured 172 and 173 ms). Cold, the saving of F.linear over matmul
     plus a bias add at (128 x 768) @ (768 x 3072) was 3.4-6.0% in five measurements (hot:
     1.7-7.1%)."""
 
     name = "torch"
     MAX_COPIES = 64
+    MAX_COLD_BYTES = 256 << 20
 
     def __init__(self, device: str = "cpu", samples: int = 7, min_sample_s: float = 1e-2,
                  threads: int | None = None, fold: bool = True,
@@ -279,7 +280,10 @@ class TorchOpCost(AdditiveCost):
         super().__init__(fold)
         self.device, self.samples, self.min_sample_s = device, samples, min_sample_s
         self.threads = threads
-        self.cold_bytes = 2 * last_level_cache_bytes() if cold_bytes is None else cold_bytes
+        # Twice the LLC evicts it; the cap bounds the copies' memory on many-core servers
+        # (a 256 MiB LLC would otherwise ask for half a gigabyte per measured op).
+        self.cold_bytes = min(2 * last_level_cache_bytes(), self.MAX_COLD_BYTES) \
+            if cold_bytes is None else cold_bytes
         self.measured_s = 0.0  # wall time spent measuring
         self.reused = 0  # signatures priced from the database
         self.database = None if database is None else CostDatabase(database, self.context())
