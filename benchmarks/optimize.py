@@ -11,7 +11,8 @@ interpreter, and the search time. Then the time to match the whole starter libra
 synthetic graphs of up to 100,000 nodes (`superopt.tpu_sim.synthetic`).
 
 Run: `.venv/bin/python benchmarks/optimize.py [--models a,b] [--cost torch|sim|flops]
-[--budget N] [--repeats N] [--threads N] [--nodes 10000,100000] [--out FILE]`.
+[--budget N] [--repeats N] [--threads N] [--cost-db FILE] [--nodes 10000,100000]
+[--out FILE]`.
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads for the torch cost and the timing (0: torch's "
                          "default, all cores; 1 is steadier on a shared machine)")
+    ap.add_argument("--cost-db", default=None, metavar="FILE.jsonl",
+                    help="with --cost torch: reuse and keep measured op costs (a rerun makes "
+                         "the same choices)")
     ap.add_argument("--nodes", default="10000,50000,100000",
                     help="synthetic graph sizes for the matching benchmark ('' to skip)")
     ap.add_argument("--out", default="benchmarks/results/optimize.json")
@@ -107,8 +111,10 @@ def main() -> None:
     from superopt.rewrite import Matcher, create_cost, starter_rules
 
     matcher = Matcher(starter_rules())
-    cost = create_cost(args.cost,
-                       **({"threads": args.threads or None} if args.cost == "torch" else {}))
+    if args.cost_db is not None and args.cost != "torch":
+        ap.error("--cost-db needs --cost torch")
+    torch_options = {"threads": args.threads or None, "database": args.cost_db}
+    cost = create_cost(args.cost, **(torch_options if args.cost == "torch" else {}))
     rows = []
     for name in [m for m in args.models.split(",") if m]:
         row = bench_model(name, args, matcher, cost)
