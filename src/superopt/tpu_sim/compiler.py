@@ -40,6 +40,7 @@ from superopt.tpu_sim.cost import (
     COST_RULES,
     OP_COSTS,
     CostModel,
+    NodeTypes,
     OpView,
     Signature,
     analytical,
@@ -271,8 +272,7 @@ def _node_group(graph: Graph, per: tuple[tuple[Layout, ...], ...], nid: int, hw:
                 resolved: Mapping[int, Value], op_costs: dict,
                 stored: tuple[tuple[TensorType, ...], ...] | None = None) -> _Group:
     node = graph.nodes[nid]
-    nodes = graph.nodes
-    types_of = stored if stored is not None else [n.types for n in nodes]
+    types_of = stored if stored is not None else NodeTypes(graph)
     in_types = tuple(types_of[v.node][v.index] for v in node.inputs)
     in_layouts = tuple(per[v.node][v.index] for v in node.inputs)
     key = (node.op, node.attrs, types_of[nid], in_types, in_layouts, per[nid])
