@@ -21,8 +21,9 @@ class GraphFileError(IRError):
     """A graph file that cannot be read: names the file and the problem."""
 
 
-def _jsonable(v: Any) -> Any:
-    return [_jsonable(x) for x in v] if isinstance(v, tuple) else v
+def jsonable(v: Any) -> Any:
+    """An attribute value as JSON data (tuples, nested, become lists)."""
+    return [jsonable(x) for x in v] if isinstance(v, tuple) else v
 
 
 def to_json(graph: Graph) -> dict[str, Any]:
@@ -33,7 +34,7 @@ def to_json(graph: Graph) -> dict[str, Any]:
         "hash": graph.structural_hash,
         "nodes": [{"id": n.id, "op": n.op,
                    "inputs": [[v.node, v.index] for v in n.inputs],
-                   "attrs": {k: _jsonable(v) for k, v in n.attrs}} for n in graph.nodes],
+                   "attrs": {k: jsonable(v) for k, v in n.attrs}} for n in graph.nodes],
         "outputs": [[v.node, v.index] for v in graph.outputs],
     }
 

@@ -33,6 +33,7 @@ from superopt.ir.analysis import COUNTS
 from superopt.ir.errors import IRError
 from superopt.ir.graph import AttrItems, Graph, GraphBuilder, Node
 from superopt.ir.opdef import SOURCE, get_op
+from superopt.ir.serialize import jsonable
 from superopt.ir.types import TensorType
 from superopt.rewrite.fold import fold_weights, weight_only
 
@@ -146,18 +147,10 @@ class FlopsCost(AdditiveCost):
                 f"{self.bytes_per_s / 1e9:g} GB/s, {self.per_op_s * 1e6:g} us per op)")
 
 
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, tuple | list):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return repr(v)
-    return v
-
-
 def signature_key(op: str, attrs: AttrItems, ins: tuple[TensorType, ...],
                   weights: tuple[bool, ...]) -> str:
     """A stable text key for an op signature (the database's key)."""
-    return json.dumps([op, _jsonable(attrs), [[list(t.shape), t.dtype.value] for t in ins],
+    return json.dumps([op, jsonable(attrs), [[list(t.shape), t.dtype.value] for t in ins],
                        [bool(w) for w in weights]], separators=(",", ":"))
 
 
@@ -171,10 +164,12 @@ class CostDatabase:
 
     def __init__(self, path: str | Path, context: Mapping[str, Any]) -> None:
         self.path = Path(path)
-        self.context = json.dumps(dict(context), sort_keys=True, separators=(",", ":"))
+        self._context = dict(context)
+        self.context = json.dumps(self._context, sort_keys=True, separators=(",", ":"))
         self.entries: dict[str, float] = {}
         self.loaded = self.other_contexts = 0
         self._torn: int | None = None  # bytes before a cut-off last line, if there is one
+        self._dir_ready = False
         if self.path.exists():
             self._load()
 
@@ -215,8 +210,10 @@ class CostDatabase:
 
     def put(self, key: str, seconds: float) -> None:
         self.entries[key] = seconds
-        record = {"context": json.loads(self.context), "key": key, "s": seconds}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"context": self._context, "key": key, "s": seconds}
+        if not self._dir_ready:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._dir_ready = True
         if self._torn is not None:
             os.truncate(self.path, self._torn)
             self._torn = None
@@ -304,8 +301,9 @@ class TorchOpCost(AdditiveCost):
                 outs: tuple[TensorType, ...], weights: tuple[bool, ...] = ()) -> float:
         import torch
 
-        key = signature_key(op, attrs, ins, weights) if self.database is not None else ""
+        key = ""
         if self.database is not None:
+            key = signature_key(op, attrs, ins, weights)
             known = self.database.get(key)
             if known is not None:
                 self.reused += 1

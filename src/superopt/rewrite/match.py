@@ -31,6 +31,7 @@ from typing import Any
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, Value
 from superopt.ir.opdef import OpDef, get_op
+from superopt.ir.serialize import jsonable
 from superopt.ir.types import TensorType
 from superopt.rewrite.terms import evaluate, holds, resolve
 from superopt.substitutions.pattern import (
@@ -54,12 +55,6 @@ def _value_text(v: Value) -> str:
 def _parse_value(text: str) -> Value:
     node, _, index = str(text).partition(":")
     return Value(int(node), int(index or 0))
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, tuple):
-        return [_jsonable(x) for x in v]
-    return v
 
 
 def _frozen(v: Any) -> Any:
@@ -104,7 +99,7 @@ class Site:
         return {"rule": self.rule, "key": self.key,
                 "roots": [_value_text(v) for v in self.roots], "nodes": list(self.nodes),
                 "tensors": {k: _value_text(v) for k, v in self.tensors},
-                "attrs": {k: _jsonable(v) for k, v in self.attrs}}
+                "attrs": {k: jsonable(v) for k, v in self.attrs}}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> Site:
