@@ -14,7 +14,7 @@ TABLE_MODULES = (
     "superopt.ir.modp",
     "superopt.ir.analysis",
     "superopt.backends.torch",
-    "superopt.tpu_sim.cost",
+    "superopt.tpu_sim.op_costs",
     "superopt.tpu_sim.layout_rules",
     "superopt.verifier.shapes",
     "superopt.mutants.boxes",
@@ -49,3 +49,19 @@ def test_every_op_has_a_shared_test_case() -> None:
     from op_cases import OP_CASES
 
     assert sorted(set(OPS) - set(OP_CASES)) == []
+
+
+def test_tpu_cost_entries_carry_op_facts() -> None:
+    """The compiler's passes read op facts (MXU hero, cheap to duplicate, reduction) from
+    the cost table, so every registered op has them next to its cost rule."""
+    from superopt.ir.opdef import REDUCTION
+    from superopt.tpu_sim.op_costs import COST_RULES, OpRule, op_rule
+
+    for name, op in OPS.items():
+        assert COST_RULES.supports(name), name
+        rule = op_rule(name)
+        assert isinstance(rule, OpRule), name
+        assert all(isinstance(x, bool) for x in (rule.mxu, rule.cheap, rule.reduction)), name
+        assert rule.reduction == op.has(REDUCTION), name
+        assert not (rule.mxu and rule.cheap), f"{name}: an MXU op is never duplicated"
+    assert sorted(n for n in OPS if op_rule(n).mxu) == ["conv2d", "linear", "matmul"]

@@ -376,7 +376,7 @@ class TorchProgram:
                  ) -> None:
         self.graph, self.device, self.dtype, self.seed = graph, device, dtype, seed
         self.ctx = LowerContext(graph, device, dtype, seed)
-        self._sources = {n.attr("name"): n for n in graph.nodes if n.op in ("input", "weight")}
+        self._sources = {n.attr("name"): n for n in graph.nodes if n.is_named_source}
         last_use: dict[int, int] = {}
         for n in graph.nodes:
             for v in n.inputs:

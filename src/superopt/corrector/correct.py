@@ -142,7 +142,7 @@ def _copy_graph(b: GraphBuilder, graph: Graph, sources: dict[str, Value],
                 override: dict[int, Value] | None = None) -> dict[Value, Value]:
     m: dict[Value, Value] = {}
     for n in graph.nodes:
-        if n.op in ("input", "weight"):
+        if n.is_named_source:
             m[Value(n.id)] = sources[n.attr("name")]
             continue
         if override and n.id in override:
@@ -300,7 +300,7 @@ def fold_weights(graph: Graph, seed: int = 0) -> Graph:
         m[v] = b.weight(f"folded.{v.node}.{v.index}", t.shape, t.dtype,
                         data=np.asarray(data, np.float32))
     for n in graph.nodes:
-        if n.op in ("input", "weight"):
+        if n.is_named_source:
             if n.op == "input" or any(n.id in (u.node for u in c.inputs)
                                       for c in graph.nodes if c.id not in wo):
                 m[Value(n.id)] = copy_node(b, n, (), graph)[0]

@@ -25,7 +25,7 @@ def variable_names(graph: Graph) -> dict[str, str]:
     out: dict[str, str] = {}
     used: set[str] = set()
     for n in graph.nodes:
-        if n.op not in ("input", "weight"):
+        if not n.is_named_source:
             continue
         name = n.attr("name")
         var = name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else \
@@ -49,7 +49,7 @@ def graph_patterns(graph: Graph, names: Mapping[str, str]) -> tuple[Pattern, ...
         if v in memo:
             return memo[v]
         n = graph.node(v.node)
-        if n.op in ("input", "weight"):
+        if n.is_named_source:
             p: Pattern = PVar(names[n.attr("name")])
         else:
             op = get_op(n.op)
@@ -68,7 +68,7 @@ def graph_patterns(graph: Graph, names: Mapping[str, str]) -> tuple[Pattern, ...
 def shape_condition(graph: Graph, names: Mapping[str, str]) -> str:
     parts = []
     for n in graph.nodes:
-        if n.op in ("input", "weight"):
+        if n.is_named_source:
             shape = tuple(n.type.shape)
             parts.append(f"shape(?{names[n.attr('name')]}) == {shape!r}")
     return " and ".join(parts)
@@ -78,7 +78,7 @@ def to_rule(cm: CorrectedMutant, name: str, provenance: Mapping[str, Any] | None
     """The corrected mutant as a PET rule: original => mutant + corrections."""
     names = variable_names(cm.original)
     shapes = {names[n.attr("name")]: list(n.type.shape) for n in cm.original.nodes
-              if n.op in ("input", "weight")}
+              if n.is_named_source}
     rep = cm.report
     prov: dict[str, Any] = {
         "generator": "pet",

@@ -57,7 +57,7 @@ def correction_regions(out: OutputBoxes) -> list[Region]:
 def copy_sources(b: GraphBuilder, graph: Graph) -> dict[str, Value]:
     """The graph's inputs and weights, created in `b` (hash-consed by name)."""
     return {n.attr("name"): copy_node(b, n, (), graph)[0] for n in graph.nodes
-            if n.op in ("input", "weight")}
+            if n.is_named_source}
 
 
 class RegionBuilder:
@@ -73,7 +73,7 @@ class RegionBuilder:
         if v in self._full:
             return self._full[v]
         node = self.graph.node(v.node)
-        if node.op in ("input", "weight"):
+        if node.is_named_source:
             out = (self.sources[node.attr("name")],)
         else:
             out = self.b.add(node.op, tuple(self.full(u) for u in node.inputs), node.a)
@@ -90,14 +90,14 @@ class RegionBuilder:
             return self._regions[key]
         node = self.graph.node(v.node)
         out: Value | None = None
-        if node.op not in ("input", "weight"):
+        if not node.is_named_source:
             rule = TABLE.get(node.op)
             if rule.restrict is not None:
                 ins = tuple(self.graph.type_of(u) for u in node.inputs)
                 out = rule.restrict(self.b, node, ins, v.index, region,
                                     lambda i, r: self.region(node.inputs[i], r))
         if out is None:
-            if node.op not in ("input", "weight"):
+            if not node.is_named_source:
                 self.fallbacks += 1
             out = slice_region(self.b, self.full(v), region)
         if self.b.shape(out) != region_shape(region):

@@ -70,6 +70,11 @@ class Node:
         return get_op(self.op).has(SOURCE)
 
     @property
+    def is_named_source(self) -> bool:
+        """An input or weight (a source known by name; constants are not)."""
+        return get_op(self.op).named_source
+
+    @property
     def key(self) -> tuple[str, tuple[Value, ...], AttrItems]:
         return (self.op, self.inputs, self.attrs)
 
@@ -197,7 +202,7 @@ class Graph:
             if n.key in seen_keys:
                 problems.append(f"{where}: duplicate of an earlier node (not hash-consed)")
             seen_keys.add(n.key)
-            if op.has(SOURCE) and n.op in ("input", "weight"):
+            if op.named_source:
                 name = n.attr("name")
                 if name in names:
                     problems.append(f"{where}: source name {name!r} also used by %{names[name]}")
@@ -355,7 +360,7 @@ class GraphBuilder:
         builders store it) is shared rather than copied.
         """
         inputs = tuple(inputs)
-        if node.op in ("input", "weight"):
+        if node.is_named_source:
             name = node.attr("name")
             if name in self._names:  # the usual checks for a name used twice
                 if node.op == "input":

@@ -174,7 +174,7 @@ def interpret(graph: Graph, feeds: Mapping[str, Any] | None = None,
     """Run `graph`; return its outputs, or every value when `keep` is set."""
     sem = _semantics(semantics)
     feeds = dict(feeds or {})
-    known = {n.attr("name") for n in graph.nodes if n.op in ("input", "weight")}
+    known = {n.attr("name") for n in graph.nodes if n.is_named_source}
     unknown = sorted(set(feeds) - known)
     if unknown:
         raise FeedError(f"graph {graph.name!r} has no input or weight named {unknown[0]!r}")
@@ -187,7 +187,7 @@ def interpret(graph: Graph, feeds: Mapping[str, Any] | None = None,
     env: dict[int, tuple[Any, ...]] = {}
     every: dict[Value, Any] = {}
     for n in graph.nodes:
-        if n.op in ("input", "weight"):
+        if n.is_named_source:
             out: tuple[Any, ...] = (sem.source(n, graph, feeds, seed),)
         else:
             args = tuple(env[v.node][v.index] for v in n.inputs)

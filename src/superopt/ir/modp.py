@@ -42,7 +42,7 @@ from superopt.ir.rules import RuleTable
 Arr = np.ndarray
 ModPRule = Callable[[tuple[Arr, ...], dict[str, Any], Node], tuple[Arr, ...]]
 
-TABLE: RuleTable[ModPRule] = RuleTable("modp", needs=lambda op: op.name not in ("input", "weight"))
+TABLE: RuleTable[ModPRule] = RuleTable("modp", needs=lambda op: not op.named_source)
 
 INV2 = modp_inv(2)
 SALT_TANH, SALT_ERF, SALT_ERF_TANH, SALT_RSQRT, SALT_LRN = 1, 2, 3, 4, 5

@@ -125,6 +125,12 @@ class OpDef:
     def has(self, trait: str) -> bool:
         return trait in self.traits
 
+    @property
+    def named_source(self) -> bool:
+        """An input or weight: a source known by its `name` attribute (feeds and weight
+        data are keyed by it). TASO's constants are sources too, made from attributes."""
+        return SOURCE in self.traits and any(a.name == "name" for a in self.attrs)
+
     def check_attrs(self, attrs: Attrs) -> dict[str, AttrValue]:
         """Validate attribute types and domains and fill in defaults."""
         known = {spec.name for spec in self.attrs}

@@ -128,7 +128,7 @@ def to_text(graph: Graph, max_nodes: int | None = None) -> str:
         lhs = ", ".join(str(v) for v in n.outputs)
         args = ", ".join(str(v) for v in n.inputs)
         types = ", ".join(str(t) for t in n.types)
-        if n.op in ("input", "weight"):
+        if n.is_named_source:
             data = " (data)" if n.attr("name") in graph.weights else ""
             lines.append(f"  {lhs} = {n.op} {n.attr('name')!r}{data} : {types}")
             continue

@@ -129,7 +129,7 @@ def check_compatible(original: Graph, mutant: Graph) -> None:
     """Same input names, shapes and dtypes, and the same number and shapes of outputs."""
     def sources(g: Graph) -> dict[str, tuple[tuple[int, ...], str]]:
         return {n.attr("name"): (n.type.shape, n.type.dtype.value) for n in g.nodes
-                if n.op in ("input", "weight")}
+                if n.is_named_source}
 
     a, b = sources(original), sources(mutant)
     if a != b:

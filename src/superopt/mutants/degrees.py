@@ -53,7 +53,7 @@ def op_degrees(op: str, attrs: dict, ins: list[Degrees]) -> Degrees:
 def degree_sets(graph: Graph) -> dict[Value, Degrees]:
     out: dict[Value, Degrees] = {}
     for n in graph.nodes:
-        if n.op in ("input", "weight"):
+        if n.is_named_source:
             out[Value(n.id)] = frozenset({(n.attr("name"),)})
             continue
         if n.op in ("const_pool", "const_iconv", "const_imm", "const_one", "embedding"):

@@ -285,10 +285,10 @@ class _Search:
         heads = []
         # Weights first: the last source's moves vary fastest, and moves of the data input
         # (stacking, exchange, de-interleaving) are the ones worth trying first.
-        order = sorted((n for n in self.original.nodes if n.op in ("input", "weight")),
+        order = sorted((n for n in self.original.nodes if n.is_named_source),
                        key=lambda n: n.op == "input")
         for n in order:
-            if n.op in ("input", "weight"):
+            if n.is_named_source:
                 heads.append(Entry(self.sources[n.attr("name")],
                                    frozenset({(n.attr("name"),)}), n.op == "weight"))
         self.pre(heads, 0, 0, 0)
@@ -465,7 +465,7 @@ def describe(graph: Graph) -> str:
     """The ops of a program in order, a reshape/transpose run shown once as "rt"."""
     parts: list[str] = []
     for n in graph.nodes:
-        if n.op in ("input", "weight"):
+        if n.is_named_source:
             continue
         name = "rt" if n.op in ("reshape", "transpose") else n.op
         if name == "rt" and parts and parts[-1] == "rt":

@@ -57,7 +57,7 @@ def full_feeds(graph: Graph, draw: int) -> dict[str, np.ndarray]:
     """Whole source tensors of draw `draw` (for the mod-p interpreter)."""
     out: dict[str, np.ndarray] = {}
     for n in graph.nodes:
-        if n.op in ("input", "weight"):
+        if n.is_named_source:
             _check_source(n)
             size = n.type.size
             out[n.attr("name")] = source_values(n.attr("name"), draw,
@@ -116,7 +116,7 @@ def _evaluate(graph: Graph, wanted: Mapping[int, np.ndarray], draw: int,
     need: dict[Value, _Needs] = {}
 
     def mark(v: Value, flat: np.ndarray) -> None:
-        if graph.node(v.node).op in ("input", "weight"):
+        if graph.node(v.node).is_named_source:
             return  # sources are drawn at gather time, element by element
         if v not in need:
             need[v] = _Needs(graph.type_of(v).size)
@@ -126,7 +126,7 @@ def _evaluate(graph: Graph, wanted: Mapping[int, np.ndarray], draw: int,
         mark(graph.outputs[k], flat)
     plans: dict[Value, tuple[np.ndarray, PointPlan]] = {}
     for node in reversed(graph.nodes):
-        if node.op in ("input", "weight"):
+        if node.is_named_source:
             continue
         for i in range(len(node.types)):
             v = Value(node.id, i)
@@ -147,7 +147,7 @@ def _evaluate(graph: Graph, wanted: Mapping[int, np.ndarray], draw: int,
     def gather(u: Value, flat: np.ndarray) -> np.ndarray:
         src = graph.node(u.node)
         flat = np.asarray(flat, dtype=np.int64)
-        if src.op not in ("input", "weight"):
+        if not src.is_named_source:
             return values[u].get(flat)
         _check_source(src)
         name = src.attr("name")
@@ -161,7 +161,7 @@ def _evaluate(graph: Graph, wanted: Mapping[int, np.ndarray], draw: int,
 
     empty = np.zeros(0, dtype=np.int64)
     for node in graph.nodes:
-        if node.op in ("input", "weight"):
+        if node.is_named_source:
             continue
         for i in range(len(node.types)):
             v = Value(node.id, i)

@@ -143,7 +143,7 @@ class SubprogramResult:
         return self.results[0] if self.results else None
 
     def describe(self) -> str:
-        ops = [n.op for n in self.sub.graph.nodes if n.op not in ("input", "weight")]
+        ops = [n.op for n in self.sub.graph.nodes if not n.is_named_source]
         first = next((n for n in self.sub.graph.nodes if n.op in ("conv2d", "matmul")), None)
         shape = ""
         if first is not None:

@@ -66,7 +66,7 @@ def check_values(before: Graph, after: Graph, feeds: Mapping[str, Any] | None = 
 
 
 def _known(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, Any]:
-    names = {n.attr("name") for n in graph.nodes if n.op in ("input", "weight")}
+    names = {n.attr("name") for n in graph.nodes if n.is_named_source}
     return {k: v for k, v in feeds.items() if k in names}
 
 

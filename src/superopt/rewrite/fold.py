@@ -122,7 +122,7 @@ def fold_weights(graph: Graph, *, evaluate: bool = True, materialize: bool = Tru
         frontier = ok
     data: Mapping[Value, np.ndarray] = _evaluate(graph, frontier, seed) if evaluate and frontier \
         else {}
-    names = {n.attr("name") for n in graph.nodes if n.op in ("input", "weight")}
+    names = {n.attr("name") for n in graph.nodes if n.is_named_source}
     hashes = graph.node_hashes
     new_names: dict[Value, str] = {}
     for v in frontier:

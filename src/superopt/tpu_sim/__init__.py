@@ -24,7 +24,6 @@ from superopt.tpu_sim.compiler import (
 )
 from superopt.tpu_sim.config import DEFAULT_FLAGS, Compiled, Config, Flags, Tile, all_flags
 from superopt.tpu_sim.cost import (
-    COST_RULES,
     CostModel,
     KernelCost,
     KernelStats,
@@ -43,15 +42,16 @@ from superopt.tpu_sim.hardware import (
 from superopt.tpu_sim.kernels import Kernel, Kernels, form_kernels
 from superopt.tpu_sim.layout import Layout, NodeLayouts, feature_minor, row_major
 from superopt.tpu_sim.layout_rules import LAYOUT_RULES
+from superopt.tpu_sim.op_costs import COST_RULES, OpRule, is_mxu_op, op_rule
 from superopt.tpu_sim.simulate import KernelReport, Simulation, evaluate, measure, simulate
 from superopt.tpu_sim.synthetic import synthetic_graph
 
 __all__ = [
     "COST_RULES", "DEFAULT_FLAGS", "LAYOUT_RULES", "PRESETS", "TPU_V3", "TPU_V4", "TPU_V5E",
     "Bounds", "Compiled", "Config", "Constants", "CostModel", "Flags", "Hardware", "InvalidConfig", "Kernel",
-    "KernelCost", "KernelReport", "KernelStats", "Kernels", "LaidOut", "Layout", "NodeLayouts",
+    "KernelCost", "KernelReport", "KernelStats", "Kernels", "LaidOut", "Layout", "NodeLayouts", "OpRule",
     "Signature", "Simulation", "Tile", "all_flags", "apply_layouts", "assign_layouts",
     "clear_caches", "compile_default", "compile_with", "cost_model", "evaluate",
-    "feature_minor", "form_kernels", "get_hardware", "lay_out", "measure", "priority_fusion",
+    "feature_minor", "form_kernels", "get_hardware", "is_mxu_op", "lay_out", "measure", "op_rule", "priority_fusion",
     "problems", "row_major", "simulate", "synthetic_graph", "validate",
 ]

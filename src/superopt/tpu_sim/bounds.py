@@ -52,8 +52,6 @@ from superopt.ir.types import TensorType
 from superopt.tpu_sim.hardware import Hardware
 from superopt.tpu_sim.layout import LANES, SUBLANES, Layout, padded_bytes, sublane_tile
 
-HEROES = ("conv2d", "matmul", "linear")
-
 # Ops whose operands relate to their output dim by dim under numpy broadcasting.
 _ELEMENTWISE = frozenset({"ewadd", "ewmul", "smul", "relu", "sigmoid", "tanh", "gelu", "copy",
                           "layout", "softmax", "lrn"})

@@ -37,7 +37,6 @@ from superopt.tpu_sim import cost as cost_module
 from superopt.tpu_sim.bounds import Bounds, plan
 from superopt.tpu_sim.config import DEFAULT_FLAGS, Compiled, Config, Flags
 from superopt.tpu_sim.cost import (
-    COST_RULES,
     OP_COSTS,
     CostModel,
     NodeTypes,
@@ -49,7 +48,6 @@ from superopt.tpu_sim.cost import (
 )
 from superopt.tpu_sim.hardware import Hardware, get_hardware
 from superopt.tpu_sim.kernels import (
-    HEROES,
     MAX_DUPLICATES,
     Kernel,
     effective_consumers,
@@ -67,6 +65,7 @@ from superopt.tpu_sim.layout import (
     row_major,
 )
 from superopt.tpu_sim.layout_rules import LAYOUT_RULES
+from superopt.tpu_sim.op_costs import is_mxu_op, op_rule
 
 MAX_OPERANDS = 96  # operands + outputs of one fusion (XLA's limit)
 MAX_DUPLICATED_OPS = 4  # a producer group duplicated into several kernels stays this small
@@ -263,15 +262,11 @@ class _Group:
         return self
 
 
-_CHEAP = frozenset({"ewadd", "ewmul", "smul", "relu", "copy", "layout", "transpose", "reshape",
-                    "slice", "pad", "concat", "split", "batch_norm"})
-_REDUCTIONS = frozenset({"reduce_sum", "reduce_mean", "softmax", "layer_norm"})
-
-
 def _node_group(graph: Graph, per: tuple[tuple[Layout, ...], ...], nid: int, hw: Hardware,
                 resolved: Mapping[int, Value], op_costs: dict,
                 stored: tuple[tuple[TensorType, ...], ...] | None = None) -> _Group:
     node = graph.nodes[nid]
+    rule = op_rule(node.op)
     types_of = stored if stored is not None else NodeTypes(graph)
     in_types = tuple(types_of[v.node][v.index] for v in node.inputs)
     in_layouts = tuple(per[v.node][v.index] for v in node.inputs)
@@ -280,7 +275,7 @@ def _node_group(graph: Graph, per: tuple[tuple[Layout, ...], ...], nid: int, hw:
     if got is None:
         view_node = node if stored is None else Node(nid, node.op, node.inputs, node.attrs,
                                                      types_of[nid])
-        c = COST_RULES.get(node.op)(OpView(view_node, in_types, in_layouts, per[nid], hw))
+        c = rule.cost(OpView(view_node, in_types, in_layouts, per[nid], hw))
         got = (c.gemm.padded_flops / hw.peak_flops if c.gemm is not None else 0.0,
                c.vector_cycles / hw.clock_hz, c.transposing, c.reads)
         if len(op_costs) > 1 << 18:
@@ -298,8 +293,8 @@ def _node_group(graph: Graph, per: tuple[tuple[Layout, ...], ...], nid: int, hw:
                                                                    strict=True)))
     return _Group(
         members=[nid], ext=ext, out_bytes=out_bytes, mxu_s=mxu_s, vec_s=vec_s,
-        hero=node.op in HEROES, reduction=node.op in _REDUCTIONS, transposing=transposing,
-        cheap=node.op in _CHEAP, outputs=len(node.types))._finish(hw)
+        hero=rule.mxu, reduction=rule.reduction, transposing=transposing, cheap=rule.cheap,
+        outputs=len(node.types))._finish(hw)
 
 
 def _merged(c: _Group, p: _Group, p_root: int, hw: Hardware) -> _Group:
@@ -622,7 +617,7 @@ def problems(compiled: Compiled, lint: bool = True) -> list[str]:
         if k.nodes[-1] != k.root or list(k.nodes) != sorted(k.nodes):
             out.append(f"kernel %{k.root}: members are not in topological order ending at "
                        "the root")
-        heroes = [m for m in k.nodes if g.nodes[m].op in HEROES]
+        heroes = [m for m in k.nodes if is_mxu_op(g.nodes[m].op)]
         if len(heroes) > 1:
             out.append(f"kernel %{k.root} has {len(heroes)} MXU ops")
         listed = set(k.inputs)

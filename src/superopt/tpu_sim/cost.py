@@ -1,34 +1,9 @@
-"""Kernel cost model: per-op rules (table "tpu_cost") and the time of a kernel on one core.
+"""Kernel cost model: the time of a kernel on one core.
 
-Per op, a rule returns the op's work on the *padded* data its layouts imply: vector-unit
-cycles (VPU arithmetic, EUP transcendentals, XLU cross-lane moves) and, for matmul and
-conv2d, an implicit matrix product for the MXU. A kernel's statistics are the sum over its
-member ops; they are computed once per *kernel signature* (ops, attributes, types, layouts
-and the wiring inside the kernel), so repeated layers and re-evaluated configurations hit
-a cache.
-
-Per-op work, in vector passes over the op's padded output (one pass = one vreg of 8 x 128
-32-bit values: `vpu_op_cycles` for an add/mul/max, `transcendental_cycles` for exp, tanh,
-erf, rsqrt, `xlu_cycles` for a cross-lane move), as the rules below charge it:
-
-- ewadd, ewmul, smul, relu, copy: 1 op; batch_norm: 2 ops (scale and shift, folded);
-  sigmoid: 2 ops + 2 transcendentals; tanh: 1 + 1; gelu: 5 ops (6 for the tanh form) + 1.
-- reduce_sum/mean: 1 op per *input* pass, plus an XLU pass when the reduction crosses
-  lanes or an op when it crosses sublanes; softmax and layer_norm: two such reductions plus
-  3 (softmax) or 6 (layer_norm) ops and a transcendental per output pass.
-- pooling: per window tap 1 op, plus an XLU shift when H or W sits in lanes; lrn: a
-  window of `size` taps (XLU when channels sit in lanes) + 4 ops + 2 transcendentals.
-- matmul, conv2d, linear (its bias add: 1 op): the MXU (below); a fused activation on the result; an XLU transpose of
-  any operand or result whose minor dim is not the one the MXU streams (K of the lhs, N of
-  the rhs and result, channels for convs). The MXU produces the result's lane dim as its
-  columns: a conv whose result keeps its batch dim in lanes (XLA's weight-gradient convs)
-  computes the transposed product, batch as columns, input stationary. A conv whose groups are so narrow that the MXU
-  would idle (depthwise) runs on the VPU instead, at kh x kw x C/groups multiply-adds per
-  output, when that is cheaper.
-- transpose, reshape, layout: 1 op per pass when the two tiled dims stay in place (whole
-  tiles move), else an XLU pass; bitcasts move nothing and never reach the cost model.
-- concat, split, slice, pad, enlarge: 1 op per pass, plus an XLU pass when an offset on a
-  tiled dim is not tile-aligned; slice and embedding read only the tiles they need.
+The per-op rules (table "tpu_cost") and op facts live in `op_costs`. A kernel's statistics
+are the sum over its member ops; they are computed once per *kernel signature* (ops,
+attributes, types, layouts and the wiring inside the kernel), so repeated layers and
+re-evaluated configurations hit a cache.
 
 Time of a kernel under a tile and flags (the "true" model the simulator reports):
 
@@ -69,13 +44,11 @@ including the tile's operand re-reads.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from superopt.ir.analysis import COUNTS
 from superopt.ir.graph import Graph, Node, Value
-from superopt.ir.rules import RuleTable
 from superopt.ir.types import TensorType
 from superopt.tpu_sim import bounds as bounds_module
 from superopt.tpu_sim.bounds import Bounds, Space
@@ -87,403 +60,20 @@ from superopt.tpu_sim.layout import (
     NodeLayouts,
     padded_bytes,
     padded_dims,
-    permute_layout,
     sublane_tile,
     vregs,
 )
-
-MXU_ROWS = 8  # rows of an MXU operand block pad to the sublane tile
-
-
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
-# ---- per-op rules -----------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class Gemm:
-    """`count` independent products (m x k) @ (k x n); `k_pad` is the contraction as the MXU
-    sees it (per-tap padding for deep convs)."""
-
-    count: int
-    m: int
-    n: int
-    k: int
-    k_pad: int
-
-    @property
-    def m_pad(self) -> int:
-        return _round_up(max(self.m, 1), MXU_ROWS)
-
-    @property
-    def n_pad(self) -> int:
-        return _round_up(max(self.n, 1), 128)
-
-    @property
-    def padded_flops(self) -> float:
-        return 2.0 * self.count * self.m_pad * self.n_pad * self.k_pad
-
-
-@dataclass(frozen=True, slots=True)
-class OpCost:
-    """Work of one op on padded data. `reads[i]` is the bytes the op reads of input i when it
-    reads less than the whole padded array (slice, embedding), else None."""
-
-    vector_cycles: float = 0.0
-    gemm: Gemm | None = None
-    reads: tuple[float | None, ...] = ()
-    transposing: bool = False  # moves data across lanes or sublanes (layout change)
-
-
-@dataclass(frozen=True, slots=True)
-class OpView:
-    """What a cost rule sees: the node, its operand types and every layout involved."""
-
-    node: Node
-    ins: tuple[TensorType, ...]
-    in_layouts: tuple[Layout, ...]
-    out_layouts: tuple[Layout, ...]
-    hw: Hardware
-
-    @property
-    def out(self) -> TensorType:
-        return self.node.types[0]
-
-    def vout(self, i: int = 0) -> float:
-        return vregs(self.node.types[i], self.out_layouts[i])
-
-    def vin(self, i: int) -> float:
-        return vregs(self.ins[i], self.in_layouts[i])
-
-    @property
-    def op(self) -> float:
-        return self.hw.vpu_op_cycles
-
-    @property
-    def tr(self) -> float:
-        return self.hw.transcendental_cycles
-
-    @property
-    def xl(self) -> float:
-        return self.hw.xlu_cycles
-
-
-CostRule = Callable[[OpView], OpCost]
-COST_RULES: RuleTable[CostRule] = RuleTable("tpu_cost")
-
-
-def _act(v: OpView, activation: str) -> float:
-    """Cycles per output vreg of a fused activation."""
-    return {"none": 0.0, "relu": v.op, "sigmoid": 2 * v.tr + 2 * v.op,
-            "tanh": v.tr + v.op}[activation]
-
-
-def _free(v: OpView) -> OpCost:
-    return OpCost()
-
-
-for _op in ("input", "weight", "const_pool", "const_iconv", "const_imm", "const_one"):
-    COST_RULES.register(_op, _free)  # sources live in HBM: reading them is the consumer's cost
-
-
-def _matmul(v: OpView) -> OpCost:
-    a, b = v.ins
-    out = v.out
-    batch_a, batch_b = math.prod(a.shape[:-2]), math.prod(b.shape[:-2])
-    batch_out = math.prod(out.shape[:-2])
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    if batch_b == 1:  # a shared weight: fold every batch into the rows of one product
-        gemm = Gemm(1, batch_a * m if batch_a == batch_out else batch_out * m, n, k,
-                    _round_up(max(k, 1), 128))
-    else:
-        gemm = Gemm(batch_out, m, n, k, _round_up(max(k, 1), 128))
-    cycles = v.vout() * _act(v, v.node.attr("activation"))
-    # The MXU streams lhs rows with K in lanes and produces rows with N in lanes; an operand
-    # or result in the other minor order goes through the XLU transpose unit.
-    if v.in_layouts[0][0] != a.rank - 1:
-        cycles += v.vin(0) * v.xl
-    if v.in_layouts[1][0] != b.rank - 1:
-        cycles += v.vin(1) * v.xl
-    if v.out_layouts[0][0] != out.rank - 1:
-        cycles += v.vout() * v.xl
-    return OpCost(cycles, gemm)
-
-
-COST_RULES.register("matmul", _matmul)
-
-
-def _linear(v: OpView) -> OpCost:
-    x, w, _ = v.ins
-    out = v.out
-    rows, k, n = math.prod(x.shape[:-1]), x.shape[-1], w.shape[0]
-    gemm = Gemm(1, rows, n, k, _round_up(max(k, 1), 128))
-    # The bias add runs in the epilogue: one op per output pass, then any activation.
-    cycles = v.vout() * (v.op + _act(v, v.node.attr("activation")))
-    # As matmul: K of the lhs and N of the result in lanes; the (N, K) weight wants N in
-    # lanes (stored transposed, as XLA lays out a dense layer's constant weight).
-    if v.in_layouts[0][0] != x.rank - 1:
-        cycles += v.vin(0) * v.xl
-    if v.in_layouts[1][0] != 0:
-        cycles += v.vin(1) * v.xl
-    if v.out_layouts[0][0] != out.rank - 1:
-        cycles += v.vout() * v.xl
-    return OpCost(cycles, gemm)
-
-
-COST_RULES.register("linear", _linear)
-
-
-def conv_gemm(x: TensorType, w: TensorType, out: TensorType, groups: int,
-              transposed: bool = False) -> Gemm:
-    """Implicit GEMM of a conv: rows = output pixels, columns = output channels per group.
-
-    Deep convs (>= 128 input channels per group) contract tap by tap, each tap padded to
-    128; shallow ones fold the taps into the contraction (as XLA's TPU emitter does), so a
-    3-channel 7x7 conv contracts over 147 -> 256 rather than 49 x 128. `transposed`: the
-    product is computed the other way round, batch in the columns (see `_conv`).
-    """
-    o, cg, kh, kw = w.shape
-    m = out.shape[0] * out.shape[2] * out.shape[3]
-    k = cg * kh * kw
-    k_pad = kh * kw * _round_up(cg, 128) if cg >= 128 else _round_up(max(k, 1), 128)
-    if transposed:
-        return Gemm(1, o * out.shape[2] * out.shape[3], out.shape[0], k, k_pad)
-    return Gemm(groups, m, o // groups, k, k_pad)
-
-
-def batch_in_lanes(out: TensorType, layout: Layout, groups: int) -> bool:
-    """Whether a conv's result keeps its batch dim in lanes, so the MXU computes the
-    transposed product (XLA does this for weight-gradient convs, whose "batch" is the
-    forward conv's input features)."""
-    return groups == 1 and bool(layout) and layout[0] == 0 and out.shape[0] > 1
-
-
-def _conv(v: OpView) -> OpCost:
-    x, w = v.ins
-    out = v.out
-    # The MXU produces the result's lane dim as its columns: output features normally, the
-    # batch dim when the result keeps it in lanes (then no transpose of the result either).
-    transposed = batch_in_lanes(out, v.out_layouts[0], v.node.attr("groups"))
-    gemm = conv_gemm(x, w, out, v.node.attr("groups"), transposed)
-    _, cg, kh, kw = w.shape
-    # Each group is at least one grid step on the MXU (fill, drain, step overhead).
-    per_group = v.hw.mxu_fill_cycles + v.hw.step_s * v.hw.clock_hz
-    mxu_cycles = gemm.count * ((gemm.k_pad // 128) * (gemm.n_pad // 128)
-                               * max(gemm.m_pad, v.hw.mxu_dim) / v.hw.mxus + per_group)
-    vpu_cycles = v.vout() * kh * kw * cg * 2 * v.op
-    cycles = v.vout() * _act(v, v.node.attr("activation"))
-    # Feature dims belong in lanes: input and output channels minor, weights O-minor.
-    if v.in_layouts[0][0] != 1:
-        cycles += v.vin(0) * v.xl
-    if v.in_layouts[1][0] != 0:
-        cycles += v.vin(1) * v.xl
-    if v.out_layouts[0][0] != 1 and not transposed:
-        cycles += v.vout() * v.xl
-    if vpu_cycles < mxu_cycles:  # depthwise-like convs run on the vector unit
-        return OpCost(cycles + vpu_cycles, None)
-    return OpCost(cycles, gemm)
-
-
-COST_RULES.register("conv2d", _conv)
-
-
-def _unary(arith: float, trans: float) -> CostRule:
-    return lambda v: OpCost(v.vout() * (arith * v.op + trans * v.tr))
-
-
-for _op, _a, _t in (("ewadd", 1, 0), ("ewmul", 1, 0), ("smul", 1, 0), ("relu", 1, 0),
-                    ("sigmoid", 2, 2), ("tanh", 1, 1), ("batch_norm", 2, 0), ("copy", 1, 0)):
-    COST_RULES.register(_op, _unary(_a, _t))
-
-
-def _gelu(v: OpView) -> OpCost:
-    arith = 6 if v.node.attr("approximate") == "tanh" else 5
-    return OpCost(v.vout() * (arith * v.op + v.tr))
-
-
-COST_RULES.register("gelu", _gelu)
-
-
-def _lane_sublane(layout: Layout) -> tuple[int | None, int | None]:
-    return (layout[0] if layout else None, layout[1] if len(layout) > 1 else None)
-
-
-def _reduction_cycles(v: OpView, axes: Iterable[int], passes: int) -> float:
-    """Cross-lane reductions go through the XLU; sublane and major-dim ones are vector adds."""
-    lane, sub = _lane_sublane(v.in_layouts[0])
-    axes = set(axes)
-    per = 0.0
-    if lane in axes:
-        per += v.xl
-    if sub in axes:
-        per += v.op
-    return v.vin(0) * passes * (v.op + per)
-
-
-def _reduce(v: OpView) -> OpCost:
-    axes = v.node.attr("axes")
-    cycles = _reduction_cycles(v, axes, 1)
-    if v.node.op == "reduce_mean":
-        cycles += v.vout() * v.op
-    return OpCost(cycles)
-
-
-COST_RULES.register("reduce_sum", _reduce)
-COST_RULES.register("reduce_mean", _reduce)
-
-
-def _softmax(v: OpView) -> OpCost:
-    # max, subtract, exp, sum, reciprocal (per row), multiply.
-    cycles = _reduction_cycles(v, (v.node.attr("axis"),), 2) + v.vout() * (3 * v.op + v.tr)
-    return OpCost(cycles)
-
-
-def _layer_norm(v: OpView) -> OpCost:
-    axes = range(v.node.attr("axis"), v.ins[0].rank)
-    # mean and variance reductions, rsqrt, normalise, scale and shift.
-    cycles = _reduction_cycles(v, axes, 2) + v.vout() * (6 * v.op + v.tr)
-    return OpCost(cycles)
-
-
-COST_RULES.register("softmax", _softmax)
-COST_RULES.register("layer_norm", _layer_norm)
-
-
-def _pool(v: OpView) -> OpCost:
-    kh, kw = v.node.attr("kernel")
-    lane, sub = _lane_sublane(v.in_layouts[0])
-    # Window taps along a lane dim are lane shifts on the XLU; along sublanes or major dims
-    # they are plain vector loads.
-    per_tap = v.op + (v.xl if lane in (2, 3) else 0.0) + (0.5 * v.op if sub in (2, 3) else 0.0)
-    cycles = v.vout() * (kh * kw * per_tap + _act(v, v.node.attr("activation")))
-    if v.node.op == "pool2d_avg":
-        cycles += v.vout() * v.op
-    return OpCost(cycles)
-
-
-COST_RULES.register("pool2d_avg", _pool)
-COST_RULES.register("pool2d_max", _pool)
-
-
-def _lrn(v: OpView) -> OpCost:
-    size = v.node.attr("size")
-    lane, _ = _lane_sublane(v.in_layouts[0])
-    window = size * (v.op + (v.xl if lane == 1 else 0.0))  # a channel window across lanes
-    return OpCost(v.vout() * (window + 4 * v.op + 2 * v.tr))
-
-
-COST_RULES.register("lrn", _lrn)
-
-
-def _moves_tiles(in_layout: Layout, out_layout: Layout, perm: tuple[int, ...] | None = None
-                 ) -> bool:
-    """Whether a relayout keeps the two tiled dims in place (then it only moves whole tiles)."""
-    src = permute_layout(in_layout, perm) if perm is not None else in_layout
-    return src[:2] == out_layout[:2]
-
-
-def _transpose(v: OpView) -> OpCost:
-    # After layout assignment a transpose is a bitcast; a physical one (only reachable by a
-    # configuration that bypasses the layout pass) costs a relayout.
-    if _moves_tiles(v.in_layouts[0], v.out_layouts[0], v.node.attr("perm")):
-        return OpCost(v.vout() * v.op)
-    return OpCost(v.vout() * v.xl, transposing=True)
-
-
-COST_RULES.register("transpose", _transpose)
-
-
-def _reshape(v: OpView) -> OpCost:
-    # Not a bitcast (bitcasts never reach the cost model): elements change tiles.
-    return OpCost(v.vout() * v.xl, transposing=True)
-
-
-COST_RULES.register("reshape", _reshape)
-
-
-def _layout(v: OpView) -> OpCost:
-    if _moves_tiles(v.in_layouts[0], v.out_layouts[0]):
-        return OpCost(v.vout() * v.op)
-    return OpCost(v.vout() * v.xl, transposing=True)
-
-
-COST_RULES.register("layout", _layout)
-
-
-def _misaligned(layout: Layout, axis: int, offsets: Iterable[int], itemsize: int) -> bool:
-    lane, sub = _lane_sublane(layout)
-    if axis == lane:
-        return any(o % 128 for o in offsets)
-    if axis == sub:
-        return any(o % sublane_tile(itemsize) for o in offsets)
-    return False
-
-
-def _concat(v: OpView) -> OpCost:
-    axis = v.node.attr("axis")
-    offsets = [sum(t.shape[axis] for t in v.ins[:i]) for i in range(1, len(v.ins))]
-    shift = _misaligned(v.out_layouts[0], axis, offsets, v.out.dtype.itemsize)
-    return OpCost(v.vout() * (v.op + (v.xl if shift else 0.0)))
-
-
-def _split(v: OpView) -> OpCost:
-    axis = v.node.attr("axis")
-    sizes = v.node.attr("sizes")
-    offsets = [sum(sizes[:i]) for i in range(1, len(sizes))]
-    shift = _misaligned(v.in_layouts[0], axis, offsets, v.ins[0].dtype.itemsize)
-    total = sum(vregs(t, lay) for t, lay in zip(v.node.types, v.out_layouts, strict=True))
-    return OpCost(total * (v.op + (v.xl if shift else 0.0)))
-
-
-def _slice(v: OpView) -> OpCost:
-    starts, steps = v.node.attr("starts"), v.node.attr("steps")
-    layout = v.in_layouts[0]
-    item = v.ins[0].dtype.itemsize
-    shift = any(_misaligned(layout, d, (starts[d],), item) or steps[d] != 1
-                for d in layout[:2])
-    # A slice reads only the tiles it needs: about its output's share of the input.
-    reads = min(padded_bytes(v.ins[0], layout), 2 * padded_bytes(v.out, v.out_layouts[0]))
-    return OpCost(v.vout() * (v.op + (v.xl if shift else 0.0)), reads=(reads,))
-
-
-def _pad(v: OpView) -> OpCost:
-    pads = v.node.attr("pads")
-    rank = v.ins[0].rank
-    layout = v.out_layouts[0]
-    item = v.out.dtype.itemsize
-    shift = any(_misaligned(layout, d, (pads[d],), item) for d in layout[:2]) if rank else False
-    return OpCost(v.vout() * (v.op + (v.xl if shift else 0.0)))
-
-
-def _enlarge(v: OpView) -> OpCost:
-    w = v.ins[0]
-    dh, dw = (v.node.attr("kh") - w.shape[2]) // 2, (v.node.attr("kw") - w.shape[3]) // 2
-    layout = v.out_layouts[0]
-    shift = (_misaligned(layout, 2, (dh,), w.dtype.itemsize)
-             or _misaligned(layout, 3, (dw,), w.dtype.itemsize))
-    return OpCost(v.vout() * (v.op + (v.xl if shift else 0.0)))
-
-
-def _embedding(v: OpView) -> OpCost:
-    ids, table = v.ins
-    row = padded_bytes(TensorType((1, table.shape[1]), table.dtype), (1, 0)) / 8
-    reads = min(padded_bytes(table, v.in_layouts[1]), ids.size * row)
-    return OpCost(v.vout() * 2 * v.op, reads=(None, reads))
-
-
-COST_RULES.register("concat", _concat)
-COST_RULES.register("split", _split)
-COST_RULES.register("slice", _slice)
-COST_RULES.register("pad", _pad)
-COST_RULES.register("enlarge", _enlarge)
-COST_RULES.register("embedding", _embedding)
-
-
-def op_flops(node: Node, ins: tuple[TensorType, ...]) -> float:
-    macs, other = COUNTS.get(node.op)(node, ins)
-    return 2.0 * macs + other
-
+from superopt.tpu_sim.op_costs import (
+    MXU_ROWS,
+    Gemm,
+    OpCost,
+    OpView,
+    batch_in_lanes,
+    is_reduction_op,
+    op_flops,
+    op_rule,
+    round_up,
+)
 
 # ---- kernel signatures and statistics -------------------------------------------------------
 
@@ -591,9 +181,6 @@ class KernelStats:
         return len(self.ops)
 
 
-REDUCTIONS = frozenset({"reduce_sum", "reduce_mean", "softmax", "layer_norm"})
-
-
 def kernel_stats(sig: Signature, hw: Hardware) -> KernelStats:
     entries, ext_desc, outs = sig.key
     n_members = len(entries)
@@ -608,7 +195,7 @@ def kernel_stats(sig: Signature, hw: Hardware) -> KernelStats:
         node = Node(i, op, (), attrs, types)
         ins = tuple(t for _, t, _ in refs)
         view = OpView(node, ins, tuple(lay for _, _, lay in refs), out_layouts, hw)
-        c = COST_RULES.get(op)(view)
+        c = op_rule(op).cost(view)
         costs.append(c)
         ops.append(op)
         flops += op_flops(node, ins)
@@ -697,7 +284,7 @@ def kernel_stats(sig: Signature, hw: Hardware) -> KernelStats:
         out_bytes=out_bytes, lhs_inter=inter["lhs"] + inter["rhs"], stream_inter=inter["stream"],
         rows=max(1, rows), row_tile=row_tile, n_inputs=len(ext_desc), n_outputs=len(outs),
         live_vregs=_peak_live(entries), loop_vregs=loop,
-        transposing=transposing, reduction=any(op in REDUCTIONS for op in ops),
+        transposing=transposing, reduction=any(is_reduction_op(op) for op in ops),
         hero=hero if hero >= 0 else None)
 
 
@@ -758,7 +345,7 @@ def tile_options(stats: KernelStats) -> list[Tile]:
             tms += [g.m_pad * b for b in _ladder(2, g.count)]
         return [(tm, tn, tk) for tm in tms for tn in _ladder(128, g.n_pad)
                 for tk in _ladder(128, g.k_pad)]
-    rows = _round_up(stats.rows, stats.row_tile)
+    rows = round_up(stats.rows, stats.row_tile)
     return [(tr,) for tr in _ladder(stats.row_tile, rows)]
 
 
@@ -784,7 +371,7 @@ def tile_problem(stats: KernelStats, tile: Tile) -> str | None:
         return None
     if len(tile) != 1:
         return f"a vector kernel takes a tile (rows,), found {tile!r}"
-    rows = _round_up(stats.rows, stats.row_tile)
+    rows = round_up(stats.rows, stats.row_tile)
     if tile[0] > rows or tile[0] % stats.row_tile:
         return f"rows={tile[0]} must be a multiple of {stats.row_tile} up to {rows}"
     return None
@@ -842,7 +429,7 @@ def grid(stats: KernelStats, tile: Tile) -> Grid:
                     stats.out_bytes, (*transfers, (out_tiles, out_tile, out_run)),
                     vmem_io, acc + inter, inter)
     (tr,) = tile
-    rows = _round_up(stats.rows, stats.row_tile)
+    rows = round_up(stats.rows, stats.row_tile)
     steps = -(-rows // tr)
     frac = 1.0 / steps
     in_tile = stats.in_bytes * frac
@@ -881,7 +468,7 @@ def mxu_cycles_per_step(g: Gemm, tile: Tile, split: str, hw: Hardware) -> tuple[
     if split == "n":
         cycles = -(-nb // hw.mxus) * kb * max(rows, floor)
     elif split == "m":
-        cycles = nb * kb * max(_round_up(-(-rows // hw.mxus), MXU_ROWS), floor)
+        cycles = nb * kb * max(round_up(-(-rows // hw.mxus), MXU_ROWS), floor)
     else:  # "k": partial sums from each MXU are added on the vector unit
         cycles = nb * -(-kb // hw.mxus) * max(rows, floor)
         if kb > 1:

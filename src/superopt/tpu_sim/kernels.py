@@ -39,9 +39,9 @@ from superopt.ir.opdef import SOURCE, get_op
 from superopt.ir.types import TensorType
 from superopt.tpu_sim.layout import NodeLayouts
 from superopt.tpu_sim.layout_rules import LAYOUT_RULES
+from superopt.tpu_sim.op_costs import is_mxu_op
 
 MAX_DUPLICATES = 8
-HEROES = frozenset({"matmul", "conv2d", "linear"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +166,7 @@ def form_kernels(graph: Graph, layouts: NodeLayouts, fusion: Mapping[int, bool |
         if source[i] or i in bitcasts:
             continue
         node = nodes[i]
-        hero = node.op in HEROES
+        hero = is_mxu_op(node.op)
         reason = None
         decision = fusion.get(i, False)
         if not isinstance(decision, bool) and isinstance(decision, int):

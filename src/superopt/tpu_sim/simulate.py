@@ -24,10 +24,11 @@ import numpy as np
 
 from superopt.ir.graph import Graph
 from superopt.tpu_sim.config import Compiled, Config, Flags, Tile
-from superopt.tpu_sim.cost import COST_RULES, KernelCost, OpView, cost_model, op_flops
+from superopt.tpu_sim.cost import KernelCost, cost_model
 from superopt.tpu_sim.hardware import DEFAULT, Hardware
 from superopt.tpu_sim.kernels import is_source
 from superopt.tpu_sim.layout import padded_bytes, paused_gc, row_major
+from superopt.tpu_sim.op_costs import OpView, op_flops, op_rule
 
 NOISE_SIGMA = 0.015
 
@@ -132,7 +133,7 @@ def compulsory_bytes(graph: Graph, hw: Hardware = DEFAULT) -> float:
             in_types = tuple(graph.type_of(v) for v in n.inputs)
             view = OpView(n, in_types, tuple(row_major(t.rank) for t in in_types),
                           (row_major(n.type.rank),), hw)
-            partial = COST_RULES.get(n.op)(view).reads
+            partial = op_rule(n.op).cost(view).reads
         for i, v in enumerate(n.inputs):
             p = partial[i] if i < len(partial) else None
             if p is None or (v.node in reads and reads[v.node] is None):
