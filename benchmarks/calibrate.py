@@ -1,6 +1,7 @@
 """Benchmark: the TPU simulator against real TPU v3 measurements, before and after calibration.
 
-Replays the TpuGraphs samples (`shared/data/tpu_graphs_samples/`, real TPU v3 runtimes) on the
+Replays the TpuGraphs samples (real TPU v3 runtimes, shipped as package data:
+`superopt.tpu_sim.replay.data_dir()`; `--data DIR` reads another directory of the same files) on the
 simulator's v3 preset (see `superopt.tpu_sim.replay`), fits the kernel model's free constants
 (`superopt.tpu_sim.calibration`) and replays again. Per tile-tuned kernel it prints: rows,
 Kendall's tau-b between simulated and measured runtimes, the measured runtime of the
@@ -35,7 +36,7 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=None, help="TpuGraphs samples directory")
+    parser.add_argument("--data", default=None, help="TpuGraphs samples directory (default: the package's own)")
     parser.add_argument("--out", default="benchmarks/results/calibrate.json")
     parser.add_argument("--no-fit", action="store_true", help="use the recorded calibration")
     parser.add_argument("--write-record", action="store_true",

@@ -16,9 +16,9 @@ import pytest
 from superopt.importers.errors import ModelImportError, UnsupportedOpsError
 from superopt.importers.hlo import import_hlo, load_module
 from superopt.ir import DType, interpret
+from superopt.tpu_sim.replay import data_dir
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tpu_graphs_samples"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"no TpuGraphs samples at {DATA}")
+DATA = data_dir()  # package data: present in every checkout and installation
 
 
 # ---- building small modules --------------------------------------------------------------------
@@ -325,7 +325,6 @@ def _kernels() -> dict[str, dict[str, Any]]:
     return {k["name"]: k for k in data["kernels"]}
 
 
-@needs_data
 def test_tpu_graphs_kernels_import_in_cost_mode_and_report_what_exact_mode_lacks() -> None:
     kernels = _kernels()
     exact = {"copy.24", "reshape.38", "reshape.39"}
@@ -351,7 +350,6 @@ def test_tpu_graphs_kernels_import_in_cost_mode_and_report_what_exact_mode_lacks
                                                       "(reduce)"}
 
 
-@needs_data
 def test_the_layout_program_lists_every_unsupported_opcode_and_its_convs_import() -> None:
     module = load_module(DATA / "module_tuning_data_layout.json")
     with pytest.raises(UnsupportedOpsError) as e:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,10 +30,9 @@ from superopt.tpu_sim.hardware import (
     Constants,
     calibration_record,
 )
-from superopt.tpu_sim.replay import load_tiles, prepare
+from superopt.tpu_sim.replay import data_dir, load_tiles, prepare
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tpu_graphs_samples"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"no TpuGraphs samples at {DATA}")
+DATA = data_dir()  # package data: present in every checkout and installation
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +77,10 @@ def test_the_record_says_where_its_data_came_from() -> None:
     assert set(rec["free"]) >= set(FREE)
     assert rec["loss"]["after"] < rec["loss"]["before"]
     assert {r["name"] for r in rec["residuals"]} >= {"fusion.191", "fusion.232"}
-    if DATA.is_dir():
-        for name, info in rec["data"]["files"].items():
-            assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == info["sha256"]
+    for name, info in rec["data"]["files"].items():
+        assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == info["sha256"]
 
 
-@needs_data
 def test_the_recorded_residuals_reproduce(kernels) -> None:
     rec = calibration_record()
     assert loss(kernels, TPU_V3) == pytest.approx(rec["loss"]["after"], rel=1e-6)
@@ -96,7 +92,6 @@ def test_the_recorded_residuals_reproduce(kernels) -> None:
         assert r.mape == pytest.approx(want["mape"], rel=1e-6)
 
 
-@needs_data
 def test_the_recorded_constants_are_a_local_minimum(kernels) -> None:
     best = loss(kernels, TPU_V3)
     for name in FREE:
@@ -107,13 +102,11 @@ def test_the_recorded_constants_are_a_local_minimum(kernels) -> None:
 
 
 @pytest.mark.slow
-@needs_data
 def test_the_vmem_share_is_the_largest_that_fits_every_measured_tile(kernels) -> None:
     assert fit_vmem(kernels, TPU_V3) == pytest.approx(CALIBRATED.vmem_intermediate_share)
 
 
 @pytest.mark.slow
-@needs_data
 def test_a_fresh_fit_finds_the_recorded_calibration_again(kernels) -> None:
     result = fit(kernels, UNCALIBRATED.apply(BASE_V3), start=UNCALIBRATED)
     rec = calibration_record()

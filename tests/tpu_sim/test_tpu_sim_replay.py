@@ -6,13 +6,13 @@ runtime levels are reproduced."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
 from superopt.tpu_sim import TPU_V3, cost_model
 from superopt.tpu_sim.hardware import BASE_V3, UNCALIBRATED
 from superopt.tpu_sim.replay import (
+    data_dir,
     kendall_tau_b,
     load_layouts,
     load_tiles,
@@ -23,8 +23,7 @@ from superopt.tpu_sim.replay import (
     replay_tiles,
 )
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tpu_graphs_samples"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"no TpuGraphs samples at {DATA}")
+DATA = data_dir()  # package data: present in every checkout and installation
 
 
 # ---- metrics -----------------------------------------------------------------------------------
@@ -61,7 +60,6 @@ def kernels():
     return [prepare(k) for k in load_tiles(DATA / "op_tuning_data.json")]
 
 
-@needs_data
 def test_every_kernel_is_one_simulator_kernel(kernels) -> None:
     assert [k.name for k in kernels] == ["fusion.232", "fusion.191", "fusion.245", "copy.24",
                                          "fusion.181", "reshape.37", "reshape.39",
@@ -70,7 +68,6 @@ def test_every_kernel_is_one_simulator_kernel(kernels) -> None:
     assert len(next(k for k in kernels if k.name == "fusion.191").measured) == 579
 
 
-@needs_data
 def test_the_issue_figures_are_met_on_the_v3_preset(kernels) -> None:
     by_name = {k.name: replay_tiles(k, TPU_V3).metrics for k in kernels}
     assert by_name["fusion.191"].tau >= 0.7
@@ -82,7 +79,6 @@ def test_the_issue_figures_are_met_on_the_v3_preset(kernels) -> None:
         assert m.mape < 0.3, (k.name, m)
 
 
-@needs_data
 def test_calibration_improves_the_error_and_keeps_the_ranking(kernels) -> None:
     before_hw = UNCALIBRATED.apply(BASE_V3)
     for k in kernels:
@@ -92,14 +88,12 @@ def test_calibration_improves_the_error_and_keeps_the_ranking(kernels) -> None:
             assert b.tau >= 0.7 and a.tau >= 0.7
 
 
-@needs_data
 def test_every_measured_tile_fits_vmem_in_the_simulator(kernels) -> None:
     model = cost_model(TPU_V3)
     for k in kernels:
         assert all(c.valid for c in k.costs(model)), k.name
 
 
-@needs_data
 def test_the_fused_kernels_default_tile_by_hand(kernels) -> None:
     # XLA's default for the 3x3 conv: output [12,4,4,3] of [12,12,4,3] (H, W, N, C) and
     # kernel [3,1,24,3] of [3,3,24,3] (kh, kw, I, O): 3 W blocks x 3 kw blocks = 9 steps. The
@@ -120,7 +114,6 @@ def test_the_fused_kernels_default_tile_by_hand(kernels) -> None:
 
 # ---- the layout program ----------------------------------------------------------------------
 
-@needs_data
 def test_the_layout_programs_three_levels_are_reproduced() -> None:
     data = load_layouts(DATA / "module_tuning_data_layout.json")
     assert len(data.runs) == 112

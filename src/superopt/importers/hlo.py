@@ -60,6 +60,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -123,12 +124,14 @@ class HloModule:
                                f"computation {self.entry_computation.name!r}")
 
 
-def load_module(source: str | Path | Mapping[str, Any], name: str | None = None) -> HloModule:
+def load_module(source: str | Path | Traversable | Mapping[str, Any], name: str | None = None
+                ) -> HloModule:
     """Read a decoded HLO module: a JSON file or dict with `computations` and an entry
     computation id (`entry_computation_id`, at the top level or under `module`)."""
     where = str(source) if not isinstance(source, Mapping) else (name or "HLO module")
     if not isinstance(source, Mapping):
-        path = Path(source)
+        # A str is a path; a Path or other Traversable (package data) reads itself.
+        path = Path(source) if isinstance(source, str) else source
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:

@@ -38,7 +38,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
-from pathlib import Path
+from importlib.resources.abc import Traversable
 from typing import Any
 
 import numpy as np
@@ -52,10 +52,13 @@ from superopt.tpu_sim.replay import (
     LayoutReplay,
     PreparedKernel,
     TileReplay,
+    data_dir,
     kendall_tau_b,
     replay_layouts,
     replay_tiles,
 )
+
+PACKAGE_DATA = "superopt.tpu_sim/data (package data)"
 
 FREE = ("launch_cycles", "step_cycles", "dma_run_s", "mxu_fill_cycles", "vpu_op_cycles")
 
@@ -280,12 +283,17 @@ def evaluate(hw: Hardware, kernels: Sequence[PreparedKernel], layouts: LayoutDat
                       loss(kernels, hw))
 
 
-def data_provenance(directory: Path) -> dict[str, Any]:
-    """Where the measurements came from: the upstream commit and each file's SHA-256."""
-    out: dict[str, Any] = {"directory": str(directory), "files": {}}
+def data_provenance(directory: Traversable) -> dict[str, Any]:
+    """Where the measurements came from: the upstream commit and each file's SHA-256. The
+    package's own data is named as such (`superopt.tpu_sim/data`), not by where this
+    installation happens to keep it."""
+    where = str(directory)
+    if str(directory) == str(data_dir()):
+        where = PACKAGE_DATA
+    out: dict[str, Any] = {"directory": where, "files": {}}
     for name in (TILE_FILE, LAYOUT_FILE):
-        path = directory / name
-        if not path.exists():
+        path = directory.joinpath(name)
+        if not path.is_file():
             continue
         raw = path.read_bytes()
         src = json.loads(raw).get("source", {})
@@ -297,7 +305,7 @@ def data_provenance(directory: Path) -> dict[str, Any]:
     return out
 
 
-def record(result: Fit, before: Evaluation, after: Evaluation, directory: Path
+def record(result: Fit, before: Evaluation, after: Evaluation, directory: Traversable
            ) -> dict[str, Any]:
     """The calibration record the v3 preset reads (`hardware.CALIBRATION_FILE`)."""
     return {

@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 
@@ -52,7 +53,8 @@ KERNEL_LAUNCH_S = 1.0e-6
 GRID_STEP_S = 0.35e-6
 DMA_ISSUE_S = 0.4e-6
 
-CALIBRATION_FILE = Path(__file__).with_name("v3_calibration.json")
+CALIBRATION_NAME = "v3_calibration.json"  # package data of superopt.tpu_sim
+CALIBRATION_FILE = Path(__file__).with_name(CALIBRATION_NAME)  # where --write-record writes
 
 # Transcendental (EUP) and cross-lane (XLU) ops keep these ratios to an element-wise op.
 TRANSCENDENTAL_RATIO = 7.0 / 2.0
@@ -154,10 +156,12 @@ class Constants:
 @cache
 def calibration_record() -> MappingProxyType:
     """The recorded v3 calibration (`v3_calibration.json`): constants, data, residuals."""
+    # Through importlib.resources: an installed package (a wheel, a zip) reads its own copy.
+    src = resources.files("superopt.tpu_sim").joinpath(CALIBRATION_NAME)
     try:
-        return MappingProxyType(json.loads(CALIBRATION_FILE.read_text()))
+        return MappingProxyType(json.loads(src.read_text()))
     except (OSError, ValueError) as e:
-        raise IRError(f"{CALIBRATION_FILE}: cannot read the calibration record ({e})") from None
+        raise IRError(f"{src}: cannot read the calibration record ({e})") from None
 
 
 BASE_V4 = Hardware(

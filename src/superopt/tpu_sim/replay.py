@@ -1,7 +1,7 @@
 """Replaying measured XLA kernels on the simulator: the TpuGraphs tile-size and layout data.
 
-The TpuGraphs samples (`shared/data/tpu_graphs_samples/`, decoded from Google's public
-TpuGraphs repository) hold real TPU v3 runtimes: per tuned kernel, the tile bounds each run
+The TpuGraphs samples (package data `superopt/tpu_sim/data/`, `data_dir()`; decoded from
+Google's public TpuGraphs repository, Apache-2.0, see the README there) hold real TPU v3 runtimes: per tuned kernel, the tile bounds each run
 used and its time; for one whole program, the layout of each configurable node in each run.
 
 `replay_tiles(kernel, hw)` imports a kernel's HLO (cost mode, `superopt.importers.hlo`), gives
@@ -33,7 +33,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 from types import MappingProxyType
 from typing import Any
 
@@ -56,17 +57,14 @@ class ReplayError(IRError):
     """Measured data that cannot be replayed (missing file, unexpected structure)."""
 
 
-def data_dir(start: Path | None = None) -> Path:
-    """The TpuGraphs samples: `shared/data/tpu_graphs_samples` beside the repository."""
-    here = (start or Path(__file__)).resolve()
-    for parent in here.parents:
-        cand = parent / "shared" / "data" / "tpu_graphs_samples"
-        if cand.is_dir():
-            return cand
-    raise ReplayError("no shared/data/tpu_graphs_samples directory beside the repository")
+def data_dir() -> Traversable:
+    """The TpuGraphs samples shipped as package data (`superopt/tpu_sim/data/`, with their
+    source and license note), found through `importlib.resources` so that an installed
+    package reads them; nothing beside a checkout is searched."""
+    return resources.files("superopt.tpu_sim").joinpath("data")
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Traversable) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
@@ -199,7 +197,7 @@ class TileKernel:
         return import_hlo(self.module, proxies=True, name=self.name)
 
 
-def load_tiles(path: Path | None = None) -> tuple[TileKernel, ...]:
+def load_tiles(path: Traversable | None = None) -> tuple[TileKernel, ...]:
     """The tile-size data (`op_tuning_data.json`), rows in file order."""
     path = path or data_dir() / TILE_FILE
     data = _read(path)
@@ -361,7 +359,7 @@ class LayoutData:
         return next(r for r in self.runs if r.is_default)
 
 
-def load_layouts(path: Path | None = None) -> LayoutData:
+def load_layouts(path: Traversable | None = None) -> LayoutData:
     """The layout data (`module_tuning_data_layout.json`): the program and its valid runs."""
     path = path or data_dir() / LAYOUT_FILE
     data = _read(path)
