@@ -47,15 +47,34 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from superopt.ir.errors import IRError
     from superopt.tpu_sim import calibration as cal
     from superopt.tpu_sim import hardware as hwmod
-    from superopt.tpu_sim.replay import data_dir, load_layouts, load_tiles, prepare
+    from superopt.tpu_sim.replay import data_dir, load_layouts, load_tiles, prepare_all
 
     console = Console(width=140)
     directory = Path(args.data) if args.data else data_dir()
     t0 = time.perf_counter()
-    kernels = [prepare(k) for k in load_tiles(directory / "op_tuning_data.json")]
-    layouts = load_layouts(directory / "module_tuning_data_layout.json")
+    try:
+        kernels_all, skipped = prepare_all(load_tiles(directory / "op_tuning_data.json"))
+        layout_file = directory / "module_tuning_data_layout.json"
+        layouts = load_layouts(layout_file) if layout_file.is_file() else None
+    except IRError as e:  # a missing or malformed file: one line, not a traceback
+        raise SystemExit(f"calibrate: {e}") from None
+    kernels = list(kernels_all)
+    if skipped:
+        table = Table(title=f"skipped kernels ({len(skipped)} of "
+                            f"{len(skipped) + len(kernels)}: not replayed, not fitted)")
+        table.add_column("kernel")
+        table.add_column("reason")
+        for sk in skipped:
+            table.add_row(sk.name, sk.reason)
+        console.print(table)
+    if not kernels:
+        raise SystemExit("calibrate: no kernel of the data could be replayed")
+    if layouts is None:
+        console.print(f"no {layout_file.name} in {directory}: the layout program is not "
+                      "replayed")
     before_hw = hwmod.UNCALIBRATED.apply(hwmod.BASE_V3)
     before = cal.evaluate(before_hw, kernels, layouts)
     if args.no_fit:
@@ -90,6 +109,8 @@ def main() -> None:
                           f"{b.error_rows_invalid} -> {a.error_rows_invalid}")
 
     for title, ev in (("before", before), ("after", after)):
+        if ev.layout is None:
+            continue
         lay = ev.layout.to_json()
         table = Table(title=f"layout program ({lay['runs']} runs, output layouts applied): "
                             f"levels {'REPRODUCED' if lay['reproduced'] else 'NOT reproduced'}"
@@ -137,6 +158,7 @@ def main() -> None:
 
     payload = {"data": cal.data_provenance(directory), "wall_s": wall,
                "fitted": result is not None,
+               "skipped": [{"kernel": sk.name, "reason": sk.reason} for sk in skipped],
                "constants": {"before": cb, "after": ca},
                "ranges": {k: list(v) for k, v in cal.RANGES.items()},
                "before": before.to_json(), "after": after.to_json(),

@@ -136,6 +136,11 @@ NDHWC = dims(0, 4, [1, 2, 3], 3, 4, [0, 1, 2], 0, 4, [1, 2, 3])
 # A weight gradient as TF emits it: the forward input's features are the "batch".
 WGRAD3 = dims(4, 0, [1, 2, 3], 0, 4, [1, 2, 3], 3, 4, [0, 1, 2])
 NWC = dims(0, 2, [1], 1, 2, [0], 0, 2, [1])
+# Dense layers as XLA writes them: convolutions without spatial dims. A weight gradient
+# contracts both operands over their dim 0 (the batch): out[i, o] = sum_b x[b, i] w[b, o].
+DENSE = dims(0, 1, [], 1, 0, [], 0, 1, [])
+DENSE_WGRAD = dims(1, 0, [], 0, 1, [], 0, 1, [])
+DENSE_OUT_T = dims(0, 1, [], 0, 1, [], 1, 0, [])
 
 CONVS = {
     "2d, NHWC stored H,W,N,C": ((2, 6, 5, 4), (3, 3, 4, 6), NHWC, [win(3, 1, 1, 1),
@@ -152,6 +157,11 @@ CONVS = {
     "3d weight gradient (per-output slabs)": ((2, 6, 5, 6, 3), (2, 6, 5, 6, 4), WGRAD3,
                                               [win(6, 1, 1, 1), win(5, 1, 1, 1),
                                                win(6, 1, 1, 1)], 1, {}),
+    "0d dense, weights [out, in]": ((5, 8), (7, 8), DENSE, [], 1, {"x": [0, 1]}),
+    "0d dense weight gradient (transposed operands)": ((6, 10), (6, 7), DENSE_WGRAD, [], 1, {}),
+    "0d dense, transposed output": ((5, 8), (8, 7), DENSE_OUT_T, [], 1, {"out": [0, 1]}),
+    "0d dense, feature groups": ((4, 6), (3, 4), dims(0, 1, [], 0, 1, [], 0, 1, []), [], 2,
+                                 {"x": [0, 1]}),
 }
 
 
@@ -165,11 +175,41 @@ def test_convolutions_compute_what_xla_computes(case: str, proxies: bool) -> Non
     m = Module()
     xi = m.param("x", "f32", xshape, lays.get("x"))
     wi = m.param("w", "f32", wshape)
-    root = m.add("conv", "convolution", shape("f32", want.shape), xi, wi, window=window,
-                 convolution_dimension_numbers=dn, feature_group_count=groups,
+    root = m.add("conv", "convolution", shape("f32", want.shape, lays.get("out")), xi, wi,
+                 window=window, convolution_dimension_numbers=dn, feature_group_count=groups,
                  batch_group_count=1)
     got = run(m.json(root), {"x": x, "w": w}, proxies)
     np.testing.assert_allclose(got, want, atol=1e-10)
+
+
+def test_a_dense_layer_as_a_convolution_is_one_matmul() -> None:
+    m = Module()
+    xi, wi = m.param("x", "f32", (32, 4096)), m.param("w", "f32", (32, 1000))
+    root = m.add("conv", "convolution", shape("f32", (4096, 1000)), xi, wi, window=[],
+                 convolution_dimension_numbers=DENSE_WGRAD, feature_group_count=1,
+                 batch_group_count=1)
+    imp = import_hlo(m.json(root))
+    hist = imp.graph.op_histogram()
+    assert hist["matmul"] == 1 and "conv2d" not in hist
+    # The transposed lhs is a view: its layout keeps x's physical array.
+    (mm,) = [n for n in imp.graph.nodes if n.op == "matmul"]
+    lhs = mm.inputs[0]
+    assert imp.graph.type_of(lhs).shape == (4096, 32) and imp.layouts[lhs] == (0, 1)
+
+
+def test_a_dense_convolution_with_batch_groups_gives_each_feature_group_its_rows() -> None:
+    # XLA: with batch_group_count G, output feature group g (of O / G features) contracts
+    # input batch rows g * B/G ... (g + 1) * B/G - 1; the output batch is B / G.
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((6, 5)), rng.standard_normal((5, 8))
+    want = np.concatenate([x[g * 3:(g + 1) * 3] @ w[:, g * 4:(g + 1) * 4] for g in range(2)],
+                          axis=1)
+    m = Module()
+    xi, wi = m.param("x", "f32", x.shape), m.param("w", "f32", w.shape)
+    root = m.add("conv", "convolution", shape("f32", (3, 8)), xi, wi, window=[],
+                 convolution_dimension_numbers=dims(0, 1, [], 0, 1, [], 0, 1, []),
+                 feature_group_count=1, batch_group_count=2)
+    np.testing.assert_allclose(run(m.json(root), {"x": x, "w": w}), want, atol=1e-12)
 
 
 def test_a_3d_forward_conv_becomes_one_conv2d_per_tap_and_a_weight_gradient_one_per_output(
@@ -257,6 +297,30 @@ def test_movement_mappings_are_exact() -> None:
                                                                                            :10]
     want = np.concatenate([want_pd, want_pd]) + np.arange(10)[None, :]
     np.testing.assert_allclose(run(m.json(bc), {"x": x}), want.T, atol=1e-12)
+
+
+@pytest.mark.parametrize("src", [[3, 2, 1, 0], [3, 0, 2, 1], [0, 3, 1, 2]])
+@pytest.mark.parametrize("dst", [[3, 0, 2, 1], [1, 2, 3, 0], [2, 0, 3, 1]])
+def test_layout_changing_copies_and_bitcasts_with_any_minor_to_major(src: list[int],
+                                                                     dst: list[int]) -> None:
+    # A copy keeps the value and changes the physical order; a bitcast of the copy to its
+    # physical shape (row-major) reads the buffer as it lies: the value transposed so that
+    # its dims go major to minor, i.e. by reversed(dst); then a bitcast to [rows, minor dim]
+    # flattens that buffer.
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 3, 4, 5))
+    phys = [x.shape[d] for d in reversed(dst)]
+    m = Module()
+    xi = m.param("x", "f32", x.shape, src)
+    cp = m.add("cp", "copy", shape("f32", x.shape, dst), xi)
+    bc = m.add("bc", "bitcast", shape("f32", tuple(phys)), cp)
+    flat = m.add("flat", "bitcast", shape("f32", (x.size // phys[-1], phys[-1])), bc)
+    root = m.add("t", "tuple", {"type": "tuple", "tuple": []}, cp, bc, flat)
+    got_cp, got_bc, got_flat = run(m.json(root), {"x": x})
+    want_bc = np.transpose(x, list(reversed(dst)))
+    np.testing.assert_allclose(got_cp, x, atol=0)
+    np.testing.assert_allclose(got_bc, want_bc, atol=0)
+    np.testing.assert_allclose(got_flat, want_bc.reshape(-1, phys[-1]), atol=0)
 
 
 def test_fusions_are_inlined_as_one_kernel_with_their_outputs() -> None:

@@ -846,17 +846,21 @@ class _Importer:
         dn = ins.get("convolution_dimension_numbers", {})
         window = ins.get("window", [])
         nsp = len(dn.get("input_spatial_dimensions", []))
-        if int(ins.get("batch_group_count", 1)) != 1:
-            self.fail(ins, "batch_group_count > 1")
+        if int(ins.get("batch_group_count", 1)) != 1 and (
+                dn.get("input_spatial_dimensions") or window):
+            self.fail(ins, "batch_group_count > 1 with spatial dims")
             raise _Placeholder
         for wd in window:
             if int(wd.get("padding_low", 0)) < 0 or int(wd.get("padding_high", 0)) < 0:
                 self.fail(ins, "negative padding")
                 raise _Placeholder
-        if nsp not in (1, 2, 3) or len(window) != nsp:
-            self.fail(ins, f"{nsp} spatial dims")
+        if nsp not in (0, 1, 2, 3) or len(window) != nsp:
+            self.fail(ins, f"{nsp} spatial dims with a window of {len(window)}")
             raise _Placeholder
-        conv = _ConvDims(dn, window, int(ins.get("feature_group_count", 1)))
+        conv = _ConvDims(dn, window, int(ins.get("feature_group_count", 1)),
+                         batch_groups=int(ins.get("batch_group_count", 1)))
+        if nsp == 0:
+            return self.result(ins, self.dense(conv, x, w, shape, etype, layout))
         xv, wv = self.materialize(x), self.materialize(w)
         # Window reversal flips the kernel; base (lhs) dilation spreads the input with zeros.
         for k, wd in enumerate(window):
@@ -871,6 +875,47 @@ class _Importer:
         else:
             v = self.conv2d(conv, xv, x, wv, w, shape, etype, layout)
         return self.result(ins, v)
+
+    def dense(self, c: _ConvDims, x: _Arr, w: _Arr, shape: tuple[int, ...], etype: str,
+              layout: Layout) -> Value:
+        """A convolution without spatial dims (XLA's form of a dense layer): a matmul of
+        x [batch, features] by w [features, out features], the dims wherever the dimension
+        numbers put them. Feature groups contract each group of input features with its
+        group of output features; batch groups (a dense layer's weight gradient split per
+        group) give each group of output features its own group of batch rows. Both are a
+        batched matmul over the groups (group-major, as XLA's evaluator indexes them)."""
+        fg, bg = c.groups, c.batch_groups
+        nb, ni = x.shape[c.ib], x.shape[c.if_]
+        nk, no = w.shape[c.ki], w.shape[c.ko]
+        ng = max(fg, bg)
+        if fg > 1 and bg > 1:
+            raise IRError("feature and batch groups together (XLA allows one or the other)")
+        if ni != fg * nk or no % ng or nb % bg:
+            raise IRError(f"dense convolution of {list(x.shape)} by {list(w.shape)}: features "
+                          f"{ni} != {fg} groups x {nk}, or {no} output features / {nb} batch "
+                          f"rows not divisible by {ng} groups")
+        lhs = self.arrange(self.materialize(x), x, [c.ib, c.if_], (nb, ni), x.etype)
+        rhs = self.arrange(self.materialize(w), w, [c.ki, c.ko], (nk, no), w.etype)
+        if ng > 1:
+            swap = (1, 0, 2)
+            if fg > 1:  # [nb, ng, nk] -> [ng, nb, nk]
+                lhs = self.op("reshape", [lhs], None, x.etype, shape=(nb, ng, nk))
+                lhs = self.op("transpose", [lhs], None, x.etype, perm=swap)
+            else:  # [ng, nb/ng, ni]
+                lhs = self.op("reshape", [lhs], None, x.etype, shape=(ng, nb // ng, ni))
+            rhs = self.op("reshape", [rhs], None, w.etype, shape=(nk, ng, no // ng))
+            rhs = self.op("transpose", [rhs], None, w.etype, perm=swap)
+            y = self.op("matmul", [lhs, rhs], None, etype)  # [ng, rows, no / ng]
+            y = self.op("transpose", [y], None, etype, perm=swap)
+            y = self.op("reshape", [y], None, etype, shape=(nb // bg, no))
+        else:
+            y = self.op("matmul", [lhs, rhs], _default_layout(2), etype)
+        if (c.ob, c.of) != (0, 1):
+            y = self.op("transpose", [y], layout, etype, perm=(1, 0))
+        if self.b.type_of(y).shape != shape:
+            raise IRError(f"dense convolution yields {list(self.b.type_of(y).shape)}, the "
+                          f"instruction says {list(shape)}")
+        return y
 
     def reverse(self, v: Value, etype: str, dim: int) -> Value:
         """v reversed along `dim`: a product with the exchange matrix (exact, and cheap on
@@ -1086,6 +1131,7 @@ class _ConvDims:
     window: Sequence[Mapping[str, Any]]
     groups: int
     drop: tuple[int, ...] = field(default=())  # spatial dims already unrolled
+    batch_groups: int = 1
 
     @property
     def ib(self) -> int:

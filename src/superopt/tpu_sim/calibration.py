@@ -247,7 +247,7 @@ class Evaluation:
     hw: Hardware
     tiles: tuple[TileReplay, ...]
     residuals: tuple[KernelResiduals, ...]
-    layout: LayoutReplay  # the runs' output layouts (the primary replay)
+    layout: LayoutReplay | None  # the runs' output layouts (the primary replay); None: no data
     layout_all: LayoutReplay | None  # every tensor's layout (operands too)
     loss: float
 
@@ -255,7 +255,7 @@ class Evaluation:
         return {"hardware": hardware_json(self.hw), "loss": self.loss,
                 "kernels": [t.to_json() for t in self.tiles],
                 "residuals": [r.to_json() for r in self.residuals],
-                "layout": self.layout.to_json(),
+                "layout": None if self.layout is None else self.layout.to_json(),
                 "layout_all_tensors": None if self.layout_all is None
                 else _without_runs(self.layout_all.to_json())}
 
@@ -279,8 +279,7 @@ def evaluate(hw: Hardware, kernels: Sequence[PreparedKernel], layouts: LayoutDat
     tiles = tuple(replay_tiles(k, hw, model) for k in kernels)
     lay = replay_layouts(layouts, hw, "outputs") if layouts is not None else None
     lay_all = replay_layouts(layouts, hw, "all") if layouts is not None and all_tensors else None
-    return Evaluation(hw, tiles, tuple(residuals(kernels, hw)), lay, lay_all,  # type: ignore[arg-type]
-                      loss(kernels, hw))
+    return Evaluation(hw, tiles, tuple(residuals(kernels, hw)), lay, lay_all, loss(kernels, hw))
 
 
 def data_provenance(directory: Traversable) -> dict[str, Any]:
@@ -331,7 +330,8 @@ def record(result: Fit, before: Evaluation, after: Evaluation, directory: Traver
 
 def _without_layout_runs(d: dict[str, Any]) -> dict[str, Any]:
     d = dict(d)
-    d["layout"] = _without_runs(d["layout"])
+    if d["layout"] is not None:
+        d["layout"] = _without_runs(d["layout"])
     return d
 
 

@@ -307,6 +307,33 @@ def prepare(kernel: TileKernel) -> PreparedKernel:
                           errors, xla, kernel.tunable)
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A kernel of a data file that could not be replayed, and why (one line)."""
+
+    name: str
+    reason: str
+
+
+def prepare_all(kernels: Sequence[TileKernel]) -> tuple[tuple[PreparedKernel, ...],
+                                                        tuple[Skipped, ...]]:
+    """`prepare` each kernel; one that does not import or compile (an opcode the importer
+    lacks, a kernel the simulator cannot form) is skipped with its reason and the rest go
+    on, so one unfamiliar kernel does not stop a calibration over a whole file."""
+    done: list[PreparedKernel] = []
+    skipped: list[Skipped] = []
+    for k in kernels:
+        try:
+            done.append(prepare(k))
+        except IRError as e:  # import, replay and compile errors all derive from it
+            skipped.append(Skipped(k.name, " ".join(str(e).split())))
+        except (ArithmeticError, LookupError, TypeError, ValueError) as e:
+            # A simulator bug on an unfamiliar kernel: named as one, not a traceback that
+            # ends the run over the other kernels.
+            skipped.append(Skipped(k.name, f"internal error {type(e).__name__}: {e}"))
+    return tuple(done), tuple(skipped)
+
+
 def replay_tiles(kernel: TileKernel | PreparedKernel, hw: Hardware | str = "v3",
                  model: CostModel | None = None) -> TileReplay:
     """Simulate every measured configuration of `kernel` (see the module docstring)."""
@@ -583,7 +610,7 @@ def replay_layouts(data: LayoutData, hw: Hardware | str = "v3", mode: str = "out
 
 
 __all__ = ["LAYOUT_FILE", "TILE_FILE", "LayoutData", "LayoutNode", "LayoutReplay", "LayoutRun",
-           "Metrics", "PreparedKernel", "ReplayError", "TileKernel", "TileReplay", "TileRow",
-           "best_tiles", "compile_program", "complete_layout", "data_dir", "kendall_tau_b", "kernel_config", "load_layouts",
-           "load_tiles", "measured_levels", "metrics", "prepare", "program_time",
-           "replay_layouts", "replay_tiles"]
+           "Metrics", "PreparedKernel", "ReplayError", "Skipped", "TileKernel", "TileReplay",
+           "TileRow", "best_tiles", "compile_program", "complete_layout", "data_dir",
+           "kendall_tau_b", "kernel_config", "load_layouts", "load_tiles", "measured_levels",
+           "metrics", "prepare", "prepare_all", "program_time", "replay_layouts", "replay_tiles"]
