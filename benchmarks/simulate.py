@@ -44,20 +44,20 @@ def _mutants(compiled, count: int, flips: int, seed: int) -> list:
 
 
 def throughput(graph, repeats: int, seed: int = 0) -> dict:
-    from superopt.tpu_sim import clear_caches, compile_default, compile_with, simulate
+    from superopt.tpu_sim import Simulator
 
-    clear_caches()  # cold: no remembered layout pass, empty kernel caches
+    simulator = Simulator()  # cold: no remembered layout pass, empty kernel caches
     t0 = time.perf_counter()
-    compiled = compile_default(graph)
-    sim = simulate(compiled)
+    compiled = simulator.compile(graph)
+    sim = simulator.simulate(compiled)
     cold = time.perf_counter() - t0
     t0 = time.perf_counter()
     for _ in range(repeats):
-        simulate(compiled)
+        simulator.simulate(compiled)
     warm = (time.perf_counter() - t0) / repeats
     configs = _mutants(compiled, repeats, flips=5, seed=seed)
     t0 = time.perf_counter()
-    times = [simulate(compile_with(graph, c)).time for c in configs]
+    times = [simulator.simulate(simulator.compile(graph, c)).time for c in configs]
     evaluate = (time.perf_counter() - t0) / repeats
     return {"nodes": len(graph), "kernels": len(sim.kernels), "time_ms": sim.time * 1e3,
             "cold_s": cold, "simulate_s": warm, "evaluate_s": evaluate,
@@ -70,7 +70,7 @@ def main() -> None:
     from rich.table import Table
 
     from superopt import zoo
-    from superopt.tpu_sim import compile_default, get_hardware, simulate, validate
+    from superopt.tpu_sim import Simulator, compile_default, get_hardware, simulate, validate
     from superopt.tpu_sim.synthetic import synthetic_graph
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -85,10 +85,11 @@ def main() -> None:
     console = Console(highlight=False, width=140)
 
     rows = []
+    simulator = Simulator(hw)  # one set of caches across models, as a tuning session has
     for name in args.models.split(","):
         graph = zoo.build(name, batch=args.batch)
         t0 = time.perf_counter()
-        compiled = compile_default(graph, hw)
+        compiled = compile_default(graph, hw, sim=simulator)
         compile_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         sim = simulate(compiled)

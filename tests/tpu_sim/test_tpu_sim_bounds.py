@@ -11,8 +11,8 @@ from superopt.tpu_sim import (
     Bounds,
     Config,
     InvalidConfig,
+    KernelCosts,
     compile_with,
-    cost_model,
     simulate,
     validate,
 )
@@ -41,7 +41,7 @@ def masked_sum(dtypes: dict | None = None):
 
 def test_the_space_is_the_main_arrays_physical_dims_in_tile_units() -> None:
     _, sig, _ = masked_sum()
-    space = cost_model(TPU_V3).space(sig)
+    space = KernelCosts(TPU_V3).space(sig)
     assert [(d.size, d.unit) for d in space.dims] == [(26, 1), (26, 1), (32, 8), (192, 128)]
     m = next(a for a in space.arrays if len(a.dims) == 3)
     assert [d.space for d in m.dims] == [1, 2, 3]  # W, N, C: m does not follow H
@@ -66,7 +66,7 @@ def test_blocks_are_refetched_when_their_index_changes(tile: tuple[int, ...], st
                                                        x_run: int, m_bytes: int,
                                                        out_bytes: int) -> None:
     _, sig, _ = masked_sum()
-    model = cost_model(TPU_V3)
+    model = KernelCosts(TPU_V3)
     space = model.space(sig)
     pl = B.plan(space, Bounds(tile))
     assert pl.steps == steps
@@ -89,7 +89,7 @@ def c_flags():
 
 def test_more_steps_and_shorter_runs_cost_more() -> None:
     _, sig, _ = masked_sum()
-    model = cost_model(TPU_V3)
+    model = KernelCosts(TPU_V3)
     t = {tile: model.cost(sig, Bounds(tile), c_flags()).time
          for tile in ((2, 26, 4, 2), (2, 26, 4, 1), (3, 1, 1, 1))}
     assert t[(2, 26, 4, 2)] < t[(2, 26, 4, 1)] < t[(3, 1, 1, 1)]
@@ -109,7 +109,7 @@ def test_bad_bounds_are_reported() -> None:
 def test_storage_dtypes_change_bytes_not_the_graph() -> None:
     _, sig32, vals = masked_sum()
     _, sig16, _ = masked_sum({vals["x"]: DType.BF16})
-    model = cost_model(TPU_V3)
+    model = KernelCosts(TPU_V3)
     tile = Bounds((2, 26, 4, 2))
     assert model.cost(sig16, tile, c_flags()).bytes == X_BYTES // 2 + M_BYTES + OUT
     assert model.cost(sig32, tile, c_flags()).bytes == X_BYTES + M_BYTES + OUT
@@ -158,7 +158,7 @@ def _conv(out_layout: tuple[int, ...]):
                                fusion={n.id: False for n in g.nodes}), TPU_V3,
                      fusion_default="none")
     k = next(k for k in c.kernels if g.nodes[k.root].op == "conv2d")
-    return cost_model(TPU_V3).stats(c.signatures[c.kernels.index(k)])
+    return KernelCosts(TPU_V3).stats(c.signatures[c.kernels.index(k)])
 
 
 def test_the_mxu_columns_are_the_results_lane_dim() -> None:
@@ -185,7 +185,7 @@ def test_linear_has_the_tile_space_and_costs_of_matmul_plus_bias() -> None:
         assert len(c.kernels) == 1
         return c.signatures[0]
 
-    model = cost_model(TPU_V3)
+    model = KernelCosts(TPU_V3)
     spaces = [model.space(kernel(lin)) for lin in (False, True)]
     assert [(d.size, d.unit) for d in spaces[0].dims] == [(d.size, d.unit)
                                                           for d in spaces[1].dims]

@@ -16,6 +16,7 @@ from superopt.ir import Graph, GraphBuilder, Value
 from superopt.tpu_sim import (
     Config,
     InvalidConfig,
+    Simulator,
     assign_layouts,
     compile_default,
     compile_with,
@@ -23,7 +24,8 @@ from superopt.tpu_sim import (
     simulate,
     validate,
 )
-from superopt.tpu_sim.compiler import MAX_OPERANDS, lay_out
+from superopt.tpu_sim.compiler import lay_out
+from superopt.tpu_sim.fusion import MAX_OPERANDS
 from superopt.tpu_sim.layout import feature_minor, row_major
 from superopt.tpu_sim.synthetic import synthetic_graph
 
@@ -146,11 +148,12 @@ def test_a_second_mxu_op_is_not_fused_into_a_kernel_that_has_one() -> None:
 @given(data=st.data(), name=st.sampled_from(["resnet18", "bert_small", "squeezenet"]))
 def test_any_fusion_configuration_gives_acyclic_kernels(data: st.DataObject, name: str) -> None:
     g = zoo.build(name)
-    laid = lay_out(g, None).graph
+    sim = Simulator()
+    laid = lay_out(g, None, sim=sim).graph
     flips = data.draw(st.lists(st.booleans(), min_size=len(laid.nodes),
                                max_size=len(laid.nodes)))
-    c = compile_with(g, Config(fusion=dict(enumerate(flips))))
-    assert c.graph is laid
+    c = compile_with(g, Config(fusion=dict(enumerate(flips))), sim=sim)
+    assert c.graph is laid  # the simulator's layout-pass cache
     for p in problems(c, lint=False):
         # Only honest repairs and VMEM limits of huge fusions; never a cycle or a lost node.
         assert "overridden" in p or "VMEM" in p, p
@@ -184,9 +187,13 @@ def test_a_transposing_producer_is_not_fused_into_a_reduction() -> None:
 
 def test_a_compiled_configuration_round_trips() -> None:
     g = zoo.build("bert_small")
-    c = compile_default(g)
-    again = compile_with(g, c.config)
-    assert again.graph is c.graph  # same layouts object: the layout pass is not rerun
+    sim = Simulator()
+    c = sim.compile(g)
+    again = sim.compile(g, c.config)
+    assert again.graph is c.graph  # the assigned layouts hit the cache: no second pass
+    # Keyed by content: a rebuilt, equal graph hits it too; a fresh simulator does not.
+    assert sim.compile(zoo.build("bert_small")).graph is c.graph
+    assert Simulator().compile(g).graph is not c.graph
     assert simulate(again).time == simulate(c).time
     assert again.config.tiles == c.config.tiles and again.config.flags == c.config.flags
 

@@ -15,14 +15,14 @@ from superopt.tpu_sim import (
     Config,
     Flags,
     InvalidConfig,
+    KernelCosts,
     compile_default,
     compile_with,
-    cost_model,
     measure,
     simulate,
     validate,
 )
-from superopt.tpu_sim.cost import kernel_cost
+from superopt.tpu_sim.kernel_time import kernel_cost
 from superopt.tpu_sim.layout import feature_minor, row_major
 
 
@@ -150,7 +150,7 @@ def test_double_buffering_doubles_the_tiles_vmem() -> None:
     g = b.build([b.relu(b.input("x", (4096, 1024)))])
     c = compile_default(g)
     sig = c.signatures[0]
-    stats = cost_model(TPU_V4).stats(sig)
+    stats = KernelCosts(TPU_V4).stats(sig)
     # 2048 rows of 1024 f32 lanes: 8 MiB in + 8 MiB out.
     single = kernel_cost(stats, (2048,), Flags(double_buffer=False), TPU_V4)
     double = kernel_cost(stats, (2048,), Flags(double_buffer=True), TPU_V4)
@@ -251,7 +251,7 @@ def test_unrolling_amortises_loop_overhead_until_registers_spill() -> None:
     g = b.build([y])
     c = compile_default(g)
     assert len(c.kernels) == 1
-    stats = cost_model(TPU_V4).stats(c.signatures[0])
+    stats = KernelCosts(TPU_V4).stats(c.signatures[0])
     assert 12 <= stats.live_vregs <= 16
     tile = c.config.tiles[c.kernels[0].root]
     vec = {u: kernel_cost(stats, tile, Flags(unroll=u), TPU_V4).vector for u in (1, 2, 8)}
@@ -266,14 +266,14 @@ def test_a_chain_keeps_few_values_live() -> None:
         y = b.ewmul(b.sigmoid(y), b.weight(f"s{i}", (1024,)))
     c = compile_default(b.build([y]))
     assert len(c.kernels) == 1
-    assert cost_model(TPU_V4).stats(c.signatures[0]).live_vregs <= 3
+    assert KernelCosts(TPU_V4).stats(c.signatures[0]).live_vregs <= 3
 
 
 def test_without_double_buffering_steps_wait_for_their_dmas() -> None:
     b = GraphBuilder("relu")
     g = b.build([b.relu(b.input("x", (4096, 1024)))])
     c = compile_default(g)
-    stats = cost_model(TPU_V4).stats(c.signatures[0])
+    stats = KernelCosts(TPU_V4).stats(c.signatures[0])
     on = kernel_cost(stats, (256,), Flags(double_buffer=True), TPU_V4)
     off = kernel_cost(stats, (256,), Flags(double_buffer=False), TPU_V4)
     assert on.steps == off.steps == 16
@@ -283,7 +283,7 @@ def test_without_double_buffering_steps_wait_for_their_dmas() -> None:
 def test_small_transfers_move_data_less_efficiently() -> None:
     b = GraphBuilder("relu")
     g = b.build([b.relu(b.input("x", (4096, 1024)))])
-    stats = cost_model(TPU_V4).stats(compile_default(g).signatures[0])
+    stats = KernelCosts(TPU_V4).stats(compile_default(g).signatures[0])
     big = kernel_cost(stats, (512,), Flags(), TPU_V4)
     small = kernel_cost(stats, (8,), Flags(), TPU_V4)
     assert big.bytes == small.bytes == 2 * 4096 * 1024 * 4
@@ -299,7 +299,8 @@ def test_repeated_layers_share_cached_kernel_costs() -> None:
 
     c = compile_default(zoo.build("resnet50"))
     assert len(set(c.signatures)) < len(c.kernels)
-    model = cost_model(c.hw)
+    assert c.simulator is not None
+    model = c.simulator.kernels  # simulate(c) uses the simulator that compiled it
     simulate(c)
     hits = model.hits
     simulate(c)
@@ -337,7 +338,7 @@ def test_very_large_fusions_pay_instruction_fetch() -> None:
         y = b.ewadd(b.relu(y), b.weight(f"b{i}", (512,)))
     big = compile_default(b.build([y]))
     assert len(big.kernels) == 1
-    stats = cost_model(TPU_V4).stats(big.signatures[0])
+    stats = KernelCosts(TPU_V4).stats(big.signatures[0])
     tile = big.config.tiles[big.kernels[0].root]
     roomy = TPU_V4.with_(instruction_budget=10**6)
     assert stats.n_ops == 120 > TPU_V4.instruction_budget
@@ -346,14 +347,14 @@ def test_very_large_fusions_pay_instruction_fetch() -> None:
     steps = kernel_cost(stats, tile, Flags(), TPU_V4).steps
     assert extra == pytest.approx(steps * (120 - 96) * TPU_V4.instruction_miss_s)
     small = compile_default(add_graph((512, 512)))
-    s_stats = cost_model(TPU_V4).stats(small.signatures[0])
+    s_stats = KernelCosts(TPU_V4).stats(small.signatures[0])
     s_tile = small.config.tiles[small.kernels[0].root]
     assert (kernel_cost(s_stats, s_tile, Flags(), TPU_V4).time
             == kernel_cost(s_stats, s_tile, Flags(), roomy).time)
 
 
 def test_the_default_compilers_analytical_formula() -> None:
-    from superopt.tpu_sim.cost import analytical
+    from superopt.tpu_sim.kernel_time import analytical
 
     launch = TPU_V4.launch_s
     assert analytical(2e-6, 1e-6, TPU_V4) == pytest.approx(2e-6 + 1e-6 - 0.95e-6 + launch)

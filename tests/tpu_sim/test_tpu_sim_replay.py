@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from superopt.tpu_sim import TPU_V3, cost_model
+from superopt.tpu_sim import TPU_V3, KernelCosts
 from superopt.tpu_sim.hardware import BASE_V3, UNCALIBRATED
 from superopt.tpu_sim.replay import (
     data_dir,
@@ -89,7 +89,7 @@ def test_calibration_improves_the_error_and_keeps_the_ranking(kernels) -> None:
 
 
 def test_every_measured_tile_fits_vmem_in_the_simulator(kernels) -> None:
-    model = cost_model(TPU_V3)
+    model = KernelCosts(TPU_V3)
     for k in kernels:
         assert all(c.valid for c in k.costs(model)), k.name
 
@@ -103,7 +103,7 @@ def test_the_fused_kernels_default_tile_by_hand(kernels) -> None:
 
     k = next(k for k in kernels if k.name == "fusion.191")
     row = next(i for i, r in enumerate(k.rows) if r.is_default)
-    space = cost_model(TPU_V3).space(k.sig)
+    space = KernelCosts(TPU_V3).space(k.sig)
     pl = B.plan(space, k.tiles[row])
     assert pl.steps == 9
     w = next(a for a in space.arrays if a.itemsize == 4 and len(a.dims) == 4 and not a.output

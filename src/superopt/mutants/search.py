@@ -192,13 +192,14 @@ class ModelReport:
 def simulator() -> Timer | None:
     """Simulated time of a graph on the TPU simulator, if that package is available."""
     try:
-        from superopt.tpu_sim import compile_default, simulate
+        from superopt.tpu_sim import Simulator
     except ImportError:
         return None
+    sim = Simulator()  # one set of kernel caches for every graph this timer sees
 
     def run(g: Graph) -> float:
         try:
-            return float(simulate(compile_default(g)).time)
+            return float(sim.simulate(sim.compile(g)).time)
         except IRError:
             return math.inf
 

@@ -371,18 +371,19 @@ class SimCost(CostFunction):
     def __init__(self, hardware: str | None = None, fold: bool = True) -> None:
         super().__init__(fold)
         try:
-            from superopt.tpu_sim import evaluate, get_hardware
+            from superopt.tpu_sim import Simulator
         except ImportError as e:  # pragma: no cover - the simulator ships with the package
             raise CostError(f"the TPU simulator is not available: {e}") from None
-        self._evaluate: Callable[..., float] = evaluate
-        self.hardware = get_hardware(hardware)
+        # One simulator for every graph costed: kernel costs are shared by signature.
+        self.simulator = Simulator(hardware)
+        self.hardware = self.simulator.hw
         self.evaluations = 0
 
     def cost(self, graph: Graph) -> float:
         if self.fold:
             graph = fold_weights(graph, evaluate=False).graph
         self.evaluations += 1
-        t = float(self._evaluate(graph, None, self.hardware))
+        t = float(self.simulator.evaluate(graph))
         return t if math.isfinite(t) else math.inf
 
     def describe(self) -> str:

@@ -43,7 +43,6 @@ from typing import Any
 
 import numpy as np
 
-from superopt.tpu_sim.cost import CostModel
 from superopt.tpu_sim.hardware import Constants, Hardware
 from superopt.tpu_sim.replay import (
     LAYOUT_FILE,
@@ -57,6 +56,7 @@ from superopt.tpu_sim.replay import (
     replay_layouts,
     replay_tiles,
 )
+from superopt.tpu_sim.simulator import KernelCosts
 
 PACKAGE_DATA = "superopt.tpu_sim/data (package data)"
 
@@ -83,7 +83,7 @@ RANGES: dict[str, tuple[float, float]] = {
 def log_errors(kernels: Sequence[PreparedKernel], hw: Hardware) -> list[np.ndarray]:
     """Per kernel, log(simulated / measured) of each valid row under `hw` (a private cost
     model, so trial presets do not fill the shared caches)."""
-    model = CostModel(hw)
+    model = KernelCosts(hw)
     return [np.log(np.array(k.times(model)) / np.array(k.measured)) for k in kernels]
 
 
@@ -168,7 +168,7 @@ class KernelResiduals:
 
 
 def residuals(kernels: Sequence[PreparedKernel], hw: Hardware) -> list[KernelResiduals]:
-    model = CostModel(hw)
+    model = KernelCosts(hw)
     out = []
     for k in kernels:
         sim = np.array(k.times(model))
@@ -217,7 +217,7 @@ def fit(kernels: Sequence[PreparedKernel], base: Hardware, start: Constants | No
 
 def over_vmem(kernels: Sequence[PreparedKernel], hw: Hardware) -> int:
     """How many measured-valid tiles the simulator says do not fit VMEM."""
-    model = CostModel(hw)
+    model = KernelCosts(hw)
     return sum(1 for k in kernels for c in k.costs(model) if not c.valid)
 
 
@@ -275,7 +275,7 @@ def hardware_json(hw: Hardware) -> dict[str, Any]:
 def evaluate(hw: Hardware, kernels: Sequence[PreparedKernel], layouts: LayoutData | None,
              all_tensors: bool = True) -> Evaluation:
     """Replay every kernel and the layout program under `hw` (fresh cost-model caches)."""
-    model = CostModel(hw)
+    model = KernelCosts(hw)
     tiles = tuple(replay_tiles(k, hw, model) for k in kernels)
     lay = replay_layouts(layouts, hw, "outputs") if layouts is not None else None
     lay_all = replay_layouts(layouts, hw, "all") if layouts is not None and all_tensors else None

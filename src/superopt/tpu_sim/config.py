@@ -19,8 +19,10 @@ a collection of per-item choices on the graph that pass sees:
   differs from its IR dtype (an imported XLA program computes in one IR dtype but stores
   bf16 or 8-bit arrays): every byte count and tiling uses the stored type.
 
-A configuration may be partial; `superopt.tpu_sim.compiler.compile_with` completes it with
-the default compiler's choices and returns a `Compiled`, whose config is complete.
+A configuration may be partial; `superopt.tpu_sim.compiler.compile_with` (or
+`Simulator.compile`) completes it with the default compiler's choices and returns a
+`Compiled`, whose config is complete. `InvalidConfig` is the error for one that cannot be
+compiled.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, Value
 from superopt.ir.passes import Origin
 from superopt.ir.types import DType
@@ -38,10 +41,16 @@ from superopt.tpu_sim.hardware import Hardware
 from superopt.tpu_sim.layout import Layout, NodeLayouts
 
 if TYPE_CHECKING:
-    from superopt.tpu_sim.cost import Signature
     from superopt.tpu_sim.kernels import Kernel, Kernels
+    from superopt.tpu_sim.signature import Signature
+    from superopt.tpu_sim.simulator import Simulator
 
 Tile = tuple[int, ...]  # or a `Bounds` (a named tuple of two tuples)
+
+
+class InvalidConfig(IRError):
+    """A configuration that cannot be compiled or does not pass `validate`."""
+
 
 UNROLLS = (1, 2, 4, 8)
 MXU_SPLITS = ("n", "m", "k")
@@ -126,6 +135,8 @@ class Compiled:
     partition: Kernels
     signatures: tuple[Signature, ...]  # per kernel, the cost model's cache key
     hw: Hardware
+    # The simulator that compiled it: `simulate(compiled)` reuses its kernel caches.
+    simulator: Simulator | None = field(default=None, repr=False)
 
     @property
     def kernels(self) -> tuple[Kernel, ...]:

@@ -193,10 +193,23 @@ class NodeLayouts(Mapping[Value, Layout]):
     per output) and read as a `Mapping[Value, Layout]`. Per-node storage keeps passes over
     graphs of 10^5 nodes cheap; `per_node[n][i]` is the layout of `Value(n, i)`."""
 
-    __slots__ = ("per_node",)
+    __slots__ = ("_hash", "per_node")
 
     def __init__(self, per_node: Sequence[tuple[Layout, ...]]) -> None:
         self.per_node: tuple[tuple[Layout, ...], ...] = tuple(per_node)
+        self._hash: int | None = None
+
+    # Hashable by content (the simulator's layout-pass cache keys on it), the hash computed
+    # once: hashing 10^5 per-node tuples on every compile would cost milliseconds.
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(self.per_node)
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NodeLayouts):
+            return self is other or self.per_node == other.per_node
+        return super().__eq__(other)
 
     def __getitem__(self, v: Value) -> Layout:
         if not isinstance(v, Value) or not 0 <= v.node < len(self.per_node):

@@ -42,12 +42,15 @@ from superopt.importers.hlo import Computation, HloImport, HloModule, import_hlo
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, Value
 from superopt.tpu_sim.bounds import Bounds
-from superopt.tpu_sim.compiler import bounds_columns, compile_with, default_flags, lay_out
+from superopt.tpu_sim.compiler import compile_with, lay_out, simulator_for
 from superopt.tpu_sim.config import DEFAULT_FLAGS, Compiled, Config, Flags, Tile
-from superopt.tpu_sim.cost import CostModel, KernelCost, Signature, cost_model, tile_options
+from superopt.tpu_sim.flags import bounds_columns, default_flags
 from superopt.tpu_sim.hardware import Hardware, get_hardware
+from superopt.tpu_sim.kernel_time import KernelCost, tile_options
 from superopt.tpu_sim.kernels import is_source, resolve_bitcasts
+from superopt.tpu_sim.signature import Signature
 from superopt.tpu_sim.simulate import simulate
+from superopt.tpu_sim.simulator import KernelCosts
 
 TILE_FILE = "op_tuning_data.json"
 LAYOUT_FILE = "module_tuning_data_layout.json"
@@ -139,10 +142,14 @@ def kernel_config(imp: HloImport) -> tuple[Config, dict[str, int]]:
     for k in imp.kernels:
         for n in k.nodes:
             owner.setdefault(n, k.name)
-    for new, olds in lo.origin.items():
+    for new, olds in sorted(lo.origin.items()):
         for old in olds:
+            # The first laid-out node of the same op is the program's own; a later one is a
+            # copy the layout pass added (a layout-changing copy that is a graph output gets
+            # one back to row-major, whose origin is that copy too). Taking the later one made
+            # a copy.25-like kernel "copy, then copy back", tiled in the wrong order.
             if laid.nodes[new].op == imp.graph.nodes[old].op:
-                fwd[old] = new
+                fwd.setdefault(old, new)
     resolved = resolve_bitcasts(laid, lo.bitcasts)
     outputs = {v.node for v in laid.outputs}
     fusion: dict[int, bool | int] = {}
@@ -257,19 +264,19 @@ class PreparedKernel:
     xla_default: int | None
     tunable: bool
 
-    def flags(self, model: CostModel, tile: Tile) -> Flags:
+    def flags(self, model: KernelCosts, tile: Tile) -> Flags:
         g = model.stats(self.sig).gemm
         if g is None:
             return DEFAULT_FLAGS
         return default_flags(g.n, (0, 0, 0), model.hw, bounds_columns(model, self.sig, tile))
 
-    def costs(self, model: CostModel) -> list[KernelCost]:
+    def costs(self, model: KernelCosts) -> list[KernelCost]:
         return [model.cost(self.sig, t, self.flags(model, t)) for t in self.tiles]
 
-    def times(self, model: CostModel) -> list[float]:
+    def times(self, model: KernelCosts) -> list[float]:
         return [c.time for c in self.costs(model)]
 
-    def default_pick(self, model: CostModel) -> int:
+    def default_pick(self, model: KernelCosts) -> int:
         """The row the default compiler's analytical model picks among the measured ones."""
         if not self.tunable:
             return 0
@@ -335,11 +342,11 @@ def prepare_all(kernels: Sequence[TileKernel]) -> tuple[tuple[PreparedKernel, ..
 
 
 def replay_tiles(kernel: TileKernel | PreparedKernel, hw: Hardware | str = "v3",
-                 model: CostModel | None = None) -> TileReplay:
+                 model: KernelCosts | None = None) -> TileReplay:
     """Simulate every measured configuration of `kernel` (see the module docstring)."""
     hw = get_hardware(hw)
     pk = kernel if isinstance(kernel, PreparedKernel) else prepare(kernel)
-    model = model or cost_model(hw)
+    model = model or KernelCosts(hw)
     costs = pk.costs(model)
     invalid = tuple(f"{_short(t)}: {c.problem}" for t, c in zip(pk.tiles, costs, strict=True)
                     if not c.valid)
@@ -467,7 +474,7 @@ def compile_program(graph: Graph, config: Config, hw: Hardware) -> Compiled:
 def best_tiles(compiled: Compiled) -> Compiled:
     """`compiled` with every kernel at the tile the simulator times fastest among its tile
     options (as a measured program's autotuned tiles would be), under default flags."""
-    model = cost_model(compiled.hw)
+    model = simulator_for(compiled.hw, compiled.simulator).kernels
     tiles, flags = {}, {}
     for k, sig in zip(compiled.kernels, compiled.signatures, strict=True):
         stats = model.stats(sig)

@@ -15,19 +15,23 @@ from __future__ import annotations
 
 import hashlib
 import math
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from superopt.ir.graph import Graph
+from superopt.tpu_sim.compiler import compile_with
 from superopt.tpu_sim.config import Compiled, Config, Flags, Tile
-from superopt.tpu_sim.cost import KernelCost, cost_model
 from superopt.tpu_sim.hardware import DEFAULT, Hardware
+from superopt.tpu_sim.kernel_time import KernelCost
 from superopt.tpu_sim.kernels import is_source
 from superopt.tpu_sim.layout import padded_bytes, paused_gc, row_major
+
+if TYPE_CHECKING:
+    from superopt.tpu_sim.simulator import Simulator
 from superopt.tpu_sim.op_costs import OpView, op_flops, op_rule
 
 NOISE_SIGMA = 0.015
@@ -152,28 +156,32 @@ def compulsory_bytes(graph: Graph, hw: Hardware = DEFAULT) -> float:
     return total + sum(graph.type_of(v).nbytes for v in graph.outputs)
 
 
-def simulate(compiled: Compiled) -> Simulation:
-    """The noise-free simulated run: total time and a per-kernel breakdown."""
+def _simulator(compiled: Compiled, sim: Simulator | None) -> Simulator:
+    """`sim`, else the simulator that compiled it, else a fresh one for its hardware."""
+    if sim is not None:
+        return sim
+    if compiled.simulator is not None:
+        return compiled.simulator
+    from superopt.tpu_sim.simulator import Simulator  # simulator.py imports this module
+
+    return Simulator(compiled.hw)
+
+
+def simulate(compiled: Compiled, sim: Simulator | None = None) -> Simulation:
+    """The noise-free simulated run: total time and a per-kernel breakdown. Kernel costs
+    come from `sim`, else from the simulator that compiled it (`Compiled.simulator`)."""
     with paused_gc():
-        return _simulate(compiled)
-
-
-_GRAPH_TOTALS: weakref.WeakKeyDictionary[Graph, dict[str, tuple[float, float]]] = (
-    weakref.WeakKeyDictionary())
+        return _simulate(compiled, _simulator(compiled, sim))
 
 
 def graph_totals(graph: Graph, hw: Hardware) -> tuple[float, float]:
-    """(useful FLOPs, compulsory bytes) of a graph, computed once per graph and preset."""
-    per_graph = _GRAPH_TOTALS.setdefault(graph, {})
-    got = per_graph.get(hw.name)
-    if got is None:
-        flops = sum(op_flops(n, tuple(graph.type_of(v) for v in n.inputs)) for n in graph.nodes)
-        got = per_graph[hw.name] = (flops, compulsory_bytes(graph, hw))
-    return got
+    """(useful FLOPs, compulsory bytes) of a graph (`Simulator.graph_totals` caches it)."""
+    flops = sum(op_flops(n, tuple(graph.type_of(v) for v in n.inputs)) for n in graph.nodes)
+    return flops, compulsory_bytes(graph, hw)
 
 
-def _simulate(compiled: Compiled) -> Simulation:
-    model = cost_model(compiled.hw)
+def _simulate(compiled: Compiled, sim: Simulator) -> Simulation:
+    model = sim.kernels
     tiles = compiled.config.tiles
     flags_of = compiled.config.flags
     reports = []
@@ -189,7 +197,7 @@ def _simulate(compiled: Compiled) -> Simulation:
         total += cost.time
         executed += cost.flops
         moved += cost.bytes
-    flops, compulsory = graph_totals(compiled.source, compiled.hw)
+    flops, compulsory = sim.graph_totals(compiled.source)
     return Simulation(compiled.source.name, compiled.hw, total if not problems else math.inf,
                       tuple(reports), flops, executed, moved, compulsory, tuple(problems))
 
@@ -200,27 +208,28 @@ def _digest(sim: Simulation) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
-def measure(compiled: Compiled, seed: int = 0, sigma: float = NOISE_SIGMA) -> float:
+def measure(compiled: Compiled, seed: int = 0, sigma: float = NOISE_SIGMA,
+            sim: Simulator | None = None) -> float:
     """The simulated runtime with seeded multiplicative noise (log-normal, `sigma` ~ 1.5%).
 
     The noise depends on the seed and on the configuration's kernel times, so repeating a
     measurement with the same seed reproduces it exactly and two configurations measured
     with one seed do not share their noise."""
-    sim = simulate(compiled)
-    if not math.isfinite(sim.time):
-        return sim.time
-    rng = np.random.default_rng([int(seed) & 0xFFFFFFFFFFFFFFFF, _digest(sim)])
-    return sim.time * float(np.exp(sigma * rng.standard_normal()))
+    run = simulate(compiled, sim)
+    if not math.isfinite(run.time):
+        return run.time
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFFFFFFFFFF, _digest(run)])
+    return run.time * float(np.exp(sigma * rng.standard_normal()))
 
 
 def evaluate(graph: Graph, config: Config | None = None, hw: Hardware | str | None = None,
-             seed: int | None = None) -> float:
+             seed: int | None = None, sim: Simulator | None = None) -> float:
     """One candidate evaluation: compile under `config` (defaults elsewhere) and time it;
-    with a seed the time is measured (noisy), else simulated."""
-    from superopt.tpu_sim.compiler import compile_with
-
-    compiled = compile_with(graph, config, hw)
+    with a seed the time is measured (noisy), else simulated. `sim` supplies the caches
+    (a caller that evaluates repeatedly should hold one)."""
+    compiled = compile_with(graph, config, hw, sim=sim)
     return simulate(compiled).time if seed is None else measure(compiled, seed)
 
 
-__all__ = ["KernelReport", "Simulation", "compulsory_bytes", "evaluate", "measure", "simulate"]
+__all__ = ["NOISE_SIGMA", "KernelReport", "Simulation", "compulsory_bytes", "evaluate",
+           "graph_totals", "measure", "simulate"]

@@ -1,9 +1,11 @@
-"""Kernel cost model: the time of a kernel on one core.
+"""Kernel time: a kernel's statistics, its tiles and grid, and its time under a tile and flags.
 
 The per-op rules (table "tpu_cost") and op facts live in `op_costs`. A kernel's statistics
 are the sum over its member ops; they are computed once per *kernel signature* (ops,
 attributes, types, layouts and the wiring inside the kernel), so repeated layers and
-re-evaluated configurations hit a cache.
+re-evaluated configurations hit a cache (`simulator.KernelCosts`). Signatures are built
+in `signature`; the default compiler's tile choice is in `tiling`. (This and those modules
+were `cost.py`.)
 
 Time of a kernel under a tile and flags (the "true" model the simulator reports):
 
@@ -44,25 +46,16 @@ including the tile's operand re-reads.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from superopt.ir.graph import Graph, Node, Value
+from superopt.ir.graph import Node
 from superopt.ir.types import TensorType
 from superopt.tpu_sim import bounds as bounds_module
 from superopt.tpu_sim.bounds import Bounds, Space
 from superopt.tpu_sim.config import Flags, Tile
 from superopt.tpu_sim.hardware import Hardware
-from superopt.tpu_sim.kernels import Kernel
-from superopt.tpu_sim.layout import (
-    Layout,
-    NodeLayouts,
-    padded_bytes,
-    padded_dims,
-    sublane_tile,
-    vregs,
-)
+from superopt.tpu_sim.layout import Layout, padded_bytes, padded_dims, sublane_tile, vregs
 from superopt.tpu_sim.op_costs import (
     MXU_ROWS,
     Gemm,
@@ -74,78 +67,7 @@ from superopt.tpu_sim.op_costs import (
     op_rule,
     round_up,
 )
-
-# ---- kernel signatures and statistics -------------------------------------------------------
-
-Ref = tuple[str, int, int]  # ("m", member, output) or ("x", external input, 0)
-
-
-class Signature:
-    """A kernel's cache key: a nested tuple describing everything its cost depends on, with
-    the hash computed once (hashing the nested tuple on every lookup would dominate)."""
-
-    __slots__ = ("_hash", "key")
-
-    def __init__(self, key: tuple[Any, ...]) -> None:
-        self.key = key
-        self._hash = hash(key)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or (isinstance(other, Signature) and self._hash == other._hash
-                                 and self.key == other.key)
-
-    def __repr__(self) -> str:
-        ops = "+".join(e[0] for e in self.key[0])
-        return f"Signature({ops}, {len(self.key[1])} inputs, hash {self._hash & 0xFFFFFF:06x})"
-
-
-class NodeTypes(Sequence[tuple[TensorType, ...]]):
-    """Per node, its values' types, read from the graph on demand: the default when no
-    stored types are given. (Listing them for every call made compiling quadratic in the
-    graph's size: 30k nodes took 25 s instead of 1 s.)"""
-
-    __slots__ = ("_nodes",)
-
-    def __init__(self, graph: Graph) -> None:
-        self._nodes = graph.nodes
-
-    def __getitem__(self, i: int) -> tuple[TensorType, ...]:  # type: ignore[override]
-        return self._nodes[i].types
-
-    def __len__(self) -> int:
-        return len(self._nodes)
-
-
-def kernel_signature(graph: Graph, layouts: NodeLayouts, kernel: Kernel,
-                     resolved: Mapping[int, Value],
-                     stored: Sequence[tuple[TensorType, ...]] | None = None) -> Signature:
-    """A hashable description of everything the kernel's cost depends on, independent of
-    node numbering: two kernels with equal signatures cost the same.
-
-    `stored` gives, per node, its values' types as stored (`Config.dtypes`) when they differ
-    from the graph's; the cost model sees stored types only. Outputs are (member, output)
-    pairs: the root's outputs, and the values of a multi-output fusion's other members."""
-    local = {m: i for i, m in enumerate(kernel.nodes)}
-    ext = {(v.node, v.index): j for j, v in enumerate(kernel.inputs)}
-    nodes = graph.nodes
-    per = layouts.per_node
-    types_of = stored if stored is not None else NodeTypes(graph)
-    entries = []
-    for m in kernel.nodes:
-        n = nodes[m]
-        refs = []
-        for v in n.inputs:
-            r = resolved.get(v.node, v)
-            li = local.get(r.node)
-            ref: Ref = ("m", li, r.index) if li is not None else ("x", ext[r.node, r.index], 0)
-            refs.append((ref, types_of[v.node][v.index], per[v.node][v.index]))
-        entries.append((n.op, n.attrs, types_of[m], per[m], tuple(refs)))
-    ext_desc = tuple((types_of[v.node][v.index], per[v.node][v.index]) for v in kernel.inputs)
-    outs = tuple((local[v.node], v.index) for v in kernel.outputs)
-    return Signature((tuple(entries), ext_desc, outs))
+from superopt.tpu_sim.signature import Signature
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,10 +367,10 @@ def grid(stats: KernelStats, tile: Tile) -> Grid:
 
 def vmem_bytes(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware) -> float:
     """VMEM a (tm, tn, tk) or (rows,) tile needs (a `Bounds` tile: `kernel_cost(...).vmem`)."""
-    return _vmem(grid(stats, tile), flags, hw)
+    return grid_vmem(grid(stats, tile), flags, hw)
 
 
-def _vmem(gr: Grid, flags: Flags, hw: Hardware) -> float:
+def grid_vmem(gr: Grid, flags: Flags, hw: Hardware) -> float:
     """Operand and result tiles (twice with double buffering), the accumulator, and the
     share of fused intermediates held in VMEM (`Hardware.vmem_intermediate_share`)."""
     fixed = gr.vmem_fixed - gr.vmem_inter * (1.0 - hw.vmem_intermediate_share)
@@ -516,14 +438,14 @@ def _dma_time(transfers: Iterable[tuple[float, float, float]], hw: Hardware) -> 
 def kernel_cost(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware,
                 space: Space | None = None) -> KernelCost:
     """The simulator's time for one kernel (see the module docstring). A `Bounds` tile needs
-    the kernel's `space` (`CostModel.cost` passes it)."""
+    the kernel's `space` (`KernelCosts.cost` passes it)."""
     if isinstance(tile, Bounds):
         return _bounds_cost(stats, space, tile, flags, hw)
     problem = tile_problem(stats, tile) or flags.problem()
     if problem:
         return _invalid(stats, problem)
     gr = grid(stats, tile)
-    vmem = _vmem(gr, flags, hw)
+    vmem = grid_vmem(gr, flags, hw)
     steps = gr.steps
     mxu = 0.0
     extra_vec = 0.0
@@ -540,7 +462,7 @@ def kernel_cost(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware,
 def _bounds_cost(stats: KernelStats, space: Space | None, tile: Bounds, flags: Flags,
                  hw: Hardware) -> KernelCost:
     if space is None:
-        return _invalid(stats, "a bounds tile is costed through CostModel.cost (it needs the "
+        return _invalid(stats, "a bounds tile is costed through KernelCosts.cost (it needs the "
                                "kernel's iteration space)")
     problem = bounds_module.problem(space, tile) or flags.problem()
     if problem:
@@ -607,150 +529,3 @@ def analytical(compute: float, memory: float, hw: Hardware) -> float:
 def analytical_compute(stats: KernelStats, hw: Hardware) -> float:
     mxu = stats.gemm.padded_flops / hw.peak_flops if stats.gemm is not None else 0.0
     return mxu + stats.vector_cycles / hw.clock_hz
-
-
-
-# ---- the cached model -----------------------------------------------------------------------
-
-class CostModel:
-    """Kernel statistics, costs and default tiles for one hardware preset, cached by kernel
-    signature (and tile and flags). Caches are bounded: they are cleared when full."""
-
-    def __init__(self, hw: Hardware, max_entries: int = 1 << 20) -> None:
-        self.hw = hw
-        self.max_entries = max_entries
-        self._stats: dict[Signature, KernelStats] = {}
-        self._costs: dict[tuple[Signature, Tile, Flags], KernelCost] = {}
-        self._tiles: dict[tuple[Signature, Flags], Tile] = {}
-        self._spaces: dict[Signature, Space] = {}
-        self._canon: dict[Signature, Signature] = {}
-        self._names: dict[Signature, str] = {}
-        self.hits = 0
-        self.misses = 0
-
-    def intern(self, sig: Signature) -> Signature:
-        """The cached instance equal to `sig` (so later lookups compare by identity)."""
-        known = self._canon.get(sig)
-        if known is None:
-            if len(self._canon) >= self.max_entries:
-                self._canon.clear()
-                self._names.clear()
-            known = self._canon[sig] = sig
-        return known
-
-    def stats(self, sig: Signature) -> KernelStats:
-        s = self._stats.get(sig)
-        if s is None:
-            if len(self._stats) >= self.max_entries:
-                self._stats.clear()
-            s = self._stats[sig] = kernel_stats(sig, self.hw)
-        return s
-
-    def space(self, sig: Signature) -> Space:
-        """The kernel's iteration space for XLA-style `Bounds` tiles (see `bounds`)."""
-        sp = self._spaces.get(sig)
-        if sp is None:
-            if len(self._spaces) >= self.max_entries:
-                self._spaces.clear()
-            sp = self._spaces[sig] = bounds_module.analyse(sig.key, self.stats(sig).hero)
-        return sp
-
-    def problem(self, sig: Signature, tile: Tile) -> str | None:
-        """Why `tile` is not a tile of the kernel (shape only; VMEM is checked by `cost`)."""
-        if isinstance(tile, Bounds):
-            return bounds_module.problem(self.space(sig), tile)
-        return tile_problem(self.stats(sig), tile)
-
-    def analytical_time(self, sig: Signature, tile: Tile) -> float:
-        """The default compiler's analytical estimate of the kernel under `tile` (compute is
-        tile-independent; memory counts the tile's operand re-reads)."""
-        stats = self.stats(sig)
-        if isinstance(tile, Bounds):
-            pl = bounds_module.plan(self.space(sig), tile)
-            _, _, in_b, out_b = bounds_module.transfers(self.space(sig), pl)
-            moved = in_b + out_b
-        else:
-            gr = grid(stats, tile)
-            moved = gr.in_bytes + gr.out_bytes
-        return analytical(analytical_compute(stats, self.hw), moved / self.hw.hbm_bytes_per_s,
-                          self.hw)
-
-    def default_choice(self, sig: Signature, tiles: Sequence[Tile], flags: Flags) -> Tile:
-        """The default compiler's pick among candidate tiles: the argmin of the analytical
-        model over those that are valid and fit VMEM (ties: fewer grid steps, then the
-        earlier candidate); the first candidate when none fits."""
-        best: tuple[int, int, int] | None = None
-        for i, tile in enumerate(tiles):
-            c = self.cost(sig, tile, flags)
-            if not c.valid:
-                continue
-            score = (round(self.analytical_time(sig, tile) * 1e12), c.steps, i)
-            if best is None or score < best:
-                best = score
-        return tiles[best[2] if best is not None else 0]
-
-    def cost(self, sig: Signature, tile: Tile, flags: Flags) -> KernelCost:
-        key = (sig, tile, flags)
-        c = self._costs.get(key)
-        if c is None:
-            self.misses += 1
-            if len(self._costs) >= self.max_entries:
-                self._costs.clear()
-            space = self.space(sig) if isinstance(tile, Bounds) else None
-            c = self._costs[key] = kernel_cost(self.stats(sig), tile, flags, self.hw, space)
-        else:
-            self.hits += 1
-        return c
-
-    def name(self, sig: Signature) -> str:
-        """The kernel's ops in order, each once: "conv2d+batch_norm+relu"."""
-        got = self._names.get(sig)
-        if got is None:
-            got = self._names[sig] = "+".join(dict.fromkeys(self.stats(sig).ops))
-        return got
-
-    def default_tile(self, sig: Signature, flags: Flags) -> Tile:
-        """Argmin of the analytical model over the tiles that fit VMEM (ties: fewer steps,
-        then the larger tile); the smallest tile when none fits."""
-        key = (sig, flags)
-        t = self._tiles.get(key)
-        if t is None:
-            stats = self.stats(sig)
-            best: tuple[float, int, tuple[int, ...]] | None = None
-            options = tile_options(stats)
-            compute = analytical_compute(stats, self.hw)
-            bw = self.hw.hbm_bytes_per_s
-            for tile in options:
-                gr = grid(stats, tile)
-                if _vmem(gr, flags, self.hw) > self.hw.vmem_bytes:
-                    continue
-                t = analytical(compute, (gr.in_bytes + gr.out_bytes) / bw, self.hw)
-                # Whole picoseconds: float noise must not break ties between equal tiles.
-                score = (round(t * 1e12), gr.steps, tuple(-x for x in tile))
-                if best is None or score < best:
-                    best = score
-            t = tuple(-x for x in best[2]) if best is not None else options[0]
-            if len(self._tiles) >= self.max_entries:
-                self._tiles.clear()
-            self._tiles[key] = t
-        return t
-
-
-_MODELS: dict[Hardware, CostModel] = {}
-# Per hardware, per-op costs of single nodes keyed by op, attributes, types and layouts (the
-# default compiler's fusion pass reads them for every node; repeated layers share them).
-OP_COSTS: dict[Hardware, dict[tuple, tuple[float, float, bool, tuple]]] = {}
-
-
-def clear_caches() -> None:
-    """Forget every cached kernel statistic, cost, default tile and per-op cost."""
-    _MODELS.clear()
-    OP_COSTS.clear()
-
-
-def cost_model(hw: Hardware) -> CostModel:
-    """The shared cost model (and caches) of a hardware preset."""
-    m = _MODELS.get(hw)
-    if m is None:
-        m = _MODELS[hw] = CostModel(hw)
-    return m

@@ -1,0 +1,324 @@
+"""`Simulator(hw)`: the simulator's caches, owned by one object, and its entry points.
+
+A `Simulator` holds every cache the compiler and the simulator use, for one hardware
+preset: kernel statistics, costs and default tiles by kernel signature (`KernelCosts`,
+`.kernels`), per-op costs for priority fusion, layout-pass results and per-graph totals.
+Nothing is cached at module level: drop a `Simulator` or call `.clear()` to forget.
+Layout-pass results and graph totals are keyed by content (the graph's nodes' structural
+hashes, its outputs and name, plus the layout overrides and storage dtypes), so a rebuilt
+but equal graph or configuration hits them; both caches are bounded LRUs.
+
+The passes live in their own modules: `layout_pass` (assign_layouts, apply_layouts,
+stored_types), `fusion` (priority_fusion), `tiling` (default tiles), `flags` (default
+flags); `compiler` orchestrates them and validates; `simulate` times a compiled graph.
+The module-level `compile_with`, `compile_default`, `simulate`, `measure` and `evaluate`
+take an optional `sim` and make a fresh `Simulator` without one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from superopt.ir.graph import Graph, Value
+from superopt.ir.types import DType
+from superopt.tpu_sim import bounds as bounds_module
+from superopt.tpu_sim import compiler, layout_pass, tiling
+from superopt.tpu_sim.bounds import Bounds, Space
+from superopt.tpu_sim.config import Compiled, Config, Flags, Tile
+from superopt.tpu_sim.fusion import priority_fusion
+from superopt.tpu_sim.hardware import Hardware, get_hardware
+from superopt.tpu_sim.kernel_time import (
+    KernelCost,
+    KernelStats,
+    analytical,
+    analytical_compute,
+    grid,
+    kernel_cost,
+    kernel_stats,
+    tile_problem,
+)
+from superopt.tpu_sim.layout import Layout, NodeLayouts
+from superopt.tpu_sim.layout_pass import LaidOut
+from superopt.tpu_sim.signature import Signature
+from superopt.tpu_sim.simulate import NOISE_SIGMA, Simulation, graph_totals
+from superopt.tpu_sim.simulate import measure as measure_compiled
+from superopt.tpu_sim.simulate import simulate as simulate_compiled
+
+# (simulate's functions by name: the package's `simulate` attribute is the function.)
+
+V = TypeVar("V")
+
+
+class KernelCosts:
+    """Kernel statistics, costs and default tiles for one hardware preset, cached by kernel
+    signature (and tile and flags). Caches are bounded: they are cleared when full.
+    (Was `cost.CostModel`; that name is kept for the learned cost models.)"""
+
+    def __init__(self, hw: Hardware, max_entries: int = 1 << 20) -> None:
+        self.hw = hw
+        self.max_entries = max_entries
+        self._stats: dict[Signature, KernelStats] = {}
+        self._costs: dict[tuple[Signature, Tile, Flags], KernelCost] = {}
+        self._tiles: dict[tuple[Signature, Flags], Tile] = {}
+        self._spaces: dict[Signature, Space] = {}
+        self._canon: dict[Signature, Signature] = {}
+        self._names: dict[Signature, str] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def intern(self, sig: Signature) -> Signature:
+        """The cached instance equal to `sig` (so later lookups compare by identity)."""
+        known = self._canon.get(sig)
+        if known is None:
+            if len(self._canon) >= self.max_entries:
+                self._canon.clear()
+                self._names.clear()
+            known = self._canon[sig] = sig
+        return known
+
+    def stats(self, sig: Signature) -> KernelStats:
+        s = self._stats.get(sig)
+        if s is None:
+            if len(self._stats) >= self.max_entries:
+                self._stats.clear()
+            s = self._stats[sig] = kernel_stats(sig, self.hw)
+        return s
+
+    def space(self, sig: Signature) -> Space:
+        """The kernel's iteration space for XLA-style `Bounds` tiles (see `bounds`)."""
+        sp = self._spaces.get(sig)
+        if sp is None:
+            if len(self._spaces) >= self.max_entries:
+                self._spaces.clear()
+            sp = self._spaces[sig] = bounds_module.analyse(sig.key, self.stats(sig).hero)
+        return sp
+
+    def problem(self, sig: Signature, tile: Tile) -> str | None:
+        """Why `tile` is not a tile of the kernel (shape only; VMEM is checked by `cost`)."""
+        if isinstance(tile, Bounds):
+            return bounds_module.problem(self.space(sig), tile)
+        return tile_problem(self.stats(sig), tile)
+
+    def analytical_time(self, sig: Signature, tile: Tile) -> float:
+        """The default compiler's analytical estimate of the kernel under `tile` (compute is
+        tile-independent; memory counts the tile's operand re-reads)."""
+        stats = self.stats(sig)
+        if isinstance(tile, Bounds):
+            pl = bounds_module.plan(self.space(sig), tile)
+            _, _, in_b, out_b = bounds_module.transfers(self.space(sig), pl)
+            moved = in_b + out_b
+        else:
+            gr = grid(stats, tile)
+            moved = gr.in_bytes + gr.out_bytes
+        return analytical(analytical_compute(stats, self.hw), moved / self.hw.hbm_bytes_per_s,
+                          self.hw)
+
+    def default_choice(self, sig: Signature, tiles: Sequence[Tile], flags: Flags) -> Tile:
+        """The default compiler's pick among candidate tiles (`tiling.default_choice`)."""
+        return tiling.default_choice(tiles, lambda t: self.cost(sig, t, flags),
+                                     lambda t: self.analytical_time(sig, t))
+
+    def cost(self, sig: Signature, tile: Tile, flags: Flags) -> KernelCost:
+        key = (sig, tile, flags)
+        c = self._costs.get(key)
+        if c is None:
+            self.misses += 1
+            if len(self._costs) >= self.max_entries:
+                self._costs.clear()
+            space = self.space(sig) if isinstance(tile, Bounds) else None
+            c = self._costs[key] = kernel_cost(self.stats(sig), tile, flags, self.hw, space)
+        else:
+            self.hits += 1
+        return c
+
+    def name(self, sig: Signature) -> str:
+        """The kernel's ops in order, each once: "conv2d+batch_norm+relu"."""
+        got = self._names.get(sig)
+        if got is None:
+            got = self._names[sig] = "+".join(dict.fromkeys(self.stats(sig).ops))
+        return got
+
+    def default_tile(self, sig: Signature, flags: Flags) -> Tile:
+        """The default compiler's tile of the kernel (`tiling.default_tile`), cached."""
+        key = (sig, flags)
+        t = self._tiles.get(key)
+        if t is None:
+            t = tiling.default_tile(self.stats(sig), flags, self.hw)
+            if len(self._tiles) >= self.max_entries:
+                self._tiles.clear()
+            self._tiles[key] = t
+        return t
+
+
+def graph_key(graph: Graph) -> bytes:
+    """A digest of the graph's content in node order: every node's structural hash (op,
+    attributes, inputs' hashes), the outputs and the name. Numbering matters, unlike
+    `Graph.structural_hash`: layout overrides and fusion choices name nodes by id."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(b"".join(graph.node_hashes))
+    h.update(repr((graph.outputs, graph.name)).encode())
+    return h.digest()
+
+
+class GraphCache(Generic[V]):
+    """A bounded LRU of results per (graph, extra key), keyed by content (`graph_key`).
+
+    A graph's content key costs about 5 us a node the first time (its structural hashes),
+    so it is computed only when needed: entries are filed under a cheap fingerprint
+    (name, size, outputs, last node) and the content keys are compared only within a
+    fingerprint, so a graph compiled once, or a stream of different graphs, pays nothing.
+    """
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        # fingerprint -> [graph, extra, content key (None until needed), value]
+        self._entries: OrderedDict[tuple, list[list[Any]]] = OrderedDict()
+        self._size = 0
+
+    @staticmethod
+    def _fingerprint(graph: Graph, extra: object) -> tuple:
+        return (graph.name, len(graph.nodes), graph.outputs,
+                graph.nodes[-1] if graph.nodes else None, extra)
+
+    def get(self, graph: Graph, extra: object) -> V | None:
+        fp = self._fingerprint(graph, extra)
+        bucket = self._entries.get(fp)
+        if not bucket:
+            return None
+        key = graph_key(graph)
+        for entry in bucket:
+            if entry[2] is None:
+                entry[2] = graph_key(entry[0])
+            if entry[2] == key:
+                self._entries.move_to_end(fp)
+                return entry[3]
+        return None
+
+    def put(self, graph: Graph, extra: object, value: V) -> None:
+        fp = self._fingerprint(graph, extra)
+        bucket = self._entries.setdefault(fp, [])
+        key = graph_key(graph) if bucket else None
+        for entry in bucket:
+            if entry[2] is None:
+                entry[2] = graph_key(entry[0])
+            if entry[2] == key:
+                entry[3] = value
+                return
+        bucket.append([graph, extra, key, value])
+        self._entries.move_to_end(fp)
+        self._size += 1
+        while self._size > self.max_entries:
+            _, old = self._entries.popitem(last=False)
+            self._size -= len(old)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+
+def layouts_key(layouts: Mapping[Value, Layout] | None) -> object:
+    """Content key of layout overrides: None for none, a `NodeLayouts` as itself (hashed
+    by content, once), a sparse mapping as sorted (node, index, layout) triples."""
+    if not layouts:
+        return None
+    if isinstance(layouts, NodeLayouts):
+        return layouts
+    return ("sparse", tuple(sorted((v.node, v.index, tuple(lay)) for v, lay in layouts.items())))
+
+
+def dtypes_key(dtypes: Mapping[Value, DType] | None) -> object:
+    if not dtypes:
+        return None
+    return tuple(sorted(((v.node, v.index), dt) for v, dt in dtypes.items()))
+
+
+class Simulator:
+    """The simulator for one hardware preset and every cache it keeps (module docstring).
+
+    `kernels` is the `KernelCosts` of the preset. Equal inputs give bit-identical results
+    whatever the caches hold; a fresh `Simulator` only takes longer.
+    """
+
+    def __init__(self, hw: Hardware | str | None = None, max_laid: int = 8,
+                 max_graphs: int = 64) -> None:
+        self.hw = get_hardware(hw)
+        self.kernels = KernelCosts(self.hw)
+        self.op_costs: dict[tuple, tuple[float, float, bool, tuple]] = {}
+        self._laid: GraphCache[LaidOut] = GraphCache(max_laid)
+        self._totals: GraphCache[tuple[float, float]] = GraphCache(max_graphs)
+
+    def __repr__(self) -> str:
+        return f"Simulator({self.hw.name})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (e.g. with a Compiled sent to a worker) without its caches.
+        return (Simulator, (self.hw,))
+
+    def clear(self) -> None:
+        """Forget every cached result (for cold-start timing)."""
+        self.kernels = KernelCosts(self.hw)
+        self.op_costs.clear()
+        self._laid.clear()
+        self._totals.clear()
+
+    # ---- passes ----------------------------------------------------------------------
+
+    def lay_out(self, graph: Graph, layouts: Mapping[Value, Layout] | None = None,
+                dtypes: Mapping[Value, DType] | None = None) -> LaidOut:
+        """Assign layouts (`layouts` as overrides), run the layout pass and derive what
+        later passes need, cached by content: a tuner that changes only fusion, tiles or
+        flags skips the pass on every evaluation."""
+        try:
+            extra = (layouts_key(layouts), dtypes_key(dtypes))
+        except (AttributeError, TypeError):  # not Values: let the pass report it
+            extra = None
+        got = self._laid.get(graph, extra) if extra is not None else None
+        if got is not None:
+            return got
+        laid = layout_pass.lay_out(graph, layouts, dtypes)
+        if extra is not None:
+            self._laid.put(graph, extra, laid)
+            # Passing back the assigned layouts (a compiled configuration's) reproduces
+            # them exactly, so the same result serves that key too.
+            self._laid.put(graph, (laid.layouts, extra[1]), laid)
+        return laid
+
+    def fusion_default(self, laid: LaidOut) -> dict[int, bool]:
+        """Priority fusion's decision per node of the laid-out graph (see `fusion`)."""
+        return priority_fusion(laid.graph, laid.laid_layouts, self.hw, laid.bitcasts,
+                               laid.stored, self.op_costs)
+
+    def compile(self, graph: Graph, config: Config | None = None,
+                fusion_default: str = "priority") -> Compiled:
+        """`compile_with` on this simulator's caches."""
+        return compiler.compile_with(graph, config, self.hw, fusion_default, sim=self)
+
+    # ---- timing -------------------------------------------------------------------------
+
+    def simulate(self, compiled: Compiled) -> Simulation:
+        return simulate_compiled(compiled, sim=self)
+
+    def measure(self, compiled: Compiled, seed: int, sigma: float = NOISE_SIGMA) -> float:
+        return measure_compiled(compiled, seed, sigma, sim=self)
+
+    def evaluate(self, graph: Graph, config: Config | None = None, seed: int | None = None
+                 ) -> float:
+        """Compile under `config` (defaults elsewhere) and time it: simulated, or measured
+        with noise when a seed is given."""
+        compiled = self.compile(graph, config)
+        return self.simulate(compiled).time if seed is None else self.measure(compiled, seed)
+
+    def graph_totals(self, graph: Graph) -> tuple[float, float]:
+        """(useful FLOPs, compulsory bytes) of a graph, cached by content."""
+        got = self._totals.get(graph, None)
+        if got is None:
+            got = graph_totals(graph, self.hw)
+            self._totals.put(graph, None, got)
+        return got
+
