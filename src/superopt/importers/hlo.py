@@ -908,10 +908,14 @@ class _Importer:
             y = self.op("matmul", [lhs, rhs], None, etype)  # [ng, rows, no / ng]
             y = self.op("transpose", [y], None, etype, perm=swap)
             y = self.op("reshape", [y], None, etype, shape=(nb // bg, no))
-        else:
-            y = self.op("matmul", [lhs, rhs], _default_layout(2), etype)
-        if (c.ob, c.of) != (0, 1):
+            if (c.ob, c.of) != (0, 1):
+                y = self.op("transpose", [y], layout, etype, perm=(1, 0))
+        elif (c.ob, c.of) != (0, 1):
+            # The product in the physical array the program writes: the transpose is a view.
+            y = self.op("matmul", [lhs, rhs], _permute_layout(layout, (1, 0)), etype)
             y = self.op("transpose", [y], layout, etype, perm=(1, 0))
+        else:
+            y = self.op("matmul", [lhs, rhs], layout, etype)
         if self.b.type_of(y).shape != shape:
             raise IRError(f"dense convolution yields {list(self.b.type_of(y).shape)}, the "
                           f"instruction says {list(shape)}")

@@ -262,7 +262,7 @@ def analyse(key: tuple[Any, ...], hero: int | None) -> Space:
         _, _, htypes, hlays, hrefs = entries[hero]
         main_t, main_l, main_key = htypes[0], hlays[0], ("m", hero, 0)
     else:
-        main_t, main_l, main_key = _largest(entries)
+        main_t, main_l, main_key = _main_array(entries, outs)
     phys = _phys(main_l)
     rank = main_t.rank
     dims: list[SpaceDim] = []
@@ -293,7 +293,11 @@ def analyse(key: tuple[Any, ...], hero: int | None) -> Space:
             deep = wt.shape[1] >= 128
         else:
             contraction = {1 if hop == "linear" else wt.rank - 2: "feature"}
-            col_dim = htypes[0].rank - 1
+            # The columns are the result's lane dim here too: a product written with its rows
+            # minor-most (a dense layer's output stored {0,1}) is computed transposed, its
+            # rows streaming as MXU columns, rather than transposed after.
+            r = htypes[0].rank
+            col_dim = r - 2 if (r >= 2 and hlays[0] and hlays[0][0] == r - 2) else r - 1
         for p, d in enumerate(wphys):
             if d not in contraction:
                 kernel_dims.append(None)
@@ -344,6 +348,23 @@ def analyse(key: tuple[Any, ...], hero: int | None) -> Space:
         order = (cols, *(d for d in range(len(dims)) if d != cols))
     return Space(tuple(dims), n_output, tuple(kernel_dims), tuple(arrays), tuple(rows), cols,
                  tuple(taps), tuple(features), deep, max(1, main_elems), order)
+
+
+def _main_array(entries: tuple, outs: Sequence[tuple[int, int]]
+                ) -> tuple[TensorType, Layout, tuple[Any, ...]]:
+    """A vector kernel's main array: its (largest) output -- XLA tiles the iteration space of
+    what it writes, so a layout-changing copy is tiled in its *output's* physical order --
+    unless the kernel reads or computes a larger array (a reduction's input, a slice's
+    source), which is then the main array (`_largest`)."""
+    best: tuple[int, TensorType, Layout, tuple[Any, ...]] | None = None
+    for m, k in outs:
+        t, lay = entries[m][2][k], entries[m][3][k]
+        if best is None or t.size > best[0]:
+            best = (t.size, t, lay, ("m", m, k))
+    big = _largest(entries)
+    if best is None or big[0].size > best[0]:
+        return big
+    return best[1], best[2], best[3]
 
 
 def _largest(entries: tuple) -> tuple[TensorType, Layout, tuple[Any, ...]]:
