@@ -5,7 +5,7 @@ preset: kernel statistics, costs and default tiles by kernel signature (`KernelC
 `.kernels`), per-op costs for priority fusion, layout-pass results and per-graph totals.
 Nothing is cached at module level: drop a `Simulator` or call `.clear()` to forget.
 Layout-pass results and graph totals are keyed by content (the graph's nodes' structural
-hashes, its outputs and name, plus the layout overrides and storage dtypes), so a rebuilt
+hashes in order, its outputs and name, plus the layout overrides and storage dtypes), so a rebuilt
 but equal graph or configuration hits them; both caches are bounded LRUs.
 
 The passes live in their own modules: `layout_pass` (assign_layouts, apply_layouts,
@@ -17,7 +17,6 @@ take an optional `sim` and make a fresh `Simulator` without one.
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
@@ -153,14 +152,13 @@ class KernelCosts:
         return t
 
 
-def graph_key(graph: Graph) -> bytes:
-    """A digest of the graph's content in node order: every node's structural hash (op,
-    attributes, inputs' hashes), the outputs and the name. Numbering matters, unlike
-    `Graph.structural_hash`: layout overrides and fusion choices name nodes by id."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(b"".join(graph.node_hashes))
-    h.update(repr((graph.outputs, graph.name)).encode())
-    return h.digest()
+def graph_key(graph: Graph) -> tuple[bytes, ...]:
+    """The graph's content in node order: every node's structural hash (op, attributes,
+    inputs' hashes). Numbering matters, unlike `Graph.structural_hash`: layout overrides and
+    fusion choices name nodes by id. (Outputs and name are in `GraphCache`'s fingerprint.)
+    The tuple is the graph's own cached `node_hashes`: comparing it with itself is a pass of
+    pointer comparisons, where digesting it on every lookup would cost milliseconds."""
+    return graph.node_hashes
 
 
 class GraphCache(Generic[V]):
@@ -225,10 +223,10 @@ class GraphCache(Generic[V]):
 def layouts_key(layouts: Mapping[Value, Layout] | None) -> object:
     """Content key of layout overrides: None for none, a `NodeLayouts` as itself (hashed
     by content, once), a sparse mapping as sorted (node, index, layout) triples."""
+    if isinstance(layouts, NodeLayouts):  # first: its len() walks every node
+        return layouts if layouts.per_node else None
     if not layouts:
         return None
-    if isinstance(layouts, NodeLayouts):
-        return layouts
     return ("sparse", tuple(sorted((v.node, v.index, tuple(lay)) for v, lay in layouts.items())))
 
 
