@@ -451,9 +451,16 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Verify substitution rules: random testing against the "
                                    "reference semantics first (a counterexample refutes a "
                                    "rule), then a Z3 proof per output from validated operator "
-                                   "axioms. Exit status: 0 nothing refuted, 1 some rule "
-                                   "refuted (or, with --strict, unknown), 2 bad input, 3 an "
-                                   "axiom failed validation.")
+                                   "axioms. PROVED needs a satisfiable premise and a concrete "
+                                   "instance where both sides agree; a rule with no instance "
+                                   "is INVALID. A rule that cannot be read (one-sided input, "
+                                   "inconsistent ranks, unsupported op) is reported INVALID or "
+                                   "UNKNOWN with its file:line or .pb rule index and the rest "
+                                   "is verified. Exit status: 0 nothing refuted or invalid, 1 "
+                                   "some rule refuted or invalid (or, with --strict, unknown), "
+                                   "2 bad input (syntax error at file:line:col, missing, empty "
+                                   "or truncated file, a directory), 3 an axiom failed "
+                                   "validation.")
     p.add_argument("files", nargs="*", metavar="FILE",
                    help="rule files: our text or JSON libraries, Tensat's equations or "
                         "s-expressions, TASO's graph_subst.pb")

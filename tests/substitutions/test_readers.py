@@ -12,6 +12,7 @@ from superopt.ir import TensorType
 from superopt.substitutions import PNode, RuleSyntaxError, differs, format_rules, save_library
 from superopt.substitutions.readers import (
     RuleFileError,
+    RuleProblem,
     detect_format,
     parse_tensat_equations,
     parse_tensat_sexprs,
@@ -280,3 +281,94 @@ def test_read_any_errors(tmp_path: Path) -> None:
     junk.write_text("this is not a rule\n")
     with pytest.raises(RuleSyntaxError, match="junk.rules:1:1"):
         read_any(junk)
+
+
+# ---- whole files with one bad rule (lenient reads) ----------------------------------
+
+GOOD = "ewadd(input_1,input_2)==ewadd(input_2,input_1)"
+
+
+def test_one_sided_equation_is_a_problem_at_its_line_and_the_rest_is_read(tmp_path: Path
+                                                                           ) -> None:
+    f = tmp_path / "eqs.txt"
+    # Line 2: each side reads an input the other lacks (neither direction is a rule).
+    f.write_text(f"{GOOD}\nrelu(input_1)==relu(input_2)\n{GOOD}\n")
+    problems: list[RuleProblem] = []
+    rules = read_any(f, problems)
+    assert [r.name for r in rules] == ["eqs_0001", "eqs_0003"]
+    assert len(problems) == 1
+    p = problems[0]
+    assert p.location == f"{f}:2:1" and p.name == "eqs_0002" and not p.unsupported
+    assert "input_2" in p.reason or "input_1" in p.reason
+    with pytest.raises(RuleSyntaxError, match=r"eqs.txt:2:1"):
+        read_any(f)  # the strict read still stops there
+
+
+def test_unsupported_op_is_marked_unsupported_and_syntax_errors_still_stop(tmp_path: Path
+                                                                          ) -> None:
+    f = tmp_path / "eqs.txt"
+    f.write_text(f"{GOOD}\nbatchnorm(input_7)==relu(input_7)\n")
+    problems: list[RuleProblem] = []
+    assert len(read_any(f, problems)) == 1
+    assert problems[0].unsupported and "batchnorm" in problems[0].reason
+    f.write_text(f"{GOOD}\nrelu(input_1==relu(input_1)\n")
+    with pytest.raises(RuleSyntaxError, match=r"eqs.txt:2:"):
+        read_any(f, [])
+
+
+def test_text_rule_with_an_unbound_target_input_is_a_problem(tmp_path: Path) -> None:
+    f = tmp_path / "mine.rules"
+    f.write_text("a: (relu ?x) => (relu ?x)\nb: (relu ?x) => (ewadd ?x ?y)\n")
+    problems: list[RuleProblem] = []
+    assert [r.name for r in read_any(f, problems)] == ["a"]
+    (q,) = problems
+    assert q.location.startswith(f"{f}:2:") and q.name == "b" and not q.unsupported
+    assert "?y" in q.reason
+
+
+def test_pb_rules_that_cannot_be_typed_cost_only_themselves(tmp_path: Path) -> None:
+    relu_i1 = PbRule(src=[_op("OP_RELU", [(-7, 0)])], dst=[_op("OP_RELU", [(-7, 0)])],
+                     mapped=[(0, 0, 0, 0)])
+    # input_20 is TASO's scalar: a matmul of it has no last two dims to match (this used
+    # to be an IndexError in the shape inference).
+    scalar_mm = PbRule(src=[_op("OP_MATMUL", [(-20, 0), (-20, 0)], acti=0)],
+                       dst=[_op("OP_MATMUL", [(-20, 0), (-20, 0)], acti=0)],
+                       mapped=[(0, 0, 0, 0)])
+    one_sided = PbRule(src=[_op("OP_RELU", [(-7, 0)])], dst=[_op("OP_RELU", [(-8, 0)])],
+                       mapped=[(0, 0, 0, 0)])
+    p = tmp_path / "graph_subst.pb"
+    p.write_bytes(encode_rules([relu_i1, scalar_mm, one_sided, relu_i1]))
+    problems: list[RuleProblem] = []
+    rules = read_any(p, problems)
+    assert [r.provenance["index"] for r in rules] == [0, 3]
+    assert [q.location for q in problems] == [f"{p}: rule 1", f"{p}: rule 2"]
+    assert "matmul" in problems[0].reason and "IndexError" not in problems[0].reason
+    assert "input_8" in problems[1].reason
+
+
+def test_inconsistent_taso_numbering_infers_shapes_from_use(tmp_path: Path) -> None:
+    # input_1 is a 2x4 matrix in TASO's table, but here it is a conv's image.
+    conv = PbRule(src=[_op("OP_CONV2D", [(-1, 0), (-10, 0)], stride_h=1, stride_w=1, pad=0,
+                           acti=0), _op("OP_RELU", [(0, 0)])],
+                  dst=[_op("OP_CONV2D", [(-1, 0), (-10, 0)], stride_h=1, stride_w=1, pad=0,
+                           acti=2)], mapped=[(1, 0, 0, 0)])
+    p = tmp_path / "graph_subst.pb"
+    p.write_bytes(encode_rules([conv]))
+    problems: list[RuleProblem] = []
+    (rule,) = read_any(p, problems)
+    assert not problems
+    assert "taso_types" not in rule.provenance
+    assert "rank 4" in rule.provenance["taso_types_note"]
+    assert "rank(?input_1) == 2" not in (rule.condition or "")
+
+
+def test_truncated_pb_and_directory_are_clear_errors(tmp_path: Path) -> None:
+    relu = PbRule(src=[_op("OP_RELU", [(-7, 0)])], dst=[_op("OP_RELU", [(-7, 0)])],
+                  mapped=[(0, 0, 0, 0)])
+    data = encode_rules([relu, relu, relu])
+    p = tmp_path / "cut.pb"
+    p.write_bytes(data[:-2])
+    with pytest.raises(TasoPbError, match=r"cut.pb: rule 2 \(after 2 complete"):
+        read_any(p, [])
+    with pytest.raises(RuleFileError, match="is a directory"):
+        read_any(tmp_path, [])

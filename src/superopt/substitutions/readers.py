@@ -34,7 +34,15 @@ from superopt.substitutions.library import LibraryError, load_library
 from superopt.substitutions.presets import TASO_INPUTS
 from superopt.substitutions.rule import Rule
 from superopt.substitutions.strengthen import add_conditions, rank_conditions
-from superopt.substitutions.symshape import Ref, RuleSpec, Side, SNode, build_rule, side_vars
+from superopt.substitutions.symshape import (
+    Ref,
+    RuleSpec,
+    Side,
+    SNode,
+    build_rule,
+    infer_ranks,
+    side_vars,
+)
 from superopt.substitutions.taso_pb import (
     ACTI,
     OP,
@@ -46,11 +54,31 @@ from superopt.substitutions.taso_pb import (
     decode_rules,
     perm_decode,
 )
-from superopt.substitutions.text import RuleSyntaxError, parse_rules
+from superopt.substitutions.text import RuleSemanticError, RuleSyntaxError, parse_rules
 
 
 class RuleFileError(IRError):
     """A rule file of an unknown or unreadable format."""
+
+
+@dataclass(frozen=True)
+class RuleProblem:
+    """A rule of a file that was read but cannot be used: where it is (file:line:col, or
+    file: rule N for TASO's .pb), its name where known, and why. `unsupported`: an op or
+    parameter outside what this project supports (rather than a meaningless rule)."""
+
+    location: str
+    name: str
+    reason: str
+    unsupported: bool = False
+
+
+Problems = list[RuleProblem]
+
+
+def _problem_of(err: RuleSyntaxError, name: str = "") -> RuleProblem:
+    return RuleProblem(f"{err.source}:{err.line}:{err.col}", getattr(err, "name", "") or name,
+                       err.msg, "unsupported" in err.msg)
 
 
 # ---- a small term language shared by both Tensat formats ----------------------------
@@ -336,6 +364,25 @@ def taso_types(var_names: Sequence[str]) -> dict[str, list[int]] | None:
     return out
 
 
+def table_types(src: Side, tgt: Side, names: Sequence[str]
+                ) -> tuple[dict[str, list[int]] | None, str]:
+    """TASO's table shapes for a rule's variables, unless the rule uses a variable at a
+    rank its table entry does not have (TASO's files number some rules' inputs
+    inconsistently): then None and why, and the ranks are inferred from use instead."""
+    types = taso_types(names)
+    if types is None:
+        return None, ""
+    try:
+        used, _ = infer_ranks((src, tgt), len(names))
+    except (IRError, IndexError):
+        used = [None] * len(names)
+    for n, r in zip(names, used, strict=True):
+        if r is not None and r != len(types[n]):
+            return None, (f"?{n} is used at rank {r}, but TASO's input table gives it shape "
+                          f"{types[n]}; shapes inferred from use instead")
+    return types, ""
+
+
 def _rank_checked(rule: Rule, types: dict[str, list[int]] | None) -> Rule:
     """TASO checked its rules only at its input shapes: where those are known, the rule is
     claimed only at their ranks (a 2-D matmul identity need not hold for batched matmul),
@@ -348,9 +395,11 @@ def _rank_checked(rule: Rule, types: dict[str, list[int]] | None) -> Rule:
 def _make(source: str, name: str, src: Side, tgt: Side, var_index: dict[str, int],
           bidirectional: bool | None, line: int, col: int, prov: dict[str, Any]) -> Rule:
     names = tuple(sorted(var_index, key=var_index.__getitem__))
-    types = taso_types(names)
+    types, note = table_types(src, tgt, names)
     if types is not None:
         prov = {**prov, "taso_types": types}
+    elif note:
+        prov = {**prov, "taso_types_note": note}
     ranks = tuple(len(v) for v in types.values()) if types is not None else None
     if bidirectional is None:
         src, tgt, prov = _orient(src, tgt, prov)
@@ -359,7 +408,7 @@ def _make(source: str, name: str, src: Side, tgt: Side, var_index: dict[str, int
                           kind="taso", provenance=prov)
         return _rank_checked(rule, types)
     except IRError as e:
-        raise RuleSyntaxError(source, line, col, str(e)) from None
+        raise RuleSemanticError(source, line, col, str(e), name) from None
 
 
 def _orient(src: Side, tgt: Side, prov: dict[str, Any]) -> tuple[Side, Side, dict[str, Any]]:
@@ -372,8 +421,10 @@ def _orient(src: Side, tgt: Side, prov: dict[str, Any]) -> tuple[Side, Side, dic
 
 
 def parse_tensat_equations(text: str, source: str = "<equations>", multi: bool = False,
-                           name: str = "eq") -> list[Rule]:
-    """Rules from `lhs==rhs` equations; with `multi`, equations pair into two-output rules."""
+                           name: str = "eq", problems: Problems | None = None) -> list[Rule]:
+    """Rules from `lhs==rhs` equations; with `multi`, equations pair into two-output rules.
+    With `problems`, a rule that parses but cannot be built is recorded there instead of
+    stopping the file."""
     lx = _Lexer(text, source)
     eqs: list[tuple[Term, Term]] = []
     while lx.peek() is not None:
@@ -382,12 +433,13 @@ def parse_tensat_equations(text: str, source: str = "<equations>", multi: bool =
         if eq[0] != "==":
             raise lx.error(eq, f"expected '==', found {eq[0]!r}")
         eqs.append((lhs, _parse_call(lx)))
-    return _rules_from_pairs(eqs, source, multi, name, "tensat-equations", None)
+    return _rules_from_pairs(eqs, source, multi, name, "tensat-equations", None, problems)
 
 
 def parse_tensat_sexprs(text: str, source: str = "<sexprs>", multi: bool = False,
-                        name: str = "sx") -> list[Rule]:
-    """Rules from `(op ...)=>(op ...)` lines; with `multi`, line pairs are two-output rules."""
+                        name: str = "sx", problems: Problems | None = None) -> list[Rule]:
+    """Rules from `(op ...)=>(op ...)` lines; with `multi`, line pairs are two-output rules
+    (`problems`: as for `parse_tensat_equations`)."""
     eqs: list[tuple[Term, Term]] = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0] if raw.lstrip().startswith("#") else raw
@@ -403,11 +455,12 @@ def parse_tensat_sexprs(text: str, source: str = "<sexprs>", multi: bool = False
         if extra is not None:
             raise lx.error(extra, f"unexpected {extra[0]!r} after the rule")
         eqs.append((lhs, rhs))
-    return _rules_from_pairs(eqs, source, multi, name, "tensat-sexpr", False)
+    return _rules_from_pairs(eqs, source, multi, name, "tensat-sexpr", False, problems)
 
 
 def _rules_from_pairs(eqs: list[tuple[Term, Term]], source: str, multi: bool, name: str,
-                      fmt: str, bidirectional: bool | None) -> list[Rule]:
+                      fmt: str, bidirectional: bool | None,
+                      problems: Problems | None = None) -> list[Rule]:
     if multi and len(eqs) % 2:
         last = eqs[-1][0]
         raise RuleSyntaxError(source, last.line, last.col,
@@ -417,16 +470,26 @@ def _rules_from_pairs(eqs: list[tuple[Term, Term]], source: str, multi: bool, na
     rules: list[Rule] = []
     for k in range(0, len(eqs), group):
         chunk = eqs[k:k + group]
-        var_index: dict[str, int] = {}
-        sb, tb = _SideBuilder(source, var_index), _SideBuilder(source, var_index)
-        src = [sb.ref(lhs) for lhs, _ in chunk]
-        tgt = [tb.ref(rhs) for _, rhs in chunk]
-        first = chunk[0][0]
-        idx = len(rules)
-        rules.append(_make(source, f"{name}_{idx + 1:04d}", _side(sb, src), _side(tb, tgt),
-                           var_index, bidirectional, first.line, first.col,
-                           {"source": fmt, "file": source, "index": idx,
-                            "line": first.line}))
+        # Rules keep their position in the file as their name and index, also when an
+        # earlier one could not be built.
+        idx = k // group
+        rule_name = f"{name}_{idx + 1:04d}"
+        try:
+            var_index: dict[str, int] = {}
+            sb, tb = _SideBuilder(source, var_index), _SideBuilder(source, var_index)
+            src = [sb.ref(lhs) for lhs, _ in chunk]
+            tgt = [tb.ref(rhs) for _, rhs in chunk]
+            first = chunk[0][0]
+            rules.append(_make(source, rule_name, _side(sb, src), _side(tb, tgt),
+                               var_index, bidirectional, first.line, first.col,
+                               {"source": fmt, "file": source, "index": idx,
+                                "line": first.line}))
+        except RuleSyntaxError as err:
+            # The file parsed; this rule's terms do not make a rule (an unsupported op,
+            # wrong parameters, an input on one side only, inconsistent shapes).
+            if problems is None:
+                raise
+            problems.append(_problem_of(err, rule_name))
     return rules
 
 
@@ -526,34 +589,56 @@ def _pb_node(op: PbOperator, refs: tuple[Ref, ...], where: str) -> SNode:
     raise TasoPbError(f"{where}: unsupported TASO operator {tname}")
 
 
-def taso_pb_rules(rules: list[PbRule], source: str = "<pb>", name: str = "taso") -> list[Rule]:
+def taso_pb_rules(rules: list[PbRule], source: str = "<pb>", name: str = "taso",
+                  problems: Problems | None = None) -> list[Rule]:
+    """Our rules from decoded TASO rules. With `problems`, a rule that cannot be made one
+    (an unsupported operator, inconsistent shapes, a target input the source lacks) is
+    recorded there with its index and the others are still read."""
     out: list[Rule] = []
     for i, r in enumerate(rules):
         where = f"{source}: rule {i}"
-        if not r.mapped:
-            raise TasoPbError(f"{where}: no mapped outputs")
-        var_index: dict[str, int] = {}
-        src = _pb_side(r.src, [(m[0], m[2]) for m in r.mapped], var_index, where + " srcOp")
-        n_src = len(var_index)
-        tgt = _pb_side(r.dst, [(m[1], m[3]) for m in r.mapped], var_index, where + " dstOp")
-        if len(var_index) != n_src and not set(side_vars(src)) <= set(side_vars(tgt)):
-            extra = sorted(var_index, key=var_index.__getitem__)[n_src]
-            raise TasoPbError(f"{where}: the target uses {extra}, which the source does not")
-        names = tuple(sorted(var_index, key=var_index.__getitem__))
-        prov: dict[str, Any] = {"source": "taso-pb", "file": source, "index": i}
-        src, tgt, prov = _orient(src, tgt, prov)
-        types = taso_types(names)
-        ranks = None
-        if types is not None:
-            prov["taso_types"] = types
-            ranks = tuple(len(v) for v in types.values())
         try:
-            out.append(_rank_checked(build_rule(RuleSpec(f"{name}_{i + 1:04d}", src, tgt, names,
-                                                         var_ranks=ranks),
-                                                kind="taso", provenance=prov), types))
-        except IRError as e:
-            raise TasoPbError(f"{where}: {e}") from None
+            out.append(_pb_rule(r, i, where, source, name))
+        except (IRError, IndexError, ValueError, KeyError, ZeroDivisionError) as e:
+            # IndexError and friends: a rule the shape inference was not written for;
+            # it must cost that rule, not the file (and never show a traceback).
+            msg = str(e) if isinstance(e, IRError) else f"{where}: {type(e).__name__}: {e}"
+            if problems is None:
+                if isinstance(e, IRError):
+                    raise
+                raise TasoPbError(msg) from None
+            reason = msg[len(where) + 2:] if msg.startswith(where + ": ") else msg
+            problems.append(RuleProblem(where, f"{name}_{i + 1:04d}", reason,
+                                        "unsupported" in reason))
     return out
+
+
+def _pb_rule(r: PbRule, i: int, where: str, source: str, name: str) -> Rule:
+    if not r.mapped:
+        raise TasoPbError(f"{where}: no mapped outputs")
+    var_index: dict[str, int] = {}
+    src = _pb_side(r.src, [(m[0], m[2]) for m in r.mapped], var_index, where + " srcOp")
+    n_src = len(var_index)
+    tgt = _pb_side(r.dst, [(m[1], m[3]) for m in r.mapped], var_index, where + " dstOp")
+    if len(var_index) != n_src and not set(side_vars(src)) <= set(side_vars(tgt)):
+        extra = sorted(var_index, key=var_index.__getitem__)[n_src]
+        raise TasoPbError(f"{where}: the target uses {extra}, which the source does not")
+    names = tuple(sorted(var_index, key=var_index.__getitem__))
+    prov: dict[str, Any] = {"source": "taso-pb", "file": source, "index": i}
+    src, tgt, prov = _orient(src, tgt, prov)
+    types, note = table_types(src, tgt, names)
+    ranks = None
+    if types is not None:
+        prov["taso_types"] = types
+        ranks = tuple(len(v) for v in types.values())
+    elif note:
+        prov["taso_types_note"] = note
+    try:
+        return _rank_checked(build_rule(RuleSpec(f"{name}_{i + 1:04d}", src, tgt, names,
+                                                 var_ranks=ranks),
+                                        kind="taso", provenance=prov), types)
+    except IRError as e:
+        raise TasoPbError(f"{where}: {e}") from None
 
 
 # ---- files --------------------------------------------------------------------------
@@ -569,23 +654,26 @@ def _stem(path: Path) -> str:
     return re.sub(r"\W", "_", path.stem) or "rule"
 
 
-def read_taso_pb(path: str | Path) -> list[Rule]:
+def read_taso_pb(path: str | Path, problems: Problems | None = None) -> list[Rule]:
     path = Path(path)
-    return taso_pb_rules(decode_rules(_read_bytes(path), str(path)), str(path), _stem(path))
+    return taso_pb_rules(decode_rules(_read_bytes(path), str(path)), str(path), _stem(path),
+                         problems)
 
 
-def read_tensat_equations(path: str | Path, multi: bool | None = None) -> list[Rule]:
-    path = Path(path)
-    text = _read_bytes(path).decode("utf-8", errors="replace")
-    m = "multi" in path.name if multi is None else multi
-    return parse_tensat_equations(text, str(path), m, _stem(path))
-
-
-def read_tensat_sexprs(path: str | Path, multi: bool | None = None) -> list[Rule]:
+def read_tensat_equations(path: str | Path, multi: bool | None = None,
+                          problems: Problems | None = None) -> list[Rule]:
     path = Path(path)
     text = _read_bytes(path).decode("utf-8", errors="replace")
     m = "multi" in path.name if multi is None else multi
-    return parse_tensat_sexprs(text, str(path), m, _stem(path))
+    return parse_tensat_equations(text, str(path), m, _stem(path), problems)
+
+
+def read_tensat_sexprs(path: str | Path, multi: bool | None = None,
+                       problems: Problems | None = None) -> list[Rule]:
+    path = Path(path)
+    text = _read_bytes(path).decode("utf-8", errors="replace")
+    m = "multi" in path.name if multi is None else multi
+    return parse_tensat_sexprs(text, str(path), m, _stem(path), problems)
 
 
 def detect_format(path: str | Path) -> str:
@@ -615,12 +703,17 @@ def detect_format(path: str | Path) -> str:
     return "text"
 
 
-def read_any(path: str | Path) -> list[Rule]:
+def read_any(path: str | Path, problems: Problems | None = None) -> list[Rule]:
     """Rules from a file in any supported format, chosen by extension and content: this
     project's text rules (.rules/.txt) or JSON/JSONL library, Tensat's equations or
     s-expressions (`multi` in the file name: two-output rules in line pairs) and TASO's
-    binary graph_subst.pb. Raises an IRError naming the file and problem."""
+    binary graph_subst.pb. Raises an IRError naming the file and problem.
+
+    With `problems`, only syntax errors (and unreadable files) raise: a rule that parses
+    but cannot be made a rule is recorded there, with its location, and reading goes on."""
     path = Path(path)
+    if path.is_dir():
+        raise RuleFileError(f"{path}: is a directory, not a rule file")
     fmt = detect_format(path)
     if fmt == "library":
         try:
@@ -628,18 +721,23 @@ def read_any(path: str | Path) -> list[Rule]:
         except LibraryError:
             raise
     if fmt == "taso-pb":
-        return read_taso_pb(path)
+        return read_taso_pb(path, problems=problems)
     if fmt == "tensat-equations":
-        return read_tensat_equations(path)
+        return read_tensat_equations(path, problems=problems)
     if fmt == "tensat-sexpr":
-        return read_tensat_sexprs(path)
+        return read_tensat_sexprs(path, problems=problems)
     text = _read_bytes(path).decode("utf-8", errors="replace")
+    ours_problems: list[RuleSemanticError] | None = [] if problems is not None else None
     try:
-        return parse_rules(text, str(path))
+        rules = parse_rules(text, str(path), ours_problems)
     except RuleSyntaxError as ours:
         if "=>" in text and "?" in text:
             try:
-                return parse_tensat_sexprs(text, str(path), "multi" in path.name, _stem(path))
+                return parse_tensat_sexprs(text, str(path), "multi" in path.name, _stem(path),
+                                           problems)
             except RuleSyntaxError:
                 pass
         raise ours from None
+    if problems is not None and ours_problems:
+        problems.extend(_problem_of(e) for e in ours_problems)
+    return rules

@@ -22,13 +22,14 @@ from superopt.substitutions.pattern import (
     tensor_vars,
 )
 
-STATES = ("unverified", "proved", "refuted", "unknown")
+STATES = ("unverified", "proved", "refuted", "unknown", "invalid")
 
 
 @dataclass(frozen=True)
 class ProofStatus:
     """What is known about a rule: proved (with the axioms used), refuted (with a
-    counterexample), unknown (with the reason and time limit), or not yet checked."""
+    counterexample), unknown (with the reason and time limit), invalid (ill-typed or
+    contradictory: no instance of the rule exists, with the reason), or not yet checked."""
 
     state: str = "unverified"
     axioms: tuple[str, ...] = ()

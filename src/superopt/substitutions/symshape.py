@@ -158,6 +158,7 @@ class _Solver:
         return outs
 
     def _node(self, s: int, k: int, node: SNode, ins: list[Dims | None]) -> list[Dims | None]:
+        _check_ranks(node, ins)
         op = node.op
         a = node.attr
         uf = self.uf
@@ -276,6 +277,30 @@ class _Solver:
             if self.uf.find(m) == root and n == 2:
                 return [p, q]
         return self._fresh(n)
+
+
+_RANK4 = {"conv2d", "pool2d_avg", "pool2d_max", "enlarge"}
+
+
+def _check_ranks(node: SNode, ins: Sequence[Dims | None]) -> None:
+    """Operand ranks the op cannot take (a rule using an input at another rank than its
+    op needs) are a SymShapeError naming the op, not an IndexError further down."""
+    ranks = [len(d) if d is not None else None for d in ins]
+    op = node.op
+    bad = ""
+    if op in _RANK4 and any(r is not None and r != 4 for r in ranks):
+        bad = "4-D operands"
+    elif op == "matmul" and any(r is not None and r < 2 for r in ranks):
+        bad = "operands of rank >= 2"
+    elif op == "concat" and len({r for r in ranks if r is not None}) > 1:
+        bad = "operands of one rank"
+    elif op in ("concat", "split") and any(r == 0 for r in ranks):
+        bad = "operands of rank >= 1"
+    elif op == "transpose" and node.attr("perm") and ranks and ranks[0] is not None and \
+            sorted(node.attr("perm")) != list(range(ranks[0])):
+        bad = f"a rank-{len(node.attr('perm'))} operand for perm {list(node.attr('perm'))}"
+    if bad:
+        raise SymShapeError(f"{op} needs {bad}, found ranks {ranks}")
 
 
 def _n_outputs(node: SNode) -> int:

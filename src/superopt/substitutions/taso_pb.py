@@ -192,7 +192,15 @@ def decode_rules(data: bytes, source: str = "<pb>") -> list[PbRule]:
                     rule.mapped.append((m["srcOpId"], m["dstOpId"], m["srcTsId"], m["dstTsId"]))
             rules.append(rule)
     except ValueError as e:
-        raise TasoPbError(f"{source}: {e}") from None
+        raise TasoPbError(f"{source}: rule {len(rules)}: {e}") from None
+    except TasoPbError as e:
+        where = f"{source}: rule {len(rules)}"
+        if str(e).startswith(where):
+            raise
+        # A cut-off file fails while framing the next rule: say which one, and how many
+        # were complete, instead of only a byte offset.
+        raise TasoPbError(f"{where} (after {len(rules)} complete rules): truncated or "
+                          f"corrupt: {str(e).removeprefix(source + ': ')}") from None
     return rules
 
 

@@ -43,6 +43,16 @@ class RuleSyntaxError(IRError):
         self.source, self.line, self.col, self.msg = source, line, col, msg
 
 
+class RuleSemanticError(RuleSyntaxError):
+    """A rule that parses but means nothing: an input on one side only, an unknown op,
+    shapes that cannot be made consistent. A strict reader stops at it like at a syntax
+    error; a lenient one (`problems=`) records it and goes on with the next rule."""
+
+    def __init__(self, source: str, line: int, col: int, msg: str, name: str = "") -> None:
+        super().__init__(source, line, col, msg)
+        self.name = name
+
+
 @dataclass(frozen=True)
 class Tok:
     kind: str  # ( ) [ ] , = var num ident expr
@@ -310,7 +320,7 @@ def parse_rule(line: str, source: str = "<rules>", lineno: int = 1) -> Rule:
         for p in (*src, *tgt):
             check_ops(p)
     except IRError as e:
-        raise RuleSyntaxError(source, lineno, base + 1, str(e)) from None
+        raise RuleSemanticError(source, lineno, base + 1, str(e), name) from None
     return rule
 
 
@@ -323,15 +333,25 @@ def strip_comment(line: str) -> str:
     return line
 
 
-def parse_rules(text: str, source: str = "<rules>") -> list[Rule]:
-    """All rules of a text, or a RuleSyntaxError for the first bad line (nothing partial)."""
+def parse_rules(text: str, source: str = "<rules>",
+                problems: list[RuleSemanticError] | None = None) -> list[Rule]:
+    """All rules of a text, or a RuleSyntaxError for the first bad line (nothing partial).
+
+    With `problems`, a rule that parses but is meaningless (RuleSemanticError) is
+    appended there and the other rules are still read; syntax errors always stop."""
     rules: list[Rule] = []
     seen: dict[str, int] = {}
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = strip_comment(raw)
         if not line.strip():
             continue
-        rule = parse_rule(line, source, lineno)
+        try:
+            rule = parse_rule(line, source, lineno)
+        except RuleSemanticError as err:
+            if problems is None:
+                raise
+            problems.append(err)
+            continue
         if rule.name in seen:
             raise RuleSyntaxError(source, lineno, 1, f"rule name {rule.name!r} already used on "
                                                      f"line {seen[rule.name]}")

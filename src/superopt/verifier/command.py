@@ -1,9 +1,13 @@
 """`superopt verify`: read rule files, validate the axioms, verify every rule, report.
 
-Nothing is reported until every input file has been read: a malformed file stops the run
-with its file:line:column error (exit status 2) before any work is done. Exit status 0
-means nothing was refuted (with --strict: nothing unknown either), 1 that some rule was
-refuted (or, with --strict, not proved), 3 that an axiom failed validation.
+Nothing is reported until every input file has been read: a syntax error stops the run
+with its file:line:column error (exit status 2) before any work is done, as does an
+unreadable or empty file or a directory. A rule that parses but cannot be used (an input
+on one side only, inconsistent ranks, an op the encoding lacks, a TASO rule the shape
+inference cannot type) costs only that rule: it is reported INVALID or UNKNOWN with its
+location and the others are verified. Exit status 0 means nothing was refuted or invalid
+(with --strict: nothing unknown either), 1 that some rule was refuted or invalid (or,
+with --strict, not proved), 2 bad input, 3 that an axiom failed validation.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from superopt.executor import parse_executor
+from superopt.substitutions.readers import RuleProblem
 from superopt.substitutions.rule import Rule
 from superopt.substitutions.text import format_rule
 from superopt.verifier.axioms import (
@@ -34,6 +39,8 @@ from superopt.verifier.axioms import (
 from superopt.verifier.cache import validate_axioms_cached
 from superopt.verifier.parallel import default_jobs
 from superopt.verifier.prover import (
+    INVALID,
+    OUTCOMES,
     PROVED,
     REFUTED,
     UNKNOWN,
@@ -45,22 +52,24 @@ from superopt.verifier.prover import (
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_AXIOMS = 0, 1, 2, 3
 
 
-def read_rule_file(path: str) -> tuple[list[Rule], str]:
-    """Rules of one file and the reader used. Prefers `substitutions.readers.read_any`
-    (every supported format) and falls back to our text and JSON readers."""
-    try:
-        from superopt.substitutions.readers import read_any
-    except ImportError:
-        read_any = None
-    if read_any is not None:
-        return list(read_any(path)), "readers.read_any"
-    if Path(path).suffix in (".json", ".jsonl"):
-        from superopt.substitutions.library import load_library
+def read_rule_file(path: str) -> tuple[list[Rule], list[RuleProblem], str]:
+    """Rules of one file, the rules that could not be read as rules (with their location
+    and reason) and the reader's format. A syntax error, an unreadable file, a directory
+    and a file without a single rule raise (an IRError: exit status 2)."""
+    from superopt.substitutions.readers import RuleFileError, detect_format, read_any
 
-        return list(load_library(path).rules), "library (JSON)"
-    from superopt.substitutions.text import read_rules
+    problems: list[RuleProblem] = []
+    rules = list(read_any(path, problems))
+    if not rules and not problems:
+        raise RuleFileError(f"{path}: no rules in this file (empty?)")
+    return rules, problems, detect_format(path)
 
-    return read_rules(path), "text"
+
+def problem_result(p: RuleProblem) -> RuleResult:
+    """A rule the reader could not make: UNKNOWN where the op set lacks something, else
+    INVALID; never verified, always reported with its location."""
+    state = UNKNOWN if p.unsupported else INVALID
+    return RuleResult(p.name or p.location, "", state, reason=p.reason, location=p.location)
 
 
 def _progress(console: Console) -> Progress:
@@ -133,13 +142,16 @@ def _issues_table(results: Sequence[tuple[str, RuleResult]], verbose: bool) -> T
     for col in ("rule", "file", "outcome", "time s", "detail"):
         table.add_column(col, justify="right" if col == "time s" else "left",
                          overflow="fold")
-    style = {PROVED: "[green]PROVED[/]", REFUTED: "[red]REFUTED[/]", UNKNOWN: "[yellow]UNKNOWN[/]"}
+    style = {PROVED: "[green]PROVED[/]", REFUTED: "[red]REFUTED[/]", UNKNOWN: "[yellow]UNKNOWN[/]",
+             INVALID: "[red]INVALID[/]"}
     for f, r in rows:
         detail = []
         if r.state == REFUTED and r.counterexample:
             detail.append(f"{r.reason}: {_counterexample_text(r.counterexample)}")
-        elif r.state == UNKNOWN:
+        elif r.state in (UNKNOWN, INVALID):
             detail.append(r.reason)
+        if r.location and r.state != PROVED:
+            detail.append(f"at {r.location}")
         elif verbose:
             detail.append("axioms: " + ", ".join(r.axioms))
         if r.shape_note:
@@ -151,11 +163,14 @@ def _issues_table(results: Sequence[tuple[str, RuleResult]], verbose: bool) -> T
 
 def summary(results: Sequence[RuleResult], wall_s: float) -> dict[str, Any]:
     times = [r.time_s for r in results]
-    counts = {s: sum(r.state == s for r in results) for s in (PROVED, REFUTED, UNKNOWN)}
-    outputs = sum(len(r.outputs) or 1 for r in results)
+    counts = {s: sum(r.state == s for r in results) for s in OUTCOMES}
+    # A rule's outputs, also where no per-output proof was made (refuted, invalid).
+    outputs = sum(r.n_outputs for r in results)
     return {
         "rules": len(results), "outputs": outputs, **counts,
-        "outputs_proved": sum(o.state == PROVED for r in results for o in r.outputs),
+        "outputs_proved": sum(r.n_outputs for r in results if r.state == PROVED),
+        "outputs_by_state": {st: sum(r.n_outputs for r in results if r.state == st)
+                             for st in OUTCOMES},
         "shape_warnings": sum(bool(r.shape_note) for r in results),
         "wall_s": round(wall_s, 3), "rule_time_sum_s": round(sum(times), 3),
         "cpu_sum_s": round(sum(r.cpu_s for r in results), 3),
@@ -174,6 +189,7 @@ def _summary_table(s: dict[str, Any], axioms_line: str, jobs: int, timeout: floa
     table.add_row("rules (outputs)", f"{s['rules']} ({s['outputs']})")
     table.add_row("proved", f"[green]{s['proved']}[/]")
     table.add_row("refuted", f"[red]{s['refuted']}[/]" if s["refuted"] else "0")
+    table.add_row("invalid", f"[red]{s['invalid']}[/]" if s["invalid"] else "0")
     table.add_row("unknown", f"[yellow]{s['unknown']}[/]" if s["unknown"] else "0")
     table.add_row("shape warnings", str(s["shape_warnings"]))
     table.add_row("axioms", axioms_line)
@@ -211,14 +227,13 @@ def run(args: argparse.Namespace) -> int:
     options = VerifyOptions(timeout_s=args.timeout, samples=args.samples, seed=args.seed)
 
     # Read every input before doing anything: a bad file must not leave a partial report.
-    inputs: list[tuple[str, list[Rule], str]] = [(f, *read_rule_file(f)) for f in args.files]
-    libraries: list[tuple[str, list[Rule], str]] = [(f, *read_rule_file(f))
-                                                    for f in args.axioms or []]
-    readers = sorted({how for _, _, how in (*inputs, *libraries)})
+    inputs = [(f, *read_rule_file(f)) for f in args.files]
+    libraries = [(f, *read_rule_file(f)) for f in args.axioms or []]
+    readers = sorted({how for *_, how in (*inputs, *libraries)})
 
     axioms: list[Axiom] = [] if args.no_builtin_axioms else builtin_axioms()
     taken = {a.name for a in axioms}
-    for path, rules, _ in libraries:
+    for path, rules, _, _ in libraries:
         lib = axioms_from_rules(rules, Path(path).name)
         for ax in lib:
             name = ax.name if ax.name not in taken else f"{Path(path).stem}:{ax.name}"
@@ -262,10 +277,13 @@ def run(args: argparse.Namespace) -> int:
                       f"({sum(len(c.directions) for c in checks)} directions).")
         if not args.files:
             return EXIT_OK
+    notes += [f"{p.location}: {p.name}: not used as an axiom ({p.reason})"
+              for _, _, problems, _ in libraries for p in problems]
     for note in notes:
         console.print(f"[yellow]axiom note[/] {note}")
 
-    rules = [(path, r) for path, rs, _ in inputs for r in rs]
+    rules = [(path, r) for path, rs, _, _ in inputs for r in rs]
+    unread = [(path, problem_result(p)) for path, _, problems, _ in inputs for p in problems]
     lib_bodies: dict[str, set[str]] = {}
     for ax in usable:
         if ax.origin != "builtin":
@@ -278,24 +296,23 @@ def run(args: argparse.Namespace) -> int:
         return sorted(same)
 
     t0 = time.perf_counter()
-    done = {PROVED: 0, REFUTED: 0, UNKNOWN: 0}
+    done = dict.fromkeys(OUTCOMES, 0)
     with _progress(console) as progress:
         task = progress.add_task("verifying rules", total=len(rules), note="")
 
         def advance(r: RuleResult) -> None:
             done[r.state] += 1
-            progress.update(task, advance=1, note=f"proved {done[PROVED]}  refuted "
-                            f"{done[REFUTED]}  unknown {done[UNKNOWN]}")
+            progress.update(task, advance=1, note="  ".join(f"{k} {v}" for k, v in done.items()))
 
         results = verify_rules([r for _, r in rules], usable, options, jobs, exclude, advance,
                                args.executor)
     wall = time.perf_counter() - t0
 
-    paired = [(f, res) for (f, _), res in zip(rules, results, strict=True)]
+    paired = [(f, res) for (f, _), res in zip(rules, results, strict=True)] + unread
     issues = _issues_table(paired, args.verbose)
     if issues is not None:
         console.print(issues)
-    s = summary(results, wall)
+    s = summary([r for _, r in paired], wall)
     lib_count = sum(a.origin != "builtin" for a in usable)
     axioms_line = (f"{len(usable) - lib_count} built-in + {lib_count} from libraries, "
                    f"validated in {validate_s:.1f} s" + (f" ({cached} cached)" if cached else ""))
@@ -325,6 +342,6 @@ def run(args: argparse.Namespace) -> int:
                                                                            strict=True)],
                      args.save, meta={"verified_by": "superopt verify", "files": list(args.files)})
         console.print(f"wrote {args.save}")
-    if s[REFUTED] or (args.strict and s[UNKNOWN]):
+    if s[REFUTED] or s[INVALID] or (args.strict and s[UNKNOWN]):
         return EXIT_FAILED
     return EXIT_OK

@@ -6,9 +6,17 @@ Outcomes (DESIGN.md section 6):
   sides differ in the float64 reference semantics (or have different output shapes);
   the counterexample is reported. Z3 is not asked.
 - PROVED: for every output, Z3 showed `premise and src != tgt` unsatisfiable from the
-  validated axioms; the axioms in the unsat core and the time are reported.
+  validated axioms; the axioms in the unsat core and the time are reported. Three more
+  checks guard against a vacuous proof (a premise nothing satisfies proves anything):
+  the premise (condition, typing of both sides, definedness of computed attributes) is
+  satisfiable with a model in the quantifier-free shape theory; Z3 cannot derive `false`
+  from the premise and the axioms of the proof without the goal; and the random tester ran
+  at least one concrete, well-typed instance on which both sides agree.
+- INVALID: the rule has no instance: its premise is unsatisfiable, its target never
+  type-checks where its source does, or the proof was vacuous. The reason says which.
 - UNKNOWN: anything else (time limit, the axioms do not imply the rule, an op or
-  condition the encoding cannot express). Never counted as proved.
+  condition the encoding cannot express, no concrete instance found to confirm a proof).
+  Never counted as proved.
 
 Axioms are selected per rule: an axiom direction is used once every function symbol of
 its trigger can occur (symbols of the rule, closed under what selected axioms introduce),
@@ -33,10 +41,19 @@ from superopt.substitutions.text import format_rule, parse_rule
 from superopt.verifier.axioms import Axiom, Payload, compile_axioms, from_payload, payload
 from superopt.verifier.encoding import GroundRule, QAxiom, encode_rule
 from superopt.verifier.sampler import SampleReport, random_test
-from superopt.verifier.shapes import FuncKey, env, general_axioms, shape_axioms
+from superopt.verifier.shapes import (
+    FuncKey,
+    env,
+    general_axioms,
+    general_ground,
+    ground_facts,
+    shape_axioms,
+    subterms,
+)
 from superopt.verifier.zvalues import Unsupported
 
-PROVED, REFUTED, UNKNOWN = "proved", "refuted", "unknown"
+PROVED, REFUTED, UNKNOWN, INVALID = "proved", "refuted", "unknown", "invalid"
+OUTCOMES = (PROVED, REFUTED, INVALID, UNKNOWN)
 
 
 @dataclass(frozen=True)
@@ -71,6 +88,10 @@ class RuleResult:
     prove_time_s: float = 0.0
     timeout_s: float | None = None
     cpu_s: float = 0.0  # CPU time of the process that verified the rule
+    n_outputs: int = 1  # outputs of the rule (a refuted rule has no per-output proofs)
+    location: str = ""  # file:line or pb rule index, where the reader knows it
+    shapes: str = ""  # which shapes the verdict holds for
+    premise: str = ""  # Z3's verdict on the premise alone, with a model where sat
 
     @property
     def axioms(self) -> tuple[str, ...]:
@@ -79,6 +100,8 @@ class RuleResult:
     @property
     def shape_note(self) -> str:
         t = self.test
+        if self.state == INVALID:
+            return ""  # the reason already says what is wrong with the shapes
         if t.error:
             return t.error
         if t.source_only:
@@ -97,6 +120,8 @@ class RuleResult:
         t = self.test
         return {
             "name": self.name, "rule": self.text, "state": self.state, "reason": self.reason,
+            "location": self.location, "n_outputs": self.n_outputs,
+            "verdict_shapes": self.shapes, "premise": self.premise,
             "axioms": list(self.axioms), "time_s": round(self.time_s, 4),
             "prove_time_s": round(self.prove_time_s, 4), "test_time_s": round(t.time_s, 4),
             "cpu_s": round(self.cpu_s, 4),
@@ -142,6 +167,31 @@ class Prover:
             todo = rest
         return chosen, keys
 
+    def premise_check(self, g: GroundRule) -> tuple[z3.CheckSatResult, str]:
+        """Is the rule's premise satisfiable? Z3 on the quantifier-free shape theory
+        instantiated on the rule's terms (what the sampler solves, without its bounds),
+        with a short description of a model when it is."""
+        e = self.e
+        s = z3.Solver()
+        s.set("timeout", max(1, int(min(self.options.timeout_s, 5.0) * 1000)))
+        for t in subterms(e, [*g.sources, *g.targets]):
+            if e.key_of(t) is not None:
+                s.add(*ground_facts(e, t))
+            s.add(*general_ground(e, t))
+        s.add(*g.premise(e))
+        r = s.check()
+        if r != z3.sat:
+            return r, s.reason_unknown() if r == z3.unknown else ""
+        m = s.model()
+        parts = []
+        for name, x in g.tensors.items():
+            rank = m.eval(e.rank(x), model_completion=True)
+            if not z3.is_int_value(rank):
+                continue
+            dims = [m.eval(e.dim(x, k), model_completion=True) for k in range(rank.as_long())]
+            parts.append(f"?{name}: {[d.as_long() if z3.is_int_value(d) else str(d) for d in dims]}")
+        return r, ", ".join(parts)
+
     def prove(self, g: GroundRule, exclude: set[str] = frozenset()) -> list[OutputProof]:
         e = self.e
         chosen, keys = self.select(g.keys(e), exclude)
@@ -166,11 +216,22 @@ class Prover:
                 s.add(*shape_axioms(e, key))
             s.add(*self._general)
             s.add(*g.premise(e))
-            s.add(src != tgt)
-            r = s.check(*lits)
+            # The goal behind a literal of its own, so that the same solver can be asked
+            # afterwards whether the premise alone is contradictory.
+            goal = z3.Bool("goal!")
+            s.add(z3.Implies(goal, src != tgt))
+            r = s.check(*lits, goal)
             dt = time.perf_counter() - t0
             if r == z3.unsat:
-                core = [names[c.get_id()] for c in s.unsat_core() if c.get_id() in names]
+                core_lits = [c for c in s.unsat_core() if c.get_id() in names]
+                core = [names[c.get_id()] for c in core_lits]
+                vacuous = s.check(*core_lits)
+                dt = time.perf_counter() - t0
+                if vacuous == z3.unsat:
+                    outs.append(OutputProof(i, INVALID, (), dt, "vacuous proof: Z3 derives "
+                                            "false from the premise and the axioms alone "
+                                            "(the rule's premise is contradictory)"))
+                    continue
                 outs.append(OutputProof(i, PROVED, tuple(dict.fromkeys(core)), dt))
             elif r == z3.sat:
                 # Cannot happen with sound axioms unless the premise is satisfiable by
@@ -192,39 +253,84 @@ class Prover:
     def verify(self, rule: Rule, exclude: set[str] = frozenset()) -> RuleResult:
         c0 = time.process_time()
         result = self._verify(rule, exclude)
-        return replace(result, cpu_s=time.process_time() - c0)
+        loc = rule_location(rule)
+        return replace(result, cpu_s=time.process_time() - c0, n_outputs=rule.outputs,
+                       location=result.location or loc,
+                       shapes=result.shapes or verdict_shapes(rule))
 
     def _verify(self, rule: Rule, exclude: set[str]) -> RuleResult:
         t0 = time.perf_counter()
         o = self.options
         text = format_rule(rule)
+
+        def done(state: str, reason: str, **kw: Any) -> RuleResult:
+            return RuleResult(rule.name, text, state, reason=reason, test=report,
+                              time_s=time.perf_counter() - t0, **kw)
+
         report = random_test(rule, samples=o.samples, seed=o.seed, budget_s=o.test_budget_s)
         if report.counterexample is not None:
             ce = report.counterexample
             what = ("output shapes differ" if ce.get("kind") == "shape"
                     else "values differ (float64 reference)")
-            return RuleResult(rule.name, text, REFUTED, counterexample=ce, test=report,
-                              reason=f"{what} on output {ce.get('output', 0)}",
-                              time_s=time.perf_counter() - t0)
+            return done(REFUTED, f"{what} on output {ce.get('output', 0)}", counterexample=ce)
+        if report.instances == 0 and report.source_only:
+            # Every instance where the source type-checks leaves the target ill-typed:
+            # the rule cannot be applied anywhere the tester looked, and no proof of it
+            # would mean anything.
+            return done(INVALID, "the target does not type-check where the source does "
+                        f"({report.source_only} of {report.source_checked} instances), "
+                        f"e.g. {report.source_only_example}")
         try:
             g = encode_rule(rule, self.e, prefix=f"{rule.name}:")
         except (Unsupported, IRError) as err:
-            return RuleResult(rule.name, text, UNKNOWN, reason=f"no Z3 encoding: {err}",
-                              test=report, time_s=time.perf_counter() - t0)
+            return done(UNKNOWN, f"no Z3 encoding: {err}")
+        sat, detail = self.premise_check(g)
+        premise = f"{sat}" + (f" ({detail})" if detail else "")
+        if sat == z3.unsat:
+            if report.instances:
+                # A concrete instance exists, so the shape theory is too strong here: a
+                # bug of the encoding, never a verdict on the rule.
+                return done(UNKNOWN, "the encoding's shape theory contradicts a concrete "
+                            "instance (encoding too strong for this rule)", premise=premise)
+            return done(INVALID, "contradictory rule: its condition and the typing of both "
+                        "sides cannot hold together (Z3: premise unsatisfiable)",
+                        premise=premise)
+        if report.instances == 0:
+            why = report.error or "no concrete well-typed instance found by the tester"
+            return done(UNKNOWN, f"{why}; a proof could be vacuous, so none is claimed",
+                        premise=premise)
         t1 = time.perf_counter()
         outs = self.prove(g, exclude)
         prove_time = time.perf_counter() - t1
         if all(x.state == PROVED for x in outs):
             state, reason = PROVED, ""
         else:
-            bad = next(x for x in outs if x.state != PROVED)
-            state = UNKNOWN
+            bad = next((x for x in outs if x.state == INVALID), None) or \
+                next(x for x in outs if x.state != PROVED)
+            state = INVALID if bad.state == INVALID else UNKNOWN
             reason = (f"output {bad.index}: " if len(outs) > 1 else "") + bad.reason
         if report.modp_only:
             reason = (reason + "; " if reason else "") + report.modp_only
-        return RuleResult(rule.name, text, state, tuple(outs), reason=reason, test=report,
-                          time_s=time.perf_counter() - t0, prove_time_s=prove_time,
-                          timeout_s=o.timeout_s if state == UNKNOWN else None)
+        return done(state, reason, outputs=tuple(outs), prove_time_s=prove_time,
+                    premise=premise, timeout_s=o.timeout_s if state == UNKNOWN else None)
+
+
+def rule_location(rule: Rule) -> str:
+    """Where a rule came from, as readers record it: file:line, or file: rule N."""
+    prov = rule.provenance
+    f = prov.get("file")
+    if not f:
+        return ""
+    if prov.get("line") is not None:
+        return f"{f}:{prov['line']}"
+    if prov.get("index") is not None and prov.get("source") == "taso-pb":
+        return f"{f}: rule {prov['index']}"
+    return str(f)
+
+
+def verdict_shapes(rule: Rule) -> str:
+    """Which shapes a verdict holds for: the rule's condition (every instance of it)."""
+    return f"where {rule.condition}" if rule.condition else "all shapes the rule types at"
 
 
 # ---- parallel verification ----------------------------------------------------------
@@ -251,16 +357,17 @@ def _prover_for(data: AxiomData, options: VerifyOptions) -> Prover:
     return _PROVERS[key]
 
 
-def _verify_task(task: tuple[int, str, AxiomData, VerifyOptions, tuple[str, ...]]
+def _verify_task(task: tuple[int, str, AxiomData, VerifyOptions, tuple[str, ...], str]
                  ) -> tuple[int, RuleResult]:
-    index, text, data, options, exclude = task
-    rule = parse_rule(text, f"<rule {index}>")
+    index, text, data, options, exclude, location = task
+    rule = parse_rule(text, f"<rule {index}>")  # the text travels; provenance does not
     prover = _prover_for(data, options)
     try:
-        return index, prover.verify(rule, set(exclude))
+        return index, replace(prover.verify(rule, set(exclude)), location=location)
     except Exception as err:  # one broken rule must not take the run down with it
         return index, RuleResult(rule.name, text, UNKNOWN,
-                                 reason=f"internal error: {type(err).__name__}: {err}")
+                                 reason=f"internal error: {type(err).__name__}: {err}",
+                                 n_outputs=rule.outputs, location=location)
 
 
 def verify_rules(rules: Sequence[Rule], axioms: Sequence[Axiom], options: VerifyOptions =
@@ -276,8 +383,8 @@ def verify_rules(rules: Sequence[Rule], axioms: Sequence[Axiom], options: Verify
     from superopt.verifier.parallel import run_parallel
 
     data = axiom_data(axioms)
-    tasks = [(i, format_rule(r), data, options, tuple(exclude(r)) if exclude else ())
-             for i, r in enumerate(rules)]
+    tasks = [(i, format_rule(r), data, options, tuple(exclude(r)) if exclude else (),
+              rule_location(r)) for i, r in enumerate(rules)]
     results = run_parallel(_verify_task, tasks, jobs,
                            (lambda r: progress(r[1])) if progress else None, executor)
     return [r for _, r in sorted(results, key=lambda x: x[0])]

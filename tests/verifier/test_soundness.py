@@ -1,0 +1,91 @@
+"""Never a vacuous proof: PROVED needs a satisfiable premise, a premise Z3 cannot refute
+on its own, and a concrete well-typed instance on which both sides agree (issue 14)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from superopt.cli import main
+from superopt.substitutions import parse_rule
+from superopt.substitutions.readers import parse_tensat_equations
+from superopt.verifier.axioms import builtin_axioms
+from superopt.verifier.encoding import encode_rule
+from superopt.verifier.prover import INVALID, PROVED, REFUTED, Prover, VerifyOptions
+
+# The false rule the issue found PROVED: at TASO's shapes the source is (4,4,5,5), the
+# target a depthwise 3x3 average over 8 channels, (2,8,5,5).
+ISSUE_RULE = ("concat(0,poolavg(3,3,1,1,0,input_7),poolavg(3,3,1,1,0,input_8))=="
+              "conv2d(1,1,0,0,concat(1,input_7,input_8),Cpool(3,3))")
+
+
+@pytest.fixture(scope="module")
+def prover() -> Prover:
+    return Prover(builtin_axioms(), VerifyOptions(timeout_s=10, samples=8))
+
+
+def test_the_issue_s_false_rule_is_not_proved(prover: Prover) -> None:
+    (rule,) = parse_tensat_equations(ISSUE_RULE, "issue14.txt")
+    res = prover.verify(rule)
+    assert res.state in (INVALID, REFUTED), res.reason
+    assert res.state != PROVED and not res.axioms
+    assert res.reason
+
+
+def test_contradictory_condition_is_invalid_not_proved(prover: Prover) -> None:
+    # Anything follows from a premise nothing satisfies; this rule is false as well.
+    rule = parse_rule("c: (matmul ?x ?y) => (matmul ?y ?x) if rank(?x) == 2 and "
+                      "rank(?x) == 3")
+    res = prover.verify(rule)
+    assert res.state == INVALID and "premise unsatisfiable" in res.reason
+    assert res.premise.startswith("unsat")
+
+
+def test_the_vacuity_check_catches_a_premise_the_axioms_refute(prover: Prover) -> None:
+    # A premise the quantifier-free check would have caught; asked directly, the proof
+    # step itself must not call the goal proved.
+    rule = parse_rule("v: (relu ?x) => (ewadd ?x ?x) if dim(?x,0) == 1 and dim(?x,0) == 2")
+    g = encode_rule(rule, prover.e, prefix="vac:")
+    (out,) = prover.prove(g)
+    assert out.state == INVALID and "vacuous" in out.reason
+
+
+def test_a_true_rule_has_a_satisfiable_premise_with_a_model(prover: Prover) -> None:
+    rule = parse_rule("t: (relu (conv2d [1,1] same [1,1] 1 none ?x ?w)) => "
+                      "(conv2d [1,1] same [1,1] 1 relu ?x ?w)")
+    res = prover.verify(rule)
+    assert res.state == PROVED and res.test.instances >= 1
+    assert res.premise.startswith("sat (") and "?x: [" in res.premise
+
+
+def test_verify_json_counts_outputs_of_refuted_two_output_rules(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    monkeypatch.setenv("SUPEROPT_CACHE_DIR", str(tmp_path / "cache"))
+    f = tmp_path / "r.rules"
+    # Two outputs, the second false.
+    f.write_text("two: (relu ?x) ; (ewadd ?x ?y) => (relu ?x) ; (ewmul ?x ?y)\n"
+                 "bad: (relu ?x) => (ewadd ?x ?y)\n")
+    lib = tmp_path / "lib.rules"
+    lib.write_text("a_comm: (ewadd ?x ?y) => (ewadd ?y ?x)\n")
+    out = tmp_path / "out.json"
+    rc = main(["verify", "--no-builtin-axioms", "--axioms", str(lib), "--jobs", "1",
+               "--samples", "4", "--axiom-samples", "3", str(f), "--json", str(out)])
+    assert rc == 1
+    doc = json.loads(out.read_text())
+    s = doc["summary"]
+    assert (s["rules"], s["outputs"]) == (2, 3)
+    assert s["refuted"] == 1 and s["outputs_by_state"]["refuted"] == 2
+    assert s["invalid"] == 1
+    bad = next(r for r in doc["rules"] if r["name"] == "bad")
+    assert bad["state"] == INVALID and bad["location"].startswith(f"{f}:2:")
+
+
+def test_empty_file_and_directory_exit_2(tmp_path: Path, capsys) -> None:
+    empty = tmp_path / "empty.rules"
+    empty.write_text("# nothing here\n")
+    assert main(["verify", "--jobs", "1", str(empty)]) == 2
+    assert "no rules" in capsys.readouterr().err
+    assert main(["verify", "--jobs", "1", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
