@@ -18,6 +18,7 @@ TABLE_MODULES = (
     "superopt.tpu_sim.layout_rules",
     "superopt.verifier.shapes",
     "superopt.mutants.boxes",
+    "superopt.xtat.passes.layout",
 )
 
 
@@ -29,11 +30,11 @@ def _load_tables() -> None:
 
 def test_expected_tables_are_registered() -> None:
     assert {"modp", "flops", "torch", "tpu_cost", "tpu_layout", "z3",
-            "boxes"} <= set(TABLES)
+            "boxes", "xtat_layout"} <= set(TABLES)
 
 
 @pytest.mark.parametrize("table", ["modp", "flops", "torch", "tpu_cost", "tpu_layout", "z3",
-                                   "boxes"])
+                                   "boxes", "xtat_layout"])
 def test_table_covers_every_op(table: str) -> None:
     t = TABLES[table]
     assert t.missing() == [], f"ops without a {table} rule: {t.missing()}"

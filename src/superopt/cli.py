@@ -364,6 +364,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 # ---- entry point --------------------------------------------------------------------
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from superopt.xtat.command import run
+
+    return run(args, _console())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="superopt",
@@ -565,6 +571,58 @@ def build_parser() -> argparse.ArgumentParser:
                         "makes the same choices, without measuring again)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.set_defaults(func=cmd_optimize)
+
+    p = sub.add_parser("tune", help="tune rewrites, layouts, fusion, tiles and flags on the "
+                                    "TPU simulator (XTAT)",
+                       description="Tune a model for a simulated TPU core: every place a rule "
+                                   "applies, the layouts of convolutions, matmuls, reshapes "
+                                   "and transposes, every fusion decision, and each kernel's "
+                                   "tile and flags are choices, searched by a schedule of "
+                                   "strategies starting from the default compiler's program "
+                                   "(measured first, so the result is never slower). Every "
+                                   "measurement is committed to --db as it arrives; --resume "
+                                   "continues a killed run without measuring anything twice. "
+                                   "Ctrl-C stops the search and keeps the best so far. Exit "
+                                   "status: 0 done, 1 values or validation failed, 2 bad "
+                                   "input (unknown model, pass or strategy, --budget < 1, a "
+                                   "corrupt or foreign database).")
+    p.add_argument("model", metavar="MODEL_OR_FILE", nargs="?", default=None,
+                   help=MODEL_HELP + ", or synthetic:N (a synthetic graph of about N nodes)")
+    p.add_argument("--passes", default="rewrite,layout,fusion,tiling,flags",
+                   help="passes to tune, comma-separated (default: all five)")
+    p.add_argument("--schedule", choices=("joint", "sequential", "custom"), default="joint",
+                   help="joint (default): rewrite+layout+fusion by the strategy, then tiles "
+                        "and flags exhaustively per kernel; sequential: one pass at a time; "
+                        "custom: the given passes together by the strategy")
+    p.add_argument("--strategy", default="anneal",
+                   help="random, exhaustive, anneal (default) or evolution")
+    p.add_argument("--budget", type=int, default=200,
+                   help="measurements in all, the default candidate included (default 200)")
+    p.add_argument("--round", type=int, default=8,
+                   help="candidates proposed and measured per round (default 8)")
+    p.add_argument("--db", metavar="RUNS.sqlite", default=None,
+                   help="records database (SQLite, one file per run)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run recorded in --db (same model and settings)")
+    p.add_argument("--replay", metavar="RUNS.sqlite", default=None,
+                   help="rebuild the best candidate recorded in a database, measuring nothing")
+    p.add_argument("--export", metavar="RUNS.jsonl", default=None,
+                   help="with --replay: also write every measurement as JSON lines")
+    p.add_argument("--workers", type=int, default=1,
+                   help="measure each round on this many worker processes (default 1: here)")
+    p.add_argument("--executor", default=None,
+                   help="process (default with --workers > 1), dask, or dask://HOST:PORT")
+    p.add_argument("--seed", type=int, default=0, help="seed of the search and its noise")
+    p.add_argument("--hardware", default="v4", help="TPU preset: v4 (default), v3, v5e")
+    p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
+    p.add_argument("--rules", metavar="LIB", default=None,
+                   help="rule file or library for the rewrite pass (default: starter)")
+    p.add_argument("--out", metavar="OUT.json", help="save the tuned (rewritten) graph")
+    p.add_argument("--json", metavar="RESULT.json", help="write a summary as JSON")
+    p.add_argument("--plot", metavar="CURVE.png", help="write the tuning curve as a PNG")
+    p.add_argument("--no-check", action="store_true",
+                   help="skip the value check of a rewritten graph")
+    p.set_defaults(func=cmd_tune)
     return parser
 
 

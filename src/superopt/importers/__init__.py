@@ -38,6 +38,15 @@ def load_model(spec: str, batch: int | None = None) -> Graph:
         from superopt.importers.onnx import import_onnx, light_model_path
 
         return import_onnx(light_model_path(spec.removeprefix("onnx:")), batch=batch)
+    if spec.startswith("synthetic:"):
+        from superopt.tpu_sim.synthetic import synthetic_graph
+
+        size = spec.removeprefix("synthetic:")
+        if not size.isdigit() or not 10 <= int(size) <= 2_000_000:
+            raise ModelImportError(f"{spec}: expected synthetic:N with 10 <= N <= 2000000")
+        if batch is not None:
+            raise ModelImportError(f"{spec}: --batch does not apply to synthetic graphs")
+        return synthetic_graph(int(size))
     if spec.startswith("hf:"):
         from superopt.importers.hf import bert_graph
 

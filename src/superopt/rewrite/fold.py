@@ -104,9 +104,15 @@ def _evaluate(graph: Graph, values: list[Value], seed: int) -> dict[Value, np.nd
 
 
 def fold_weights(graph: Graph, *, evaluate: bool = True, materialize: bool = True,
-                 seed: int = 0, prefix: str = "folded") -> FoldResult:
-    """Replace weight-only computations by weights (see the module docstring)."""
+                 seed: int = 0, prefix: str = "folded",
+                 skip: frozenset[bytes] = frozenset()) -> FoldResult:
+    """Replace weight-only computations by weights (see the module docstring). Values of
+    nodes whose structural hash is in `skip` stay computed (a tuner folds only what its
+    rewrites created, so the default program stays the default compiler's)."""
     frontier = foldable_values(graph)
+    if skip:
+        hashes = graph.node_hashes
+        frontier = [v for v in frontier if hashes[v.node] not in skip]
     if not frontier:
         return FoldResult(graph, MappingProxyType({n.id: (n.id,) for n in graph.nodes}))
     kept = 0

@@ -29,7 +29,7 @@ that kernel must belong to kernels whose roots come later, which read the writte
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
@@ -180,26 +180,14 @@ def form_kernels(graph: Graph, layouts: NodeLayouts, fusion: Mapping[int, bool |
                 continue
             repaired.append((i, reason))
         elif decision:
-            cons = eff[i]
-            if needed[i]:
-                reason = "its value is a graph output"
-            elif not cons:
-                reason = "it has no consumer"
-            else:
-                ks = sorted({k for c in cons for k in kernel_of[c]})
-                if len(ks) > MAX_DUPLICATES:
-                    reason = f"it would be duplicated into {len(ks)} > {MAX_DUPLICATES} kernels"
-                elif hero and len(ks) > 1:
-                    reason = f"{node.op} is not duplicated ({len(ks)} consumer kernels)"
-                elif hero and ks[0] in hero_of:
-                    reason = f"kernel %{ks[0]} already has an MXU op (%{hero_of[ks[0]]})"
-                else:
-                    kernel_of[i] = tuple(ks)
-                    for k in ks:
-                        members[k].append(i)
-                        if hero:
-                            hero_of[k] = i
-                    continue
+            ks, reason = fuse_into(node.op, hero, eff[i], needed[i], kernel_of, hero_of.get)
+            if ks is not None:
+                kernel_of[i] = ks
+                for k in ks:
+                    members[k].append(i)
+                    if hero:
+                        hero_of[k] = i
+                continue
             repaired.append((i, reason))
         kernel_of[i] = (i,)
         members[i] = [i]
@@ -226,6 +214,28 @@ def form_kernels(graph: Graph, layouts: NodeLayouts, fusion: Mapping[int, bool |
                               hero_of.get(root)))
     return Kernels(tuple(kernels), tuple(kernel_of), bitcasts, MappingProxyType(resolved),
                    tuple(sorted(repaired)))
+
+
+def fuse_into(op: str, hero: bool, consumers: tuple[int, ...], needed: bool,
+              kernel_of: Sequence[tuple[int, ...]], holder: Callable[[int], int | None]
+              ) -> tuple[tuple[int, ...] | None, str | None]:
+    """Where a node decided "fuse" goes: the kernels of its consumers, or None and why the
+    decision cannot be honoured. `holder(k)` is the MXU op kernel k already holds (among
+    the nodes decided before this one), if any."""
+    if needed:
+        return None, "its value is a graph output"
+    if not consumers:
+        return None, "it has no consumer"
+    ks = sorted({k for c in consumers for k in kernel_of[c]})
+    if len(ks) > MAX_DUPLICATES:
+        return None, f"it would be duplicated into {len(ks)} > {MAX_DUPLICATES} kernels"
+    if hero and len(ks) > 1:
+        return None, f"{op} is not duplicated ({len(ks)} consumer kernels)"
+    if hero:
+        h = holder(ks[0])
+        if h is not None:
+            return None, f"kernel %{ks[0]} already has an MXU op (%{h})"
+    return tuple(ks), None
 
 
 def _multi_output(i: int, root: int, consumers: tuple[int, ...],

@@ -1,0 +1,322 @@
+"""`superopt tune`: tune a model's rewrites, layouts, fusion, tiles and flags on the TPU
+simulator (XTAT), with every measurement in a records database.
+
+Steps: load the model and the rules, build the default candidate (the default compiler's
+program, measured first), run the schedule's phases with a live display (evaluations, best
+so far, speedup over the default, choices changed per pass), pick the final candidate,
+validate it through the simulator's ordinary compile path, attribute the gain to passes,
+check the rewritten graph's values against the original on the reference interpreter when
+the rewrite pass changed it, and save the graph, a JSON summary and a tuning-curve PNG.
+`--replay DB` rebuilds a recorded run's best candidate without measuring anything.
+Exit status: 0 done, 1 the values or validation failed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from superopt.ir.errors import IRError
+
+
+def _check_out(path: str | None, what: str) -> None:
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise IRError(f"{what} {p}: is a directory")
+    if not p.parent.exists():
+        raise IRError(f"{what} {p}: directory {p.parent} does not exist")
+
+
+def _fmt(t: float) -> str:
+    if not math.isfinite(t):
+        return "invalid"
+    return f"{t * 1e3:.4f} ms" if t >= 1e-3 else f"{t * 1e6:.2f} us"
+
+
+def _passes(text: str) -> tuple[str, ...]:
+    from superopt.xtat.tuner import PASS_NAMES
+
+    names = tuple(p.strip() for p in text.split(",") if p.strip())
+    aliases = {"tile": "tiling", "tiles": "tiling", "flag": "flags"}
+    names = tuple(aliases.get(n, n) for n in names)
+    for n in names:
+        if n not in PASS_NAMES:
+            raise IRError(f"unknown pass {n!r} in --passes: expected some of "
+                          f"{', '.join(PASS_NAMES)}")
+    if not names:
+        raise IRError("--passes names no pass")
+    return names
+
+
+def validate_args(args: argparse.Namespace) -> None:
+    from superopt.xtat.strategies.base import STRATEGIES, create
+
+    if args.replay is None and args.model is None:
+        raise IRError("tune needs MODEL_OR_FILE (or --replay RUNS.sqlite)")
+    if args.replay is not None and args.model is not None:
+        raise IRError("--replay rebuilds the database's own model: give no MODEL_OR_FILE")
+    if args.replay is None and args.budget < 1:
+        raise IRError(f"--budget must be >= 1, found {args.budget}")
+    if args.workers < 1:
+        raise IRError(f"--workers must be >= 1, found {args.workers}")
+    if args.round < 1:
+        raise IRError(f"--round must be >= 1, found {args.round}")
+    create("random")  # registers the strategies
+    if args.strategy not in STRATEGIES:
+        raise IRError(f"unknown strategy {args.strategy!r}: expected one of "
+                      f"{', '.join(sorted(STRATEGIES))}")
+    for what in ("out", "json", "plot", "export"):
+        _check_out(getattr(args, what), f"--{what}")
+    if args.resume and not args.db:
+        raise IRError("--resume needs --db FILE")
+    if args.db:
+        _check_out(args.db, "--db")
+
+
+def run(args: argparse.Namespace, console: Any) -> int:
+    from superopt.xtat.records import RecordsDB
+
+    validate_args(args)
+    if args.replay is not None:
+        return replay(args, console)
+    from superopt.executor import parse_executor
+    from superopt.xtat.session import open_session
+    from superopt.xtat.tuner import make_schedule
+
+    passes = _passes(args.passes)
+    phases = make_schedule(args.schedule, passes, args.strategy)
+    if args.executor is not None:
+        parse_executor(args.executor)
+    spec = {"model": args.model, "batch": args.batch, "hardware": args.hardware,
+            "rules": args.rules}
+    with console.status(f"loading {args.model} and building the default candidate"):
+        session = open_session(spec)
+    settings = {"passes": list(passes), "schedule": args.schedule, "strategy": args.strategy,
+                "budget": args.budget, "seed": args.seed, "round": args.round}
+    db = RecordsDB(args.db, session.workload, settings, resume=args.resume) if args.db \
+        else None
+    graph = session.graph
+    default_time = session.runner.time(session.default)
+    console.print(f"{graph.name}: {len(graph)} nodes, {len(session.default.final.partition.kernels)}"
+                  f" kernels by default ({_fmt(default_time)} on TPU {session.sim.hw.name}); "
+                  f"schedule {args.schedule}: " + ", ".join(
+                      f"{p.name} by {p.strategy}" for p in phases)
+                  + (f"; resuming {db.count()} recorded measurements" if db and db.count() else ""))
+    pool = None
+    try:
+        if args.workers > 1 or args.executor is not None:
+            from superopt.executor import open_executor
+            from superopt.xtat.remote import RemoteMeasure
+
+            pool_cm = open_executor(args.executor, args.workers)
+            pool = pool_cm.__enter__()
+            measure = RemoteMeasure(pool, dict(session.spec), session.runner, args.workers)
+        else:
+            measure = None
+        result, tuner = _search(session, phases, args, db, console, measure)
+    finally:
+        if pool is not None:
+            pool_cm.__exit__(None, None, None)
+        if db is not None:
+            db.close()
+    return _report(session, result, tuner, args, console)
+
+
+def _search(session: Any, phases: Any, args: argparse.Namespace, db: Any, console: Any,
+            measure: Any) -> Any:
+    from rich.live import Live
+    from rich.table import Table
+
+    from superopt.xtat.tuner import Tuner
+
+    last = [0.0]
+    default_time = session.runner.time(session.default)
+
+    def table(tuner: Tuner, phase: str) -> Table:
+        t = Table(title=f"tuning {session.graph.name}", show_header=False)
+        t.add_column("what")
+        t.add_column("value", justify="right")
+        best = tuner.ctx.best_time
+        t.add_row("phase", phase)
+        t.add_row("evaluations", f"{tuner.step} / {args.budget}"
+                  + (f" ({tuner.replayed} from the records)" if tuner.replayed else ""))
+        t.add_row("best measured", _fmt(best))
+        t.add_row("speedup over default", f"{default_time / best:.4f}x"
+                  if math.isfinite(best) and best > 0 else "-")
+        if tuner.ctx.best is not None:
+            t.add_row("choices changed", ", ".join(
+                f"{n} {c}" for n, c in tuner.ctx.best.changed().items()))
+        return t
+
+    tuner = Tuner(session.pipeline, session.runner, session.default, seed=args.seed, db=db,
+                  batch=args.round, measure=measure)
+    with Live(table(tuner, "default"), console=console, transient=True,
+              refresh_per_second=4) as live:
+        def progress(t: Tuner, phase: str) -> None:
+            now = time.perf_counter()
+            if now - last[0] > 0.2:
+                last[0] = now
+                live.update(table(t, phase))
+
+        tuner.progress = progress
+        result = tuner.run(phases, args.budget)
+    return result, tuner
+
+
+def _report(session: Any, result: Any, tuner: Any, args: argparse.Namespace,
+            console: Any) -> int:
+    from rich.table import Table
+
+    from superopt.tpu_sim import problems, simulate
+    from superopt.xtat.tuner import attribution
+
+    runner = session.runner
+    best = result.best
+    compiled = runner.compile(best)
+    found = problems(compiled, lint=False)
+    sim_time = simulate(compiled, sim=session.sim).time
+    consistent = math.isclose(sim_time, result.best_time, rel_tol=1e-9)
+    per_pass = attribution(session.pipeline, runner, best)
+    t = Table(title=f"per pass ({session.graph.name}, final candidate)")
+    for col in ("pass", "sites", "changed from default", "time gained"):
+        t.add_column(col, justify="left" if col == "pass" else "right")
+    for j, name in enumerate(best.names):
+        n_sites = len(session.pipeline.passes[j].sites(best.stages[j]).tunable)
+        changed, gain = per_pass[name]
+        t.add_row(name, str(n_sites), str(changed), _fmt(gain) if changed else "-")
+    console.print(t)
+    s = Table(title="tuning", show_header=False)
+    s.add_column("what")
+    s.add_column("value", justify="right")
+    rows = [
+        ("default compiler", _fmt(result.default_time)),
+        ("tuned", _fmt(result.best_time)),
+        ("speedup", f"{result.speedup:.4f}x"),
+        ("evaluations", f"{result.evaluations} ({result.measured} measured now, "
+                        f"{result.replayed} from the records)"),
+        ("phases", ", ".join(f"{n} {k}" for n, k in result.phases)),
+        ("wall time", f"{result.wall_s:.2f} s ({result.evaluations / max(result.wall_s, 1e-9):.1f}"
+                      " evaluations/s)"),
+        ("stopped", result.stopped),
+        ("valid", "[green]yes[/]" if not found and consistent else
+         f"[red]no[/]: {found[0] if found else f'simulate says {_fmt(sim_time)}'}"),
+    ]
+    for k, v in rows:
+        s.add_row(k, v)
+    console.print(s)
+    ok = not found and consistent
+    summary: dict[str, Any] = {
+        "model": session.spec["model"], "graph": session.graph.name,
+        "hardware": session.sim.hw.name, "default_s": result.default_time,
+        "tuned_s": result.best_time, "speedup": result.speedup,
+        "evaluations": result.evaluations, "measured": result.measured,
+        "replayed": result.replayed, "wall_s": result.wall_s, "stopped": result.stopped,
+        "phases": [list(p) for p in result.phases],
+        "per_pass": {k: {"changed": v[0], "gain_s": v[1]} for k, v in per_pass.items()},
+        "candidate": json.loads(best.json), "valid": ok,
+    }
+    rewrite = session.pipeline.passes[0]
+    rewritten = rewrite.rewritten(best.stages[0], best.configs[0])
+    if rewritten is not session.graph and not args.no_check:
+        from superopt.rewrite.check import check_values
+
+        with console.status("checking the rewritten graph's values (reference interpreter)"):
+            check = check_values(session.graph, rewritten, seed=args.seed)
+        console.print(("[green]" if check.ok else "[red]") + check.summary() + "[/]")
+        ok = ok and check.ok
+        summary["max_rel_err"] = check.max_rel_err
+        summary["applied_rules"] = best.reports[0].get("applied", [])
+    if args.out:
+        console.print(f"saved {save_graph(rewritten, args.out, args.seed)}")
+    if args.plot:
+        console.print(f"wrote {tuning_curve_png(result, args.plot, session.graph.name)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
+        console.print(f"wrote {args.json}")
+    return 0 if ok else 1
+
+
+def save_graph(graph: Any, path: str, seed: int) -> Path:
+    """Save a tuned graph with its weight-only computations folded into weights."""
+    from superopt.ir.serialize import save
+    from superopt.rewrite.fold import fold_weights
+
+    return save(fold_weights(graph, seed=seed).graph, path)
+
+
+def tuning_curve_png(result: Any, path: str, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [p.step for p in result.history]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    finite = [(p.step, p.measured * 1e6) for p in result.history if math.isfinite(p.measured)]
+    if finite:
+        ax.scatter(*zip(*finite, strict=True), s=6, alpha=0.4, label="measured")
+    ax.plot(steps, [p.best * 1e6 for p in result.history], color="C1", label="best so far")
+    ax.axhline(result.default_time * 1e6, color="grey", ls="--", label="default compiler")
+    ax.set_xlabel("evaluation")
+    ax.set_ylabel("simulated time (us)")
+    ax.set_title(f"{title}: {result.speedup:.3f}x over the default")
+    ax.legend()
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def replay(args: argparse.Namespace, console: Any) -> int:
+    """Rebuild the best recorded candidate of a database (no new measurement)."""
+    from superopt.xtat.records import RecordsDB, RecordsError
+    from superopt.xtat.session import open_session
+    from superopt.xtat.space import PassConfig
+
+    with RecordsDB(args.replay, None) as db:
+        best = db.best()
+        if best is None:
+            raise RecordsError(f"{args.replay}: holds no measurement")
+        w = db.workload
+        config = db.config(best.candidate)
+        if args.export:
+            n = db.export_jsonl(args.export)
+            console.print(f"wrote {n} measurements to {args.export}")
+        count = db.count()
+    session = open_session({"model": w["model"], "batch": w.get("batch"),
+                            "hardware": w.get("hardware"), "rules": None
+                            if w.get("rules") == "starter" else w.get("rules")})
+    if session.workload != w:
+        raise RecordsError(f"{args.replay}: the model {w['model']!r} now builds another "
+                           "graph or rule set than the one recorded")
+    try:
+        configs = [PassConfig.from_json(config.get(n, {})) for n in session.pipeline.names]
+        cand = session.pipeline.from_configs(session.graph, configs)
+    except (IRError, KeyError, ValueError) as e:
+        raise RecordsError(f"{args.replay}: best candidate does not rebuild: {e}") from None
+    if cand.key != best.candidate:
+        raise RecordsError(f"{args.replay}: best candidate rebuilds as {cand.key}, recorded "
+                           f"{best.candidate}")
+    exact = session.runner.time(cand)
+    default = session.runner.time(session.default)
+    console.print(f"{w['model']}: best of {count} recorded measurements (step {best.step}): "
+                  f"measured {_fmt(best.runtime)}, exact {_fmt(exact)}; default {_fmt(default)}"
+                  f" ({default / exact:.4f}x); rebuilt without measuring")
+    if args.out:
+        graph = session.pipeline.passes[0].rewritten(cand.stages[0], cand.configs[0])
+        console.print(f"saved {save_graph(graph, args.out, 0)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "model": w["model"], "step": best.step, "measured_s": best.runtime,
+            "tuned_s": exact, "default_s": default, "candidate": config}, indent=1) + "\n")
+    return 0
+
+
+__all__ = ["run", "tuning_curve_png"]

@@ -1,0 +1,86 @@
+"""What a search strategy sees: the pipeline, the candidates measured so far, the best
+one, the global config store, a seeded random generator and the moves on candidates."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from superopt.xtat.pipeline import Pipeline
+from superopt.xtat.space import Site
+from superopt.xtat.stage import Candidate
+from superopt.xtat.store import ConfigStore
+
+
+@dataclass
+class TuneContext:
+    pipeline: Pipeline
+    default: Candidate
+    rng: np.random.Generator
+    store: ConfigStore = field(default_factory=ConfigStore)
+    best: Candidate | None = None
+    best_time: float = float("inf")
+
+    def tunable(self, candidate: Candidate, passes: Sequence[str]) -> list[tuple[str, Site]]:
+        """(pass, site) for every site with a choice to make, in the given passes."""
+        out = []
+        for name in passes:
+            j = self.pipeline.index(name)
+            for s in self.pipeline.passes[j].sites(candidate.stages[j]).tunable:
+                out.append((name, s))
+        return out
+
+    def choice(self, candidate: Candidate, pass_name: str, site: Site) -> object:
+        return candidate.config(pass_name).choices.get(site.key, site.default)
+
+    def mutate(self, candidate: Candidate, passes: Sequence[str], changes: int = 1
+               ) -> Candidate:
+        """`candidate` with `changes` random sites (of `passes`) set to another option.
+        A pass is drawn first, then a site in it, so that a pass with few sites (rewrite
+        points, kernel tiles) is not drowned by one with many (fusion nodes)."""
+        out = candidate
+        for _ in range(changes):
+            live = []
+            for n in passes:
+                j = self.pipeline.index(n)
+                tunable = self.pipeline.passes[j].sites(out.stages[j]).tunable
+                if tunable:
+                    live.append((n, tunable))
+            if not live:
+                break
+            name, sites = live[int(self.rng.integers(len(live)))]
+            site = sites[int(self.rng.integers(len(sites)))]
+            current = self.choice(out, name, site)
+            others = [o for o in site.options if o != current]
+            pick = others[int(self.rng.integers(len(others)))]
+            out = self.pipeline.with_choice(out, name, site.key, pick, self.store)
+        return out
+
+    def crossover(self, a: Candidate, b: Candidate, passes: Sequence[str]) -> Candidate:
+        """Per tuned pass, each choice of either parent taken with probability 1/2 (on
+        `a`'s stages; XTAT-M repairs what no longer fits)."""
+        configs = list(a.configs)
+        for name in passes:
+            j = self.pipeline.index(name)
+            ca, cb = a.configs[j].choices, b.configs[j].choices
+            keys = sorted(set(ca) | set(cb))
+            merged = {}
+            for k in keys:
+                src = ca if self.rng.random() < 0.5 else cb
+                if k in src:
+                    merged[k] = src[k]
+            sites = self.pipeline.passes[j].sites(a.stages[j])
+            configs[j] = type(configs[j]).of({k: v for k, v in merged.items()
+                                              if k in sites and v in sites[k].options
+                                              and v != sites[k].default})
+        return self.pipeline.build(a, configs, self.store)
+
+    def observe(self, candidate: Candidate, time: float) -> None:
+        if time < self.best_time:
+            self.best, self.best_time = candidate, time
+            self.store.record(candidate)
+
+
+__all__ = ["TuneContext"]

@@ -1,0 +1,5 @@
+"""The tuner's passes, in pipeline order: rewrite, layout, fusion, tiling, flags."""
+
+from superopt.xtat.passes.base import PassError, PassResult, TunablePass
+
+__all__ = ["PassError", "PassResult", "TunablePass"]

@@ -1,0 +1,82 @@
+"""The pass contract every tuner pass follows (torch.fx's pass infra is the model).
+
+- `sites(stage)`: the choices this pass makes on `stage`, each with a stable key, its
+  options and its default (cached in the stage's memo: a stage is immutable);
+- `default(stage)`: the pass default as a configuration (always the empty delta: a
+  configuration lists only choices that differ from the default);
+- `apply(stage, config) -> PassResult(stage, origin, report)`: the next stage, the
+  origin of its graph's nodes in `stage.graph`'s (identity when the graph is unchanged),
+  and a report of what the configuration did;
+- `requires(stage)` / `ensures(stage)`: checks run between passes by `check=True`
+  pipelines and in tests (`lint()` of the stage graph and the pass's own invariants).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from superopt.ir.errors import IRError
+from superopt.ir.passes import Origin
+from superopt.xtat.space import EMPTY, PassConfig, Site, Sites
+from superopt.xtat.stage import Stage
+
+
+class PassError(IRError):
+    """A stage a pass cannot work on, or a configuration it cannot apply."""
+
+
+@dataclass(frozen=True)
+class PassResult:
+    stage: Stage
+    origin: Origin | None  # None: the graph is unchanged (identity origin)
+    report: Mapping[str, Any]
+
+
+class TunablePass(ABC):
+    """Base of the five passes (rewrite, layout, fusion, tiling, flags)."""
+
+    name: str = "pass"
+
+    def sites(self, stage: Stage) -> Sites:
+        got = stage.memo.get(("sites", self.name))
+        if got is None:
+            got = stage.memo[("sites", self.name)] = Sites(self.list_sites(stage))
+        return got
+
+    @abstractmethod
+    def list_sites(self, stage: Stage) -> list[Site]:
+        """Every site of this pass on `stage`, in a deterministic order."""
+
+    def default(self, stage: Stage) -> PassConfig:
+        return EMPTY
+
+    @abstractmethod
+    def apply(self, stage: Stage, config: PassConfig) -> PassResult:
+        """The stage after this pass, under `config` (defaults where it says nothing)."""
+
+    def requires(self, stage: Stage) -> None:
+        stage.graph.lint()
+
+    def ensures(self, stage: Stage) -> None:
+        stage.graph.lint()
+
+    def choice(self, stage: Stage, config: PassConfig, key: str) -> Any:
+        """The complete configuration's choice at site `key`."""
+        return config.choices.get(key, self.sites(stage)[key].default)
+
+    def check_config(self, stage: Stage, config: PassConfig) -> None:
+        """Raise `PassError` when `config` names a site or option `stage` lacks."""
+        sites = self.sites(stage)
+        for key, choice in config.items():
+            site = sites.get(key)
+            if site is None:
+                raise PassError(f"{self.name}: no site {key!r} in this stage")
+            if choice not in site.options:
+                raise PassError(f"{self.name}: {choice!r} is not an option of site {key} "
+                                f"({site.label})")
+
+
+__all__ = ["PassError", "PassResult", "TunablePass"]

@@ -1,0 +1,137 @@
+"""The kernel-level passes: a tile (tiling) and code-generation flags (flags) per kernel.
+
+Both key their sites by the kernel's signature digest, so kernels that are the same
+computation on the same layouts (repeated layers) share one choice, and a choice
+survives any change elsewhere in the graph. Tiling runs first: its default is the default
+compiler's argmin of the analytical model (with default flags); the flags default depends
+on the chosen tile, as the default compiler's does.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from superopt.tpu_sim import (
+    DEFAULT_FLAGS,
+    Flags,
+    Simulator,
+    all_flags,
+    bounds_columns,
+    default_flags,
+    tile_options,
+)
+from superopt.xtat.passes.base import PassError, PassResult, TunablePass
+from superopt.xtat.space import PassConfig, Site
+from superopt.xtat.stage import Stage
+
+SINGLE_BUFFER = Flags(double_buffer=False)
+
+
+@lru_cache(maxsize=256)
+def flags_from_short(text: str) -> Flags:
+    """The inverse of `Flags.short()` ("db/u2/n")."""
+    try:
+        buf, unroll, split = text.split("/")
+        flags = Flags(buf == "db", int(unroll[1:]), split)
+    except ValueError:
+        raise PassError(f"bad flags {text!r}: expected db|sb/u<unroll>/<split>") from None
+    if buf not in ("db", "sb") or not unroll.startswith("u") or flags.problem():
+        raise PassError(f"bad flags {text!r}: {flags.problem() or 'expected db|sb/u<n>/<split>'}")
+    return flags
+
+
+class _KernelPass(TunablePass):
+    """Sites per distinct kernel signature. What a site offers depends only on its
+    signature (and, for flags, the tile), so it is kept per key in the pass object and a
+    new stage (after any fusion change) only counts its kernels."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self._info: dict[object, tuple[tuple, object, float]] = {}
+
+    def info(self, stage: Stage, key: str, sig: object) -> tuple[tuple, object, float]:
+        """(options, default, time of one kernel under the default) of a site."""
+        raise NotImplementedError
+
+    def list_sites(self, stage: Stage) -> list[Site]:
+        first: dict[str, int] = {}
+        count: dict[str, int] = {}
+        for i, key in enumerate(stage.sig_keys):
+            if key in first:
+                count[key] += 1
+            else:
+                first[key] = i
+                count[key] = 1
+        out = []
+        kernels = stage.partition.kernels
+        for key, i in first.items():
+            options, default, weight = self.info(stage, key, stage.signatures[i])
+            root = kernels[i].root
+            out.append(Site(key, options, default, stage.sources(root),
+                            f"%{root} {len(kernels[i].nodes)} ops", count[key] * weight))
+        return out
+
+    def _cached(self, memo_key: object, make) -> tuple[tuple, object, float]:
+        got = self._info.get(memo_key)
+        if got is None:
+            if len(self._info) > 1 << 18:
+                self._info.clear()
+            got = self._info[memo_key] = make()
+        return got
+
+
+class TileSites(_KernelPass):
+    name = "tiling"
+
+    def info(self, stage: Stage, key: str, sig: object) -> tuple[tuple, object, float]:
+        def make() -> tuple[tuple, object, float]:
+            kc = self.sim.kernels
+            default = kc.default_tile(sig, DEFAULT_FLAGS)
+            # Tiles that fit VMEM under no flags (single buffering needs the least) are
+            # never worth a measurement.
+            opts = tuple(t for t in tile_options(kc.stats(sig))
+                         if t == default or kc.cost(sig, t, SINGLE_BUFFER).valid)
+            # Weight: the kernel's time under its default tile (most expensive first).
+            return (opts if default in opts else (default,), default,
+                    kc.cost(sig, default, DEFAULT_FLAGS).time)
+        return self._cached(key, make)
+
+    def apply(self, stage: Stage, config: PassConfig) -> PassResult:
+        self.check_config(stage, config)
+        sites = self.sites(stage)
+        tiles = {k: config.choices.get(k, s.default) for k, s in sites.items()}
+        return PassResult(stage.evolve(tiles=tiles), None, {"changed": len(config)})
+
+    def requires(self, stage: Stage) -> None:
+        if stage.partition is None:
+            raise PassError("tiling needs the fusion pass's kernels")
+
+
+class FlagSites(_KernelPass):
+    name = "flags"
+
+    def info(self, stage: Stage, key: str, sig: object) -> tuple[tuple, object, float]:
+        tile = stage.tiles[key]
+
+        def make() -> tuple[tuple, object, float]:
+            kc = self.sim.kernels
+            g = kc.stats(sig).gemm
+            dflt = default_flags(g.n if g is not None else None, tile, self.sim.hw,
+                                 bounds_columns(kc, sig, tile)).short()
+            opts = tuple(f.short() for f in all_flags(g is not None))
+            return (opts if dflt in opts else (dflt, *opts), dflt,
+                    kc.cost(sig, tile, flags_from_short(dflt)).time)
+        return self._cached((key, tile), make)
+
+    def apply(self, stage: Stage, config: PassConfig) -> PassResult:
+        self.check_config(stage, config)
+        sites = self.sites(stage)
+        flags = {k: flags_from_short(config.choices.get(k, s.default)) for k, s in sites.items()}
+        return PassResult(stage.evolve(flags=flags), None, {"changed": len(config)})
+
+    def requires(self, stage: Stage) -> None:
+        if stage.tiles is None:
+            raise PassError("flags needs the tiling pass's tiles")
+
+
+__all__ = ["FlagSites", "TileSites", "flags_from_short"]

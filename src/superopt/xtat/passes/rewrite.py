@@ -1,0 +1,70 @@
+"""The rewrite pass: every point where a rule (or a corrected PET mutant) applies is a site
+whose options are "no rewrite" (None) or one of the sites of `superopt.rewrite` at that
+point (by site key). One round: the sites are those of the source graph.
+
+Rewrites such as batch-norm folding or merging matmuls leave weight-only computations
+(rescaled or concatenated weights), which a compiler evaluates once, ahead of time; the
+pass folds the ones its rewrites created into weights (structurally: the stage is for
+costing), so the simulator does not charge them to every run. `rewritten(...)` gives the
+unfolded graph, which is what values are checked on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from superopt.ir.graph import Graph
+from superopt.ir.passes import compose
+from superopt.rewrite.fold import fold_weights, foldable_values
+from superopt.rewrite.match import Matcher
+from superopt.rewrite.rewrite_pass import RewriteConfig, RewritePass
+from superopt.substitutions.rule import Rule
+from superopt.xtat.passes.base import PassResult, TunablePass
+from superopt.xtat.space import PassConfig, Site
+from superopt.xtat.stage import Stage
+
+
+class RewriteSites(TunablePass):
+    name = "rewrite"
+
+    def __init__(self, rules: Iterable[Rule] | Matcher) -> None:
+        self.inner = RewritePass(rules)
+
+    def list_sites(self, stage: Stage) -> list[Site]:
+        out = []
+        for p in self.inner.points(stage.graph):
+            srcs = sorted({s for o in p.options for n in o.nodes for s in stage.sources(n)})
+            rules = ",".join(dict.fromkeys(o.rule for o in p.options))
+            out.append(Site(p.key, (None, *(o.key for o in p.options)), None, tuple(srcs),
+                            f"%{p.anchor} {stage.graph.nodes[p.anchor].op}: {rules}"))
+        return out
+
+    def apply(self, stage: Stage, config: PassConfig) -> PassResult:
+        self.check_config(stage, config)
+        choices = {k: v for k, v in config.items() if v is not None}
+        if not choices:
+            return PassResult(stage, None, {"applied": [], "skipped": []})
+        run = self.inner.apply(stage.graph, RewriteConfig.single(choices))
+        before = stage.memo.get("foldable")
+        if before is None:
+            hashes = stage.graph.node_hashes
+            before = stage.memo["foldable"] = frozenset(
+                hashes[v.node] for v in foldable_values(stage.graph))
+        folded = fold_weights(run.graph, evaluate=False, skip=before)
+        origin = compose(run.origin, folded.origin)
+        to_source = origin if stage.to_source is None else compose(stage.to_source, origin)
+        report = {"applied": [s.rule for s in run.applied],
+                  "applied_sites": [s.key for s in run.applied],
+                  "skipped": [f"{s.rule}: {why}" for r in run.rounds for s, why in r.skipped]}
+        return PassResult(stage.evolve(graph=folded.graph, to_source=to_source), origin,
+                          report | {"folded": folded.folded})
+
+    def rewritten(self, stage: Stage, config: PassConfig) -> Graph:
+        """The rewritten graph before folding (what the value check compares)."""
+        choices = {k: v for k, v in config.items() if v is not None}
+        if not choices:
+            return stage.graph
+        return self.inner.apply(stage.graph, RewriteConfig.single(choices)).graph
+
+
+__all__ = ["RewriteSites"]

@@ -1,0 +1,63 @@
+"""The search-strategy interface (ask/tell) and its factory.
+
+A strategy proposes candidates (`ask`), is told their measured times (`tell`), and is
+done when `ask` returns nothing. It works on the passes it is started with, through the
+moves of its `TuneContext`; everything random comes from the context's seeded generator,
+so a run is reproducible from its seed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from superopt.ir.errors import IRError
+from superopt.xtat.context import TuneContext
+from superopt.xtat.stage import Candidate
+
+
+class SearchStrategy(ABC):
+    name = "strategy"
+
+    def __init__(self, **opts: Any) -> None:
+        self.opts = opts
+        self.ctx: TuneContext | None = None
+        self.passes: tuple[str, ...] = ()
+        self.budget = 0
+
+    def start(self, ctx: TuneContext, passes: Sequence[str], budget: int) -> None:
+        self.ctx, self.passes, self.budget = ctx, tuple(passes), budget
+
+    @abstractmethod
+    def ask(self, n: int) -> list[Candidate]:
+        """Up to `n` candidates to measure next (empty: the strategy is done)."""
+
+    def tell(self, candidates: Sequence[Candidate], times: Sequence[float]) -> None:
+        """The measured times of the candidates of the last `ask` (stateless strategies
+        ignore them)."""
+        return None
+
+
+STRATEGIES: dict[str, Callable[..., SearchStrategy]] = {}
+
+
+def register(name: str) -> Callable[[type[SearchStrategy]], type[SearchStrategy]]:
+    def deco(cls: type[SearchStrategy]) -> type[SearchStrategy]:
+        STRATEGIES[name] = cls
+        cls.name = name
+        return cls
+    return deco
+
+
+def create(name: str, **opts: Any) -> SearchStrategy:
+    """A strategy by name: random, exhaustive, anneal, evolution."""
+    from superopt.xtat.strategies import anneal, evolution, exhaustive, random  # noqa: F401
+
+    cls = STRATEGIES.get(name)
+    if cls is None:
+        raise IRError(f"unknown strategy {name!r}: expected one of {', '.join(sorted(STRATEGIES))}")
+    return cls(**opts)
+
+
+__all__ = ["STRATEGIES", "SearchStrategy", "create", "register"]

@@ -1,0 +1,43 @@
+"""Exhaustive search, one site at a time (coordinate descent): the sites of the tuned
+passes are visited in order of weight (kernels sharing the site, most first); every
+option of a site is measured on the best candidate so far, the best option is kept, then
+the next site. With the kernel passes, whose sites are independent kernels, this is the
+per-kernel exhaustive tile and flag search of XTAT."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from superopt.xtat.context import TuneContext
+from superopt.xtat.stage import Candidate
+from superopt.xtat.strategies.base import SearchStrategy, register
+
+
+@register("exhaustive")
+class Exhaustive(SearchStrategy):
+    def start(self, ctx: TuneContext, passes: Sequence[str], budget: int) -> None:
+        super().start(ctx, passes, budget)
+        self.done: set[tuple[str, str]] = set()
+        self.queue: list[Candidate] = []
+
+    def _next_site(self) -> list[Candidate] | None:
+        ctx = self.ctx
+        base = ctx.best or ctx.default
+        sites = [(n, s) for n, s in ctx.tunable(base, self.passes)
+                 if (n, s.key) not in self.done]
+        if not sites:
+            return None
+        name, site = min(sites, key=lambda t: (-t[1].weight, t[0], t[1].key))
+        self.done.add((name, site.key))
+        current = ctx.choice(base, name, site)
+        return [ctx.pipeline.with_choice(base, name, site.key, o, ctx.store)
+                for o in site.options if o != current]
+
+    def ask(self, n: int) -> list[Candidate]:
+        while not self.queue:
+            got = self._next_site()
+            if got is None:
+                return []
+            self.queue = got
+        out, self.queue = self.queue[:n], self.queue[n:]
+        return out

@@ -1,0 +1,274 @@
+"""The tuning loop: schedules of phases, measurement with records, the final pick.
+
+A *schedule* is a list of phases, each a set of passes searched by one strategy with a
+share of the budget:
+
+- `joint` (XTAT's default): rewrite + layout + fusion together by annealing, then tiles
+  exhaustively per kernel, then flags exhaustively per kernel;
+- `sequential`: each pass alone, in pipeline order (graph passes by the chosen strategy,
+  kernel passes exhaustively);
+- `custom`: the given passes together, by the given strategy, with the whole budget.
+
+Budgets count measurements (distinct candidates); the default candidate is measurement 0,
+so the tuned result is never worse than the default compiler's. A phase that finishes
+early leaves its budget to the next. Candidates proposed again are not measured again.
+
+Every measurement goes to the records database as it arrives. A resumed run replays the
+search from the same seed and reads the recorded measurements in order instead of
+measuring (a recorded candidate that differs from the replayed one is an error: the
+database belongs to another run). The final pick takes the best few measured candidates
+and compares their exact simulated times (as a benchmark would re-measure its finalists
+many times), so noise cannot make the result slower than the default.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from superopt.ir.errors import IRError
+from superopt.xtat.context import TuneContext
+from superopt.xtat.pipeline import Pipeline
+from superopt.xtat.records import RecordsDB, RecordsError
+from superopt.xtat.runner import SimRunner
+from superopt.xtat.space import EMPTY
+from superopt.xtat.stage import Candidate
+from superopt.xtat.strategies import create
+
+GRAPH_PASSES = ("rewrite", "layout", "fusion")
+KERNEL_PASSES = ("tiling", "flags")
+PASS_NAMES = GRAPH_PASSES + KERNEL_PASSES
+SCHEDULES = ("joint", "sequential", "custom")
+FINALISTS = 5
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    passes: tuple[str, ...]
+    strategy: str
+    share: float
+
+
+def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES, strategy: str = "anneal"
+                  ) -> list[Phase]:
+    """The phases of schedule `kind` restricted to `passes` (see the module docstring)."""
+    unknown = [p for p in passes if p not in PASS_NAMES]
+    if unknown:
+        raise IRError(f"unknown pass {unknown[0]!r}: expected some of {', '.join(PASS_NAMES)}")
+    if not passes:
+        raise IRError("no pass to tune: name at least one of " + ", ".join(PASS_NAMES))
+    if kind == "custom":
+        return [Phase("+".join(p for p in PASS_NAMES if p in passes),
+                      tuple(p for p in PASS_NAMES if p in passes), strategy, 1.0)]
+    if kind == "joint":
+        phases = [Phase("graph", GRAPH_PASSES, strategy, 0.6),
+                  Phase("tiling", ("tiling",), "exhaustive", 0.25),
+                  Phase("flags", ("flags",), "exhaustive", 0.15)]
+    elif kind == "sequential":
+        phases = [Phase(p, (p,), strategy, 0.2) for p in GRAPH_PASSES] + [
+            Phase("tiling", ("tiling",), "exhaustive", 0.25),
+            Phase("flags", ("flags",), "exhaustive", 0.15)]
+    else:
+        raise IRError(f"unknown schedule {kind!r}: expected one of {', '.join(SCHEDULES)}")
+    out = []
+    for ph in phases:
+        kept = tuple(p for p in ph.passes if p in passes)
+        if kept:
+            out.append(Phase("+".join(kept), kept, ph.strategy, ph.share))
+    return out
+
+
+@dataclass(frozen=True)
+class Point:
+    step: int
+    measured: float
+    best: float  # best measured so far
+    phase: str
+
+
+@dataclass
+class TuneResult:
+    default: Candidate
+    default_time: float  # exact simulated time
+    best: Candidate
+    best_time: float  # exact simulated time of the pick
+    evaluations: int  # measurements in the records (recorded before a resume included)
+    measured: int  # measured in this process
+    replayed: int  # read back from the records instead of measured
+    wall_s: float
+    history: list[Point] = field(default_factory=list)
+    phases: list[tuple[str, int]] = field(default_factory=list)  # (phase, measurements)
+    stopped: str = "budget"
+
+    @property
+    def speedup(self) -> float:
+        return self.default_time / self.best_time if self.best_time > 0 else math.inf
+
+
+Progress = Callable[["Tuner", str], None]
+# Measures candidates with the given noise seeds (e.g. on an executor's workers).
+Measure = Callable[[list[Candidate], list[int]], list[float]]
+
+
+class Tuner:
+    def __init__(self, pipeline: Pipeline, runner: SimRunner, default: Candidate,
+                 seed: int = 0, db: RecordsDB | None = None, batch: int = 8,
+                 progress: Progress | None = None, strategy_opts: dict | None = None,
+                 measure: Measure | None = None) -> None:
+        self.pipeline = pipeline
+        self.runner = runner
+        self.seed = seed
+        self.db = db
+        self.batch = max(1, batch)
+        self.progress = progress
+        self.strategy_opts = strategy_opts or {}
+        self.measure = measure
+        self.ctx = TuneContext(pipeline, default, np.random.default_rng(seed))
+        self.recorded = {m.step: m for m in db.measurements()} if db is not None else {}
+        self.times: dict[str, float] = {}
+        self.step = 0
+        self.measured = 0
+        self.replayed = 0
+        self.history: list[Point] = []
+        self.finalists: list[tuple[float, int, Candidate]] = []  # max-heap by -time
+        self.phase = ""
+        self.strategy = ""
+
+    # -- measuring ------------------------------------------------------------------------
+
+    def _record(self, cand: Candidate, t: float) -> None:
+        self.step += 1
+        self.times[cand.key] = t
+        self.ctx.observe(cand, t)
+        self.history.append(Point(self.step - 1, t, self.ctx.best_time, self.phase))
+        entry = (-t, -(self.step - 1), cand)
+        if len(self.finalists) < FINALISTS:
+            heapq.heappush(self.finalists, entry)
+        elif entry[:2] > self.finalists[0][:2]:
+            heapq.heapreplace(self.finalists, entry)
+
+    def evaluate(self, cands: Sequence[Candidate], limit: int) -> tuple[list[Candidate],
+                                                                        list[float]]:
+        """Measure `cands` in order until `limit` measurements in all (repeats are free);
+        the new ones as one batch (through the executor when there is one)."""
+        done: list[Candidate] = []
+        fresh: list[tuple[Candidate, int]] = []  # (candidate, step) to measure
+        planned: dict[str, None] = {}
+        step = self.step
+        for c in cands:
+            if c.key not in self.times and c.key not in planned:
+                if step >= limit:
+                    break
+                planned[c.key] = None
+                rec = self.recorded.get(step)
+                if rec is not None and rec.candidate != c.key:
+                    raise RecordsError(f"{self.db.path}: step {step} recorded candidate "
+                                       f"{rec.candidate}, the replayed search proposes "
+                                       f"{c.key}: the database belongs to another run")
+                if rec is None:
+                    fresh.append((c, step))
+                step += 1
+            done.append(c)
+        seeds = [self.seed for _ in fresh]
+        start = time.perf_counter()
+        if self.measure is not None and len(fresh) > 1:
+            got = self.measure([c for c, _ in fresh], seeds)
+        else:
+            got = [self.runner.measure(c, sd) for (c, _), sd in zip(fresh, seeds, strict=True)]
+        wall = (time.perf_counter() - start) / max(1, len(fresh))
+        measured = {c.key: (t, sd) for (c, _), t, sd in zip(fresh, got, seeds, strict=True)}
+        times = []
+        for c in done:
+            t = self.times.get(c.key)
+            if t is None:
+                rec = self.recorded.get(self.step)
+                if rec is not None:
+                    t = rec.runtime
+                    self.replayed += 1
+                else:
+                    t, sd = measured[c.key]
+                    if self.db is not None:
+                        self.db.add(self.step, c.key, c.json, t, sd, self.strategy,
+                                    self.phase, wall)
+                    self.measured += 1
+                self._record(c, t)
+            times.append(t)
+        return done, times
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self, phases: Sequence[Phase], budget: int) -> TuneResult:
+        if budget < 1:
+            raise IRError(f"--budget must be >= 1, found {budget}")
+        start = time.perf_counter()
+        stopped = "budget"
+        per_phase: list[tuple[str, int]] = []
+        self.phase, self.strategy = "default", "default"
+        self.evaluate([self.ctx.default], budget)
+        try:
+            for k, ph in enumerate(phases):
+                remaining = budget - self.step
+                if remaining <= 0:
+                    break
+                shares = sum(p.share for p in phases[k:])
+                limit = self.step + (remaining if k == len(phases) - 1
+                                     else max(1, round(remaining * ph.share / shares)))
+                first = self.step
+                self.phase, self.strategy = ph.name, ph.strategy
+                strat = create(ph.strategy, **self.strategy_opts)
+                strat.start(self.ctx, ph.passes, limit - self.step)
+                idle = 0
+                while self.step < limit:
+                    cands = strat.ask(self.batch)
+                    if not cands:
+                        break
+                    before = self.step
+                    done, times = self.evaluate(cands, limit)
+                    strat.tell(done, times)
+                    if self.progress is not None:
+                        self.progress(self, ph.name)
+                    idle = idle + 1 if self.step == before else 0
+                    if idle > 200:  # only repeats for a long while: the space is exhausted
+                        break
+                per_phase.append((ph.name, self.step - first))
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+        best, best_time = self.pick()
+        return TuneResult(self.ctx.default, self.runner.time(self.ctx.default), best,
+                          best_time, self.step, self.measured, self.replayed,
+                          time.perf_counter() - start, self.history, per_phase, stopped)
+
+    def pick(self) -> tuple[Candidate, float]:
+        """The finalist with the least exact time (the default is always a finalist)."""
+        pool = [c for _, _, c in self.finalists] + [self.ctx.default]
+        scored = sorted(((self.runner.time(c), i, c) for i, c in enumerate(pool)),
+                        key=lambda e: (e[0], e[1]))
+        return scored[0][2], scored[0][0]
+
+
+def attribution(pipeline: Pipeline, runner: SimRunner, best: Candidate
+                ) -> dict[str, tuple[int, float]]:
+    """Per pass: choices changed from its default, and the simulated time the final
+    candidate loses when that pass alone goes back to its default (seconds)."""
+    base = runner.time(best)
+    out = {}
+    for j, name in enumerate(best.names):
+        n = len(best.configs[j])
+        if not n:
+            out[name] = (0, 0.0)
+            continue
+        configs = list(best.configs)
+        configs[j] = EMPTY
+        reverted = pipeline.build(best, configs)
+        out[name] = (n, runner.time(reverted) - base)
+    return out
+
+
+__all__ = ["GRAPH_PASSES", "KERNEL_PASSES", "PASS_NAMES", "SCHEDULES", "Phase", "TuneResult",
+           "Tuner", "attribution", "make_schedule"]
