@@ -13,7 +13,11 @@ For the layout program it prints whether the simulator reproduces the three meas
 levels, with each level's measured offset and mean simulated change. Then the fitted
 constants, their ranges, the loss, per-kernel residuals and the v4 preset derived from them.
 
-Run: `.venv/bin/python benchmarks/calibrate.py [--data DIR] [--out FILE] [--no-fit]
+With `--cv`, leave-one-kernel-out cross-validation: per kernel, the constants fitted to the
+other kernels only, and the held-out kernel's tau, top-1 and MAPE next to the fit-on-all ones
+(an honest figure for kernels the simulator was not fitted to).
+
+Run: `.venv/bin/python benchmarks/calibrate.py [--data DIR] [--out FILE] [--no-fit] [--cv]
 [--write-record]`. `--no-fit` replays with the recorded calibration instead of fitting;
 `--write-record` stores the fit as the package's v3 calibration record (the v3, v4 and v5e
 presets read it at import).
@@ -42,6 +46,12 @@ def main() -> None:
     parser.add_argument("--write-record", action="store_true",
                         help="store the fit as src/superopt/tpu_sim/v3_calibration.json")
     parser.add_argument("--rounds", type=int, default=3, help="Nelder-Mead restarts")
+    parser.add_argument("--free", default=None,
+                        help="comma-separated constants to fit (default: calibration.FREE); "
+                             "the others keep their uncalibrated values")
+    parser.add_argument("--cv", action="store_true",
+                        help="leave-one-kernel-out cross-validation next to the fit-on-all "
+                             "figures (one fit per kernel: minutes)")
     args = parser.parse_args()
 
     from rich.console import Console
@@ -52,6 +62,11 @@ def main() -> None:
     from superopt.tpu_sim import hardware as hwmod
     from superopt.tpu_sim.replay import data_dir, load_layouts, load_tiles, prepare_all
 
+    free = tuple(args.free.split(",")) if args.free else cal.FREE
+    unknown = [n for n in free if n not in cal.RANGES]
+    if unknown:
+        raise SystemExit(f"calibrate: --free names unknown constants {unknown}; known: "
+                         f"{', '.join(cal.RANGES)}")
     console = Console(width=140)
     directory = Path(args.data) if args.data else data_dir()
     t0 = time.perf_counter()
@@ -81,7 +96,8 @@ def main() -> None:
         result = None
         constants = hwmod.CALIBRATED
     else:
-        result = cal.fit(kernels, before_hw, start=hwmod.UNCALIBRATED, rounds=args.rounds)
+        result = cal.fit(kernels, before_hw, start=hwmod.UNCALIBRATED, rounds=args.rounds,
+                         free=free)
         constants = result.constants
     after_hw = constants.apply(hwmod.BASE_V3)
     after = cal.evaluate(after_hw, kernels, layouts)
@@ -136,8 +152,8 @@ def main() -> None:
     cb, ca = hwmod.UNCALIBRATED.to_json(), constants.to_json()
     for name in ca:
         rng = cal.RANGES.get(name)
-        free = result.free if result is not None else cal.FREE
-        table.add_row(name + ("" if name in free else " (fixed)"), f"{cb[name]:.4g}",
+        fitted = result.free if result is not None else cal.FREE
+        table.add_row(name + ("" if name in fitted else " (fixed)"), f"{cb[name]:.4g}",
                       f"{ca[name]:.4g}", f"{rng[0]:.3g} .. {rng[1]:.3g}" if rng else "")
     console.print(table)
     console.print(f"loss (mean over kernels of mean squared log error): {before.loss:.4f} -> "
@@ -150,6 +166,36 @@ def main() -> None:
         table.add_row(r.name, str(r.rows), f"{r.mean_log_error:+.3f}", f"{r.rms_log_error:.3f}",
                       f"{r.mape:.3f}", _fmt(r.tau))
     console.print(table)
+    held: tuple = ()
+    if args.cv:
+        t_cv = time.perf_counter()
+        held = cal.cross_validate(kernels, before_hw, start=hwmod.UNCALIBRATED,
+                                  free=free,
+                                  rounds=args.rounds)
+        table = Table(title="leave-one-kernel-out cross-validation (fit on the other kernels, "
+                            "score the one left out) | fit on all kernels")
+        for col in ("kernel", "rows", "CV tau", "CV top-1/best", "CV MAPE", "CV mean log",
+                    "all tau", "all top-1/best", "all MAPE"):
+            table.add_column(col, justify="left" if col == "kernel" else "right")
+        for h, a in zip(held, after.tiles, strict=True):
+            m = a.metrics
+            t = h.tunable
+            table.add_row(h.name, str(h.rows), _fmt(h.tau) if t else "n/a",
+                          _fmt(h.top1) if t else "n/a", _fmt(h.mape), f"{h.mean_log_error:+.3f}",
+                          _fmt(m.tau) if t else "n/a", _fmt(m.top1) if t else "n/a",
+                          _fmt(m.mape))
+        console.print(table)
+        goal = [h for h in held if h.tunable and h.rows >= 10]
+        met = [h.name for h in goal if h.tau >= 0.7 and h.top1 <= 1.10]
+        console.print(f"goal (CV tau >= 0.7 and top-1 within 10% on every kernel with >= 10 "
+                      f"valid rows): {len(met)}/{len(goal)} kernels "
+                      f"({', '.join(h.name for h in goal if h.name not in met) or 'all met'}"
+                      f"{' missed' if len(met) < len(goal) else ''}); "
+                      f"{time.perf_counter() - t_cv:.0f} s")
+        spread = {n: [getattr(h.constants, n) for h in held] for n in free}
+        console.print("fitted constants across folds (min .. max): " + ", ".join(
+            f"{n} {min(v):.4g} .. {max(v):.4g}" for n, v in spread.items()))
+
     v4 = constants.apply(hwmod.BASE_V4)
     console.print(f"derived v4 (1.05 GHz, 600 GB/s): launch {v4.launch_s * 1e6:.3f} us, step "
                   f"{v4.step_s * 1e9:.1f} ns, DMA half size {v4.dma_half_bytes:.0f} B, MXU fill "
@@ -159,6 +205,7 @@ def main() -> None:
     payload = {"data": cal.data_provenance(directory), "wall_s": wall,
                "fitted": result is not None,
                "skipped": [{"kernel": sk.name, "reason": sk.reason} for sk in skipped],
+               "cross_validation": [h.to_json() for h in held] if args.cv else None,
                "constants": {"before": cb, "after": ca},
                "ranges": {k: list(v) for k, v in cal.RANGES.items()},
                "before": before.to_json(), "after": after.to_json(),

@@ -15,6 +15,7 @@ from superopt.tpu_sim import TPU_V3, TPU_V4, TPU_V5E
 from superopt.tpu_sim.calibration import (
     FREE,
     RANGES,
+    cross_validate,
     fit,
     fit_vmem,
     loss,
@@ -115,3 +116,19 @@ def test_a_fresh_fit_finds_the_recorded_calibration_again(kernels) -> None:
         assert getattr(result.constants, name) == pytest.approx(getattr(CALIBRATED, name),
                                                                 rel=0.05), name
     assert json.loads(json.dumps(result.constants.to_json())) == result.constants.to_json()
+
+
+def test_cross_validation_scores_each_kernel_under_constants_fitted_without_it(kernels
+                                                                               ) -> None:
+    few = [k for k in kernels if k.name in ("copy.24", "fusion.181", "fusion.245")]
+    held = cross_validate(few, UNCALIBRATED.apply(BASE_V3), start=UNCALIBRATED, rounds=1,
+                          iters=15)
+    assert [h.name for h in held] == [k.name for k in few]
+    for i, h in enumerate(held):
+        others = [k for j, k in enumerate(few) if j != i]
+        alone = fit(others, UNCALIBRATED.apply(BASE_V3), start=UNCALIBRATED, rounds=1,
+                    iters=15)
+        assert h.constants == alone.constants  # fitted to the other kernels only
+        assert h.rows == len(few[i].measured)
+        assert 1.0 <= h.top1 and 0.0 <= h.mape
+    assert len({h.constants for h in held}) == 3  # each fold fits its own constants
