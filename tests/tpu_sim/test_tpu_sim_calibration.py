@@ -14,6 +14,7 @@ import pytest
 from superopt.tpu_sim import TPU_V3, TPU_V4, TPU_V5E
 from superopt.tpu_sim.calibration import (
     FREE,
+    PACKAGE_DATA,
     RANGES,
     cross_validate,
     fit,
@@ -78,6 +79,8 @@ def test_the_record_says_where_its_data_came_from() -> None:
     assert set(rec["free"]) >= set(FREE)
     assert rec["loss"]["after"] < rec["loss"]["before"]
     assert {r["name"] for r in rec["residuals"]} >= {"fusion.191", "fusion.232"}
+    # The files the fit read are the package's own (moved from shared/, byte-identical).
+    assert rec["data"]["directory"] == PACKAGE_DATA
     for name, info in rec["data"]["files"].items():
         assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == info["sha256"]
 
