@@ -3,8 +3,9 @@
 A *schedule* is a list of phases, each a set of passes searched by one strategy with a
 share of the budget:
 
-- `joint` (XTAT's default): rewrite + layout + fusion together by annealing, then tiles
-  exhaustively per kernel, then flags exhaustively per kernel;
+- `joint` (XTAT's default): rewrite + layout + fusion together by annealing (half the
+  budget, ended early after 40% of it without a new best), then tiles per kernel (30%: the `TILE_TOP_K` first in the analytical model's
+  order, heaviest kernels first), then flags exhaustively per kernel (20%);
 - `sequential`: each pass alone, in pipeline order (graph passes by the chosen strategy,
   kernel passes exhaustively);
 - `custom`: the given passes together, by the given strategy, with the whole budget.
@@ -28,6 +29,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -47,12 +49,25 @@ SCHEDULES = ("joint", "sequential", "custom")
 FINALISTS = 5
 
 
+TILE_TOP_K = 12  # tiles measured per kernel, in the analytical model's order
+
+
 @dataclass(frozen=True)
 class Phase:
     name: str
     passes: tuple[str, ...]
     strategy: str
     share: float
+    options: tuple[tuple[str, Any], ...] = ()  # the strategy's options in this phase
+    # End the phase early after this fraction of its budget without a new best (its
+    # budget then goes to the later phases); None: run the whole budget.
+    patience: float | None = None
+
+
+GRAPH_SHARE = 0.5
+PATIENCE = 0.4
+KERNEL_PHASES = (Phase("tiling", ("tiling",), "exhaustive", 0.3, (("top_k", TILE_TOP_K),)),
+                 Phase("flags", ("flags",), "exhaustive", 0.2))
 
 
 def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES, strategy: str = "anneal"
@@ -67,20 +82,19 @@ def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES, strategy: str =
         return [Phase("+".join(p for p in PASS_NAMES if p in passes),
                       tuple(p for p in PASS_NAMES if p in passes), strategy, 1.0)]
     if kind == "joint":
-        phases = [Phase("graph", GRAPH_PASSES, strategy, 0.6),
-                  Phase("tiling", ("tiling",), "exhaustive", 0.25),
-                  Phase("flags", ("flags",), "exhaustive", 0.15)]
+        phases = [Phase("graph", GRAPH_PASSES, strategy, GRAPH_SHARE, patience=PATIENCE),
+                  *KERNEL_PHASES]
     elif kind == "sequential":
-        phases = [Phase(p, (p,), strategy, 0.2) for p in GRAPH_PASSES] + [
-            Phase("tiling", ("tiling",), "exhaustive", 0.25),
-            Phase("flags", ("flags",), "exhaustive", 0.15)]
+        phases = [Phase(p, (p,), strategy, GRAPH_SHARE / len(GRAPH_PASSES), patience=PATIENCE)
+                  for p in GRAPH_PASSES] + list(KERNEL_PHASES)
     else:
         raise IRError(f"unknown schedule {kind!r}: expected one of {', '.join(SCHEDULES)}")
     out = []
     for ph in phases:
         kept = tuple(p for p in ph.passes if p in passes)
         if kept:
-            out.append(Phase("+".join(kept), kept, ph.strategy, ph.share))
+            out.append(Phase("+".join(kept), kept, ph.strategy, ph.share, ph.options,
+                             ph.patience))
     return out
 
 
@@ -209,6 +223,7 @@ class Tuner:
         start = time.perf_counter()
         stopped = "budget"
         per_phase: list[tuple[str, int]] = []
+        first = 0
         self.phase, self.strategy = "default", "default"
         self.evaluate([self.ctx.default], budget)
         try:
@@ -219,11 +234,15 @@ class Tuner:
                 shares = sum(p.share for p in phases[k:])
                 limit = self.step + (remaining if k == len(phases) - 1
                                      else max(1, round(remaining * ph.share / shares)))
-                first = self.step
                 self.phase, self.strategy = ph.name, ph.strategy
-                strat = create(ph.strategy, **self.strategy_opts)
+                first = self.step
+                strat = create(ph.strategy, **(self.strategy_opts | dict(ph.options)))
                 strat.start(self.ctx, ph.passes, limit - self.step)
                 idle = 0
+                # Patience only when a later phase can use the budget left.
+                wait = None if ph.patience is None or k == len(phases) - 1 else max(
+                    8, round(ph.patience * (limit - first)))
+                best_at, best = self.step, self.ctx.best_time
                 while self.step < limit:
                     cands = strat.ask(self.batch)
                     if not cands:
@@ -236,9 +255,15 @@ class Tuner:
                     idle = idle + 1 if self.step == before else 0
                     if idle > 200:  # only repeats for a long while: the space is exhausted
                         break
+                    if self.ctx.best_time < best:
+                        best_at, best = self.step, self.ctx.best_time
+                    elif wait is not None and self.step - best_at >= wait:
+                        break
                 per_phase.append((ph.name, self.step - first))
         except KeyboardInterrupt:
             stopped = "interrupted"
+            if self.phase != "default" and (not per_phase or per_phase[-1][0] != self.phase):
+                per_phase.append((self.phase, self.step - first))
         best, best_time = self.pick()
         return TuneResult(self.ctx.default, self.runner.time(self.ctx.default), best,
                           best_time, self.step, self.measured, self.replayed,

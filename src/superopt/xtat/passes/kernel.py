@@ -89,8 +89,13 @@ class TileSites(_KernelPass):
             default = kc.default_tile(sig, DEFAULT_FLAGS)
             # Tiles that fit VMEM under no flags (single buffering needs the least) are
             # never worth a measurement.
-            opts = tuple(t for t in tile_options(kc.stats(sig))
-                         if t == default or kc.cost(sig, t, SINGLE_BUFFER).valid)
+            opts = [t for t in tile_options(kc.stats(sig))
+                    if t == default or kc.cost(sig, t, SINGLE_BUFFER).valid]
+            # In the default compiler's analytical order (its pick first): a search with
+            # a budget per site (`exhaustive` with top_k) measures the likeliest first.
+            rank = {t: (round(kc.analytical_time(sig, t) * 1e12), i)
+                    for i, t in enumerate(opts)}
+            opts = tuple(sorted(opts, key=lambda t: (t != default, rank[t])))
             # Weight: the kernel's time under its default tile (most expensive first).
             return (opts if default in opts else (default,), default,
                     kc.cost(sig, default, DEFAULT_FLAGS).time)

@@ -2,7 +2,9 @@
 passes are visited in order of weight (kernels sharing the site, most first); every
 option of a site is measured on the best candidate so far, the best option is kept, then
 the next site. With the kernel passes, whose sites are independent kernels, this is the
-per-kernel exhaustive tile and flag search of XTAT."""
+per-kernel exhaustive tile and flag search of XTAT. With `top_k`, only the first k
+options of a site (in the order its pass gives them: tiles by the analytical model) are
+measured, as XTAT measures a cost model's top candidates per kernel."""
 
 from __future__ import annotations
 
@@ -30,8 +32,10 @@ class Exhaustive(SearchStrategy):
         name, site = min(sites, key=lambda t: (-t[1].weight, t[0], t[1].key))
         self.done.add((name, site.key))
         current = ctx.choice(base, name, site)
+        k = self.opts.get("top_k")
+        options = site.options if k is None else site.options[:int(k)]
         return [ctx.pipeline.with_choice(base, name, site.key, o, ctx.store)
-                for o in site.options if o != current]
+                for o in options if o != current]
 
     def ask(self, n: int) -> list[Candidate]:
         while not self.queue:
