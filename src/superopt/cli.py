@@ -490,6 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-axioms", action="store_true",
                    help="print the built-in axioms in the rule text format")
     p.add_argument("--strict", action="store_true", help="exit 1 unless every rule is proved")
+    p.add_argument("--generalise", action="store_true",
+                   help="TASO/Tensat rules are verified at TASO's input shapes; then also "
+                        "prove each proved one under the weakest condition found (as read, "
+                        "attributes fixed, dimension equalities) and report those shapes")
     p.add_argument("--samples", type=int, default=12, metavar="N",
                    help="well-typed random instances tested per rule (default 12)")
     p.add_argument("--axiom-samples", type=int, default=0, metavar="N",

@@ -372,3 +372,19 @@ def test_truncated_pb_and_directory_are_clear_errors(tmp_path: Path) -> None:
         read_any(p, [])
     with pytest.raises(RuleFileError, match="is a directory"):
         read_any(tmp_path, [])
+
+
+def test_rules_at_taso_shapes_type_each_side_on_its_own() -> None:
+    # A false rule: pairing its outputs made the shapes contradictory; at TASO's shapes,
+    # each side typed alone, the target is a depthwise conv over 8 channels.
+    (bad,) = parse_tensat_equations(
+        "concat(0,poolavg(3,3,1,1,0,input_7),poolavg(3,3,1,1,0,input_8))=="
+        "conv2d(1,1,0,0,concat(1,input_7,input_8),Cpool(3,3))", "bad.txt")
+    text = bad.provenance["at_taso_shapes"]
+    assert "groups=8" in text and "(const_pool 8 3 3)" in text
+    assert "shape(?input_7) == (2, 4, 5, 5)" in text
+    # A true one: groups of a plain conv is the constant 1 there (left at its default),
+    # the identity kernel gets the input's 4 channels from its use.
+    (ok,) = parse_tensat_equations("conv2d(1,1,0,2,input_8,Iconv(3,3))==relu(input_8)", "t.txt")
+    text = ok.provenance["at_taso_shapes"]
+    assert "(const_iconv 4 3 3)" in text and "groups" not in text

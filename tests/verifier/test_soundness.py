@@ -13,7 +13,15 @@ from superopt.substitutions import parse_rule
 from superopt.substitutions.readers import parse_tensat_equations
 from superopt.verifier.axioms import builtin_axioms
 from superopt.verifier.encoding import encode_rule
-from superopt.verifier.prover import INVALID, PROVED, REFUTED, Prover, VerifyOptions
+from superopt.verifier.generalise import ladder
+from superopt.verifier.prover import (
+    INVALID,
+    PROVED,
+    REFUTED,
+    Prover,
+    VerifyOptions,
+    at_source_shapes,
+)
 
 # The false rule the issue found PROVED: at TASO's shapes the source is (4,4,5,5), the
 # target a depthwise 3x3 average over 8 channels, (2,8,5,5).
@@ -28,10 +36,32 @@ def prover() -> Prover:
 
 def test_the_issue_s_false_rule_is_not_proved(prover: Prover) -> None:
     (rule,) = parse_tensat_equations(ISSUE_RULE, "issue14.txt")
+    # As read (symbolic shapes, outputs paired): no instance at all, so never proved.
     res = prover.verify(rule)
     assert res.state in (INVALID, REFUTED), res.reason
-    assert res.state != PROVED and not res.axioms
-    assert res.reason
+    assert not res.axioms
+    # As TASO meant it, at its input shapes, each side typed on its own: the two sides
+    # have different shapes, which is a refutation with the shape pair.
+    pinned, where = at_source_shapes(rule)
+    assert "TASO's input shapes" in where
+    res = prover.verify(pinned)
+    assert res.state == REFUTED, res.reason
+    ce = res.counterexample
+    assert ce is not None and ce["kind"] == "shape"
+    assert (ce["source_shape"], ce["target_shape"]) == ([4, 4, 5, 5], [2, 8, 5, 5])
+
+
+def test_true_taso_rules_are_proved_at_taso_s_shapes_and_generalised(prover: Prover) -> None:
+    text = ("poolavg(3,3,1,1,0,input_8)==conv2d(1,1,0,0,input_8,Cpool(3,3))"
+            "conv2d(1,1,0,2,input_8,Iconv(3,3))==relu(input_8)"
+            "ewadd(input_1,input_2)==ewadd(input_2,input_1)")
+    for rule in parse_tensat_equations(text, "t.txt"):
+        pinned, _ = at_source_shapes(rule)
+        assert "shape(?input_" in (pinned.condition or "")
+        res = prover.verify(pinned)
+        assert res.state == PROVED, (rule.name, res.reason)
+        forms = ladder(rule)
+        assert forms and forms[0][1] == rule  # the rule as read is tried first
 
 
 def test_contradictory_condition_is_invalid_not_proved(prover: Prover) -> None:

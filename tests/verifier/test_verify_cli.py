@@ -170,3 +170,19 @@ def test_unknown_executor_is_an_input_error(tmp_path: Path, capsys) -> None:
     assert _verify(tmp_path, rules, "--executor", "threads") == 2
     err = capsys.readouterr().err
     assert "unknown executor 'threads'" in err and err.count("\n") == 1
+
+
+def test_generalise_reports_the_shapes_a_verdict_holds_for(tmp_path: Path) -> None:
+    eqs = _write(tmp_path, "eqs.txt", "ewadd(input_1,input_2)==ewadd(input_2,input_1)"
+                                      "relu(conv2d(1,1,0,0,input_7,input_10))=="
+                                      "conv2d(1,1,0,2,input_7,input_10)")
+    out = tmp_path / "out.json"
+    assert main(["verify", "--jobs", "1", "--samples", "4", eqs, "--json", str(out)]) == 0
+    at = [r["verdict_shapes"] for r in json.loads(out.read_text())["rules"]]
+    assert all(w.startswith("at TASO's input shapes") for w in at)
+    assert main(["verify", "--jobs", "1", "--samples", "4", "--generalise", eqs,
+                 "--json", str(out)]) == 0
+    rules = json.loads(out.read_text())["rules"]
+    assert [r["state"] for r in rules] == ["proved", "proved"]
+    assert "generalised" in rules[0]["verdict_shapes"]
+    assert "rank(?input_7) == 4" in rules[1]["verdict_shapes"]

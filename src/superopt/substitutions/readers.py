@@ -54,7 +54,12 @@ from superopt.substitutions.taso_pb import (
     decode_rules,
     perm_decode,
 )
-from superopt.substitutions.text import RuleSemanticError, RuleSyntaxError, parse_rules
+from superopt.substitutions.text import (
+    RuleSemanticError,
+    RuleSyntaxError,
+    format_rule,
+    parse_rules,
+)
 
 
 class RuleFileError(IRError):
@@ -383,6 +388,20 @@ def table_types(src: Side, tgt: Side, names: Sequence[str]
     return types, ""
 
 
+def at_taso_shapes(name: str, src: Side, tgt: Side, names: Sequence[str],
+                   types: dict[str, list[int]], bidirectional: bool | None) -> dict[str, str]:
+    """Provenance entries for the rule as TASO checked it: at its input table's shapes,
+    each side typed on its own (`build_rule(at_shapes=True)`), as rule text without the
+    name (`at_taso_shapes`), or why it cannot be built (`at_taso_shapes_error`)."""
+    shapes = tuple(tuple(types[n]) for n in names)
+    try:
+        r = build_rule(RuleSpec(name, src, tgt, tuple(names), shapes, bidirectional),
+                       kind="taso", at_shapes=True)
+    except IRError as e:
+        return {"at_taso_shapes_error": str(e)}
+    return {"at_taso_shapes": format_rule(r).split(":", 1)[1].strip()}
+
+
 def _rank_checked(rule: Rule, types: dict[str, list[int]] | None) -> Rule:
     """TASO checked its rules only at its input shapes: where those are known, the rule is
     claimed only at their ranks (a 2-D matmul identity need not hold for batched matmul),
@@ -403,6 +422,8 @@ def _make(source: str, name: str, src: Side, tgt: Side, var_index: dict[str, int
     ranks = tuple(len(v) for v in types.values()) if types is not None else None
     if bidirectional is None:
         src, tgt, prov = _orient(src, tgt, prov)
+    if types is not None:
+        prov = {**prov, **at_taso_shapes(name, src, tgt, names, types, bidirectional)}
     try:
         rule = build_rule(RuleSpec(name, src, tgt, names, None, bidirectional, ranks),
                           kind="taso", provenance=prov)
@@ -631,6 +652,7 @@ def _pb_rule(r: PbRule, i: int, where: str, source: str, name: str) -> Rule:
     if types is not None:
         prov["taso_types"] = types
         ranks = tuple(len(v) for v in types.values())
+        prov.update(at_taso_shapes(f"{name}_{i + 1:04d}", src, tgt, names, types, None))
     elif note:
         prov["taso_types_note"] = note
     try:

@@ -98,9 +98,10 @@ class _Solver:
 
     def __init__(self, sides: Sequence[Side], var_ranks: Sequence[int | None],
                  var_shapes: Sequence[tuple[int, ...] | None] | None, pair_outputs: bool,
-                 which: Sequence[int], node_ranks: Sequence[Sequence[int | None]] | None = None
-                 ) -> None:
+                 which: Sequence[int], node_ranks: Sequence[Sequence[int | None]] | None = None,
+                 by_use: bool = False) -> None:
         self.node_ranks = node_ranks
+        self.by_use = by_use
         self.uf = _UF()
         self.concrete: dict[int, int] = {}
         self.var_dims: list[Dims | None] = []
@@ -118,6 +119,10 @@ class _Solver:
                 dims.append(e)
             self.var_dims.append(dims)
         self.derived: dict[tuple[int, int, str], Any] = {}
+        # Channel dims of constant kernels (const_pool, const_iconv): TASO sizes them by
+        # their use, so with `by_use` a conv using one as its weight gives them its
+        # input's channels (typing alone would also allow multiples of them).
+        self.const_channels: set[int] = set()
         self.side_dims: list[list[list[Dims | None]]] = []
         for s, side in enumerate(sides):
             if s not in which:
@@ -186,6 +191,9 @@ class _Solver:
             if x is None or w is None:
                 return [None]
             self.derived[(s, k, "groups")] = ("div", x[1], w[1])
+            if self.by_use and w[0] in self.const_channels:
+                # depthwise pooling kernel or identity kernel: one output per input channel
+                uf.union(w[0], x[1])
             stride = a("stride", (1, 1))
             same = a("padding", "valid") == "same" and tuple(stride) == (1, 1)
             spatial = [x[2], x[3]] if same else self._fresh(2)
@@ -244,10 +252,12 @@ class _Solver:
             return [[w[0], w[1], self._int(a("kh")), self._int(a("kw"))]]
         if op == "const_pool":
             c = uf.new()
+            self.const_channels.add(c)
             self.derived[(s, k, "channels")] = ("elem", c)
             return [[c, self._int(1), self._int(a("kh")), self._int(a("kw"))]]
         if op == "const_iconv":
             c = uf.new()
+            self.const_channels.add(c)
             self.derived[(s, k, "channels")] = ("elem", c)
             g = a("groups", 1)
             c1 = c if g == 1 else uf.new()
@@ -492,21 +502,45 @@ def side_vars(side: Side) -> list[int]:
     return list(seen)
 
 
-def build_rule(spec: RuleSpec, kind: str = "taso", provenance: Mapping[str, Any] | None = None
-               ) -> Rule:
+def build_rule(spec: RuleSpec, kind: str = "taso", provenance: Mapping[str, Any] | None = None,
+               at_shapes: bool = False) -> Rule:
     """Patterns with shape-dependent attributes as expressions (checked against the concrete
-    shapes when given) and the condition the target's typing adds."""
+    shapes when given) and the condition the target's typing adds.
+
+    With `at_shapes` (needs `spec.var_shapes`): the rule as its source meant it, at those
+    shapes only. Each side's shape-dependent attributes come from that side's own typing
+    (pairing the outputs would make a false rule contradictory instead of false; it is
+    only asked where one side alone does not determine an attribute), written as the
+    constants they are there, and every variable is pinned to its shape."""
     n_vars = len(spec.var_names)
     sides = (spec.source, spec.target)
     node_ranks: list[list[int | None]] | None = None
     if spec.var_shapes is not None:
         ranks: list[int | None] = [len(s) for s in spec.var_shapes]
+        if at_shapes:  # constants without a shape of their own take the rank of their use
+            _, node_ranks = infer_ranks(sides, n_vars, known=ranks)
     else:
+        if at_shapes:
+            raise SymShapeError(f"rule {spec.name}: at_shapes needs the variables' shapes")
         ranks, node_ranks = infer_ranks(sides, n_vars, known=spec.var_ranks)
-    full = _Solver(sides, ranks, spec.var_shapes, True, (0, 1), node_ranks)
+    full = _Solver(sides, ranks, spec.var_shapes, not at_shapes, (0, 1), node_ranks, at_shapes)
     if full.uf.conflict:
         raise SymShapeError(f"rule {spec.name}: inconsistent shapes ({full.uf.conflict})")
     rend = _Renderer(full.uf, spec.var_names, full.concrete)
+    paired: tuple[_Solver, _Renderer] | None = None
+    if at_shapes:
+        both = _Solver(sides, ranks, spec.var_shapes, True, (0, 1), node_ranks, True)
+        if not both.uf.conflict:
+            paired = (both, _Renderer(both.uf, spec.var_names, both.concrete))
+
+    def value_of(key: tuple[int, int, str]) -> Any:
+        d = full.derived.get(key)
+        value = rend.derived(d) if d is not None else None
+        if value is None and paired is not None:
+            d = paired[0].derived.get(key)
+            value = paired[1].derived(d) if d is not None else None
+        return value
+
     types = None
     if spec.var_shapes is not None:
         from superopt.ir.types import TensorType
@@ -515,13 +549,13 @@ def build_rule(spec: RuleSpec, kind: str = "taso", provenance: Mapping[str, Any]
     patterns = []
     fallback: list[bool] = []
     for s, side in enumerate(sides):
-        built = [_node_attrs(node, rend, full.derived.get, s, k, types, fallback)
+        built = [_node_attrs(node, value_of, s, k, types, fallback, at_shapes)
                  for k, node in enumerate(side.nodes)]
         patterns.append(tuple(_pattern(side, r, built, spec.var_names) for r in side.outputs))
     src_vars, tgt_vars = set(side_vars(spec.source)), set(side_vars(spec.target))
     bidir = spec.bidirectional if spec.bidirectional is not None else src_vars == tgt_vars
-    condition = _condition(sides, ranks, spec, full, bidir, node_ranks)
-    if any(fallback) and spec.var_shapes is not None:
+    condition = None if at_shapes else _condition(sides, ranks, spec, full, bidir, node_ranks)
+    if (any(fallback) or at_shapes) and spec.var_shapes is not None:
         # Some shape-dependent attribute could only be written as the number found at the
         # generator's shapes: the rule is then only known to hold at those shapes.
         pins = [f"shape(?{n}) == {tuple(sh)!r}"
@@ -531,8 +565,8 @@ def build_rule(spec: RuleSpec, kind: str = "taso", provenance: Mapping[str, Any]
                 dict(provenance or {}))
 
 
-def _node_attrs(node: SNode, rend: _Renderer, derived: Any, s: int, k: int,
-                types: Mapping[str, Any] | None, fallback: list[bool]) -> dict[str, AttrPat]:
+def _node_attrs(node: SNode, value_of: Any, s: int, k: int, types: Mapping[str, Any] | None,
+                fallback: list[bool], constants: bool = False) -> dict[str, AttrPat]:
     op = get_op(node.op)
     out: dict[str, AttrPat] = {}
     for name, value in node.attrs:
@@ -542,8 +576,7 @@ def _node_attrs(node: SNode, rend: _Renderer, derived: Any, s: int, k: int,
         if spec.required or spec.validate(node.op, value) != spec.validate(node.op, spec.default):
             out[name] = AConst(spec.validate(node.op, value))
     for name in node.infer:
-        d = derived((s, k, name))
-        value = rend.derived(d) if d is not None else None
+        value = value_of((s, k, name))
         concrete = node.attr(name)
         if value is None:
             if concrete is None:
@@ -560,6 +593,15 @@ def _node_attrs(node: SNode, rend: _Renderer, derived: Any, s: int, k: int,
             if not ok:
                 pat = AConst(concrete)
                 fallback.append(True)
+        if constants and isinstance(pat, AExpr) and types is not None:
+            # At fixed shapes the attribute is a number; written as one, axioms whose
+            # triggers need e.g. groups = 1 literally apply.
+            try:
+                v = eval_expr(pat.text, types)
+            except IRError:
+                v = None
+            if v is not None:
+                pat = AConst(tuple(v) if isinstance(v, list) else v)
         if isinstance(pat, AConst):
             spec = op.attr_spec(name)
             if not spec.required and pat.value == spec.default:

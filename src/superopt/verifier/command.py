@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from superopt.verifier.prover import (
     UNKNOWN,
     RuleResult,
     VerifyOptions,
+    at_source_shapes,
     verify_rules,
 )
 
@@ -282,7 +284,10 @@ def run(args: argparse.Namespace) -> int:
     for note in notes:
         console.print(f"[yellow]axiom note[/] {note}")
 
+    # TASO's and Tensat's rules are verified at the shapes TASO found them at (unless
+    # --generalise asks for more afterwards); `checked` holds what is verified.
     rules = [(path, r) for path, rs, _, _ in inputs for r in rs]
+    checked = [at_source_shapes(r) for _, r in rules]
     unread = [(path, problem_result(p)) for path, _, problems, _ in inputs for p in problems]
     lib_bodies: dict[str, set[str]] = {}
     for ax in usable:
@@ -304,8 +309,16 @@ def run(args: argparse.Namespace) -> int:
             done[r.state] += 1
             progress.update(task, advance=1, note="  ".join(f"{k} {v}" for k, v in done.items()))
 
-        results = verify_rules([r for _, r in rules], usable, options, jobs, exclude, advance,
+        results = verify_rules([r for r, _ in checked], usable, options, jobs, exclude, advance,
                                args.executor)
+        results = [replace(res, shapes=where) for res, (_, where) in zip(results, checked,
+                                                                         strict=True)]
+    if getattr(args, "generalise", False):
+        from superopt.verifier.generalise import generalise
+
+        with console.status("generalising rules proved at their source's shapes"):
+            results = generalise([r for _, r in rules], results, usable, options, jobs,
+                                 exclude, args.executor)
     wall = time.perf_counter() - t0
 
     paired = [(f, res) for (f, _), res in zip(rules, results, strict=True)] + unread
@@ -338,8 +351,10 @@ def run(args: argparse.Namespace) -> int:
     if args.save:
         from superopt.substitutions.library import save_library
 
-        save_library([r.with_status(res.status()) for (_, r), res in zip(rules, results,
-                                                                           strict=True)],
+        # What was verified is saved: a rule proved at TASO's shapes is saved pinned there.
+        save_library([r.with_status(res.status()) for r, res in zip(
+                          [c for c, _ in checked] if not getattr(args, "generalise", False)
+                          else [r for _, r in rules], results, strict=True)],
                      args.save, meta={"verified_by": "superopt verify", "files": list(args.files)})
         console.print(f"wrote {args.save}")
     if s[REFUTED] or s[INVALID] or (args.strict and s[UNKNOWN]):

@@ -333,6 +333,27 @@ def verdict_shapes(rule: Rule) -> str:
     return f"where {rule.condition}" if rule.condition else "all shapes the rule types at"
 
 
+def at_source_shapes(rule: Rule) -> tuple[Rule, str]:
+    """The rule as its source checked it, and which shapes a verdict on it holds for.
+
+    TASO found its rules (and Tensat copied them) at the generator's input shapes; the
+    readers record the rule at those shapes, each side typed on its own
+    (`at_taso_shapes`). That is what is verified by default: general rules can be false at
+    shapes TASO never used (broadcasting adds, grouped convs, even kernels), and a false
+    rule must show different shapes or values rather than an unsatisfiable premise.
+    Other rules are verified as they are, for every shape their condition admits."""
+    prov = rule.provenance
+    text = prov.get("at_taso_shapes")
+    if text:
+        pinned = replace(parse_rule(f"{rule.name}: {text}", rule_location(rule) or "<rule>"),
+                         provenance=prov, kind=rule.kind)
+        shapes = ", ".join(f"?{k}: {v}" for k, v in (prov.get("taso_types") or {}).items())
+        return pinned, f"at TASO's input shapes ({shapes})"
+    if prov.get("taso_types_note"):
+        return rule, f"{verdict_shapes(rule)} ({prov['taso_types_note']})"
+    return rule, verdict_shapes(rule)
+
+
 # ---- parallel verification ----------------------------------------------------------
 
 AxiomData = tuple[Payload, ...]

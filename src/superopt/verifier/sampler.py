@@ -15,6 +15,7 @@ rule: a concrete counterexample that really separates the two sides.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -74,6 +75,21 @@ class Instance:
         parts = [f"?{k}: {list(t.shape)}" for k, t in self.types.items()]
         parts += [f"?{k} = {v!r}" for k, v in self.attrs.items()]
         return ", ".join(parts)
+
+
+_PINNED = re.compile(r"shape\(\?(\w+)\)\s*==\s*\(([-\d,\s]*)\)")
+
+
+def pinned_spec(rule: Rule) -> SamplerSpec | None:
+    """A spec whose bounds admit the shapes a rule's condition pins its variables to
+    (`shape(?x) == (2, 4, 5, 5)`: TASO's images have dims above the default bound)."""
+    pins = {m.group(1): tuple(int(x) for x in m.group(2).replace(",", " ").split())
+            for m in _PINNED.finditer(rule.condition or "")}
+    if not pins:
+        return None
+    return SamplerSpec(ranks={v: (len(sh), len(sh)) for v, sh in pins.items()},
+                       dims={v: (min(sh, default=1), max(sh, default=1))
+                             for v, sh in pins.items()})
 
 
 def _int_vars(rule: Rule) -> dict[str, int]:
@@ -573,7 +589,7 @@ def random_test(rule: Rule, samples: int = 12, seed: int = 0, budget_s: float = 
               "proposals": 0}
     example, modp_only = "", ""
     try:
-        sampler = Sampler(rule, spec, seed=seed)
+        sampler = Sampler(rule, spec or pinned_spec(rule), seed=seed)
     except IRError as err:
         return SampleReport(error=f"cannot sample: {err}", time_s=time.perf_counter() - t0)
     for target, want in ((True, samples), (False, max(2, samples // 3))):
