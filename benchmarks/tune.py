@@ -14,7 +14,9 @@ Sections (each a table; all figures go to one JSON file):
    fusion change on the 100k-node graph (goal: <= 50 ms; a full recompile by the
    simulator's ordinary path is timed beside it); the 100k-node graph tuned for
    `--big-budget` evaluations;
-5. tiles on real TPU data: per tunable TpuGraphs kernel, the measured time of the tile the
+5. resume: `superopt tune` killed with SIGKILL mid-run, resumed with `--resume`, its
+   records compared row by row with an uninterrupted run's;
+6. tiles on real TPU data: per tunable TpuGraphs kernel, the measured time of the tile the
    simulator picks (what the exhaustive tile tuner picks among the measured
    configurations) over the measured best, next to XLA's default and the default
    compiler's analytical pick.
@@ -170,6 +172,58 @@ def section_throughput(steps: int, big_nodes: int, big_budget: int) -> dict:
     return out
 
 
+def section_resume(model: str, budget: int, kill_at: int) -> dict:
+    """`superopt tune` killed with SIGKILL mid-run and resumed, against an uninterrupted
+    run with the same seed: the records must be identical, row for row."""
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import tempfile
+
+    def rows(db: Path) -> list[tuple]:
+        con = sqlite3.connect(db)
+        try:
+            return con.execute("SELECT step, candidate, runtime FROM measurements "
+                               "ORDER BY step").fetchall()
+        finally:
+            con.close()
+
+    def cmd(db: Path) -> list[str]:
+        return [sys.executable, "-m", "superopt", "tune", model, "--budget", str(budget),
+                "--db", str(db), "--seed", "11"]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        whole, killed = Path(tmp) / "whole.sqlite", Path(tmp) / "killed.sqlite"
+        t0 = time.perf_counter()
+        subprocess.run(cmd(whole), check=True, capture_output=True)
+        t_whole = time.perf_counter() - t0
+        proc = subprocess.Popen(cmd(killed), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        n = 0
+        while proc.poll() is None and n < kill_at:
+            time.sleep(0.01)
+            try:
+                n = len(rows(killed)) if killed.exists() else 0
+            except sqlite3.Error:
+                n = 0
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        at_kill = len(rows(killed))
+        t0 = time.perf_counter()
+        subprocess.run([*cmd(killed), "--resume"], check=True, capture_output=True)
+        t_resume = time.perf_counter() - t0
+        a, b = rows(whole), rows(killed)
+        best_a, best_b = min(a, key=lambda r: (r[2], r[0])), min(b, key=lambda r: (r[2], r[0]))
+        out = {"model": model, "budget": budget, "rows_at_kill": at_kill,
+               "rows_uninterrupted": len(a), "rows_after_resume": len(b),
+               "identical_records": a == b, "best_equal": best_a == best_b,
+               "uninterrupted_s": t_whole, "resume_s": t_resume}
+    print(f"  {model}: killed at {at_kill}/{budget} measurements, resumed: {len(b)} rows, "
+          f"identical to the uninterrupted run: {a == b}, same best: {best_a == best_b}")
+    return out
+
+
 def section_tiles() -> list[dict]:
     from superopt.tpu_sim.replay import load_tiles, replay_tiles
 
@@ -198,7 +252,7 @@ def main() -> None:
     ap.add_argument("--big-nodes", type=int, default=100_000)
     ap.add_argument("--big-budget", type=int, default=1000)
     ap.add_argument("--quick", action="store_true", help="a few models, small budgets")
-    ap.add_argument("--sections", default="zoo,ablation,schedules,throughput,tiles")
+    ap.add_argument("--sections", default="zoo,ablation,schedules,throughput,resume,tiles")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "tune.json"))
     args = ap.parse_args()
     from superopt import zoo
@@ -230,6 +284,10 @@ def main() -> None:
         result["throughput"] = section_throughput(
             50 if args.quick else 200, 20_000 if args.quick else args.big_nodes,
             100 if args.quick else args.big_budget)
+    if "resume" in sections:
+        print("SIGKILL and --resume")
+        result["resume"] = section_resume("inception_v3", 60 if args.quick else 300,
+                                          25 if args.quick else 120)
     if "tiles" in sections:
         print("tiles on the TpuGraphs samples (TPU v3, measured)")
         result["tiles"] = section_tiles()
