@@ -619,8 +619,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the search and its noise")
     p.add_argument("--hardware", default="v4", help="TPU preset: v4 (default), v3, v5e")
     p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
-    p.add_argument("--rules", metavar="LIB", default=None,
-                   help="rule file or library for the rewrite pass (default: starter)")
+    p.add_argument("--rules", metavar="LIB", action="append", default=None,
+                   help="rule source for the rewrite pass, repeatable: 'starter' (default; "
+                        "shipped with its proofs), a .rules/.json/.jsonl library, TASO's .pb, "
+                        "Tensat's files, or PET's corrected mutants (superopt mutants --out)")
+    p.add_argument("--allow-unproved", action="store_true",
+                   help="also use rules that are neither proved nor exactly corrected "
+                        "(refuted and invalid rules are never used)")
+    p.add_argument("--explain", action="store_true",
+                   help="print each changed decision's gain and the certificate of the "
+                        "applied rewrites (rule, proof status, axioms)")
+    p.add_argument("--waterfall", metavar="GAINS.png",
+                   help="write the per-decision gains as a waterfall PNG")
+    p.add_argument("--torch", action="store_true",
+                   help="time the original and the rewritten graph on torch (CPU here)")
     p.add_argument("--out", metavar="OUT.json", help="save the tuned (rewritten) graph")
     p.add_argument("--json", metavar="RESULT.json", help="write a summary as JSON")
     p.add_argument("--plot", metavar="CURVE.png", help="write the tuning curve as a PNG")

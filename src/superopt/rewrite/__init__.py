@@ -26,6 +26,9 @@ from superopt.rewrite.rewrite_pass import Point, RewriteConfig, RewritePass, cho
 from superopt.substitutions.rule import Rule
 
 STARTER = Path(__file__).with_name("starter.rules")
+# The starter library as `superopt verify starter.rules --save` wrote it: every rule with
+# its proof status and the axioms used (a test keeps it in step with starter.rules).
+STARTER_VERIFIED = Path(__file__).with_name("starter_verified.json")
 
 
 def starter_rules() -> list[Rule]:
@@ -33,6 +36,13 @@ def starter_rules() -> list[Rule]:
     from superopt.substitutions.text import read_rules
 
     return read_rules(STARTER)
+
+
+def verified_starter_rules() -> list[Rule]:
+    """The starter library with the proof status `superopt verify` gave each rule."""
+    from superopt.substitutions.library import load_library
+
+    return list(load_library(STARTER_VERIFIED).rules)
 
 
 def load_rules(spec: str | Path | None = None, include_refuted: bool = False
@@ -58,5 +68,5 @@ __all__ = [
     "STARTER", "CostFunction", "Matcher", "Matches", "OptimizeResult", "Point", "RewriteConfig",
     "RewriteError", "RewritePass", "RewriteResult", "Site", "apply_site", "apply_sites",
     "choose_all", "create_cost", "fold_weights", "load_rules", "match", "optimize",
-    "starter_rules",
+    "starter_rules", "verified_starter_rules",
 ]

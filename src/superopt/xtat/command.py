@@ -71,7 +71,7 @@ def validate_args(args: argparse.Namespace) -> None:
     if args.strategy not in STRATEGIES:
         raise IRError(f"unknown strategy {args.strategy!r}: expected one of "
                       f"{', '.join(sorted(STRATEGIES))}")
-    for what in ("out", "json", "plot", "export"):
+    for what in ("out", "json", "plot", "export", "waterfall"):
         _check_out(getattr(args, what), f"--{what}")
     if args.resume and not args.db:
         raise IRError("--resume needs --db FILE")
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace, console: Any) -> int:
     if args.executor is not None:
         parse_executor(args.executor)
     spec = {"model": args.model, "batch": args.batch, "hardware": args.hardware,
-            "rules": args.rules}
+            "rules": args.rules, "allow_unproved": args.allow_unproved}
     with console.status(f"loading {args.model} and building the default candidate"):
         session = open_session(spec)
     settings = {"passes": list(passes), "schedule": args.schedule, "strategy": args.strategy,
@@ -103,6 +103,7 @@ def run(args: argparse.Namespace, console: Any) -> int:
         else None
     graph = session.graph
     default_time = session.runner.time(session.default)
+    console.print(f"rewrite pass: {session.rules.describe()}")
     console.print(f"{graph.name}: {len(graph)} nodes, {len(session.default.final.partition.kernels)}"
                   f" kernels by default ({_fmt(default_time)} on TPU {session.sim.hw.name}); "
                   f"schedule {args.schedule}: " + ", ".join(
@@ -174,7 +175,8 @@ def _report(session: Any, result: Any, tuner: Any, args: argparse.Namespace,
     from rich.table import Table
 
     from superopt.tpu_sim import problems, simulate
-    from superopt.xtat.tuner import attribution
+    from superopt.xtat import explain
+    from superopt.xtat.rules import certificate
 
     runner = session.runner
     best = result.best
@@ -182,7 +184,11 @@ def _report(session: Any, result: Any, tuner: Any, args: argparse.Namespace,
     found = problems(compiled, lint=False)
     sim_time = simulate(compiled, sim=session.sim).time
     consistent = math.isclose(sim_time, result.best_time, rel_tol=1e-9)
-    per_pass = attribution(session.pipeline, runner, best)
+    per_pass = explain.passes(session.pipeline, runner, best)
+    per_decision = explain.decisions(session.pipeline, runner, best) \
+        if args.explain or args.waterfall or args.json else []
+    applied = list(best.reports[0].get("applied", []))
+    cert = certificate(session.rules.rules, applied)
     t = Table(title=f"per pass ({session.graph.name}, final candidate)")
     for col in ("pass", "sites", "changed from default", "time gained"):
         t.add_column(col, justify="left" if col == "pass" else "right")
@@ -191,6 +197,8 @@ def _report(session: Any, result: Any, tuner: Any, args: argparse.Namespace,
         changed, gain = per_pass[name]
         t.add_row(name, str(n_sites), str(changed), _fmt(gain) if changed else "-")
     console.print(t)
+    if args.explain:
+        _explain(console, result, per_decision, cert)
     s = Table(title="tuning", show_header=False)
     s.add_column("what")
     s.add_column("value", justify="right")
@@ -220,6 +228,12 @@ def _report(session: Any, result: Any, tuner: Any, args: argparse.Namespace,
         "phases": [list(p) for p in result.phases],
         "per_pass": {k: {"changed": v[0], "gain_s": v[1]} for k, v in per_pass.items()},
         "candidate": json.loads(best.json), "valid": ok,
+        "certificate": cert,
+        "decisions": [{"pass": d.pass_name, "site": d.key, "label": d.label,
+                       "choice": d.choice if not isinstance(d.choice, tuple)
+                       else list(d.choice),
+                       "gain_s": d.gain_s if math.isfinite(d.gain_s) else None}
+                      for d in per_decision],
     }
     rewrite = session.pipeline.passes[0]
     rewritten = rewrite.rewritten(best.stages[0], best.configs[0])
@@ -231,15 +245,68 @@ def _report(session: Any, result: Any, tuner: Any, args: argparse.Namespace,
         console.print(("[green]" if check.ok else "[red]") + check.summary() + "[/]")
         ok = ok and check.ok
         summary["max_rel_err"] = check.max_rel_err
-        summary["applied_rules"] = best.reports[0].get("applied", [])
+        if args.torch and check.ok:
+            summary |= _torch_timing(console, session.graph, rewritten, args)
     if args.out:
         console.print(f"saved {save_graph(rewritten, args.out, args.seed)}")
     if args.plot:
         console.print(f"wrote {tuning_curve_png(result, args.plot, session.graph.name)}")
+    if args.waterfall:
+        console.print("wrote " + str(explain.waterfall_png(
+            result.default_time, result.best_time, per_decision, args.waterfall,
+            f"{session.graph.name}: where the {result.speedup:.3f}x comes from")))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
         console.print(f"wrote {args.json}")
     return 0 if ok else 1
+
+
+def _explain(console: Any, result: Any, per_decision: list, cert: list[dict]) -> None:
+    from rich.table import Table
+
+    t = Table(title="decisions (time lost when each one alone reverts)")
+    for col in ("pass", "site", "choice", "gained"):
+        t.add_column(col, justify="right" if col == "gained" else "left")
+    for d in per_decision[:30]:
+        t.add_row(d.pass_name, d.label, str(d.choice), _fmt(d.gain_s))
+    if len(per_decision) > 30:
+        t.add_row("...", f"{len(per_decision) - 30} more", "", "")
+    total = result.default_time - result.best_time
+    single = sum(d.gain_s for d in per_decision if math.isfinite(d.gain_s))
+    t.add_row("[bold]interaction[/]", "total gain minus the single-revert gains", "",
+              _fmt(total - single) if math.isfinite(single) else "-")
+    console.print(t)
+    if cert:
+        c = Table(title="certificate: why each applied rewrite preserves values")
+        for col in ("rule", "status", "evidence"):
+            c.add_column(col)
+        for e in cert:
+            evidence = ", ".join(e.get("axioms", [])) or str(e.get("check") or
+                                                              e.get("reason", ""))
+            c.add_row(e["rule"], e["status"], evidence[:90])
+        console.print(c)
+    else:
+        console.print("certificate: no rewrite applied")
+
+
+def _torch_timing(console: Any, before: Any, after: Any, args: argparse.Namespace
+                  ) -> dict[str, Any]:
+    """Both graphs timed side by side on torch (CPU here): is it only a simulator win?"""
+    import os
+
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from superopt.rewrite.check import time_side_by_side
+    from superopt.rewrite.fold import fold_weights
+
+    final = fold_weights(after, seed=args.seed).graph
+    with console.status("timing both graphs on torch"):
+        timing = time_side_by_side([before, final], repeats=10, warmup=2, seed=args.seed)
+    lo, hi = timing.ratio_ci()
+    console.print(f"torch {timing.device} ({timing.threads} threads), median of 10: "
+                  f"{timing.medians[0] * 1e3:.2f} ms -> {timing.medians[1] * 1e3:.2f} ms "
+                  f"({timing.ratio():.3f}x, 95% CI [{lo:.3f}, {hi:.3f}])")
+    return {"torch_before_s": timing.medians[0], "torch_after_s": timing.medians[1],
+            "torch_ratio": timing.ratio(), "torch_ratio_ci": [lo, hi]}
 
 
 def save_graph(graph: Any, path: str, seed: int) -> Path:
@@ -291,8 +358,8 @@ def replay(args: argparse.Namespace, console: Any) -> int:
             console.print(f"wrote {n} measurements to {args.export}")
         count = db.count()
     session = open_session({"model": w["model"], "batch": w.get("batch"),
-                            "hardware": w.get("hardware"), "rules": None
-                            if w.get("rules") == "starter" else w.get("rules")})
+                            "hardware": w.get("hardware"), "rules": w.get("rules"),
+                            "allow_unproved": w.get("allow_unproved")})
     if session.workload != w:
         raise RecordsError(f"{args.replay}: the model {w['model']!r} now builds another "
                            "graph or rule set than the one recorded")

@@ -57,7 +57,8 @@ class RemoteMeasure:
     def __init__(self, pool: Executor, spec: dict[str, Any], runner: SimRunner,
                  workers: int = 2) -> None:
         self.pool = pool
-        self.spec = {k: spec.get(k) for k in ("model", "batch", "hardware", "rules")}
+        self.spec = {k: spec.get(k) for k in ("model", "batch", "hardware", "rules",
+                                               "allow_unproved")}
         self.runner = runner
         self.workers = max(1, workers)
 

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from superopt.ir.graph import Graph
+from superopt.substitutions.text import format_rule
 from superopt.tpu_sim import Simulator
 from superopt.xtat.passes.fusion import FusionSites
 from superopt.xtat.passes.kernel import FlagSites, TileSites
 from superopt.xtat.passes.layout import LayoutSites
 from superopt.xtat.passes.rewrite import RewriteSites
 from superopt.xtat.pipeline import Pipeline
+from superopt.xtat.rules import RuleSet, rule_set
 from superopt.xtat.runner import SimRunner
 from superopt.xtat.space import digest
 from superopt.xtat.stage import Candidate
@@ -30,45 +32,48 @@ def load_graph(model: str, batch: int | None) -> Graph:
 
 
 def make_pipeline(sim: Simulator, rules: Any = None, check: bool = False) -> Pipeline:
-    """The five passes in order; `rules`: a rule list, a `Matcher`, or a library spec
-    (None: the starter library)."""
-    from superopt.rewrite import Matcher, load_rules
+    """The five passes in order; `rules`: a rule list, a `Matcher`, or rule sources
+    (None: the verified starter library; see `superopt.xtat.rules`)."""
+    from superopt.rewrite import Matcher
 
-    if rules is None or isinstance(rules, str):
-        rules = Matcher(load_rules(rules)[0])
+    if rules is None or (isinstance(rules, str | list | tuple) and all(
+            isinstance(r, str) for r in rules)):
+        rules = Matcher(rule_set(rules).rules)
     return Pipeline([RewriteSites(rules), LayoutSites(sim), FusionSites(sim), TileSites(sim),
                      FlagSites(sim)], check=check)
 
 
 @dataclass
 class Session:
-    spec: dict[str, Any]  # model, batch, hardware, rules
+    spec: dict[str, Any]  # model, batch, hardware, rules, allow_unproved
     graph: Graph
     sim: Simulator
     pipeline: Pipeline
     runner: SimRunner
     default: Candidate
+    rules: RuleSet
 
     @property
     def workload(self) -> dict[str, Any]:
         """What the records database must match: the graph and what fixes its space."""
         return {"graph": self.graph.structural_hash, "model": self.spec["model"],
                 "batch": self.spec.get("batch"), "hardware": self.sim.hw.name,
-                "rules": self.spec.get("rules") or "starter",
+                "rules": list(self.rules.sources),
+                "allow_unproved": bool(self.spec.get("allow_unproved")),
                 "rules_digest": self.spec.get("rules_digest")}
 
 
 def open_session(spec: Mapping[str, Any], graph: Graph | None = None) -> Session:
-    from superopt.rewrite import Matcher, load_rules
+    from superopt.rewrite import Matcher
 
     spec = dict(spec)
     if graph is None:
         graph = load_graph(spec["model"], spec.get("batch"))
     sim = Simulator(spec.get("hardware"))
-    rules, _ = load_rules(spec.get("rules"))
-    spec["rules_digest"] = digest("\n".join(sorted(str(r) for r in rules)))
-    pipeline = make_pipeline(sim, Matcher(rules))
-    return Session(spec, graph, sim, pipeline, SimRunner(sim), pipeline.initial(graph))
+    rules = rule_set(spec.get("rules"), bool(spec.get("allow_unproved")))
+    spec["rules_digest"] = digest("\n".join(sorted(format_rule(r) for r in rules.rules)))
+    pipeline = make_pipeline(sim, Matcher(rules.rules))
+    return Session(spec, graph, sim, pipeline, SimRunner(sim), pipeline.initial(graph), rules)
 
 
 __all__ = ["Session", "load_graph", "make_pipeline", "open_session"]

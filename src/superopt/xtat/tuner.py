@@ -38,7 +38,6 @@ from superopt.xtat.context import TuneContext
 from superopt.xtat.pipeline import Pipeline
 from superopt.xtat.records import RecordsDB, RecordsError
 from superopt.xtat.runner import SimRunner
-from superopt.xtat.space import EMPTY
 from superopt.xtat.stage import Candidate
 from superopt.xtat.strategies import create
 
@@ -277,23 +276,5 @@ class Tuner:
         return scored[0][2], scored[0][0]
 
 
-def attribution(pipeline: Pipeline, runner: SimRunner, best: Candidate
-                ) -> dict[str, tuple[int, float]]:
-    """Per pass: choices changed from its default, and the simulated time the final
-    candidate loses when that pass alone goes back to its default (seconds)."""
-    base = runner.time(best)
-    out = {}
-    for j, name in enumerate(best.names):
-        n = len(best.configs[j])
-        if not n:
-            out[name] = (0, 0.0)
-            continue
-        configs = list(best.configs)
-        configs[j] = EMPTY
-        reverted = pipeline.build(best, configs)
-        out[name] = (n, runner.time(reverted) - base)
-    return out
-
-
 __all__ = ["GRAPH_PASSES", "KERNEL_PASSES", "PASS_NAMES", "SCHEDULES", "Phase", "TuneResult",
-           "Tuner", "attribution", "make_schedule"]
+           "Tuner", "make_schedule"]
