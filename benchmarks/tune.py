@@ -34,6 +34,10 @@ import platform
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from superopt.ir.graph import Graph
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -44,7 +48,7 @@ def geomean(xs: list[float]) -> float:
 
 def tune_once(model: str, batch: int | None, budget: int, schedule: str = "joint",
               passes: tuple[str, ...] | None = None, strategy: str = "anneal", seed: int = 0,
-              graph=None) -> dict:
+              graph: Graph | None = None) -> dict:
     from superopt.xtat.session import open_session
     from superopt.xtat.tuner import PASS_NAMES, Tuner, make_schedule
 

@@ -3,8 +3,10 @@
 A *schedule* is a list of phases, each a set of passes searched by one strategy with a
 share of the budget:
 
-- `joint` (XTAT's default): rewrite + layout + fusion together by annealing (half the
-  budget, ended early after 40% of it without a new best), then tiles per kernel (30%: the `TILE_TOP_K` first in the analytical model's
+- `joint` (XTAT's default): a greedy pass over the rewrite points (each point's options
+  measured in turn, the best kept: TASO-like, 15% of the budget), then rewrite + layout +
+  fusion together by annealing from there (35%, ended early after 40% of it without a
+  new best), then tiles per kernel (30%: the `TILE_TOP_K` first in the analytical model's
   order, heaviest kernels first), then flags exhaustively per kernel (20%);
 - `sequential`: each pass alone, in pipeline order (graph passes by the chosen strategy,
   kernel passes exhaustively);
@@ -64,6 +66,7 @@ class Phase:
 
 
 GRAPH_SHARE = 0.5
+REWRITE_SHARE = 0.15
 PATIENCE = 0.4
 KERNEL_PHASES = (Phase("tiling", ("tiling",), "exhaustive", 0.3, (("top_k", TILE_TOP_K),)),
                  Phase("flags", ("flags",), "exhaustive", 0.2))
@@ -81,8 +84,9 @@ def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES, strategy: str =
         return [Phase("+".join(p for p in PASS_NAMES if p in passes),
                       tuple(p for p in PASS_NAMES if p in passes), strategy, 1.0)]
     if kind == "joint":
-        phases = [Phase("graph", GRAPH_PASSES, strategy, GRAPH_SHARE, patience=PATIENCE),
-                  *KERNEL_PHASES]
+        phases = [Phase("rewrite", ("rewrite",), "exhaustive", REWRITE_SHARE),
+                  Phase("graph", GRAPH_PASSES, strategy, GRAPH_SHARE - REWRITE_SHARE,
+                        patience=PATIENCE), *KERNEL_PHASES]
     elif kind == "sequential":
         phases = [Phase(p, (p,), strategy, GRAPH_SHARE / len(GRAPH_PASSES), patience=PATIENCE)
                   for p in GRAPH_PASSES] + list(KERNEL_PHASES)

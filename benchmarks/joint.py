@@ -1,0 +1,195 @@
+"""Benchmark: joint rewrite + PET + layout + fusion + tile + flag tuning against each
+ingredient alone (issue 20's headline experiment), simulated on the TPU v4 preset.
+
+Per model and batch, the simulated time of:
+
+1. default: the default compiler;
+2. TASO-only: `optimize` (TASO's backtracking search) with the verified starter library
+   and the simulator cost, weight-only computations folded, then the default compiler;
+3. PET-only: PET's corrected mutants of the model (`mutants`, transformation families),
+   applied greedily by the simulator (one rewrite point at a time, each option measured,
+   the best kept), then the default compiler;
+4. XTAT-only: layout + fusion + tiles + flags tuned (joint schedule), no rewrites;
+5. joint: everything (starter + PET rules in the rewrite pass), joint schedule.
+
+Searches 3-5 get the same measurement budget (`--budget`); TASO's search is bounded by
+graphs expanded (`--taso-budget`) and its evaluation count is reported beside it. XTAT
+and joint run with `--seeds` seeds (median, min, max). Prints a table, writes JSON and a
+bar chart PNG.
+
+Run: `.venv/bin/python benchmarks/joint.py [--models a,b] [--batches 1,16] [--budget N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from superopt.ir.graph import Graph
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
+
+
+def taso_only(graph: Graph, budget: int) -> dict:
+    from superopt.rewrite import Matcher, create_cost, fold_weights, optimize
+    from superopt.tpu_sim import Simulator, simulate
+    from superopt.xtat.rules import rule_set
+
+    t0 = time.perf_counter()
+    res = optimize(graph, Matcher(rule_set(None).rules), create_cost("sim", hardware="v4"),
+                   budget=budget)
+    folded = fold_weights(res.graph, evaluate=False).graph
+    sim = Simulator("v4")
+    t = simulate(sim.compile(folded), sim=sim).time
+    return {"time_s": t, "evaluations": res.evaluated, "wall_s": time.perf_counter() - t0,
+            "applied": sum(res.applied.values())}
+
+
+def pet_rules(graph: Graph, batch: int, path: Path) -> tuple[str, int, float]:
+    from superopt.mutants.search import Settings, search_model
+    from superopt.substitutions.library import save_library
+    from superopt.xtat.rules import exactly_corrected
+
+    t0 = time.perf_counter()
+    report = search_model(graph, Settings(dfs=False, measure_top=0), batch=batch,
+                          use_sim=False)
+    rules = [r for r in report.rules if exactly_corrected(r)]
+    if rules:
+        save_library(rules, path, meta={"generator": "pet", "model": graph.name})
+    return (str(path) if rules else ""), len(rules), time.perf_counter() - t0
+
+
+def run_tuner(model: str, batch: int, graph: Graph, rules: list[str] | None, passes: tuple,
+              schedule: str, strategy: str, budget: int, seed: int) -> dict:
+    from superopt.xtat.session import open_session
+    from superopt.xtat.tuner import Tuner, make_schedule
+
+    s = open_session({"model": model, "batch": batch, "rules": rules}, graph)
+    r = Tuner(s.pipeline, s.runner, s.default, seed=seed).run(
+        make_schedule(schedule, passes, strategy), budget)
+    return {"time_s": r.best_time, "default_s": r.default_time, "evaluations": r.evaluations,
+            "wall_s": r.wall_s, "changed": r.best.changed(),
+            "applied": list(r.best.reports[0].get("applied", []))}
+
+
+def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
+          tmp: Path) -> dict:
+    from superopt import zoo
+    from superopt.xtat.tuner import PASS_NAMES
+
+    graph = zoo.build(model, batch=batch)
+    row: dict = {"model": model, "batch": batch}
+    xtat = [run_tuner(model, batch, graph, None, PASS_NAMES[1:], "joint", "anneal", budget, s)
+            for s in range(seeds)]
+    row["default_s"] = xtat[0]["default_s"]
+    row["taso"] = taso_only(graph, taso_budget)
+    path, n_pet, pet_s = pet_rules(graph, batch, tmp / f"pet_{model}_{batch}.json")
+    row["pet_rules"], row["pet_search_s"] = n_pet, pet_s
+    if path:
+        row["pet"] = run_tuner(model, batch, graph, [path], ("rewrite",), "custom",
+                               "exhaustive", budget, 0)
+    else:
+        row["pet"] = {"time_s": row["default_s"], "evaluations": 0, "note": "no PET rule"}
+    row["xtat"] = xtat
+    sources = ["starter", path] if path else ["starter"]
+    row["joint"] = [run_tuner(model, batch, graph, sources, PASS_NAMES, "joint", "anneal",
+                              budget, s) for s in range(seeds)]
+    d = row["default_s"]
+    row["speedup"] = {
+        "taso": d / row["taso"]["time_s"], "pet": d / row["pet"]["time_s"],
+        "xtat": statistics.median(d / x["time_s"] for x in xtat),
+        "joint": statistics.median(d / x["time_s"] for x in row["joint"]),
+        "xtat_range": [min(d / x["time_s"] for x in xtat), max(d / x["time_s"] for x in xtat)],
+        "joint_range": [min(d / x["time_s"] for x in row["joint"]),
+                        max(d / x["time_s"] for x in row["joint"])]}
+    sp = row["speedup"]
+    best_single = max(sp["taso"], sp["pet"], sp["xtat"])
+    row["joint_beats_best_single"] = sp["joint"] >= best_single * (1 - 1e-9)
+    print(f"  {model:13s} b={batch:<3d} default {d * 1e3:8.4f} ms  TASO {sp['taso']:.3f}x  "
+          f"PET {sp['pet']:.3f}x ({n_pet} rules)  XTAT {sp['xtat']:.3f}x "
+          f"[{sp['xtat_range'][0]:.3f}, {sp['xtat_range'][1]:.3f}]  joint {sp['joint']:.3f}x "
+          f"[{sp['joint_range'][0]:.3f}, {sp['joint_range'][1]:.3f}]"
+          f"{'' if row['joint_beats_best_single'] else '  (joint < best single)'}", flush=True)
+    return row
+
+
+def bar_chart(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = ("taso", "pet", "xtat", "joint")
+    labels = [f"{r['model']}/{r['batch']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(rows)), 4))
+    w = 0.2
+    for i, c in enumerate(cols):
+        ax.bar([k + (i - 1.5) * w for k in range(len(rows))],
+               [r["speedup"][c] for r in rows], w, label=c)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(range(len(rows)), labels, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("speedup over the default compiler (simulated, v4)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=None, help="comma-separated (default: every zoo model)")
+    ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--budget", type=int, default=300)
+    ap.add_argument("--taso-budget", type=int, default=20)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "joint.json"))
+    args = ap.parse_args()
+    from superopt import zoo
+
+    models = args.models.split(",") if args.models else [
+        m for m in zoo.names() if m != "squeezenet1_0"]
+    batches = [int(b) for b in args.batches.split(",")]
+    rows: list[dict] = []
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(done: bool) -> tuple[dict, int]:
+        # Written after every row, so an interrupted run keeps what it measured.
+        summary = {c: geomean([r["speedup"][c] for r in rows])
+                   for c in ("taso", "pet", "xtat", "joint")}
+        wins = sum(r["joint_beats_best_single"] for r in rows)
+        out.write_text(json.dumps({"budget": args.budget, "taso_budget": args.taso_budget,
+                                   "seeds": args.seeds, "hardware": "v4", "complete": done,
+                                   "rows": rows, "geomean": summary,
+                                   "joint_beats_best_single": wins,
+                                   "wall_s": time.perf_counter() - t0}, indent=1) + "\n")
+        return summary, wins
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for m in models:
+            for b in batches:
+                rows.append(bench(m, b, args.budget, args.taso_budget, args.seeds, Path(tmp)))
+                write(False)
+    summary, wins = write(True)
+    print("geomean speedups: " + "  ".join(f"{k} {v:.3f}x" for k, v in summary.items())
+          + f"; joint >= best single on {wins}/{len(rows)}")
+    png = out.with_suffix(".png")
+    bar_chart(rows, png)
+    print(f"wrote {out} and {png}")
+
+
+if __name__ == "__main__":
+    main()
