@@ -8,12 +8,19 @@ Libraries (each verified with the same validated built-in axioms):
   true (with its shape condition where it needs one);
 - `data/false_rules.rules`: plausible but false rules, each of which must be refuted;
 - a generated library: `superopt generate --preset taso --max-ops N` (when the generator
-  is available; --max-ops 0 skips it).
+  is available; --max-ops 0 skips it);
+- `--mutants`: the false one-place mutants (`superopt.verifier.mutate`) of the starter
+  library and taso_like that the float64 reference separates: none may be proved;
+- `--rules FILE` (repeatable): published rule files as `superopt verify` reads them, e.g.
+  Tensat's `taso_rules.txt` (931 of TASO's equations) or TASO's `graph_subst.pb`,
+  verified at TASO's input shapes (rules the reader cannot make count as invalid or
+  unknown, as in the command).
 
-For each: rules, outputs, proved / refuted / unknown, wall time with `--jobs` workers,
-CPU time in the workers, rules per second, the slowest rules, and the speed-up over TASO's
-own verifier with the current z3-solver (993 s for its 133 rules; 15 of 146 outputs left
-unknown). Axiom validation is timed separately, cold (no cache).
+For each: rules, outputs, proved / refuted / invalid / unknown, wall time with `--jobs`
+workers, CPU time in the workers, rules per second, the slowest rules, and the speed-up
+over TASO's own verifier with the current z3-solver (993 s for its 133 rules; 15 of 146
+outputs left unknown; 32.7 s with z3 4.8.5 for Tensat's 931 equations). Axiom validation
+is timed separately, cold (no cache).
 
 Run: `.venv/bin/python benchmarks/verify.py [--jobs 2] [--timeout 10] [--max-ops 3]
 [--out benchmarks/results/verify.json]`.
@@ -31,6 +38,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 TASO_SECONDS = 993.0  # TASO's verify.py on its 133 rules (146 outputs), z3-solver 4.12+
 TASO_RULES, TASO_OUTPUTS, TASO_UNKNOWN = 133, 146, 15
+TASO_931_SECONDS = 32.7  # TASO's verify.py with z3 4.8.5 on Tensat's 931 TASO equations
 
 
 def generated_library(max_ops: int, out: Path) -> tuple[list, float] | None:
@@ -47,13 +55,15 @@ def generated_library(max_ops: int, out: Path) -> tuple[list, float] | None:
     return list(result.rules), time.perf_counter() - t0
 
 
-def run_library(name: str, rules: list, axioms: list, options, jobs: int) -> dict:
+def run_library(name: str, rules: list, axioms: list, options, jobs: int,
+                extra: list | None = None) -> dict:
     from superopt.verifier.command import summary
-    from superopt.verifier.prover import verify_rules
+    from superopt.verifier.prover import at_source_shapes, verify_rules
 
     t0 = time.perf_counter()
-    results = verify_rules(rules, axioms, options, jobs)
+    results = verify_rules([at_source_shapes(r)[0] for r in rules], axioms, options, jobs)
     wall = time.perf_counter() - t0
+    results += extra or []
     s = summary(results, wall)
     slow = sorted(results, key=lambda r: -r.time_s)[:5]
     return {
@@ -78,6 +88,10 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=12, help="random instances per rule")
     ap.add_argument("--max-ops", type=int, default=3, help="generated library size (0: skip)")
     ap.add_argument("--out", default=str(HERE / "results" / "verify.json"))
+    ap.add_argument("--mutants", action="store_true",
+                    help="also verify the false mutants of the starter and taso_like libraries")
+    ap.add_argument("--rules", action="append", default=[], metavar="FILE",
+                    help="also verify a published rule file (Tensat, TASO .pb, ...)")
     ap.add_argument("--save-generated", default=None, metavar="LIB.json",
                     help="keep the generated library here (default: a temporary file)")
     args = ap.parse_args()
@@ -114,26 +128,48 @@ def main() -> None:
             libraries.append((f"generated (taso preset, {args.max_ops} ops)", got[0]))
             gen_info = {"rules": len(got[0]), "generate_s": round(got[1], 2), "path": str(out)}
 
+    extras: dict[str, list] = {}
+    if args.mutants:
+        from superopt.rewrite import starter_rules
+        from superopt.verifier.mutate import false_mutants
+
+        base = list(starter_rules()) + read_rules(HERE / "data" / "taso_like.rules")
+        libraries.append(("false mutants (starter + taso_like)",
+                          [m.rule for m in false_mutants(base)]))
+    for path in args.rules:
+        from superopt.substitutions.readers import read_any
+        from superopt.verifier.command import problem_result
+
+        problems: list = []
+        libraries.append((Path(path).name, read_any(path, problems)))
+        extras[Path(path).name] = [problem_result(p) for p in problems]
+
     rows = []
     for name, rules in libraries:
         with console.status(f"verifying {name} ({len(rules)} rules)"):
-            rows.append(run_library(name, rules, axioms, options, args.jobs))
+            rows.append(run_library(name, rules, axioms, options, args.jobs,
+                                    extras.get(name, [])))
 
     table = Table(title=f"superopt verify benchmark ({args.jobs} jobs, Z3 limit "
                         f"{args.timeout:g} s/output, {args.samples} random instances/rule)")
-    for col in ("library", "rules", "outputs", "proved", "refuted", "unknown", "wall s",
+    for col in ("library", "rules", "outputs", "proved", "refuted", "invalid", "unknown",
+                "wall s",
                 "CPU s", "rules/s", "median s", "max s", "vs TASO (total)", "vs TASO (per rule)"):
         table.add_column(col, justify="left" if col == "library" else "right")
     for r in rows:
         table.add_row(r["library"], str(r["rules"]), str(r["outputs"]), str(r["proved"]),
-                      str(r["refuted"]), str(r["unknown"]), f"{r['wall_s']:.1f}",
+                      str(r["refuted"]), str(r["invalid"]), str(r["unknown"]),
+                      f"{r['wall_s']:.1f}",
                       f"{r['cpu_sum_s']:.1f}", f"{r['rules_per_s']:.2f}",
                       f"{r['median_rule_s']:.3f}", f"{r['max_rule_s']:.3f}",
                       f"{r['speedup_vs_taso']}x", f"{r['speedup_per_rule_vs_taso']}x")
     table.add_row("TASO verify.py (z3 4.12+)", str(TASO_RULES), str(TASO_OUTPUTS),
-                  str(TASO_OUTPUTS - TASO_UNKNOWN) + " outputs", "-",
+                  str(TASO_OUTPUTS - TASO_UNKNOWN) + " outputs", "-", "-",
                   f"{TASO_UNKNOWN} outputs", f"{TASO_SECONDS:.0f}", "-",
                   f"{TASO_RULES / TASO_SECONDS:.2f}", "-", "-", "1x", "1x")
+    table.add_row("TASO verify.py (z3 4.8.5), Tensat's equations", "931", "-", "-", "-", "-",
+                  "-", f"{TASO_931_SECONDS:.1f}", "-", f"{931 / TASO_931_SECONDS:.2f}", "-", "-",
+                  "-", "-")
     console.print(table)
     for r in rows:
         slow = Table(title=f"slowest rules: {r['library']}")
@@ -155,6 +191,7 @@ def main() -> None:
            "samples": args.samples,
            "axioms": {"count": len(axioms), "validation_s": round(validate_s, 2),
                       "failed": bad},
+           "taso_931_equations_s": TASO_931_SECONDS,
            "taso_reference": {"seconds": TASO_SECONDS, "rules": TASO_RULES,
                               "outputs": TASO_OUTPUTS, "unknown_outputs": TASO_UNKNOWN},
            "generated": gen_info, "libraries": rows}

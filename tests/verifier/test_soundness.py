@@ -119,3 +119,19 @@ def test_empty_file_and_directory_exit_2(tmp_path: Path, capsys) -> None:
     assert "no rules" in capsys.readouterr().err
     assert main(["verify", "--jobs", "1", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_repeated_rules_are_verified_once_and_reported_under_their_own_names() -> None:
+    from superopt.verifier.prover import verify_rules
+
+    text = ("relu(conv2d(1,1,0,0,input_7,input_10))==conv2d(1,1,0,2,input_7,input_10)"
+            "relu(input_1)==relu(input_1)"
+            "relu(conv2d(1,1,0,0,input_7,input_10))==conv2d(1,1,0,2,input_7,input_10)")
+    rules = [at_source_shapes(r)[0] for r in parse_tensat_equations(text, "dup.txt")]
+    seen: list[str] = []
+    results = verify_rules(rules, builtin_axioms(), VerifyOptions(samples=4), jobs=1,
+                           progress=lambda r: seen.append(r.name))
+    assert [r.name for r in results] == ["eq_0001", "eq_0002", "eq_0003"]
+    assert results[0].state == results[2].state == PROVED
+    assert results[2].location == "dup.txt:1" and results[2].axioms == results[0].axioms
+    assert sorted(seen) == ["eq_0001", "eq_0002", "eq_0003"]  # progress for each

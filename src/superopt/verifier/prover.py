@@ -40,7 +40,7 @@ from superopt.substitutions.rule import ProofStatus, Rule
 from superopt.substitutions.text import format_rule, parse_rule
 from superopt.verifier.axioms import Axiom, Payload, compile_axioms, from_payload, payload
 from superopt.verifier.encoding import GroundRule, QAxiom, encode_rule
-from superopt.verifier.sampler import SampleReport, random_test
+from superopt.verifier.sampler import SampleReport, premise_model, random_test
 from superopt.verifier.shapes import (
     FuncKey,
     env,
@@ -284,7 +284,13 @@ class Prover:
             g = encode_rule(rule, self.e, prefix=f"{rule.name}:")
         except (Unsupported, IRError) as err:
             return done(UNKNOWN, f"no Z3 encoding: {err}")
-        sat, detail = self.premise_check(g)
+        try:
+            sat, detail = premise_model(rule, timeout_s=min(o.timeout_s, 5.0))
+        except (Unsupported, IRError):
+            sat, detail = z3.unknown, ""
+        if sat != z3.sat:
+            # The exact check on the prover's own encoding decides INVALID.
+            sat, detail = self.premise_check(g)
         premise = f"{sat}" + (f" ({detail})" if detail else "")
         if sat == z3.unsat:
             if report.instances:
@@ -404,8 +410,27 @@ def verify_rules(rules: Sequence[Rule], axioms: Sequence[Axiom], options: Verify
     from superopt.verifier.parallel import run_parallel
 
     data = axiom_data(axioms)
-    tasks = [(i, format_rule(r), data, options, tuple(exclude(r)) if exclude else (),
-              rule_location(r)) for i, r in enumerate(rules)]
-    results = run_parallel(_verify_task, tasks, jobs,
-                           (lambda r: progress(r[1])) if progress else None, executor)
-    return [r for _, r in sorted(results, key=lambda x: x[0])]
+    # Published rule files repeat rules (Tensat's 931 TASO equations hold the same
+    # equation under several numbers): the same rule with the same axioms is verified
+    # once (the seed makes its verdict the same anyway) and its result copied.
+    first: dict[tuple[str, tuple[str, ...]], int] = {}
+    same: list[int] = []
+    tasks = []
+    for i, r in enumerate(rules):
+        ex = tuple(exclude(r)) if exclude else ()
+        key = (format_rule(r).split(":", 1)[1], ex)
+        if key not in first:
+            first[key] = len(tasks)
+            tasks.append((i, format_rule(r), data, options, ex, rule_location(r)))
+        same.append(first[key])
+    done = dict(run_parallel(_verify_task, tasks, jobs,
+                             (lambda r: progress(r[1])) if progress else None, executor))
+    out = []
+    for i, (r, k) in enumerate(zip(rules, same, strict=True)):
+        res = done[tasks[k][0]]
+        if tasks[k][0] != i:
+            res = replace(res, name=r.name, text=format_rule(r), location=rule_location(r))
+            if progress:
+                progress(res)
+        out.append(res)
+    return out

@@ -113,6 +113,7 @@ class _Prepared:
     facts: tuple[z3.BoolRef, ...]
     pins: tuple[tuple[z3.ExprRef, list[int]], ...]
     target_lit: z3.BoolRef
+    n_theory: int  # facts[:n_theory]: the shape theory and premise, before any bound
     pin_ids: tuple[int, ...]
     shape_terms: Mapping[str, tuple[z3.ArithRef, list[z3.ArithRef]]]
 
@@ -157,6 +158,7 @@ def _build_prepared(rule: Rule, spec: SamplerSpec) -> _Prepared:
     facts += g.premise(e, target=False)
     target_lit = z3.Bool("smp!target")
     facts.append(z3.Implies(target_lit, z3.And(*[e.wt(t) for t in g.targets])))
+    n_theory = len(facts)
     pins: list[tuple[z3.ExprRef, list[int]]] = []
     for name, x in g.tensors.items():
         lo, hi = spec.ranks.get(name, (0, spec.max_rank))
@@ -176,8 +178,30 @@ def _build_prepared(rule: Rule, spec: SamplerSpec) -> _Prepared:
     shape_terms = {name: (e.rank(x), [e.dim(x, k) for k in range(
                        spec.ranks.get(name, (0, spec.max_rank))[1])])
                    for name, x in g.tensors.items()}
-    return _Prepared(g, spec, nonlinear, tuple(facts), tuple(pins), target_lit,
+    return _Prepared(g, spec, nonlinear, tuple(facts), tuple(pins), target_lit, n_theory,
                      tuple(v.get_id() for v, _ in pins), shape_terms)
+
+
+def premise_model(rule: Rule, spec: SamplerSpec | None = None, timeout_s: float = 5.0
+                  ) -> tuple[z3.CheckSatResult, str]:
+    """Z3 on the rule's premise (its condition, both sides well typed, computed attributes
+    defined) in the quantifier-free shape theory the sampler solves, without the sampler's
+    bounds; with the shapes of a model where it is satisfiable. Reuses the terms the
+    tester built for the same rule (building them is most of a short verification)."""
+    prep = _prepare(rule, spec or pinned_spec(rule) or SamplerSpec())
+    s = z3.Solver()
+    s.set("timeout", max(1, int(timeout_s * 1000)))
+    _assert_all(s, [*prep.facts[:prep.n_theory], prep.target_lit])
+    r = s.check()
+    if r != z3.sat:
+        return r, s.reason_unknown() if r == z3.unknown else ""
+    m = s.model()
+    parts = []
+    for name, (rank, dims) in prep.shape_terms.items():
+        k = m.eval(rank, model_completion=True)
+        if z3.is_int_value(k):
+            parts.append(f"?{name}: {[_eval_int(m, d) for d in dims[:k.as_long()]]}")
+    return r, ", ".join(parts)
 
 
 def _bound_attr(spec: SamplerSpec, facts: list[z3.BoolRef],
