@@ -177,3 +177,19 @@ def test_zoo_graph_untouched_by_tuning() -> None:
     s = open_session({"model": "resnet18"}, graph=g)
     _random_candidates(s, 5, 3, seed=9)
     assert g.structural_hash == h
+
+
+def test_multi_output_fusion_is_honoured_valid_and_simulated_alike() -> None:
+    s = open_session({"model": "inception_v3"})
+    p = s.pipeline
+    f = p.index("fusion")
+    sites = [x for x in p.passes[f].sites(s.default.stages[f]).tunable if "multi" in x.options]
+    assert sites
+    for site in sites[:6]:
+        cand = p.with_choice(s.default, "fusion", site.key, "multi")
+        written = [v for v in cand.final.fusion.values()
+                   if isinstance(v, int) and not isinstance(v, bool)]
+        assert len(written) == 1  # the node is an extra output of one later kernel
+        compiled = s.runner.compile(cand)
+        assert problems(compiled) == []
+        assert simulate(compiled, sim=s.sim).time == s.runner.time(cand)

@@ -1,11 +1,16 @@
-"""The fusion pass: per node of the laid-out graph, fuse into all consumers (True) or
-materialise (False); the default is the default compiler's priority fusion. Nodes whose
-value must be materialised (graph outputs, no consumer) and views (bitcasts) have no site.
-Decisions the kernel former cannot honour are repaired by it and reported.
+"""The fusion pass: per node of the laid-out graph, fuse into all consumers (True),
+materialise (False), or, for a node with several consumers, "multi": compute it in the
+first kernel that reads it (as the default partition forms kernels) and write its value
+there as an extra output for the others (XLA's multi-output fusion; the int decision of
+`tpu_sim.form_kernels`). The default is
+the default compiler's priority fusion. Nodes whose value must be materialised (graph
+outputs, no consumer) and views (bitcasts) have no site. Decisions the kernel former
+cannot honour are repaired by it and reported; the stage keeps the decisions as honoured.
 
 Applying a configuration on a stage that was partitioned before (the common case in a
 search: a few decisions flip) re-forms only the kernels around the flipped nodes
 (`tpu_sim.reform_kernels`); the result equals a full `form_kernels`, which tests check.
+A configuration with a "multi" decision is partitioned in full.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from superopt.tpu_sim.incremental import reform_kernels
 from superopt.xtat.passes.base import PassResult, TunablePass
 from superopt.xtat.space import PassConfig, Site, digest
 from superopt.xtat.stage import Stage
+
+MULTI = "multi"
 
 
 class FusionSites(TunablePass):
@@ -28,6 +35,15 @@ class FusionSites(TunablePass):
         got = stage.memo.get("fusion_default")
         if got is None:
             got = stage.memo["fusion_default"] = self.sim.fusion_default(stage.laid)
+        return got
+
+    def default_partition(self, stage: Stage) -> object:
+        got = stage.memo.get("fusion_default_partition")
+        if got is None:
+            laid = stage.laid
+            got = stage.memo["fusion_default_partition"] = form_kernels(
+                laid.graph, laid.laid_layouts, self.default_decisions(stage), laid.bitcasts,
+                laid.consumers)
         return got
 
     def node_of(self, stage: Stage) -> dict[str, int]:
@@ -48,8 +64,9 @@ class FusionSites(TunablePass):
                 continue
             key = digest(hashes[i])
             nodes[key] = i
-            out.append(Site(key, (True, False), bool(default.get(i, False)),
-                            stage.sources(i), f"%{i} {n.op}"))
+            options = (True, False, MULTI) if len(eff[i]) > 1 else (True, False)
+            out.append(Site(key, options, bool(default.get(i, False)), stage.sources(i),
+                            f"%{i} {n.op}"))
         stage.memo["fusion_nodes"] = nodes
         return out
 
@@ -57,13 +74,21 @@ class FusionSites(TunablePass):
         self.check_config(stage, config)
         laid = stage.laid
         nodes = self.node_of(stage)
-        fusion = dict(self.default_decisions(stage))
+        fusion: dict[int, bool | int] = dict(self.default_decisions(stage))
+        eff = laid.consumers[0]
+        multi = False
         for k, v in config.items():
-            fusion[nodes[k]] = bool(v)
+            i = nodes[k]
+            if v == MULTI:
+                kernel_of = self.default_partition(stage).kernel_of
+                fusion[i] = min(r for c in eff[i] for r in kernel_of[c])
+                multi = True
+            else:
+                fusion[i] = bool(v)
         last = stage.memo.get("fusion_last")
         kc = self.sim.kernels
-        if last is not None:
-            old_config, old_fusion, old_part, old_sigs = last
+        if last is not None and not multi and not last[4]:
+            old_config, old_fusion, old_part, old_sigs, _ = last
             changed = {nodes[k] for k in set(old_config.choices) ^ set(config.choices)}
             changed |= {nodes[k] for k in set(old_config.choices) & set(config.choices)
                         if old_config.choices[k] != config.choices[k]}
@@ -90,7 +115,7 @@ class FusionSites(TunablePass):
                                 laid.consumers)
             sigs = tuple(laid.signature(k, part.resolved, kc) for k in part.kernels)
             keys = tuple(self.sig_key(s) for s in sigs)
-        stage.memo["fusion_last"] = (config, fusion, part, (sigs, keys))
+        stage.memo["fusion_last"] = (config, fusion, part, (sigs, keys), multi)
         if part.repaired:  # the decisions as honoured, so the stage is a valid config
             fusion = dict(fusion)
             for i, _ in part.repaired:
