@@ -122,3 +122,13 @@ def test_replay_rebuilds_the_best_without_measuring(tmp_path: Path,
     got = json.loads(js.read_text())
     best = min(r[2] for r in before)
     assert got["measured_s"] == best and got["tuned_s"] <= got["default_s"]
+
+
+def test_worker_processes_measure_what_the_driver_would(tmp_path: Path) -> None:
+    # The same run measured here and on two spawned workers records the same rows.
+    here, pool = tmp_path / "here.sqlite", tmp_path / "pool.sqlite"
+    assert main(["tune", "squeezenet", "--budget", "24", "--db", str(here), "--seed", "5",
+                 "--no-check"]) == 0
+    assert main(["tune", "squeezenet", "--budget", "24", "--db", str(pool), "--seed", "5",
+                 "--no-check", "--workers", "2"]) == 0
+    assert _rows(here) == _rows(pool)
