@@ -18,9 +18,17 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from superopt.ir.errors import IRError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from superopt.ir.graph import Graph
+    from superopt.xtat.records import RecordsDB
+    from superopt.xtat.session import Session
+    from superopt.xtat.tuner import Measure, Phase, Tuner, TuneResult
 
 
 def _check_out(path: str | None, what: str) -> None:
@@ -79,7 +87,7 @@ def validate_args(args: argparse.Namespace) -> None:
         _check_out(args.db, "--db")
 
 
-def run(args: argparse.Namespace, console: Any) -> int:
+def run(args: argparse.Namespace, console: Console) -> int:
     from superopt.xtat.records import RecordsDB
 
     validate_args(args)
@@ -120,17 +128,17 @@ def run(args: argparse.Namespace, console: Any) -> int:
             measure = RemoteMeasure(pool, dict(session.spec), session.runner, args.workers)
         else:
             measure = None
-        result, tuner = _search(session, phases, args, db, console, measure)
+        result = _search(session, phases, args, db, console, measure)
     finally:
         if pool is not None:
             pool_cm.__exit__(None, None, None)
         if db is not None:
             db.close()
-    return _report(session, result, tuner, args, console)
+    return _report(session, result, args, console)
 
 
-def _search(session: Any, phases: Any, args: argparse.Namespace, db: Any, console: Any,
-            measure: Any) -> Any:
+def _search(session: Session, phases: list[Phase], args: argparse.Namespace,
+            db: RecordsDB | None, console: Console, measure: Measure | None) -> TuneResult:
     from rich.live import Live
     from rich.table import Table
 
@@ -167,11 +175,11 @@ def _search(session: Any, phases: Any, args: argparse.Namespace, db: Any, consol
 
         tuner.progress = progress
         result = tuner.run(phases, args.budget)
-    return result, tuner
+    return result
 
 
-def _report(session: Any, result: Any, tuner: Any, args: argparse.Namespace,
-            console: Any) -> int:
+def _report(session: Session, result: TuneResult, args: argparse.Namespace,
+            console: Console) -> int:
     from rich.table import Table
 
     from superopt.tpu_sim import problems, simulate
@@ -261,7 +269,8 @@ def _report(session: Any, result: Any, tuner: Any, args: argparse.Namespace,
     return 0 if ok else 1
 
 
-def _explain(console: Any, result: Any, per_decision: list, cert: list[dict]) -> None:
+def _explain(console: Console, result: TuneResult, per_decision: list,
+             cert: list[dict]) -> None:
     from rich.table import Table
 
     t = Table(title="decisions (time lost when each one alone reverts)")
@@ -289,7 +298,7 @@ def _explain(console: Any, result: Any, per_decision: list, cert: list[dict]) ->
         console.print("certificate: no rewrite applied")
 
 
-def _torch_timing(console: Any, before: Any, after: Any, args: argparse.Namespace
+def _torch_timing(console: Console, before: Graph, after: Graph, args: argparse.Namespace
                   ) -> dict[str, Any]:
     """Both graphs timed side by side on torch (CPU here): is it only a simulator win?"""
     import os
@@ -309,7 +318,7 @@ def _torch_timing(console: Any, before: Any, after: Any, args: argparse.Namespac
             "torch_ratio": timing.ratio(), "torch_ratio_ci": [lo, hi]}
 
 
-def save_graph(graph: Any, path: str, seed: int) -> Path:
+def save_graph(graph: Graph, path: str, seed: int) -> Path:
     """Save a tuned graph with its weight-only computations folded into weights."""
     from superopt.ir.serialize import save
     from superopt.rewrite.fold import fold_weights
@@ -317,7 +326,7 @@ def save_graph(graph: Any, path: str, seed: int) -> Path:
     return save(fold_weights(graph, seed=seed).graph, path)
 
 
-def tuning_curve_png(result: Any, path: str, title: str) -> Path:
+def tuning_curve_png(result: TuneResult, path: str, title: str) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -341,7 +350,7 @@ def tuning_curve_png(result: Any, path: str, title: str) -> Path:
     return out
 
 
-def replay(args: argparse.Namespace, console: Any) -> int:
+def replay(args: argparse.Namespace, console: Console) -> int:
     """Rebuild the best recorded candidate of a database (no new measurement)."""
     from superopt.xtat.records import RecordsDB, RecordsError
     from superopt.xtat.session import open_session

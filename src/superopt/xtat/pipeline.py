@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from superopt.ir.graph import Graph
-from superopt.xtat.passes.base import TunablePass
+from superopt.xtat.passes.base import PassResult, TunablePass
 from superopt.xtat.space import EMPTY, PassConfig
 from superopt.xtat.stage import Candidate, Stage
 from superopt.xtat.store import ConfigStore
@@ -43,7 +43,7 @@ class Pipeline:
         return Candidate(self.names, tuple(EMPTY for _ in self.passes), tuple(stages),
                          tuple(reports))
 
-    def _run(self, p: TunablePass, stage: Stage, config: PassConfig):
+    def _run(self, p: TunablePass, stage: Stage, config: PassConfig) -> PassResult:
         if self.check:
             p.requires(stage)
         r = p.apply(stage, config)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 
-from superopt.tpu_sim import NOISE_SIGMA, Config, Simulator, compile_with
+from superopt.tpu_sim import NOISE_SIGMA, Compiled, Config, Simulator, compile_with
 from superopt.xtat.stage import Candidate
 
 
@@ -94,7 +94,7 @@ class SimRunner:
         return Config().with_(layouts=laid.layouts, fusion=final.fusion, tiles=tiles,
                               flags=flags)
 
-    def compile(self, candidate: Candidate):
+    def compile(self, candidate: Candidate) -> Compiled:
         """Compile the candidate through the simulator's ordinary path (for validation)."""
         graph = candidate.stages[candidate.names.index("layout")].graph \
             if "layout" in candidate.names else candidate.stages[0].graph

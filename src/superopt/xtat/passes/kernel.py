@@ -9,6 +9,7 @@ on the chosen tile, as the default compiler's does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 from superopt.tpu_sim import (
@@ -71,7 +72,8 @@ class _KernelPass(TunablePass):
                             f"%{root} {len(kernels[i].nodes)} ops", count[key] * weight))
         return out
 
-    def _cached(self, memo_key: object, make) -> tuple[tuple, object, float]:
+    def _cached(self, memo_key: object, make: Callable[[], tuple[tuple, object, float]]
+                ) -> tuple[tuple, object, float]:
         got = self._info.get(memo_key)
         if got is None:
             if len(self._info) > 1 << 18:
