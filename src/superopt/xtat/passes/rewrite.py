@@ -17,7 +17,7 @@ from superopt.ir.graph import Graph
 from superopt.ir.passes import compose
 from superopt.rewrite.fold import fold_weights, foldable_values
 from superopt.rewrite.match import Matcher
-from superopt.rewrite.rewrite_pass import RewriteConfig, RewritePass
+from superopt.rewrite.rewrite_pass import Point, RewritePass
 from superopt.substitutions.rule import Rule
 from superopt.xtat.passes.base import PassResult, TunablePass
 from superopt.xtat.space import PassConfig, Site
@@ -30,9 +30,17 @@ class RewriteSites(TunablePass):
     def __init__(self, rules: Iterable[Rule] | Matcher) -> None:
         self.inner = RewritePass(rules)
 
+    def points(self, stage: Stage) -> tuple[Point, ...]:
+        """The rewrite points of the stage graph, matched once per stage (matching every
+        rule against the graph again for each candidate dominated the search)."""
+        got = stage.memo.get("rewrite_points")
+        if got is None:
+            got = stage.memo["rewrite_points"] = self.inner.points(stage.graph)
+        return got
+
     def list_sites(self, stage: Stage) -> list[Site]:
         out = []
-        for p in self.inner.points(stage.graph):
+        for p in self.points(stage):
             srcs = sorted({s for o in p.options for n in o.nodes for s in stage.sources(n)})
             rules = ",".join(dict.fromkeys(o.rule for o in p.options))
             out.append(Site(p.key, (None, *(o.key for o in p.options)), None, tuple(srcs),
@@ -44,18 +52,19 @@ class RewriteSites(TunablePass):
         choices = {k: v for k, v in config.items() if v is not None}
         if not choices:
             return PassResult(stage, None, {"applied": [], "skipped": []})
-        run = self.inner.apply(stage.graph, RewriteConfig.single(choices))
+        graph, run_origin, round_report = self.inner.apply_round(stage.graph, choices,
+                                                                 self.points(stage))
         before = stage.memo.get("foldable")
         if before is None:
             hashes = stage.graph.node_hashes
             before = stage.memo["foldable"] = frozenset(
                 hashes[v.node] for v in foldable_values(stage.graph))
-        folded = fold_weights(run.graph, evaluate=False, skip=before)
-        origin = compose(run.origin, folded.origin)
+        folded = fold_weights(graph, evaluate=False, skip=before)
+        origin = compose(run_origin, folded.origin)
         to_source = origin if stage.to_source is None else compose(stage.to_source, origin)
-        report = {"applied": [s.rule for s in run.applied],
-                  "applied_sites": [s.key for s in run.applied],
-                  "skipped": [f"{s.rule}: {why}" for r in run.rounds for s, why in r.skipped]}
+        report = {"applied": [s.rule for s in round_report.applied],
+                  "applied_sites": [s.key for s in round_report.applied],
+                  "skipped": [f"{s.rule}: {why}" for s, why in round_report.skipped]}
         return PassResult(stage.evolve(graph=folded.graph, to_source=to_source), origin,
                           report | {"folded": folded.folded})
 
@@ -64,7 +73,7 @@ class RewriteSites(TunablePass):
         choices = {k: v for k, v in config.items() if v is not None}
         if not choices:
             return stage.graph
-        return self.inner.apply(stage.graph, RewriteConfig.single(choices)).graph
+        return self.inner.apply_round(stage.graph, choices, self.points(stage))[0]
 
 
 __all__ = ["RewriteSites"]
