@@ -16,6 +16,7 @@ TABLE_MODULES = (
     "superopt.backends.torch",
     "superopt.tpu_sim.op_costs",
     "superopt.tpu_sim.layout_rules",
+    "superopt.tpu_sim.bounds_rules",
     "superopt.verifier.shapes",
     "superopt.mutants.boxes",
     "superopt.xtat.passes.layout",
@@ -29,12 +30,12 @@ def _load_tables() -> None:
 
 
 def test_expected_tables_are_registered() -> None:
-    assert {"modp", "flops", "torch", "tpu_cost", "tpu_layout", "z3",
-            "boxes", "xtat_layout"} <= set(TABLES)
+    assert {"modp", "flops", "torch", "tpu_cost", "tpu_layout", "tpu_bounds",
+            "z3", "boxes", "xtat_layout"} <= set(TABLES)
 
 
-@pytest.mark.parametrize("table", ["modp", "flops", "torch", "tpu_cost", "tpu_layout", "z3",
-                                   "boxes", "xtat_layout"])
+@pytest.mark.parametrize("table", ["modp", "flops", "torch", "tpu_cost", "tpu_layout",
+                                   "tpu_bounds", "z3", "boxes", "xtat_layout"])
 def test_table_covers_every_op(table: str) -> None:
     t = TABLES[table]
     assert t.missing() == [], f"ops without a {table} rule: {t.missing()}"
@@ -66,3 +67,13 @@ def test_tpu_cost_entries_carry_op_facts() -> None:
         assert rule.reduction == op.has(REDUCTION), name
         assert not (rule.mxu and rule.cheap), f"{name}: an MXU op is never duplicated"
     assert sorted(n for n in OPS if op_rule(n).mxu) == ["conv2d", "linear", "matmul"]
+
+
+def test_tpu_bounds_mxu_ops_carry_their_contraction() -> None:
+    """`bounds.analyse` takes an MXU hero's contraction dims from its bounds rule, so every
+    op the cost table calls an MXU op has one."""
+    from superopt.tpu_sim.bounds_rules import bounds_rule
+    from superopt.tpu_sim.op_costs import op_rule
+
+    for name in OPS:
+        assert (bounds_rule(name).mxu is not None) == op_rule(name).mxu, name

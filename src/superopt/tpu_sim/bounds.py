@@ -18,6 +18,8 @@ numpy broadcasting (a broadcast dim follows no space dim, so its block is whole)
 permute, reshapes relate dims that map one to one, reductions drop their axes, a conv relates
 batch, output feature and input feature, and an input's spatial dim is a *window* over an
 output dim and a tap dim (its block is (out - 1) x stride + (taps - 1) x dilation + 1 rows).
+Each op's part of this -- its relations, whether it reads its operands whole, an MXU op's
+contraction dims -- is its rule in the "tpu_bounds" table (`bounds_rules`).
 
 `bounds_cost` then costs a tile as the simulator's kernel model does for its own tiles:
 
@@ -49,13 +51,9 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from superopt.ir.types import TensorType
+from superopt.tpu_sim.bounds_rules import BOUNDS_RULES, DimRelations, Member, bounds_rule
 from superopt.tpu_sim.hardware import Hardware
 from superopt.tpu_sim.layout import LANES, SUBLANES, Layout, padded_bytes, sublane_tile
-
-# Ops whose operands relate to their output dim by dim under numpy broadcasting.
-_ELEMENTWISE = frozenset({"ewadd", "ewmul", "smul", "relu", "sigmoid", "tanh", "gelu", "copy",
-                          "layout", "softmax", "lrn"})
-_POSITIONAL = frozenset({"slice", "pad", "concat", "split", "enlarge"})
 
 
 class Bounds(NamedTuple):
@@ -126,136 +124,29 @@ class Space:
 
 # ---- analysis -----------------------------------------------------------------------------
 
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[Any, Any] = {}
-
-    def find(self, a: Any) -> Any:
-        p = self.parent.setdefault(a, a)
-        if p != a:
-            p = self.parent[a] = self.find(p)
-        return p
-
-    def union(self, a: Any, b: Any) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[rb] = ra
-
-
 def _phys(layout: Layout) -> list[int]:
     """Logical dims in physical order, major to minor."""
     return list(reversed(layout))
-
-
-def _reshape_pairs(src: Sequence[int], dst: Sequence[int]) -> list[tuple[int, int]]:
-    """Dims of a row-major reshape that map one to one (a group of one dim on each side)."""
-    pairs = []
-    i = j = 0
-    while i < len(src) and j < len(dst):
-        gi, gj = [i], [j]
-        a, b = src[i], dst[j]
-        while a != b:
-            if a < b:
-                i += 1
-                if i >= len(src):
-                    return pairs
-                a *= src[i]
-                gi.append(i)
-            else:
-                j += 1
-                if j >= len(dst):
-                    return pairs
-                b *= dst[j]
-                gj.append(j)
-        real_i = [k for k in gi if src[k] != 1]
-        real_j = [k for k in gj if dst[k] != 1]
-        if len(real_i) == 1 and len(real_j) == 1:
-            pairs.append((real_i[0], real_j[0]))
-        i += 1
-        j += 1
-    return pairs
 
 
 def analyse(key: tuple[Any, ...], hero: int | None) -> Space:
     """The space of a kernel signature's key (see the module docstring). `hero` is the
     member whose matrix product runs on the MXU, or None for a vector kernel."""
     entries, ext_desc, outs = key
-    uf = _UnionFind()
-    windows: list[tuple[Any, Any, Any, int, int]] = []  # (x dim, out dim, tap dim, stride, dil)
+    rel = DimRelations()
+    uf = rel.uf
     ext_view: dict[int, tuple[TensorType, Layout]] = {}
 
     def vkey(ref: tuple[str, int, int]) -> tuple[Any, ...]:
         return ("x", ref[1]) if ref[0] == "x" else ("m", ref[1], ref[2])
 
     for i, (op, attrs, types, _, refs) in enumerate(entries):
-        a = dict(attrs)
-        out = ("m", i, 0)
-        ins = [vkey(r) for r, _, _ in refs]
-        shapes = [t.shape for _, t, _ in refs]
         for (ref, t, lay) in refs:
             if ref[0] == "x":
                 ext_view.setdefault(ref[1], (t, lay))
-        oshape = types[0].shape if types else ()
-        rank = len(oshape)
-        if op in _ELEMENTWISE or op in ("batch_norm", "layer_norm"):
-            slots = range(len(ins)) if op in _ELEMENTWISE else (0,)
-            for k in slots:
-                off = rank - len(shapes[k])
-                for j in range(off, rank):
-                    if shapes[k][j - off] == oshape[j]:
-                        uf.union((out, j), (ins[k], j - off))
-        elif op in _POSITIONAL:
-            for k in range(len(ins)):
-                for j in range(min(rank, len(shapes[k]))):
-                    uf.union((out, j), (ins[k], j))
-            if op == "split":
-                for o in range(1, len(types)):
-                    for j in range(rank):
-                        uf.union((("m", i, o), j), (out, j))
-        elif op == "transpose":
-            for j, p in enumerate(a["perm"]):
-                uf.union((out, j), (ins[0], p))
-        elif op == "reshape":
-            for s, d in _reshape_pairs(shapes[0], oshape):
-                uf.union((ins[0], s), (out, d))
-        elif op in ("reduce_sum", "reduce_mean"):
-            axes = set(a["axes"])
-            kept = [d for d in range(len(shapes[0])) if d not in axes]
-            for j, d in enumerate(kept):
-                uf.union((out, d if a["keepdims"] else j), (ins[0], d))
-        elif op == "conv2d":
-            x, w = ins
-            uf.union((out, 0), (x, 0))
-            uf.union((out, 1), (w, 0))
-            if a["groups"] == 1:
-                uf.union((x, 1), (w, 1))
-            stride, dil = a["stride"], a["dilation"]
-            for s in (2, 3):
-                windows.append(((x, s), (out, s), (w, s), stride[s - 2], dil[s - 2]))
-        elif op == "matmul":
-            lhs, rhs = ins
-            for k, sh in ((0, shapes[0]), (1, shapes[1])):
-                off = rank - len(sh)
-                for j in range(off, rank - 2):
-                    if sh[j - off] == oshape[j]:
-                        uf.union((out, j), (ins[k], j - off))
-            uf.union((out, rank - 2), (lhs, len(shapes[0]) - 2))
-            uf.union((out, rank - 1), (rhs, len(shapes[1]) - 1))
-            uf.union((lhs, len(shapes[0]) - 1), (rhs, len(shapes[1]) - 2))
-        elif op == "linear":  # x (..., K) @ w (N, K)^T + b (N,)
-            for j in range(rank - 1):
-                uf.union((out, j), (ins[0], j))
-            uf.union((out, rank - 1), (ins[1], 0))
-            uf.union((out, rank - 1), (ins[2], 0))
-            uf.union((ins[0], rank - 1), (ins[1], 1))
-        elif op in ("pool2d_avg", "pool2d_max"):
-            uf.union((out, 0), (ins[0], 0))
-            uf.union((out, 1), (ins[0], 1))
-            for s in (2, 3):
-                windows.append(((ins[0], s), (out, s), None, a["stride"][s - 2], 1))
-        elif op == "embedding":
-            for j in range(len(shapes[0])):
-                uf.union((out, j), (ins[0], j))
+        member = Member(i, dict(attrs), types, [vkey(r) for r, _, _ in refs],
+                        [t.shape for _, t, _ in refs])
+        bounds_rule(op).relate(member, rel)
 
     # The main array and the space's output dims.
     if hero is not None:
@@ -285,19 +176,11 @@ def analyse(key: tuple[Any, ...], hero: int | None) -> Space:
         (_, wt, wl) = hrefs[1]
         wkey = vkey(hrefs[1][0])
         wphys = _phys(wl)
-        if hop == "conv2d":
-            contraction = {1: "feature", 2: "tap", 3: "tap"}
-            # The MXU's columns are the result's lane dim: features, or the batch (cost._conv).
-            col_dim = 0 if (hlays[0] and hlays[0][0] == 0 and htypes[0].shape[0] > 1
-                            and dict(hattrs).get("groups", 1) == 1) else 1
-            deep = wt.shape[1] >= 128
-        else:
-            contraction = {1 if hop == "linear" else wt.rank - 2: "feature"}
-            # The columns are the result's lane dim here too: a product written with its rows
-            # minor-most (a dense layer's output stored {0,1}) is computed transposed, its
-            # rows streaming as MXU columns, rather than transposed after.
-            r = htypes[0].rank
-            col_dim = r - 2 if (r >= 2 and hlays[0] and hlays[0][0] == r - 2) else r - 1
+        mxu_fn = bounds_rule(hop).mxu
+        if mxu_fn is None:
+            raise ValueError(f"kernel hero {hop!r} has no MXU contraction in the "
+                             f"{BOUNDS_RULES.name} table")
+        contraction, col_dim, deep = mxu_fn(dict(hattrs), htypes, hlays, wt)
         for p, d in enumerate(wphys):
             if d not in contraction:
                 kernel_dims.append(None)
@@ -315,7 +198,7 @@ def analyse(key: tuple[Any, ...], hero: int | None) -> Space:
                 if d != col_dim and uf.find((main_key, d)) in cls_space]
 
     win: dict[Any, tuple[int, int, int, int]] = {}
-    for xd, od, td, stride, dil in windows:
+    for xd, od, td, stride, dil in rel.windows:
         so = cls_space.get(uf.find(od))
         st = cls_space.get(uf.find(td)) if td is not None else None
         if so is not None:
@@ -372,7 +255,7 @@ def _largest(entries: tuple) -> tuple[TensorType, Layout, tuple[Any, ...]]:
     best: tuple[float, TensorType, Layout, tuple[Any, ...]] | None = None
     for i, (op, _, types, lays, refs) in enumerate(entries):
         cands = [(t, lay, ("m", i, k)) for k, (t, lay) in enumerate(zip(types, lays, strict=True))]
-        if op not in ("slice", "embedding"):
+        if bounds_rule(op).reads_operands_whole:
             cands += [(t, lay, ("x", r[1]) if r[0] == "x" else ("m", r[1], r[2]))
                       for r, t, lay in refs]
         for t, lay, k in cands:
