@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from superopt.ir.graph import Graph, Node
-from superopt.ir.opdef import MOVEMENT, SOURCE, get_op
+from superopt.ir.opdef import MOVEMENT, SOURCE, get_op, ops_with
 from superopt.ir.rules import RuleTable
 from superopt.ir.types import TensorType
 
@@ -66,8 +66,10 @@ COUNTS.register("softmax", _per_input(5))
 COUNTS.register("layer_norm", _per_input(8))
 COUNTS.register("batch_norm", _per_input(2))
 COUNTS.register("lrn", lambda n, ts: (0, ts[0].size * (n.attr("size") + 4)))
-for _name in ("input", "weight", "const_pool", "const_iconv", "const_imm", "const_one",
-              "transpose", "reshape", "concat", "split", "slice", "pad", "enlarge", "copy",
+for _name in ops_with(SOURCE):
+    COUNTS.register(_name, lambda n, ts: (0, 0))
+# Data movement only: no arithmetic (an embedding gathers rows).
+for _name in ("transpose", "reshape", "concat", "split", "slice", "pad", "enlarge", "copy",
               "layout", "embedding"):
     COUNTS.register(_name, lambda n, ts: (0, 0))
 

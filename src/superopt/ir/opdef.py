@@ -173,3 +173,9 @@ def get_op(name: str) -> OpDef:
 
 def all_ops() -> list[OpDef]:
     return [OPS[k] for k in sorted(OPS)]
+
+
+def ops_with(trait: str) -> list[str]:
+    """Names of the registered ops that have `trait`: a table registers a rule shared by a
+    trait's ops this way, so a new op with the trait gets it without an edit there."""
+    return [op.name for op in all_ops() if op.has(trait)]

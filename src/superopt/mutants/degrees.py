@@ -56,7 +56,8 @@ def degree_sets(graph: Graph) -> dict[Value, Degrees]:
         if n.is_named_source:
             out[Value(n.id)] = frozenset({(n.attr("name"),)})
             continue
-        if n.op in ("const_pool", "const_iconv", "const_imm", "const_one", "embedding"):
+        # TASO's constants are sources with no free input; an embedding gathers rows.
+        if n.is_source or n.op == "embedding":
             raise BoxError(f"{n.op} %{n.id}: not a multi-linear op over free inputs")
         deg = op_degrees(n.op, n.a, [out[v] for v in n.inputs])
         for i in range(len(n.types)):

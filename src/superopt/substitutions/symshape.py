@@ -275,7 +275,7 @@ class _Solver:
             dims = self._fresh(rank)
             self.derived[(s, k, "shape")] = ("list", dims)
             return [dims]
-        if op in ("input", "weight"):
+        if get_op(op).named_source:
             return [None]
         return [None for _ in range(_n_outputs(node))]
 

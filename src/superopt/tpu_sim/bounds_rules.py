@@ -2,16 +2,17 @@
 
 `bounds.analyse` relates the dims of every value a kernel touches through its members, so
 that one block of the kernel's iteration space says which block of each array it moves. Each
-op's rule states, for one member, which (value, dim) pairs are the same dim (`same`: a
-union in the analysis' union-find) and which input dims are *windows* over an output dim and
-a tap dim (`window`: a conv's or pool's spatial input dims). A dim that no rule relates follows no
+op's rule states, for one member, which (value, dim) pairs are the same dim (`same`: a union
+in the analysis' union-find) and which input dims are *windows* over an output dim and a tap
+dim (`window`: a conv's or pool's spatial input dims). A dim that no rule relates follows no
 space dim, so its array is moved whole along it in every block -- the safe reading. Every
 registered op has an entry (the coverage test checks it), so a new op's reading is a choice.
 
-A rule may also say that the op reads only part of its operands (`reads_operands_whole`:
-a slice reads a window of its source, an embedding a few rows of its table), so that
-`bounds` never takes such an operand as the kernel's main array, and an MXU op says which
-of its weight dims it contracts and which result dim feeds the MXU's columns (`mxu`).
+A rule also says whether the op reads its operands whole (`reads_operands_whole`: a slice
+reads a window of its source, an embedding a few rows of its table): such an operand is never
+a kernel's main array, and `simulate.compulsory_bytes` counts only what the op's cost rule
+says it reads. An MXU op's rule says which of its weight dims it contracts and which result
+dim feeds the MXU's columns (`mxu`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from superopt.ir.opdef import ELEMENTWISE, SOURCE, all_ops
+from superopt.ir.opdef import ELEMENTWISE, SOURCE, ops_with
 from superopt.ir.rules import RuleTable
 from superopt.ir.types import TensorType
 from superopt.tpu_sim.layout import Layout
@@ -284,11 +285,10 @@ def _linear_mxu(attrs: dict[str, Any], types: Sequence[TensorType], lays: Sequen
 
 # ---- the table ------------------------------------------------------------------------------
 
-for _op in all_ops():
-    if _op.has(SOURCE):
-        BOUNDS_RULES.register(_op.name, BoundsRule(_nothing))
-    elif _op.has(ELEMENTWISE):
-        BOUNDS_RULES.register(_op.name, BoundsRule(_every_operand))
+for _name in ops_with(SOURCE):
+    BOUNDS_RULES.register(_name, BoundsRule(_nothing))
+for _name in ops_with(ELEMENTWISE):
+    BOUNDS_RULES.register(_name, BoundsRule(_every_operand))
 # Not element-wise, but each operand has the output's shape (or broadcasts to it).
 for _name in ("copy", "layout", "softmax", "lrn"):
     BOUNDS_RULES.register(_name, BoundsRule(_every_operand))

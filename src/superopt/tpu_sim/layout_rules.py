@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from superopt.ir.graph import Node
+from superopt.ir.opdef import SOURCE, ops_with
 from superopt.ir.rules import RuleTable
 from superopt.ir.types import TensorType
 from superopt.tpu_sim.layout import (
@@ -87,7 +88,7 @@ def _no_operands(node: Node, ts: Types, outs: tuple[Layout, ...],
     return ()
 
 
-for _op in ("input", "weight", "const_pool", "const_iconv", "const_imm", "const_one"):
+for _op in ops_with(SOURCE):
     LAYOUT_RULES.register(_op, LayoutRule(_source_default, _no_operands))
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from superopt.ir.graph import Graph
+from superopt.tpu_sim.bounds_rules import bounds_rule
 from superopt.tpu_sim.compiler import compile_with
 from superopt.tpu_sim.config import Compiled, Config, Flags, Tile
 from superopt.tpu_sim.hardware import DEFAULT, Hardware
@@ -133,7 +134,7 @@ def compulsory_bytes(graph: Graph, hw: Hardware = DEFAULT) -> float:
     reads: dict[int, float | None] = {}  # source -> logical bytes read (None: all of it)
     for n in graph.nodes:
         partial: tuple[float | None, ...] = ()
-        if n.op in ("embedding", "slice"):
+        if not bounds_rule(n.op).reads_operands_whole:  # ask its cost rule what it reads
             in_types = tuple(graph.type_of(v) for v in n.inputs)
             view = OpView(n, in_types, tuple(row_major(t.rank) for t in in_types),
                           (row_major(n.type.rank),), hw)

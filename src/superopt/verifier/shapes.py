@@ -23,7 +23,7 @@ from typing import Any
 
 import z3
 
-from superopt.ir.opdef import VARIADIC, get_op
+from superopt.ir.opdef import VARIADIC, all_ops, get_op
 from superopt.ir.rules import RuleTable
 from superopt.verifier.zvalues import (
     MAX_RANK,
@@ -176,8 +176,9 @@ class Z3Op:
 
 TABLE: RuleTable[Z3Op] = RuleTable("z3")
 
-for _src in ("input", "weight"):
-    TABLE.unsupported(_src, "graph sources are a rule's tensor variables, not op terms")
+for _src in all_ops():
+    if _src.named_source:  # TASO's constants are sources too, but op terms with a shape
+        TABLE.unsupported(_src.name, "graph sources are a rule's tensor variables, not op terms")
 
 
 def _reg(ops: Sequence[str], shape: ShapeFn, canon: CanonFn | None = None) -> None:
@@ -835,7 +836,7 @@ def check_graph(graph: Any) -> list[str]:
     an empty input or output are outside the verifier's domain and are skipped."""
     problems = []
     for n in graph.nodes:
-        if n.is_source and n.op in ("input", "weight"):
+        if n.is_named_source:
             continue
         ins = [graph.type_of(v).shape for v in n.inputs]
         if any(0 in s for s in (*ins, *(t.shape for t in n.types))) or any(
