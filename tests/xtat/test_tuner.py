@@ -97,3 +97,17 @@ def test_joint_schedule_spends_the_budget_in_phases(resnet) -> None:
 def test_budget_must_be_positive(resnet) -> None:
     with pytest.raises(IRError, match="--budget must be >= 1"):
         Tuner(resnet.pipeline, resnet.runner, resnet.default).run(make_schedule("joint"), 0)
+
+
+def test_exhaustive_min_gain_keeps_the_incumbent_below_the_threshold() -> None:
+    s = open_session({"model": "squeezenet"})
+    free = Tuner(s.pipeline, s.runner, s.default, seed=0).run(
+        make_schedule("custom", ("tiling",), "exhaustive"), 40)
+    assert free.best_time < free.default_time  # some tile helps
+    s = open_session({"model": "squeezenet"})
+    tuner = Tuner(s.pipeline, s.runner, s.default, seed=0, strategy_opts={"min_gain": 0.99})
+    strict = tuner.run(make_schedule("custom", ("tiling",), "exhaustive"), 40)
+    # Every site was measured on the default (no option is 100x faster), so the proposals
+    # are one-site changes of the default only.
+    assert all(sum(c.changed().values()) <= 1 for _, _, c in tuner.finalists)
+    assert strict.evaluations == 40

@@ -17,14 +17,24 @@ from superopt.xtat.strategies.base import SearchStrategy, register
 
 @register("exhaustive")
 class Exhaustive(SearchStrategy):
+    """Options: `top_k` (see the module docstring) and `min_gain`: a site's best option
+    replaces the incumbent only when it is at least this fraction faster (default 0).
+    Changes within the noise fragment repeated layers into kernels with distinct
+    signatures, each then tuned separately by the kernel passes."""
+
     def start(self, ctx: TuneContext, passes: Sequence[str], budget: int) -> None:
         super().start(ctx, passes, budget)
         self.done: set[tuple[str, str]] = set()
         self.queue: list[Candidate] = []
+        self.base = ctx.best or ctx.default
+        self.base_time = ctx.best_time
+        self.open = 0  # candidates of the current site not yet told (tell is synchronous)
+        self.site_best: tuple[float, Candidate] | None = None
+        self.min_gain = float(self.opts.get("min_gain", 0.0))
 
     def _next_site(self) -> list[Candidate] | None:
         ctx = self.ctx
-        base = ctx.best or ctx.default
+        base = self.base
         sites = [(n, s) for n, s in ctx.tunable(base, self.passes)
                  if (n, s.key) not in self.done]
         if not sites:
@@ -43,5 +53,17 @@ class Exhaustive(SearchStrategy):
             if got is None:
                 return []
             self.queue = got
+            self.open = len(got)
+            self.site_best = None
         out, self.queue = self.queue[:n], self.queue[n:]
         return out
+
+    def tell(self, candidates: Sequence[Candidate], times: Sequence[float]) -> None:
+        for cand, t in zip(candidates, times, strict=True):
+            self.open = max(0, self.open - 1)
+            if self.site_best is None or t < self.site_best[0]:
+                self.site_best = (t, cand)
+        if not self.open and self.site_best is not None:
+            t, cand = self.site_best
+            if t < self.base_time * (1.0 - self.min_gain):
+                self.base, self.base_time = cand, t
