@@ -18,6 +18,7 @@ from superopt.substitutions.text import format_rule
 from superopt.xtat import explain
 from superopt.xtat.rules import certificate, rule_set, unusable
 from superopt.xtat.session import open_session
+from superopt.xtat.space import PassConfig
 
 
 def test_verified_starter_is_in_step_with_starter_rules() -> None:
@@ -87,7 +88,7 @@ def test_decision_gains_are_single_reverts() -> None:
     for d in items[:6]:
         j = r.best.names.index(d.pass_name)
         configs = list(r.best.configs)
-        configs[j] = type(configs[j]).of({k: v for k, v in configs[j].items() if k != d.key})
+        configs[j] = PassConfig.of({k: v for k, v in configs[j].items() if k != d.key})
         again = s.pipeline.build(r.best, configs)
         assert math.isclose(s.runner.time(again) - base, d.gain_s, rel_tol=1e-9, abs_tol=1e-15)
     per_pass = explain.passes(s.pipeline, s.runner, r.best)

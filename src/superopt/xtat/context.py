@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from superopt.xtat.pipeline import Pipeline
-from superopt.xtat.space import Site
+from superopt.xtat.space import PassConfig, Site
 from superopt.xtat.stage import Candidate
 from superopt.xtat.store import ConfigStore
 
@@ -72,9 +72,9 @@ class TuneContext:
                 if k in src:
                     merged[k] = src[k]
             sites = self.pipeline.passes[j].sites(a.stages[j])
-            configs[j] = type(configs[j]).of({k: v for k, v in merged.items()
-                                              if k in sites and v in sites[k].options
-                                              and v != sites[k].default})
+            configs[j] = PassConfig.of({k: v for k, v in merged.items()
+                                        if k in sites and v in sites[k].options
+                                        and v != sites[k].default})
         return self.pipeline.build(a, configs, self.store)
 
     def observe(self, candidate: Candidate, time: float) -> None:
