@@ -20,6 +20,7 @@ TABLE_MODULES = (
     "superopt.verifier.shapes",
     "superopt.mutants.boxes",
     "superopt.xtat.passes.layout",
+    "superopt.exporters.onnx",
 )
 
 
@@ -31,11 +32,11 @@ def _load_tables() -> None:
 
 def test_expected_tables_are_registered() -> None:
     assert {"modp", "flops", "torch", "tpu_cost", "tpu_layout", "tpu_bounds",
-            "z3", "boxes", "xtat_layout"} <= set(TABLES)
+            "z3", "boxes", "xtat_layout", "onnx"} <= set(TABLES)
 
 
 @pytest.mark.parametrize("table", ["modp", "flops", "torch", "tpu_cost", "tpu_layout",
-                                   "tpu_bounds", "z3", "boxes", "xtat_layout"])
+                                   "tpu_bounds", "z3", "boxes", "xtat_layout", "onnx"])
 def test_table_covers_every_op(table: str) -> None:
     t = TABLES[table]
     assert t.missing() == [], f"ops without a {table} rule: {t.missing()}"

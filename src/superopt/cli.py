@@ -555,8 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "single rewrites per graph (by FLOPs), plus the batches")
     p.add_argument("--hardware", default="v4", help="TPU preset for --cost sim")
     p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
-    p.add_argument("--out", metavar="OUT.json",
-                   help="save the optimized graph (weights in a side .npz)")
+    p.add_argument("--out", metavar="OUT.json|OUT.onnx",
+                   help="save the optimized graph: .json (weights in a side .npz) or .onnx")
     p.add_argument("--json", metavar="RESULT.json", help="write the figures as JSON")
     p.add_argument("--no-fold", action="store_true",
                    help="keep weight-only computations as ops instead of folding them")
@@ -633,7 +633,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the per-decision gains as a waterfall PNG")
     p.add_argument("--torch", action="store_true",
                    help="time the original and the rewritten graph on torch (CPU here)")
-    p.add_argument("--out", metavar="OUT.json", help="save the tuned (rewritten) graph")
+    p.add_argument("--out", metavar="OUT.json|OUT.onnx",
+                   help="save the tuned (rewritten) graph as .json or .onnx")
     p.add_argument("--json", metavar="RESULT.json", help="write a summary as JSON")
     p.add_argument("--plot", metavar="CURVE.png", help="write the tuning curve as a PNG")
     p.add_argument("--no-check", action="store_true",

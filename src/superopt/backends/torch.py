@@ -205,7 +205,12 @@ def _concat(node: Node, ctx: LowerContext) -> Kernel:
 @_rule("split")
 def _split(node: Node, ctx: LowerContext) -> Kernel:
     axis, sizes = node.attr("axis"), list(node.attr("sizes"))
-    return lambda args: tuple(torch.split(args[0], sizes, dim=axis))
+
+    def kernel(args: Sequence[Tensor]) -> tuple[Tensor, ...]:
+        # Indexed, not iterated: an fx Proxy (superopt.exporters.torch) has no length.
+        parts = torch.split(args[0], sizes, dim=axis)
+        return tuple(parts[i] for i in range(len(sizes)))
+    return kernel
 
 
 @_rule("slice")
@@ -321,10 +326,11 @@ def _lrn(node: Node, ctx: LowerContext) -> Kernel:
     # For an even size ONNX's window reaches one channel further up than down;
     # F.local_response_norm's reaches further down, so the window is built here.
     lo, hi = (size - 1) // 2, size // 2
+    # Static shapes (the IR's), so that the kernel also traces into an fx graph.
+    n, c, h, w = ctx.in_type(node, 0).shape
 
     def kernel(args: Sequence[Tensor]) -> tuple[Tensor, ...]:
         x = args[0]
-        n, c, h, w = x.shape
         sq = F.pad((x * x).reshape(n, 1, c, h * w), (0, 0, lo, hi))
         mean = F.avg_pool2d(sq, (size, 1), stride=1).reshape(n, c, h, w)
         return (x / (bias + alpha * mean).pow(beta),)
@@ -391,6 +397,12 @@ class TorchProgram:
         # Weights are converted once; feeds may still override them per call.
         self._weights = {name: self._default(n) for name, n in self._sources.items()
                          if n.op == "weight"}
+
+    @property
+    def kernels(self) -> tuple[tuple[Node, Kernel], ...]:
+        """Each node with its lowered kernel, in graph order (sources' kernels read the
+        call's `sources`; superopt.exporters.torch binds sources itself)."""
+        return tuple((s.node, s.kernel) for s in self._steps)
 
     def _default(self, node: Node) -> Tensor:
         name = node.attr("name")

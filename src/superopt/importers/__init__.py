@@ -19,7 +19,8 @@ HF_MODELS = ("hf:bert-tiny", "hf:bert-small", "hf:bert-base")
 
 def load_model(spec: str, batch: int | None = None) -> Graph:
     """A zoo name (`resnet50`, `bert-base`), an ONNX light model (`onnx:light_resnet50`),
-    a HuggingFace capture (`hf:bert-base`), an `.onnx` file or a saved graph `.json`."""
+    a HuggingFace capture (`hf:bert-base`), an `.onnx` file, a `torch.export` program saved
+    as `.pt2` (`torch.export.save`) or a saved graph `.json`."""
     from superopt.ir.serialize import load
 
     path = Path(spec)
@@ -29,6 +30,8 @@ def load_model(spec: str, batch: int | None = None) -> Graph:
         from superopt.importers.onnx import import_onnx
 
         return import_onnx(path, batch=batch)
+    if spec.endswith(".pt2"):
+        return _load_pt2(path, batch)
     if spec.endswith(".json"):
         graph = load(path)
         if batch is not None:
@@ -55,10 +58,28 @@ def load_model(spec: str, batch: int | None = None) -> Graph:
             raise ModelImportError(f"unknown HuggingFace model {spec!r}; known: {', '.join(HF_MODELS)}")
         return bert_graph(size, batch=batch or 1)
     if path.suffix or "/" in spec:
-        raise ModelImportError(f"{spec}: expected a zoo model name, an .onnx file or a .json graph")
+        raise ModelImportError(f"{spec}: expected a zoo model name, an .onnx or .pt2 file or a "
+                               ".json graph")
     from superopt import zoo
 
     return zoo.build(spec, batch=batch or 1)
+
+
+def _load_pt2(path: Path, batch: int | None) -> Graph:
+    if not path.exists():
+        raise ModelImportError(f"{path}: no such file")
+    if batch is not None:
+        raise ModelImportError(f"{path}: --batch does not apply to a .pt2 program (its shapes "
+                               "were fixed when it was exported)")
+    import torch
+
+    from superopt.importers.torch import import_exported
+
+    try:
+        program = torch.export.load(str(path))
+    except Exception as e:  # torch raises several types for a file that is not a program
+        raise ModelImportError(f"{path}: not a torch.export program: {e}") from e
+    return import_exported(program, name=path.stem)
 
 
 __all__ = ["HF_MODELS", "ModelImportError", "UnsupportedOpsError", "load_model"]

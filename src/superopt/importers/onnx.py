@@ -230,7 +230,9 @@ class _Context:
             a, b = b, a
         if isinstance(b, Const) and b.data.size == 1 and \
                 np.broadcast_shapes(self.shape(a), b.shape) == self.shape(a):
-            return self.emit("smul", a, Const(b.data.reshape(()), b.hint))
+            # The same Const when already rank 0, so a shared scalar stays one weight.
+            scalar = b if b.data.ndim == 0 else Const(b.data.reshape(()), b.hint)
+            return self.emit("smul", a, scalar)
         return self.emit("ewmul", a, b)
 
     def neg(self, t: Tensor) -> Tensor:
@@ -538,9 +540,13 @@ def _slice(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tens
 @_converter("Gather")
 def _gather(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     data = _req(node, ins, 0)
-    idx = np.asarray(_const(_req(node, ins, 1), "indices")).astype(np.int64)
     shape = ctx.shape(data)
     axis = _norm_axis(int(node.attr("axis", 0)), len(shape))
+    indices = _req(node, ins, 1)
+    if not isinstance(indices, Const) and axis == 0 and len(shape) == 2:
+        # Rows of a table picked by run-time ids: an embedding lookup (as we export it).
+        return [ctx.emit("embedding", indices, data)]
+    idx = np.asarray(_const(indices, "indices")).astype(np.int64)
     idx = np.where(idx < 0, idx + shape[axis], idx)
     if idx.size and (idx.min() < 0 or idx.max() >= shape[axis]):
         raise _Invalid(f"indices out of range for dim {shape[axis]}")

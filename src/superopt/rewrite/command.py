@@ -133,9 +133,9 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
                        torch_ratio=timing.ratio(), torch_ratio_ci=[lo, hi],
                        torch_threads=timing.threads)
     if args.out:
-        from superopt.ir.serialize import save
+        from superopt.exporters import export
 
-        console.print(f"saved {save(final, args.out)}")
+        console.print(f"saved {export(final, args.out)}")  # the suffix picks the format
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)

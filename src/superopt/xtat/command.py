@@ -319,11 +319,12 @@ def _torch_timing(console: Console, before: Graph, after: Graph, args: argparse.
 
 
 def save_graph(graph: Graph, path: str, seed: int) -> Path:
-    """Save a tuned graph with its weight-only computations folded into weights."""
-    from superopt.ir.serialize import save
+    """Save a tuned graph with its weight-only computations folded into weights, in the
+    format the suffix names (.json, .onnx)."""
+    from superopt.exporters import export
     from superopt.rewrite.fold import fold_weights
 
-    return save(fold_weights(graph, seed=seed).graph, path)
+    return export(fold_weights(graph, seed=seed).graph, path, seed=seed)
 
 
 def tuning_curve_png(result: TuneResult, path: str, title: str) -> Path:

@@ -1,0 +1,472 @@
+"""Export a superopt graph as an ONNX model: the inverse of `superopt.importers.onnx`.
+
+`to_onnx(graph, opset=DEFAULT_OPSET)` returns an `onnx.ModelProto`; `save_onnx` writes it.
+Inputs become graph inputs, weights become initializers (their data, or for a weight
+without data the value the reference interpreter draws for it at `seed`, so onnxruntime
+and `superopt.ir.interpret` compute the same function), and TASO's constant ops become
+initializers holding their value.
+
+Every op is lowered by its rule in `LOWERING`, the "onnx" `RuleTable`; the coverage test
+fails when an op has none. A rule emits ONNX nodes through an `_Emitter` that names values
+and holds the initializers. Ops chosen so that `import_onnx` reads each back as the same
+IR op (conv2d as Conv without bias, smul as Mul by a rank-0 initializer, embedding as a
+Gather on runtime indices); what cannot come back as itself is listed in `NOT_INVERTIBLE`.
+
+`onnx` is imported when this module is, so import it lazily (`superopt.exporters` does).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from superopt.importers.naming import UniqueNames
+from superopt.ir.errors import IRError
+from superopt.ir.graph import Graph, Node, Value
+from superopt.ir.interpret import REFERENCE
+from superopt.ir.kernels import resolve_pads
+from superopt.ir.ops.constants import const_iconv_value, const_pool_value
+from superopt.ir.ops.pool import avg_divisor, pool_geometry
+from superopt.ir.rules import RuleTable
+from superopt.ir.types import DType
+
+__all__ = ["DEFAULT_OPSET", "LOWERING", "MAX_OPSET", "MIN_OPSET", "NOT_INVERTIBLE",
+           "ExportError", "save_onnx", "to_onnx"]
+
+# Opset 20 has Gelu, ReduceMean with axes as an input and LayerNormalization; 17 is the
+# oldest with LayerNormalization, where gelu is written out with Erf instead.
+DEFAULT_OPSET = 20
+MIN_OPSET = 17
+MAX_OPSET = 21
+
+# IR op -> what `import_onnx` builds from its lowering instead of the op itself; the
+# round-trip tests compare graphs after undoing these (tests/exporters/test_onnx_export.py).
+NOT_INVERTIBLE: dict[str, str] = {
+    "linear": "Gemm / MatMul + Add: imports as matmul with a transposed weight plus ewadd",
+    "copy": "Identity: a physical copy has no ONNX meaning, imports as nothing",
+    "layout": "Identity: ONNX values have no physical layout, imports as nothing",
+    "enlarge": "Pad: imports as pad",
+    "lrn": "for an even size, written out with Pow and AveragePool (onnxruntime runs odd "
+           "sizes only): imports as those ops",
+    "const_pool": "an initializer: imports as a weight with its value",
+    "const_iconv": "an initializer: imports as a weight with its value",
+    "const_imm": "an initializer: imports as a weight with its value",
+    "const_one": "an initializer: imports as a weight with its value",
+}
+
+
+class ExportError(IRError):
+    """A graph (or one node's attributes) that the ONNX exporter cannot express."""
+
+
+_ONNX_DTYPE: dict[DType, int] = {
+    DType.F32: TensorProto.FLOAT, DType.F16: TensorProto.FLOAT16,
+    DType.BF16: TensorProto.BFLOAT16, DType.I64: TensorProto.INT64,
+    DType.I32: TensorProto.INT32, DType.I16: TensorProto.INT16, DType.I8: TensorProto.INT8,
+}
+
+_ACTIVATION_OP = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}
+
+
+# ---- emitter ---------------------------------------------------------------------------
+
+class _Emitter:
+    """The ONNX graph under construction: value names, nodes and initializers."""
+
+    def __init__(self, graph: Graph, opset: int, seed: int) -> None:
+        self.graph, self.opset, self.seed = graph, opset, seed
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._names = UniqueNames()
+        self._value_names: dict[tuple[int, int], str] = {}
+        # Sources keep their names, so a round trip returns the same inputs and weights.
+        for n in graph.nodes:
+            if n.is_named_source:
+                self._names.reserve(n.attr("name"))
+
+    def name_of(self, v: Value) -> str:
+        return self._value_names[(v.node, v.index)]
+
+    def inp(self, node: Node, i: int) -> str:
+        return self.name_of(node.inputs[i])
+
+    def out(self, node: Node, i: int = 0) -> str:
+        key = (node.id, i)
+        if key not in self._value_names:
+            hint = f"{node.op}_{node.id}" + (f"_{i}" if i else "")
+            self._value_names[key] = self._names.claim(hint)
+        return self._value_names[key]
+
+    def bind(self, node: Node, name: str) -> None:
+        self._value_names[(node.id, 0)] = name
+
+    def tmp(self, hint: str) -> str:
+        return self._names.claim(hint)
+
+    def emit(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str],
+             **attrs: Any) -> None:
+        self.nodes.append(helper.make_node(op_type, list(inputs), list(outputs),
+                                           name=self.tmp(f"{op_type}_node"), **attrs))
+
+    def initializer(self, name: str, data: np.ndarray, dtype: DType) -> str:
+        self.initializers.append(_tensor(name, data, dtype))
+        return name
+
+    def ints(self, values: Sequence[int], hint: str) -> str:
+        """An int64 initializer for a shape-like operand (Reshape's shape, Slice's starts)."""
+        return self.initializer(self.tmp(hint), np.asarray(list(values), dtype=np.int64),
+                                DType.I64)
+
+    def activated(self, node: Node, op_type: str, inputs: Sequence[str], **attrs: Any) -> None:
+        """`op_type` followed by the node's fused activation, if any."""
+        act = node.a.get("activation", "none")
+        if act == "none":
+            self.emit(op_type, inputs, [self.out(node)], **attrs)
+            return
+        pre = self.tmp(f"{node.op}_{node.id}_pre")
+        self.emit(op_type, inputs, [pre], **attrs)
+        self.emit(_ACTIVATION_OP[act], [pre], [self.out(node)])
+
+
+def _tensor(name: str, data: np.ndarray, dtype: DType) -> onnx.TensorProto:
+    if dtype == DType.BF16:
+        # numpy has no bfloat16: round float32 to the upper 16 bits (nearest even).
+        bits = np.asarray(data, dtype=np.float32).view(np.uint32).astype(np.uint64)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        t = helper.make_tensor(name, TensorProto.BFLOAT16, list(np.shape(data)),
+                               rounded.tobytes(), raw=True)
+        return t
+    # np.array, not np.ascontiguousarray: the latter turns a rank-0 array into rank 1.
+    return numpy_helper.from_array(np.array(data, dtype=dtype.numpy, order="C"),
+                                   name)
+
+
+# ---- lowering rules ------------------------------------------------------------------
+
+OnnxRule = Callable[[Node, _Emitter], None]
+
+LOWERING: RuleTable[OnnxRule] = RuleTable("onnx")
+
+
+def _rule(*ops: str) -> Callable[[OnnxRule], OnnxRule]:
+    def deco(fn: OnnxRule) -> OnnxRule:
+        for op in ops:
+            LOWERING.register(op, fn)
+        return fn
+    return deco
+
+
+@_rule("input")
+def _input(node: Node, em: _Emitter) -> None:
+    em.bind(node, node.attr("name"))
+
+
+@_rule("weight")
+def _weight(node: Node, em: _Emitter) -> None:
+    name = node.attr("name")
+    data = em.graph.weights.get(name)
+    if data is None:
+        data = REFERENCE.draw(node, em.seed)
+    em.bind(node, em.initializer(name, np.asarray(data), node.type.dtype))
+
+
+def _constant(value: Callable[[Node], np.ndarray]) -> OnnxRule:
+    def rule(node: Node, em: _Emitter) -> None:
+        em.initializer(em.out(node), value(node), node.type.dtype)
+    return rule
+
+
+LOWERING.register("const_pool", _constant(lambda n: const_pool_value(n.a)))
+LOWERING.register("const_iconv", _constant(lambda n: const_iconv_value(n.a)))
+LOWERING.register("const_imm", _constant(lambda n: np.eye(n.attr("n"))))
+LOWERING.register("const_one", _constant(lambda n: np.ones(n.attr("shape"))))
+
+
+def _simple(op_type: str) -> OnnxRule:
+    def rule(node: Node, em: _Emitter) -> None:
+        em.emit(op_type, [em.inp(node, i) for i in range(len(node.inputs))], [em.out(node)])
+    return rule
+
+
+# Element-wise ops that are one ONNX op each. smul's scalar is a rank-0 tensor, which Mul
+# broadcasts, and the importer turns a Mul by a one-element constant back into smul.
+for _op, _onnx in (("relu", "Relu"), ("sigmoid", "Sigmoid"), ("tanh", "Tanh"),
+                   ("ewadd", "Add"), ("ewmul", "Mul"), ("smul", "Mul")):
+    LOWERING.register(_op, _simple(_onnx))
+
+
+@_rule("copy", "layout")
+def _identity(node: Node, em: _Emitter) -> None:
+    em.emit("Identity", [em.inp(node, 0)], [em.out(node)])
+
+
+@_rule("gelu")
+def _gelu(node: Node, em: _Emitter) -> None:
+    approximate = node.attr("approximate")
+    if em.opset >= 20:
+        em.emit("Gelu", [em.inp(node, 0)], [em.out(node)], approximate=approximate)
+        return
+    if approximate != "none":
+        raise ExportError(f"gelu(approximate={approximate!r}) needs opset >= 20, asked for "
+                          f"{em.opset}")
+    # 0.5 * x * (1 + erf(x / sqrt(2))), the exact form, before opset 20 had Gelu.
+    x = em.inp(node, 0)
+    dt = em.graph.type_of(node.inputs[0]).dtype
+    half = em.initializer(em.tmp("half"), np.asarray(0.5), dt)
+    one = em.initializer(em.tmp("one"), np.asarray(1.0), dt)
+    rsqrt2 = em.initializer(em.tmp("rsqrt2"), np.asarray(1 / math.sqrt(2.0)), dt)
+    t = [em.tmp(f"gelu_{node.id}_{k}") for k in range(4)]
+    em.emit("Mul", [x, rsqrt2], [t[0]])
+    em.emit("Erf", [t[0]], [t[1]])
+    em.emit("Add", [t[1], one], [t[2]])
+    em.emit("Mul", [x, t[2]], [t[3]])
+    em.emit("Mul", [t[3], half], [em.out(node)])
+
+
+@_rule("matmul")
+def _matmul(node: Node, em: _Emitter) -> None:
+    em.activated(node, "MatMul", [em.inp(node, 0), em.inp(node, 1)])
+
+
+@_rule("linear")
+def _linear(node: Node, em: _Emitter) -> None:
+    x, w, b = (em.inp(node, i) for i in range(3))
+    if em.graph.type_of(node.inputs[0]).rank == 2:
+        em.activated(node, "Gemm", [x, w, b], transB=1)
+        return
+    wt, prod = em.tmp(f"{w}_T"), em.tmp(f"linear_{node.id}_mm")
+    em.emit("Transpose", [w], [wt], perm=[1, 0])
+    em.emit("MatMul", [x, wt], [prod])
+    em.activated(node, "Add", [prod, b])
+
+
+@_rule("conv2d")
+def _conv2d(node: Node, em: _Emitter) -> None:
+    a = node.a
+    x_t, w_t = em.graph.type_of(node.inputs[0]), em.graph.type_of(node.inputs[1])
+    t, b, left, r = resolve_pads(a["padding"], x_t.shape[2:], w_t.shape[2:], a["stride"],
+                                 a["dilation"])
+    em.activated(node, "Conv", [em.inp(node, 0), em.inp(node, 1)],
+                 kernel_shape=list(w_t.shape[2:]), strides=list(a["stride"]),
+                 dilations=list(a["dilation"]), group=a["groups"], pads=[t, left, b, r])
+
+
+@_rule("embedding")
+def _embedding(node: Node, em: _Emitter) -> None:
+    em.emit("Gather", [em.inp(node, 1), em.inp(node, 0)], [em.out(node)], axis=0)
+
+
+# ---- movement ------------------------------------------------------------------------
+
+@_rule("transpose")
+def _transpose(node: Node, em: _Emitter) -> None:
+    if not node.attr("perm"):  # a rank-0 value: ONNX cannot type an empty perm
+        em.emit("Identity", [em.inp(node, 0)], [em.out(node)])
+        return
+    em.emit("Transpose", [em.inp(node, 0)], [em.out(node)], perm=list(node.attr("perm")))
+
+
+@_rule("reshape")
+def _reshape(node: Node, em: _Emitter) -> None:
+    shape = em.ints(node.attr("shape"), f"reshape_{node.id}_shape")
+    em.emit("Reshape", [em.inp(node, 0), shape], [em.out(node)])
+
+
+@_rule("concat")
+def _concat(node: Node, em: _Emitter) -> None:
+    em.emit("Concat", [em.inp(node, i) for i in range(len(node.inputs))], [em.out(node)],
+            axis=node.attr("axis"))
+
+
+@_rule("split")
+def _split(node: Node, em: _Emitter) -> None:
+    sizes = em.ints(node.attr("sizes"), f"split_{node.id}_sizes")
+    outs = [em.out(node, i) for i in range(len(node.attr("sizes")))]
+    em.emit("Split", [em.inp(node, 0), sizes], outs, axis=node.attr("axis"))
+
+
+@_rule("slice")
+def _slice(node: Node, em: _Emitter) -> None:
+    starts, ends, steps = node.attr("starts"), node.attr("ends"), node.attr("steps")
+    em.emit("Slice", [em.inp(node, 0), em.ints(starts, f"slice_{node.id}_starts"),
+                      em.ints(ends, f"slice_{node.id}_ends"),
+                      em.ints(range(len(starts)), f"slice_{node.id}_axes"),
+                      em.ints(steps, f"slice_{node.id}_steps")], [em.out(node)])
+
+
+def _pad_node(em: _Emitter, x: str, pads: Sequence[int], out: str, hint: str,
+              value: float = 0.0, dtype: DType = DType.F32) -> None:
+    inputs = [x, em.ints(pads, f"{hint}_pads")]
+    if value != 0.0:
+        inputs.append(em.initializer(em.tmp(f"{hint}_value"), np.asarray(value), dtype))
+    em.emit("Pad", inputs, [out], mode="constant")
+
+
+@_rule("pad")
+def _pad(node: Node, em: _Emitter) -> None:
+    if not node.attr("pads"):  # onnxruntime's Pad refuses a rank-0 input
+        em.emit("Identity", [em.inp(node, 0)], [em.out(node)])
+        return
+    _pad_node(em, em.inp(node, 0), node.attr("pads"), em.out(node), f"pad_{node.id}")
+
+
+@_rule("enlarge")
+def _enlarge(node: Node, em: _Emitter) -> None:
+    w = em.graph.type_of(node.inputs[0]).shape
+    dh, dw = (node.attr("kh") - w[2]) // 2, (node.attr("kw") - w[3]) // 2
+    _pad_node(em, em.inp(node, 0), [0, 0, dh, dw, 0, 0, dh, dw], em.out(node),
+              f"enlarge_{node.id}")
+
+
+# ---- pooling ---------------------------------------------------------------------------
+
+def _pool(node: Node, em: _Emitter, op_type: str) -> None:
+    a = node.a
+    x_t = em.graph.type_of(node.inputs[0])
+    (t, b, left, r), _, _ = pool_geometry(x_t.shape, a)
+    kernel, stride = list(a["kernel"]), list(a["stride"])
+    x = em.inp(node, 0)
+    extra: dict[str, Any] = {}
+    if op_type == "AveragePool":
+        extra["count_include_pad"] = int(a["count_include_pad"])
+    # onnxruntime rejects pads as large as the kernel; the IR allows them (a window all in
+    # the padding), so such pads become an explicit Pad first.
+    if max(t, b) < kernel[0] and max(left, r) < kernel[1]:
+        em.activated(node, op_type, [x], kernel_shape=kernel, strides=stride,
+                     pads=[t, left, b, r], **extra)
+        return
+    dtype = x_t.dtype
+    padded = em.tmp(f"{node.op}_{node.id}_padded")
+    fill = -np.inf if op_type == "MaxPool" else 0.0
+    _pad_node(em, x, [0, 0, t, left, 0, 0, b, r], padded, f"{node.op}_{node.id}", fill, dtype)
+    if op_type == "MaxPool" or a["count_include_pad"]:
+        em.activated(node, op_type, [padded], kernel_shape=kernel, strides=stride)
+        return
+    # Excluding pads: full-window means of the zero-padded input, rescaled to valid cells.
+    means = em.tmp(f"{node.op}_{node.id}_means")
+    em.emit("AveragePool", [padded], [means], kernel_shape=kernel, strides=stride)
+    ratio = (kernel[0] * kernel[1]) / avg_divisor(x_t.shape, a)
+    scale = em.initializer(em.tmp(f"{node.op}_{node.id}_ratio"), ratio, dtype)
+    em.activated(node, "Mul", [means, scale])
+
+
+LOWERING.register("pool2d_max", lambda node, em: _pool(node, em, "MaxPool"))
+LOWERING.register("pool2d_avg", lambda node, em: _pool(node, em, "AveragePool"))
+
+
+# ---- reductions and normalisations -----------------------------------------------------
+
+def _reduce(op_type: str, axes_input_since: int) -> OnnxRule:
+    def rule(node: Node, em: _Emitter) -> None:
+        axes, keep = list(node.attr("axes")), int(node.attr("keepdims"))
+        if not axes:  # only a rank-0 input has no axes; the IR returns it unchanged
+            em.emit("Identity", [em.inp(node, 0)], [em.out(node)])
+            return
+        if em.opset >= axes_input_since:
+            em.emit(op_type, [em.inp(node, 0), em.ints(axes, f"{op_type}_{node.id}_axes")],
+                    [em.out(node)], keepdims=keep)
+        else:
+            em.emit(op_type, [em.inp(node, 0)], [em.out(node)], axes=axes, keepdims=keep)
+    return rule
+
+
+LOWERING.register("reduce_sum", _reduce("ReduceSum", 13))
+LOWERING.register("reduce_mean", _reduce("ReduceMean", 18))
+
+
+@_rule("softmax")
+def _softmax(node: Node, em: _Emitter) -> None:
+    em.emit("Softmax", [em.inp(node, 0)], [em.out(node)], axis=node.attr("axis"))
+
+
+@_rule("layer_norm")
+def _layer_norm(node: Node, em: _Emitter) -> None:
+    em.emit("LayerNormalization", [em.inp(node, i) for i in range(3)], [em.out(node)],
+            axis=node.attr("axis"), epsilon=node.attr("eps"))
+
+
+@_rule("batch_norm")
+def _batch_norm(node: Node, em: _Emitter) -> None:
+    em.emit("BatchNormalization", [em.inp(node, i) for i in range(5)], [em.out(node)],
+            epsilon=node.attr("eps"))
+
+
+@_rule("lrn")
+def _lrn(node: Node, em: _Emitter) -> None:
+    size, alpha, beta, bias = (node.attr(k) for k in ("size", "alpha", "beta", "bias"))
+    x = em.inp(node, 0)
+    if size % 2:
+        em.emit("LRN", [x], [em.out(node)], size=size, alpha=alpha, beta=beta, bias=bias)
+        return
+    # onnxruntime implements odd sizes only. For an even size ONNX's window reaches one
+    # channel further up than down: written out as a mean of squares over a channel window.
+    n, c, h, w = em.graph.type_of(node.inputs[0]).shape
+    dt = em.graph.type_of(node.inputs[0]).dtype
+    lo, hi = (size - 1) // 2, size // 2
+    t = [em.tmp(f"lrn_{node.id}_{k}") for k in range(8)]
+    em.emit("Mul", [x, x], [t[0]])
+    em.emit("Reshape", [t[0], em.ints((n, 1, c, h * w), f"lrn_{node.id}_flat")], [t[1]])
+    _pad_node(em, t[1], [0, 0, lo, 0, 0, 0, hi, 0], t[2], f"lrn_{node.id}")
+    em.emit("AveragePool", [t[2]], [t[3]], kernel_shape=[size, 1], strides=[1, 1])
+    em.emit("Reshape", [t[3], em.ints((n, c, h, w), f"lrn_{node.id}_shape")], [t[4]])
+    em.emit("Mul", [t[4], em.initializer(em.tmp("lrn_alpha"), np.asarray(alpha), dt)], [t[5]])
+    em.emit("Add", [t[5], em.initializer(em.tmp("lrn_bias"), np.asarray(bias), dt)], [t[6]])
+    em.emit("Pow", [t[6], em.initializer(em.tmp("lrn_beta"), np.asarray(beta), dt)], [t[7]])
+    em.emit("Div", [x, t[7]], [em.out(node)])
+
+
+# ---- models ----------------------------------------------------------------------------
+
+def _value_info(name: str, dtype: DType, shape: Sequence[int]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, _ONNX_DTYPE[dtype], list(shape))
+
+
+def to_onnx(graph: Graph, opset: int = DEFAULT_OPSET, seed: int = 0) -> onnx.ModelProto:
+    """The graph as an ONNX model at `opset` (default opset 20, domain ai.onnx).
+
+    Weights without data get the values `superopt.ir.interpret(graph, seed=seed)` draws for
+    them, so the model and the reference interpreter compute the same function.
+    """
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ExportError(f"opset {opset} is not supported; expected {MIN_OPSET}..{MAX_OPSET}")
+    graph.lint()
+    em = _Emitter(graph, opset, seed)
+    for node in graph.nodes:
+        LOWERING.get(node.op)(node, em)
+    inputs = [_value_info(n.attr("name"), n.type.dtype, n.type.shape) for n in graph.inputs]
+    outputs: list[onnx.ValueInfoProto] = []
+    taken: set[str] = {n.attr("name") for n in graph.nodes if n.is_named_source}
+    for i, v in enumerate(graph.outputs):
+        name = em.name_of(v)
+        # A graph output must be a distinct name that no input or initializer holds.
+        if name in taken:
+            alias = em.tmp(f"output_{i}")
+            em.emit("Identity", [name], [alias])
+            name = alias
+        taken.add(name)
+        t = graph.type_of(v)
+        outputs.append(_value_info(name, t.dtype, t.shape))
+    body = helper.make_graph(em.nodes, graph.name or "superopt", inputs, outputs,
+                             initializer=em.initializers)
+    model = helper.make_model(body, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="superopt")
+    # Readers older than this IR version refuse the file; onnxruntime 1.17+ reads 9.
+    model.ir_version = min(model.ir_version, 9)
+    return model
+
+
+def save_onnx(graph: Graph, path: str | os.PathLike[str], opset: int | None = None,
+              seed: int = 0) -> Path:
+    """Write `graph` as an ONNX file (checked by `onnx.checker` first) and return the path."""
+    model = to_onnx(graph, opset or DEFAULT_OPSET, seed)
+    onnx.checker.check_model(model)
+    path = Path(path)
+    onnx.save_model(model, str(path))
+    return path

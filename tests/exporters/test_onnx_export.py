@@ -1,0 +1,313 @@
+"""ONNX export: every op's lowering runs in onnxruntime with the reference's values, and zoo
+and ONNX light models survive export -> onnx.checker -> onnxruntime -> import unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from op_cases import OP_CASES, op_case  # noqa: E402
+from superopt import zoo  # noqa: E402
+from superopt.exporters.onnx import (  # noqa: E402
+    LOWERING,
+    NOT_INVERTIBLE,
+    ExportError,
+    to_onnx,
+)
+from superopt.importers.onnx import LIGHT_MODELS, import_onnx, light_model_path  # noqa: E402
+from superopt.ir import OPS, Graph, GraphBuilder, interpret, random_feeds  # noqa: E402
+from superopt.ir.interpret import REFERENCE  # noqa: E402
+from superopt.ir.kernels import resolve_pads  # noqa: E402
+from superopt.ir.ops.pool import pool_geometry  # noqa: E402
+
+PROPERTY = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def run_ort(model: Any, feeds: Mapping[str, Any]) -> list[np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
+    cast = {k: np.asarray(v, np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v)
+            for k, v in feeds.items() if k in names}
+    return sess.run(None, cast)
+
+
+def assert_close(got: list[np.ndarray], want: tuple[Any, ...], rtol: float, atol: float
+                 ) -> None:
+    """Errors relative to each output's scale, as backends.torch.compare measures them."""
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        w = np.asarray(w, np.float64)
+        assert g.shape == w.shape, f"output {i}: shape {g.shape}, reference {w.shape}"
+        finite = np.isfinite(w)
+        assert np.array_equal(np.asarray(g, np.float64)[~finite], w[~finite], equal_nan=True), i
+        err = float(np.max(np.abs(g[finite] - w[finite]), initial=0.0))
+        scale = float(np.max(np.abs(w[finite]), initial=0.0))
+        assert err <= atol + rtol * scale, f"output {i}: error {err:.3g} at scale {scale:.3g}"
+
+
+# ---- structural comparison -------------------------------------------------------------------
+
+_COMMUTATIVE = {"ewadd", "ewmul"}
+
+
+def round_trip_form(graph: Graph, weights: Mapping[str, tuple[int, ...]] | None = None
+                    ) -> tuple[str, ...]:
+    """One digest per graph output after undoing what the importer legitimately changes:
+    padding spelled as explicit pads, fused activations split off, float attributes held
+    as ONNX's float32, operands of commutative ops in a fixed order, identities (copy,
+    layout, no-op movement) dropped, and computations on weights alone folded (the
+    importer evaluates them; a weight whose name and shape are not in `weights` is such a
+    folded value). Weights are
+    compared by name, shape and dtype, as Graph.structural_hash does."""
+    digests: dict[tuple[int, int], str] = {}
+    weight_only: dict[int, bool] = {}
+
+    def h(*parts: Any) -> str:
+        return hashlib.blake2b(repr(parts).encode(), digest_size=12).hexdigest()
+
+    for n in graph.nodes:
+        ins = [digests[(v.node, v.index)] for v in n.inputs]
+        in_types = [graph.type_of(v) for v in n.inputs]
+        out_types = [graph.type_of(v) for v in n.outputs]
+        weight_only[n.id] = n.op != "input" and all(weight_only[v.node] for v in n.inputs)
+        folded = weight_only[n.id] and (
+            not n.is_source
+            or (weights is not None and weights.get(n.attr("name")) != n.type.shape))
+        attrs = {k: float(np.float32(v)) if isinstance(v, float) else v
+                 for k, v in n.attrs if k != "activation"}
+        act = n.a.get("activation", "none")
+        if n.op == "conv2d":
+            attrs["padding"] = resolve_pads(attrs["padding"], in_types[0].shape[2:],
+                                            in_types[1].shape[2:], attrs["stride"],
+                                            attrs["dilation"])
+        elif n.op in ("pool2d_avg", "pool2d_max"):
+            attrs["padding"] = pool_geometry(in_types[0].shape, n.a)[0]
+        # A Mul reads back as smul only when its scalar is a constant: one op in the form.
+        op = "ewmul" if n.op == "smul" else n.op
+        if op in _COMMUTATIVE:
+            ins.sort()
+        identity = n.op in ("copy", "layout") or (
+            n.op in ("reduce_sum", "reduce_mean") and not n.attr("axes")) or (
+            n.op in ("reshape", "transpose", "slice", "pad", "concat", "split")
+            and len(ins) == 1 and len(out_types) == 1 and out_types[0] == in_types[0])
+        for i, t in enumerate(out_types):
+            if folded:
+                d = h("folded", t.shape, t.dtype.value)
+            elif identity:
+                d = ins[0]
+            elif n.is_source:
+                d = h(n.op, n.attr("name"), t.shape, t.dtype.value)
+            else:
+                d = h(op, sorted(attrs.items()), ins, i)
+                if act != "none":
+                    d = h(act, [], [d], 0)
+            digests[(n.id, i)] = d
+    return tuple(digests[(v.node, v.index)] for v in graph.outputs)
+
+
+def weight_values(graph: Graph) -> dict[str, np.ndarray]:
+    return {n.attr("name"): np.asarray(graph.weights[n.attr("name")])
+            if n.attr("name") in graph.weights else REFERENCE.draw(n, 0)
+            for n in graph.weight_nodes}
+
+
+def check_round_trip(graph: Graph) -> None:
+    """Export, check, run in onnxruntime against the reference, import again and compare
+    structure and weights."""
+    model = to_onnx(graph)
+    onnx.checker.check_model(model, full_check=True)
+    feeds = random_feeds(graph, seed=3)
+    want = interpret(logits(graph), feeds)
+    assert isinstance(want, tuple)
+    assert_close(run_ort(to_onnx(logits(graph)), feeds), want, 1e-4, 1e-6)
+    back = import_onnx(model)
+    before, after = weight_values(graph), weight_values(back)
+    assert round_trip_form(back, {k: v.shape for k, v in before.items()}) == \
+        round_trip_form(graph)
+    # Weights come back with the values the reference gave them, under the same names
+    # (a new name or shape only for computations on weights that the importer folded).
+    kept = [k for k in after if k in before and after[k].shape == before[k].shape]
+    assert len(kept) >= len(after) - folded_ops(graph)
+    for name in kept:
+        np.testing.assert_array_equal(after[name], before[name].astype(np.float32), name)
+
+
+def folded_ops(graph: Graph) -> int:
+    """Ops that read only weights: each may come back as one new weight."""
+    return sum(1 for n in graph.nodes if n.inputs and not n.is_source
+               and all(graph.node(v.node).op == "weight" for v in n.inputs))
+
+
+def rebuild(graph: Graph, outputs: list[Any] | None = None, as_inputs: bool = False) -> Graph:
+    """A copy of the graph with other outputs (Values of `graph`) and, with `as_inputs`,
+    every weight an input."""
+    b = GraphBuilder(graph.name)
+    env: dict[tuple[int, int], Any] = {}
+    for n in graph.nodes:
+        if n.op == "weight":
+            name, t = n.attr("name"), n.type
+            outs: tuple[Any, ...] = (
+                b.input(name, t.shape, t.dtype, high=n.attr("high")) if as_inputs else
+                b.weight(name, t.shape, t.dtype, data=graph.weights.get(name),
+                         init=n.attr("init")),)
+        else:
+            outs = b.add(n.op, [env[(v.node, v.index)] for v in n.inputs], dict(n.attrs))
+        for i, v in enumerate(outs):
+            env[(n.id, i)] = v
+    return b.build([env[(v.node, v.index)] for v in outputs or graph.outputs])
+
+
+def weights_as_inputs(graph: Graph) -> Graph:
+    """The importer folds ops that read only weights into new weights, which would hide
+    the op a per-op test is about."""
+    return rebuild(graph, as_inputs=True)
+
+
+def logits(graph: Graph) -> Graph:
+    """The graph with each output that is a softmax (up to reshapes) replaced by the
+    softmax's input. The light models' constant weights make logits of 1e9 with ties,
+    where float32 and float64 softmaxes differ completely; the logits do not."""
+    outs = []
+    for v in graph.outputs:
+        n = graph.node(v.node)
+        while n.op == "reshape":
+            n = graph.node(n.inputs[0].node)
+        outs.append(n.inputs[0] if n.op == "softmax" else v)
+    return rebuild(graph, outs)
+
+
+# ---- coverage and per-op semantics ---------------------------------------------------------
+
+def test_every_op_has_an_onnx_rule() -> None:
+    assert LOWERING.name == "onnx"
+    assert LOWERING.missing() == [] and LOWERING.stale() == []
+    assert [op for op in sorted(OPS) if not LOWERING.supports(op)] == []
+    assert set(NOT_INVERTIBLE) <= set(OPS)
+
+
+@pytest.mark.parametrize("op", sorted(OP_CASES))
+@PROPERTY
+@given(data=st.data())
+def test_lowering_runs_in_onnxruntime_as_the_reference(op: str, data: st.DataObject) -> None:
+    graph = data.draw(op_case(op))
+    model = to_onnx(graph)
+    onnx.checker.check_model(model, full_check=True)
+    feeds = random_feeds(graph, seed=1)
+    want = interpret(graph, feeds)
+    assert isinstance(want, tuple)
+    # float32 in onnxruntime against float64 in the reference (as the torch backend's test).
+    assert_close(run_ort(model, feeds), want, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", sorted(set(OP_CASES) - set(NOT_INVERTIBLE)))
+@PROPERTY
+@given(data=st.data())
+def test_export_then_import_gives_the_same_graph(op: str, data: st.DataObject) -> None:
+    graph = weights_as_inputs(data.draw(op_case(op)))
+    back = import_onnx(to_onnx(graph))
+    assert round_trip_form(back) == round_trip_form(graph)
+
+
+# ---- hand-worked cases ------------------------------------------------------------------------
+
+def test_pool_padding_as_large_as_the_window_is_padded_explicitly() -> None:
+    # A 1x1 input, 2x2 max pool with pads (1, 1, 1, 1) stride 2: one window per corner, each
+    # holding the single value x, so every output is x (onnxruntime refuses pads >= kernel).
+    b = GraphBuilder()
+    x = b.input("x", (1, 1, 1, 1))
+    y = b.op("pool2d_max", x, kernel=(2, 2), stride=(1, 1), padding=(1, 1, 1, 1))
+    z = b.op("pool2d_avg", x, kernel=(2, 2), stride=(1, 1), padding=(1, 1, 1, 1),
+             count_include_pad=False)
+    g = b.build([y, z])
+    got = run_ort(to_onnx(g), {"x": np.full((1, 1, 1, 1), -3.0)})
+    assert got[0].tolist() == [[[[-3.0, -3.0], [-3.0, -3.0]]]]
+    assert got[1].tolist() == [[[[-3.0, -3.0], [-3.0, -3.0]]]]
+
+
+def test_fused_activation_is_applied_after_the_op() -> None:
+    # conv of a single -1 with a 1x1 kernel of 2 is -2; relu makes it 0, sigmoid 1/(1+e^2).
+    b = GraphBuilder()
+    x = b.input("x", (1, 1, 1, 1))
+    w = b.weight("w", (1, 1, 1, 1), data=np.full((1, 1, 1, 1), 2.0))
+    g = b.build([b.op("conv2d", x, w, activation="relu"),
+                 b.op("conv2d", x, w, activation="sigmoid")])
+    got = run_ort(to_onnx(g), {"x": np.full((1, 1, 1, 1), -1.0)})
+    assert got[0].item() == 0.0
+    assert got[1].item() == pytest.approx(1 / (1 + np.exp(2.0)), rel=1e-6)
+
+
+def test_weights_are_initializers_and_inputs_keep_their_names() -> None:
+    b = GraphBuilder()
+    x = b.input("tokens", (2, 3))
+    w = b.weight("proj", (3, 4), data=np.arange(12.0).reshape(3, 4))
+    model = to_onnx(b.build(b.op("matmul", x, w)))
+    assert [i.name for i in model.graph.input] == ["tokens"]
+    (init,) = model.graph.initializer
+    assert init.name == "proj"
+    assert onnx.numpy_helper.to_array(init).tolist() == np.arange(12.0).reshape(3, 4).tolist()
+    assert model.opset_import[0].version == 20
+
+
+def test_gelu_before_opset_20_is_written_with_erf() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (5,))
+    g = b.build(b.op("gelu", x))
+    model = to_onnx(g, opset=17)
+    assert "Erf" in {n.op_type for n in model.graph.node}
+    xs = np.array([-2.0, -0.5, 0.0, 0.5, 2.0])
+    # gelu(x) = x * Phi(x): Phi(2) = 0.97725, Phi(0.5) = 0.69146 (normal table).
+    want = xs * np.array([1 - 0.97725, 1 - 0.69146, 0.5, 0.69146, 0.97725])
+    np.testing.assert_allclose(run_ort(model, {"x": xs})[0], want, atol=1e-5)
+    with pytest.raises(ExportError, match="opset"):
+        to_onnx(b.build(b.op("gelu", x, approximate="tanh")), opset=17)
+    with pytest.raises(ExportError, match="opset 12"):
+        to_onnx(g, opset=12)
+
+
+def test_an_output_that_is_an_input_gets_its_own_name() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (2,))
+    model = to_onnx(b.build([x, b.op("relu", x)]))
+    onnx.checker.check_model(model)
+    assert model.graph.output[0].name != "x"
+    assert run_ort(model, {"x": np.array([-1.0, 2.0])})[0].tolist() == [-1.0, 2.0]
+
+
+# ---- models --------------------------------------------------------------------------------
+
+FAST_ZOO = ("squeezenet", "resnet18", "bert_small")
+FAST_LIGHT = ("light_squeezenet", "light_inception_v1")
+
+
+@pytest.mark.parametrize("name", FAST_ZOO)
+def test_zoo_round_trip(name: str) -> None:
+    check_round_trip(zoo.build(name))
+
+
+@pytest.mark.parametrize("name", FAST_LIGHT)
+def test_light_model_round_trip(name: str) -> None:
+    check_round_trip(import_onnx(light_model_path(name)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(zoo.names()) - set(FAST_ZOO)))
+def test_zoo_round_trip_slow(name: str) -> None:
+    check_round_trip(zoo.build(name))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(LIGHT_MODELS) - set(FAST_LIGHT)))
+def test_light_model_round_trip_slow(name: str) -> None:
+    check_round_trip(import_onnx(light_model_path(name)))

@@ -1,0 +1,96 @@
+"""Torch export: an fx GraphModule with the weights as parameters that computes what the
+reference computes, for every op and for zoo models; `.pt2` programs load as MODEL_OR_FILE."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from op_cases import OP_CASES, op_case
+from superopt import zoo
+from superopt.cli import main
+from superopt.exporters.torch import to_module
+from superopt.importers import ModelImportError, load_model
+from superopt.ir import Graph, GraphBuilder, interpret, random_feeds
+
+PROPERTY = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _args(graph: Graph, feeds: dict[str, Any]) -> list[torch.Tensor]:
+    return [torch.as_tensor(np.asarray(feeds[n.attr("name")])).to(
+        torch.float32 if n.type.dtype.is_float else torch.int64) for n in graph.inputs]
+
+
+def _check(graph: Graph, module: torch.nn.Module, rtol: float = 1e-4) -> None:
+    feeds = random_feeds(graph, seed=4)
+    with torch.no_grad():
+        got = module(*_args(graph, feeds))
+    got = got if isinstance(got, tuple) else (got,)
+    want = interpret(graph, feeds)
+    assert isinstance(want, tuple) and len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        g64, w64 = g.double().numpy(), np.asarray(w, np.float64)
+        finite = np.isfinite(w64)
+        assert np.array_equal(g64[~finite], w64[~finite], equal_nan=True)
+        scale = np.max(np.abs(w64[finite]), initial=0.0)
+        assert np.max(np.abs(g64[finite] - w64[finite]), initial=0.0) <= 1e-6 + rtol * scale
+
+
+@pytest.mark.parametrize("op", sorted(OP_CASES))
+@PROPERTY
+@given(data=st.data())
+def test_every_op_exports_to_a_graph_module(op: str, data: st.DataObject) -> None:
+    graph = data.draw(op_case(op))
+    module = to_module(graph)
+    assert isinstance(module, torch.fx.GraphModule)
+    _check(graph, module)
+
+
+def test_weights_are_parameters_and_inputs_are_arguments() -> None:
+    b = GraphBuilder("lin")
+    x = b.input("x", (2, 3))
+    w = b.weight("layer.0.weight", (3, 2), data=np.arange(6.0).reshape(3, 2))
+    m = to_module(b.build(b.op("matmul", x, w)))
+    params = dict(m.named_parameters())
+    assert list(params) == ["layer_0_weight"]
+    assert not params["layer_0_weight"].requires_grad
+    # [[1, 1, 1], [0, 1, 0]] @ [[0, 1], [2, 3], [4, 5]] = [[6, 9], [2, 3]]
+    y = m(torch.tensor([[1.0, 1.0, 1.0], [0.0, 1.0, 0.0]]))
+    assert y.tolist() == [[6.0, 9.0], [2.0, 3.0]]
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "bert_small"])
+def test_zoo_model_exports(name: str) -> None:
+    g = zoo.build(name)
+    _check(g, to_module(g))
+
+
+def test_pt2_program_is_a_model_or_file(tmp_path: Path) -> None:
+    g = zoo.build("squeezenet")
+    module = to_module(g)
+    feeds = random_feeds(g, seed=4)
+    program = torch.export.export(module, tuple(_args(g, feeds)))
+    path = tmp_path / "squeezenet.pt2"
+    torch.export.save(program, str(path))
+    back = load_model(str(path))
+    assert back.op_histogram()["conv2d"] == g.op_histogram()["conv2d"]
+    want = interpret(g, feeds)[0]
+    got = interpret(back, {back.inputs[0].attr("name"): feeds["image"]})[0]
+    assert np.max(np.abs(got - want)) <= 1e-5 * np.max(np.abs(want))
+    # And every command that takes MODEL_OR_FILE takes it.
+    assert main(["show", str(path)]) == 0
+
+
+def test_pt2_errors_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ModelImportError, match="no such file"):
+        load_model(str(tmp_path / "missing.pt2"))
+    bad = tmp_path / "bad.pt2"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(ModelImportError, match="not a torch.export program"):
+        load_model(str(bad))
