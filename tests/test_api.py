@@ -1,0 +1,32 @@
+"""The Python API at the package top: its doctests run, and importing it stays light."""
+
+from __future__ import annotations
+
+import doctest
+import subprocess
+import sys
+
+import pytest
+
+import superopt
+import superopt.api
+
+
+def test_api_doctests_pass() -> None:
+    pytest.importorskip("onnx")
+    result = doctest.testmod(superopt.api, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 15
+    assert result.failed == 0
+
+
+def test_the_six_functions_are_at_the_top() -> None:
+    for name in ("load", "optimize", "verify", "generate", "tune", "export"):
+        assert getattr(superopt, name) is getattr(superopt.api, name)
+        assert getattr(superopt, name).__doc__ and ">>>" in getattr(superopt, name).__doc__
+
+
+def test_importing_the_api_loads_no_heavy_module() -> None:
+    code = "import superopt, sys; print(' '.join(sys.modules))"
+    mods = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True).stdout.split())
+    assert not {"torch", "z3", "onnx", "numpy"} & mods
