@@ -340,6 +340,16 @@ def tuning_curve_png(result: TuneResult, path: str, title: str) -> Path:
         ax.scatter(*zip(*finite, strict=True), s=6, alpha=0.4, label="measured")
     ax.plot(steps, [p.best * 1e6 for p in result.history], color="C1", label="best so far")
     ax.axhline(result.default_time * 1e6, color="grey", ls="--", label="default compiler")
+    # Bad candidates (a tile 10x too small) would squash the curve that matters: clip the
+    # axis just above the default and say how many points lie beyond.
+    low = min([p.best for p in result.history if math.isfinite(p.best)] or
+              [result.default_time]) * 1e6
+    high = result.default_time * 1e6 * 1.3
+    ax.set_ylim(low * 0.97, high)
+    above = sum(1 for _, t in finite if t > high)
+    if above:
+        ax.text(0.99, 0.98, f"{above} measurements above the axis", ha="right", va="top",
+                transform=ax.transAxes, fontsize=8, color="grey")
     ax.set_xlabel("evaluation")
     ax.set_ylabel("simulated time (us)")
     ax.set_title(f"{title}: {result.speedup:.3f}x over the default")
