@@ -119,53 +119,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 # ---- demo ---------------------------------------------------------------------------
 
-DEMO_MODELS = ("resnet18", "squeezenet", "bert-small", "onnx:light_squeezenet", "hf:bert-tiny")
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    import statistics
+    from superopt.demo import run_demo
 
-    from rich.progress import Progress
-    from rich.table import Table
-
-    from superopt.backends import torch as tb
-    from superopt.ir.analysis import human, stats
-    from superopt.ir.interpret import random_feeds
-
-    console = _console()
-    table = Table(title="superopt demo: import, run on the reference interpreter and on torch")
-    for col in ("model", "source", "nodes", "params", "MACs", "import s", "reference ms",
-                "torch ms", "speedup", "max rel err", "values"):
-        table.add_column(col, justify="left" if col in ("model", "source") else "right")
-    failures = 0
-    models = args.models or list(DEMO_MODELS)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("demo", total=len(models))
-        for spec in models:
-            progress.update(task, description=f"{spec}: import")
-            t0 = time.perf_counter()
-            graph = _load(spec, None)
-            t_import = time.perf_counter() - t0
-            s = stats(graph)
-            feeds = random_feeds(graph, seed=0)
-            progress.update(task, description=f"{spec}: reference")
-            ref_ms = statistics.median(_time_reference(graph, feeds, 1)) * 1e3
-            progress.update(task, description=f"{spec}: torch")
-            cmp = tb.compare(graph, feeds)
-            timing = tb.benchmark(graph, feeds, warmup=2, repeats=args.repeats)
-            torch_ms = timing.median * 1e3
-            failures += not cmp.ok
-            source = spec.split(":")[0] if ":" in spec else "zoo"
-            table.add_row(graph.name, source, str(len(graph)), human(s.params), human(s.macs),
-                          f"{t_import:.2f}", f"{ref_ms:.1f}", f"{torch_ms:.2f}",
-                          f"{ref_ms / torch_ms:.1f}x", f"{cmp.max_rel_err:.1e}",
-                          "[green]match[/]" if cmp.ok else "[red]MISMATCH[/]")
-            progress.advance(task)
-    console.print(table)
-    console.print("torch runs float32 on CPU (median of repeats after warm-up); values are "
-                  "checked in float64 against the reference interpreter.")
-    return 1 if failures else 0
+    return run_demo(args.out_dir, model=args.model, tune_model=args.tune_model,
+                    tune_budget=args.tune_budget, jobs=args.jobs)
 
 
 # ---- simulate -----------------------------------------------------------------------
@@ -400,12 +358,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of the check")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("demo", help="the main job: import models, run them on both backends",
-                       description="Import a few models (zoo, ONNX, HuggingFace), run each on "
-                                   "the reference interpreter and the torch backend, and print "
-                                   "a summary table.")
-    p.add_argument("models", nargs="*", metavar="MODEL", help=f"models (default: {', '.join(DEMO_MODELS)})")
-    p.add_argument("--repeats", type=int, default=5, help="timed torch repeats")
+    p = sub.add_parser("demo", help="the main job: generate, verify, optimize, export, tune",
+                       description="Generate a small TASO rule library, verify it (and refute "
+                                   "a false rule), optimize a model with it, export the result "
+                                   "as ONNX and run it in onnxruntime, tune a model jointly, "
+                                   "and print a summary table (a few minutes on 2 cores).")
+    p.add_argument("--out-dir", default="out/demo", help="where the files go")
+    p.add_argument("--model", default="bert_small", help="the model to optimize and export")
+    p.add_argument("--tune-model", default="squeezenet", help="the model to tune")
+    p.add_argument("--tune-budget", type=int, default=40, help="tuning measurements")
+    p.add_argument("--jobs", type=int, default=2, help="processes for generate and verify")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("simulate", help="default-compile a model for a TPU core and simulate it",
                        description="Compile a model with the default (XLA-like) compiler for "
