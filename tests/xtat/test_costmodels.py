@@ -1,0 +1,172 @@
+"""Learned cost models: the data (deterministic, resumable, consistent with the recorded
+totals), the metrics on hand-made groups, the models' training, persistence and errors."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from superopt.xtat.models import ModelError, create, load_model
+from superopt.xtat.models import dataset as ds
+from superopt.xtat.models.features import KernelSample
+from superopt.xtat.models.metrics import evaluate, group_metrics, mape, opa
+
+TINY = ds.Settings(fusion=24, sites=4, tiles=6, flag_sites=1, extra_every=12, extra_sites=1)
+WORKLOADS = [("squeezenet", 1), ("synthetic:120", None)]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cm")
+    ds.generate(out, WORKLOADS, TINY)
+    return out
+
+
+@pytest.fixture(scope="module")
+def data(data_dir: Path) -> ds.KernelData:
+    return ds.load(data_dir)
+
+
+def _rows(path: Path) -> list[tuple]:
+    with sqlite3.connect(path) as c:
+        return list(c.execute("SELECT step, candidate, runtime, strategy, phase FROM "
+                              "measurements ORDER BY step"))
+
+
+def test_generation_is_deterministic_and_resumes(data_dir: Path, tmp_path: Path) -> None:
+    ds.generate(tmp_path, WORKLOADS[:1], TINY)
+    name = ds.slug(*WORKLOADS[0]) + ".sqlite"
+    full = _rows(tmp_path / name)
+    assert full == _rows(data_dir / name)
+    # Kill it after 10 measurements: the rest is measured on resume, the first 10 kept.
+    with sqlite3.connect(tmp_path / name) as c:
+        c.execute("DELETE FROM measurements WHERE step >= 10")
+    assert len(_rows(tmp_path / name)) == 10
+    ds.generate(tmp_path, WORKLOADS[:1], TINY)
+    assert _rows(tmp_path / name) == full
+    # Another seed is another run: refused, not mixed in.
+    with pytest.raises(Exception, match="other settings"):
+        ds.generate(tmp_path, WORKLOADS[:1], ds.Settings(**{**TINY.__dict__, "seed": 1}))
+
+
+def test_kernel_samples_sum_to_the_recorded_totals(data_dir: Path, data: ds.KernelData) -> None:
+    from superopt.xtat.session import open_session
+
+    assert {s.task for s in data.samples} == {"fusion", "tile", "flags"}
+    s = open_session({"model": "squeezenet", "batch": 1})
+    name = ds.slug("squeezenet", 1)
+    default = {x.sig_key: x for x in data.samples
+               if x.workload == name and x.task == "fusion"
+               and s.default.final.tiles.get(x.sig_key) == x.tile
+               and s.default.final.flags.get(x.sig_key) == x.flags}
+    total = sum(default[k].measured for k in s.default.final.sig_keys)
+    recorded = _rows(data_dir / f"{name}.sqlite")[0][2]
+    assert math.isclose(total, recorded, rel_tol=1e-12)
+    assert math.isclose(recorded, s.runner.measure(s.default, 0), rel_tol=1e-12)
+    for g in data.groups().values():
+        assert len({(x.sig_key, x.workload) for x in g}) == 1  # one kernel per group
+        assert len(g) >= 2
+    a, b = ds.load(data_dir), data
+    assert a.data_hash == b.data_hash
+
+
+def test_splits(data: ds.KernelData) -> None:
+    tr, te = data.split("models", test=["squeezenet"])
+    assert {s.model for s in te.samples} == {"squeezenet"}
+    assert "squeezenet" not in {s.model for s in tr.samples}
+    tr, te = data.split("random", seed=3)
+    assert len(tr) + len(te) == len(data)
+    assert not {s.group for s in tr.samples if s.group} & {s.group for s in te.samples
+                                                          if s.group}
+    with pytest.raises(ds.DatasetError, match="resnet50"):
+        data.split("models", test=["resnet50"])
+
+
+def _sample(t: float, group: str = "g") -> KernelSample:
+    return KernelSample(None, "k", (8,), None, t, t, "w", "m", "tile", group)  # type: ignore
+
+
+def test_metrics_on_hand_made_groups() -> None:
+    groups = {"a": [_sample(1.0, "a"), _sample(2.0, "a"), _sample(4.0, "a")],
+              "b": [_sample(3.0, "b"), _sample(1.0, "b")]}
+    scores = {id(x): v for x, v in zip(groups["a"] + groups["b"], [2, 1, 3, 0, 1],
+                                       strict=True)}
+    m = group_metrics(groups, lambda g: np.asarray([scores[id(x)] for x in g], float))
+    # a picks 2.0 (best 1.0), b picks 3.0 (best 1.0): 100 * (1 + 2) / (1 + 1)
+    assert m.ape == pytest.approx(150.0)
+    assert m.opa == pytest.approx((2 / 3 + 0) / 2)
+    assert m.top1 == pytest.approx((2.0 + 3.0) / 2)
+    assert opa([1, 2, 3], [1, 2, 3]) == 1.0 and opa([3, 2, 1], [1, 2, 3]) == 0.0
+    assert mape([1.1, 0.9], [1.0, 1.0]) == pytest.approx(10.0)
+
+
+def test_analytical_picks_the_default_compilers_tile(data: ds.KernelData) -> None:
+    from superopt.tpu_sim import DEFAULT_FLAGS, tile_options
+
+    model = create("analytical")
+    kc = model.feat.kc
+    checked = 0
+    for sig in list({s.sig: None for s in data.samples})[:40]:
+        opts = [t for t in tile_options(kc.stats(sig)) if kc.cost(sig, t, DEFAULT_FLAGS).valid]
+        if len(opts) < 2:
+            continue
+        sc = model.score_items([(sig, t, DEFAULT_FLAGS) for t in opts])
+        assert opts[int(np.argmin(sc))] == kc.default_tile(sig, DEFAULT_FLAGS)
+        checked += 1
+    assert checked >= 5
+
+
+def test_gbt_learns_the_times(data: ds.KernelData, tmp_path: Path) -> None:
+    tr, te = data.split("random", seed=0)
+    gbt = create("gbt", rounds=60).fit(tr)
+    ana = create("analytical")
+    got, base = evaluate(gbt, te), evaluate(ana, te)
+    # Trained on measured times, it predicts held-out kernels far better than the
+    # analytical model (which ignores DMA efficiency, MXU fill and per-step costs).
+    assert got["fusion"]["mape"] < 0.5 * base["fusion"]["mape"]
+    path = gbt.save(tmp_path / "gbt.model")
+    again = load_model(path, "v4")
+    assert np.array_equal(again.predict(te.samples), gbt.predict(te.samples))
+    assert np.array_equal(again.score(te.samples), gbt.score(te.samples))
+    assert again.data_hash == data.data_hash
+
+
+def test_graphsage_trains_in_seconds(data: ds.KernelData, tmp_path: Path) -> None:
+    model = create("graphsage", epochs=4, hidden=16).fit(data)
+    pred = model.predict(data.samples)
+    assert np.isfinite(pred).all() and (pred > 0).all()
+    meas = np.asarray([s.measured for s in data.samples])
+    # Better than predicting every kernel at the data's geometric mean.
+    flat = np.exp(np.log(meas).mean())
+    assert mape(pred, meas) < mape(np.full_like(meas, flat), meas)
+    again = load_model(model.save(tmp_path / "gs.model"))
+    assert np.allclose(again.predict(data.samples[:50]), pred[:50], rtol=1e-5)
+
+
+def test_saved_model_mismatches_are_one_line_errors(data: ds.KernelData,
+                                                    tmp_path: Path) -> None:
+    path = create("gbt", rounds=5).fit(data).save(tmp_path / "m")
+    with pytest.raises(ModelError, match="trained for TPU v4, used for v3"):
+        load_model(path, "v3")
+    blob = pickle.loads(path.read_bytes())
+    for key, value, msg in (("schema", "0000", "feature schema 0000"),
+                            ("version", 99, "format version 99")):
+        bad = tmp_path / f"bad_{key}"
+        bad.write_bytes(pickle.dumps(blob | {key: value}))
+        with pytest.raises(ModelError, match=msg) as e:
+            load_model(bad)
+        assert "\n" not in str(e.value)
+    (tmp_path / "junk").write_bytes(b"not a model")
+    with pytest.raises(ModelError, match="not a superopt cost model"):
+        load_model(tmp_path / "junk")
+    with pytest.raises(ModelError, match="unknown cost model"):
+        create("xgb")
+    with pytest.raises(ModelError, match="not trained"):
+        create("gbt").predict(data.samples[:2])
+    with pytest.raises(ModelError, match="measured on TPU v4"):
+        create("gbt", hardware="v3").fit(data)
