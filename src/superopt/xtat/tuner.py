@@ -42,6 +42,7 @@ from superopt.xtat.records import RecordsDB, RecordsError
 from superopt.xtat.runner import SimRunner
 from superopt.xtat.stage import Candidate
 from superopt.xtat.strategies import create
+from superopt.xtat.strategies.base import SearchStrategy
 
 GRAPH_PASSES = ("rewrite", "layout", "fusion")
 KERNEL_PASSES = ("tiling", "flags")
@@ -131,13 +132,15 @@ class TuneResult:
 Progress = Callable[["Tuner", str], None]
 # Measures candidates with the given noise seeds (e.g. on an executor's workers).
 Measure = Callable[[list[Candidate], list[int]], list[float]]
+# Wraps each phase's strategy (e.g. a cost model's top-k ranking, superopt.xtat.models.topk).
+Wrap = Callable[[SearchStrategy, Phase], SearchStrategy]
 
 
 class Tuner:
     def __init__(self, pipeline: Pipeline, runner: SimRunner, default: Candidate,
                  seed: int = 0, db: RecordsDB | None = None, batch: int = 8,
                  progress: Progress | None = None, strategy_opts: dict | None = None,
-                 measure: Measure | None = None) -> None:
+                 measure: Measure | None = None, wrap: Wrap | None = None) -> None:
         self.pipeline = pipeline
         self.runner = runner
         self.seed = seed
@@ -146,6 +149,7 @@ class Tuner:
         self.progress = progress
         self.strategy_opts = strategy_opts or {}
         self.measure = measure
+        self.wrap = wrap
         self.ctx = TuneContext(pipeline, default, np.random.default_rng(seed))
         self.recorded = {m.step: m for m in db.measurements()} if db is not None else {}
         self.times: dict[str, float] = {}
@@ -240,6 +244,8 @@ class Tuner:
                 self.phase, self.strategy = ph.name, ph.strategy
                 first = self.step
                 strat = create(ph.strategy, **(self.strategy_opts | dict(ph.options)))
+                if self.wrap is not None:
+                    strat = self.wrap(strat, ph)
                 strat.start(self.ctx, ph.passes, limit - self.step)
                 idle = 0
                 # Patience only when a later phase can use the budget left.

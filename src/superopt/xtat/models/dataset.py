@@ -283,7 +283,7 @@ def load(where: str | Path | Sequence[str | Path], hardware: str | None = None) 
                                        f"recorded {m.candidate}")
                 built[m.candidate] = cand
             final = cand.final
-            if m.phase in ("tile", "flags"):
+            if m.phase in ("tile", "flags") and m.strategy.startswith("dataset:"):
                 _, base, site = m.strategy.split(":", 2)
                 keys = [site]
                 group = f"{name}|{m.phase}|{base}|{site}"
