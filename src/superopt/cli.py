@@ -328,6 +328,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return run(args, _console())
 
 
+def cmd_costmodel(args: argparse.Namespace) -> int:
+    from superopt.xtat.models.command import run
+
+    return run(args, _console())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="superopt",
@@ -601,7 +607,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="CURVE.png", help="write the tuning curve as a PNG")
     p.add_argument("--no-check", action="store_true",
                    help="skip the value check of a rewritten graph")
+    p.add_argument("--cost-model", metavar="MODEL", default=None,
+                   help="rank proposals by a cost model and measure only the top k: "
+                        "analytical, or a model file from superopt costmodel train")
+    p.add_argument("--top-k", type=int, default=10,
+                   help="with --cost-model: measured per graph-level round (default 10; "
+                        "5 per kernel for tiles and flags)")
     p.set_defaults(func=cmd_tune)
+    from superopt.xtat.models.command import add_parser
+
+    add_parser(sub)
+    sub.choices["costmodel"].set_defaults(func=cmd_costmodel)
     return parser
 
 

@@ -170,3 +170,49 @@ def test_saved_model_mismatches_are_one_line_errors(data: ds.KernelData,
         create("gbt").predict(data.samples[:2])
     with pytest.raises(ModelError, match="measured on TPU v4"):
         create("gbt", hardware="v3").fit(data)
+
+
+def test_costmodel_cli_and_tune_with_a_model(tmp_path: Path, capsys: pytest.CaptureFixture
+                                             ) -> None:
+    from superopt.cli import main
+
+    data = tmp_path / "data"
+    assert main(["costmodel", "dataset", "--out", str(data), "--models", "squeezenet",
+                 "--batches", "1", "--fusion", "16", "--sites", "3", "--tiles", "5"]) == 0
+    model = tmp_path / "gbt.model"
+    assert main(["costmodel", "train", "--data", str(data), "--rounds", "20", "--out",
+                 str(model)]) == 0
+    assert main(["costmodel", "eval", "--data", str(data), "--model-file", str(model),
+                 "--json", str(tmp_path / "e.json")]) == 0
+    import json
+
+    got = json.loads((tmp_path / "e.json").read_text())
+    assert set(got) == {"analytical", "gbt"} and "fusion" in got["gbt"]
+    db = tmp_path / "runs.sqlite"
+    assert main(["tune", "squeezenet", "--budget", "40", "--cost-model", str(model),
+                 "--db", str(db), "--json", str(tmp_path / "t.json")]) == 0
+    out = json.loads((tmp_path / "t.json").read_text())
+    assert out["valid"] and out["evaluations"] <= 40
+    # The tuning records feed back into training.
+    assert main(["costmodel", "train", "--data", str(data), "--db", str(db), "--rounds", "5",
+                 "--out", str(tmp_path / "again.model"), "--split", "none"]) == 0
+    assert main(["tune", "squeezenet", "--budget", "5", "--hardware", "v3", "--cost-model",
+                 str(model)]) == 2
+    assert "trained for TPU v4, used for v3" in capsys.readouterr().err
+
+
+def test_topk_measures_only_the_models_picks() -> None:
+    from superopt.xtat.models.topk import wrapper
+    from superopt.xtat.session import open_session
+    from superopt.xtat.tuner import Tuner, make_schedule
+
+    s = open_session({"model": "squeezenet", "batch": 1})
+    wrap = wrapper(create("analytical"), k_graph=4, k_kernel=2)
+    t = Tuner(s.pipeline, s.runner, s.default, seed=0, wrap=wrap)
+    r = t.run(make_schedule("custom", ("tiling",), "exhaustive"), 400)
+    sites = s.pipeline.passes[3].sites(s.default.stages[3]).tunable
+    # At most 2 tiles measured per kernel (the default counts as measured), all the
+    # sites visited, and the analytical ranking's first pick is the default tile itself.
+    assert r.evaluations <= 1 + 2 * len(sites)
+    assert r.evaluations > len(sites)
+    assert r.best_time <= r.default_time

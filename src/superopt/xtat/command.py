@@ -164,7 +164,7 @@ def _search(session: Session, phases: list[Phase], args: argparse.Namespace,
         return t
 
     tuner = Tuner(session.pipeline, session.runner, session.default, seed=args.seed, db=db,
-                  batch=args.round, measure=measure)
+                  batch=args.round, measure=measure, wrap=_cost_model(session, args, console))
     with Live(table(tuner, "default"), console=console, transient=True,
               refresh_per_second=4) as live:
         def progress(t: Tuner, phase: str) -> None:
@@ -176,6 +176,20 @@ def _search(session: Session, phases: list[Phase], args: argparse.Namespace,
         tuner.progress = progress
         result = tuner.run(phases, args.budget)
     return result
+
+
+def _cost_model(session: Session, args: argparse.Namespace, console: Console) -> Any:
+    """The `--cost-model` ranking hook (None without one)."""
+    name = getattr(args, "cost_model", None)
+    if name is None:
+        return None
+    from superopt.xtat.models import create, load_model
+    from superopt.xtat.models.topk import wrapper
+
+    hw = session.sim.hw.name
+    model = create(name, hw) if name == "analytical" else load_model(name, hw)
+    console.print(f"ranking by the {model.describe()}: top {args.top_k} per round measured")
+    return wrapper(model, k_graph=args.top_k)
 
 
 def _report(session: Session, result: TuneResult, args: argparse.Namespace,
