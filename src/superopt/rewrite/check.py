@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,22 +136,37 @@ def _interleaved(graphs: Sequence[Graph], feeds: Mapping[str, Any] | None, repea
     sources = [p.prepare(feeds) for p in programs]
     cuda = programs[0].device.type == "cuda" if programs else False
 
+    def run(k: int) -> Callable[[], object]:
+        def call() -> object:
+            out = programs[k].execute(sources[k])
+            if cuda:
+                torch.cuda.synchronize(programs[k].device)
+            return out
+        return call
+
+    return interleave([run(k) for k in range(len(programs))], repeats, warmup, device,
+                      torch.get_num_threads())
+
+
+def interleave(runs: Sequence[Callable[[], object]], repeats: int, warmup: int,
+               device: str = "cpu", threads: int = 1) -> SideBySide:
+    """Time each of `runs` (any callables: a lowered graph, an onnxruntime session, a
+    compiled module) in paired rounds: every round runs each once, in alternating order,
+    so the runs of a round share the machine's load at that moment."""
     def once(k: int) -> float:
         start = time.perf_counter()
-        out = programs[k].execute(sources[k])
-        if cuda:
-            torch.cuda.synchronize(programs[k].device)
+        out = runs[k]()
         elapsed = time.perf_counter() - start
         del out
         return elapsed
 
     for _ in range(warmup):
-        for k in range(len(programs)):
+        for k in range(len(runs)):
             once(k)
-    times: list[list[float]] = [[] for _ in programs]
+    times: list[list[float]] = [[] for _ in runs]
     for r in range(repeats):
-        order = range(len(programs)) if r % 2 == 0 else reversed(range(len(programs)))
+        order = range(len(runs)) if r % 2 == 0 else reversed(range(len(runs)))
         for k in order:
             times[k].append(once(k))
     return SideBySide(tuple(statistics.median(t) for t in times), tuple(min(t) for t in times),
-                      tuple(tuple(t) for t in times), device, torch.get_num_threads())
+                      tuple(tuple(t) for t in times), device, threads)
