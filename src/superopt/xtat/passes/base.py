@@ -69,6 +69,8 @@ class TunablePass(ABC):
 
     def check_config(self, stage: Stage, config: PassConfig) -> None:
         """Raise `PassError` when `config` names a site or option `stage` lacks."""
+        if not config.choices:
+            return  # nothing to check, and no reason to list the sites (matching rules)
         sites = self.sites(stage)
         for key, choice in config.items():
             site = sites.get(key)
