@@ -156,6 +156,10 @@ def main() -> None:
         table.add_row(name + ("" if name in fitted else " (fixed)"), f"{cb[name]:.4g}",
                       f"{ca[name]:.4g}", f"{rng[0]:.3g} .. {rng[1]:.3g}" if rng else "")
     console.print(table)
+    fitted_names = result.free if result is not None else cal.FREE
+    for name, (value, why) in cal.FIXED.items():
+        if name not in fitted_names:  # why each held constant has the value it has
+            console.print(f"  {name} held at {value:.4g}: {why}")
     console.print(f"loss (mean over kernels of mean squared log error): {before.loss:.4f} -> "
                   f"{after.loss:.4f}" + (f" ({result.evaluations} evaluations)"
                                          if result is not None else " (recorded constants)"))

@@ -50,7 +50,7 @@ def only_kernel(c: Compiled, op: str):
 
 def test_2048_cubed_bf16_matmul_reaches_85_to_92_percent_of_peak() -> None:
     # The issue's band was 85-90% with the assumed fixed costs; the constants calibrated on
-    # TPU v3 kernels (smaller per-step cost, larger MXU fill) give about 91%.
+    # TPU v3 kernels (a 62-cycle grid step, the 256-cycle MXU fill) give 90.9%.
     c = compile_default(matmul_graph(2048, 2048, 2048))
     validate(c)
     sim = simulate(c)
@@ -59,11 +59,13 @@ def test_2048_cubed_bf16_matmul_reaches_85_to_92_percent_of_peak() -> None:
     assert sim.kernels[0].bound == "compute"
 
 
-def test_tiny_elementwise_kernel_costs_about_a_microsecond_of_fixed_cost() -> None:
-    # Calibrated on TPU v3 kernels, a launch costs about 640 cycles (0.6 us on v4).
+def test_tiny_elementwise_kernel_is_dominated_by_its_fixed_cost() -> None:
+    # DESIGN's target says about 1 us, but real TPU v3 kernels measure 0.6 us whole (issue
+    # 15), so the launch is held at 470 cycles (0.45 us on v4's 1.05 GHz): a 4 KiB add is
+    # mostly that fixed cost and still faster than the smallest measured real kernel.
     sim = simulate(compile_default(add_graph((8, 128))))
     (k,) = sim.kernels
-    assert 0.5e-6 <= k.time <= 1.5e-6
+    assert 0.4e-6 <= k.time < 0.6e-6
     assert k.cost.overhead >= 0.9 * k.time
     assert k.bound == "overhead"
 
@@ -288,8 +290,8 @@ def test_small_transfers_move_data_less_efficiently() -> None:
     small = kernel_cost(stats, (8,), Flags(), TPU_V4)
     assert big.bytes == small.bytes == 2 * 4096 * 1024 * 4
     ideal = big.bytes / TPU_V4.hbm_bytes_per_s
-    # 8-row tiles move 32 KiB runs: the calibrated per-run DMA cost (about 3 KB of transfer
-    # time on v4) makes them about 9% slower than the stream rate.
+    # 8-row tiles move 32 KiB runs: the per-run DMA cost (7 ns, 4.2 KB of transfer time at
+    # v4's 600 GB/s) makes them about 13% slower than the stream rate.
     assert big.memory < 1.01 * ideal
     assert small.memory > 1.05 * ideal
 
