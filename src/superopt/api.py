@@ -134,7 +134,7 @@ def tune(graph: Graph | str, passes: Sequence[str] | None = None, budget: int = 
          hardware: str | None = None) -> TuneResult:
     """XTAT's joint tuner (`superopt tune`) on the TPU simulator: rewrite, layout, fusion,
     tile and flag choices searched together for `budget` measurements. `graph` is a Graph
-    or a MODEL_OR_FILE string; `passes` defaults to all five.
+    or a MODEL_OR_FILE string; `passes` defaults to all six.
 
     >>> r = tune("squeezenet", budget=8, seed=1)
     >>> r.evaluations, r.speedup >= 1.0

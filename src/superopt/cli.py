@@ -560,8 +560,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "corrupt or foreign database).")
     p.add_argument("model", metavar="MODEL_OR_FILE", nargs="?", default=None,
                    help=MODEL_HELP + ", or synthetic:N (a synthetic graph of about N nodes)")
-    p.add_argument("--passes", default="rewrite,layout,fusion,tiling,flags",
-                   help="passes to tune, comma-separated (default: all five)")
+    p.add_argument("--passes", default="plan,rewrite,layout,fusion,tiling,flags",
+                   help="passes to tune, comma-separated (default: all six; plan: TASO's "
+                        "cost-model search's result as one choice, refined by rewrite)")
     p.add_argument("--schedule", choices=("joint", "sequential", "custom"), default="joint",
                    help="joint (default): rewrite+layout+fusion by the strategy, then tiles "
                         "and flags exhaustively per kernel; sequential: one pass at a time; "
@@ -591,6 +592,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rule source for the rewrite pass, repeatable: 'starter' (default; "
                         "shipped with its proofs), a .rules/.json/.jsonl library, TASO's .pb, "
                         "Tensat's files, or PET's corrected mutants (superopt mutants --out)")
+    p.add_argument("--plan-budget", type=int, default=20,
+                   help="graphs TASO's search expands for the rewrite plan, with the "
+                        "simulator as its cost model (default 20; 0: no plan)")
     p.add_argument("--allow-unproved", action="store_true",
                    help="also use rules that are neither proved nor exactly corrected "
                         "(refuted and invalid rules are never used)")

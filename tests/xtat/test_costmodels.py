@@ -210,7 +210,8 @@ def test_topk_measures_only_the_models_picks() -> None:
     wrap = wrapper(create("analytical"), k_graph=4, k_kernel=2)
     t = Tuner(s.pipeline, s.runner, s.default, seed=0, wrap=wrap)
     r = t.run(make_schedule("custom", ("tiling",), "exhaustive"), 400)
-    sites = s.pipeline.passes[3].sites(s.default.stages[3]).tunable
+    t = s.pipeline.index("tiling")
+    sites = s.pipeline.passes[t].sites(s.default.stages[t]).tunable
     # At most 2 tiles measured per kernel (the default counts as measured), all the
     # sites visited, and the analytical ranking's first pick is the default tile itself.
     assert r.evaluations <= 1 + 2 * len(sites)

@@ -70,7 +70,7 @@ def test_exhaustive_tiles_reach_each_kernels_best_option() -> None:
 
 def test_schedules() -> None:
     joint = make_schedule("joint")
-    assert [p.passes for p in joint] == [("rewrite",), ("rewrite", "layout", "fusion"),
+    assert [p.passes for p in joint] == [("plan", "rewrite"), ("rewrite", "layout", "fusion"),
                                          ("tiling",), ("flags",)]
     assert [p.strategy for p in joint] == ["exhaustive", "anneal", "exhaustive", "exhaustive"]
     assert math.isclose(sum(p.share for p in joint), 1.0)
@@ -90,7 +90,8 @@ def test_joint_schedule_spends_the_budget_in_phases(resnet) -> None:
         make_schedule("joint"), 60)
     assert r.evaluations == 60
     assert sum(n for _, n in r.phases) == 59  # plus the default
-    assert [n for n, _ in r.phases] == ["rewrite", "rewrite+layout+fusion", "tiling", "flags"]
+    assert [n for n, _ in r.phases] == ["plan+rewrite", "rewrite+layout+fusion", "tiling",
+                                        "flags"]
     assert math.isfinite(r.best_time) and r.best_time <= r.default_time
 
 

@@ -2,8 +2,8 @@
 
 - `space`: sites (stable keys, options, default, source nodes) and per-pass configs;
 - `stage`: `Stage` (a graph plus earlier decisions) and `Candidate` (stages + configs);
-- `passes`: one contract (`sites`, `default`, `apply -> PassResult`) and five passes:
-  rewrite, layout, fusion, tiling, flags;
+- `passes`: one contract (`sites`, `default`, `apply -> PassResult`) and six passes:
+  plan (TASO's search result as one choice), rewrite, layout, fusion, tiling, flags;
 - `pipeline`: rebuild from the first changed pass and XTAT-M repair; `store`: the best
   choice per site key;
 - `runner`: candidate time on the TPU simulator (exact, or measured with seeded noise);

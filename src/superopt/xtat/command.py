@@ -75,6 +75,8 @@ def validate_args(args: argparse.Namespace) -> None:
         raise IRError(f"--workers must be >= 1, found {args.workers}")
     if args.round < 1:
         raise IRError(f"--round must be >= 1, found {args.round}")
+    if args.plan_budget < 0:
+        raise IRError(f"--plan-budget must be >= 0, found {args.plan_budget}")
     create("random")  # registers the strategies
     if args.strategy not in STRATEGIES:
         raise IRError(f"unknown strategy {args.strategy!r}: expected one of "
@@ -102,7 +104,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.executor is not None:
         parse_executor(args.executor)
     spec = {"model": args.model, "batch": args.batch, "hardware": args.hardware,
-            "rules": args.rules, "allow_unproved": args.allow_unproved}
+            "rules": args.rules, "allow_unproved": args.allow_unproved,
+            "plan_budget": args.plan_budget}
     with console.status(f"loading {args.model} and building the default candidate"):
         session = open_session(spec)
     settings = {"passes": list(passes), "schedule": args.schedule, "strategy": args.strategy,
@@ -199,6 +202,7 @@ def _report(session: Session, result: TuneResult, args: argparse.Namespace,
     from superopt.tpu_sim import problems, simulate
     from superopt.xtat import explain
     from superopt.xtat.rules import certificate
+    from superopt.xtat.session import applied_rewrites, rewritten_graph
 
     runner = session.runner
     best = result.best
@@ -209,13 +213,16 @@ def _report(session: Session, result: TuneResult, args: argparse.Namespace,
     per_pass = explain.passes(session.pipeline, runner, best)
     per_decision = explain.decisions(session.pipeline, runner, best) \
         if args.explain or args.waterfall or args.json else []
-    applied = list(best.reports[0].get("applied", []))
+    applied = applied_rewrites(best)
     cert = certificate(session.rules.rules, applied)
     t = Table(title=f"per pass ({session.graph.name}, final candidate)")
     for col in ("pass", "sites", "changed from default", "time gained"):
         t.add_column(col, justify="left" if col == "pass" else "right")
+    tuned = set(_passes(args.passes)) if args.replay is None else set(best.names)
     for j, name in enumerate(best.names):
-        n_sites = len(session.pipeline.passes[j].sites(best.stages[j]).tunable)
+        # Sites of passes left untuned are not listed (the plan's would run its search).
+        n_sites = len(session.pipeline.passes[j].sites(best.stages[j]).tunable) \
+            if name in tuned else "-"
         changed, gain = per_pass[name]
         t.add_row(name, str(n_sites), str(changed), _fmt(gain) if changed else "-")
     console.print(t)
@@ -257,8 +264,7 @@ def _report(session: Session, result: TuneResult, args: argparse.Namespace,
                        "gain_s": d.gain_s if math.isfinite(d.gain_s) else None}
                       for d in per_decision],
     }
-    rewrite = session.pipeline.passes[0]
-    rewritten = rewrite.rewritten(best.stages[0], best.configs[0])
+    rewritten = rewritten_graph(session.pipeline, best)
     if rewritten is not session.graph and not args.no_check:
         from superopt.rewrite.check import check_values
 
@@ -378,7 +384,7 @@ def tuning_curve_png(result: TuneResult, path: str, title: str) -> Path:
 def replay(args: argparse.Namespace, console: Console) -> int:
     """Rebuild the best recorded candidate of a database (no new measurement)."""
     from superopt.xtat.records import RecordsDB, RecordsError
-    from superopt.xtat.session import open_session
+    from superopt.xtat.session import PLAN_BUDGET, open_session, rewritten_graph
     from superopt.xtat.space import PassConfig
 
     with RecordsDB(args.replay, None) as db:
@@ -393,7 +399,8 @@ def replay(args: argparse.Namespace, console: Console) -> int:
         count = db.count()
     session = open_session({"model": w["model"], "batch": w.get("batch"),
                             "hardware": w.get("hardware"), "rules": w.get("rules"),
-                            "allow_unproved": w.get("allow_unproved")})
+                            "allow_unproved": w.get("allow_unproved"),
+                            "plan_budget": w.get("plan_budget", PLAN_BUDGET)})
     if session.workload != w:
         raise RecordsError(f"{args.replay}: the model {w['model']!r} now builds another "
                            "graph or rule set than the one recorded")
@@ -411,7 +418,7 @@ def replay(args: argparse.Namespace, console: Console) -> int:
                   f"measured {_fmt(best.runtime)}, exact {_fmt(exact)}; default {_fmt(default)}"
                   f" ({default / exact:.4f}x); rebuilt without measuring")
     if args.out:
-        graph = session.pipeline.passes[0].rewritten(cand.stages[0], cand.configs[0])
+        graph = rewritten_graph(session.pipeline, cand)
         console.print(f"saved {save_graph(graph, args.out, 0)}")
     if args.json:
         Path(args.json).write_text(json.dumps({

@@ -17,6 +17,7 @@ from superopt.tpu_sim import Simulator
 from superopt.xtat.passes.fusion import FusionSites
 from superopt.xtat.passes.kernel import FlagSites, TileSites
 from superopt.xtat.passes.layout import LayoutSites
+from superopt.xtat.passes.plan import RewritePlan
 from superopt.xtat.passes.rewrite import RewriteSites
 from superopt.xtat.pipeline import Pipeline
 from superopt.xtat.rules import RuleSet, rule_set
@@ -31,16 +32,42 @@ def load_graph(model: str, batch: int | None) -> Graph:
     return load_model(model, batch=batch)
 
 
-def make_pipeline(sim: Simulator, rules: Any = None, check: bool = False) -> Pipeline:
-    """The five passes in order; `rules`: a rule list, a `Matcher`, or rule sources
-    (None: the verified starter library; see `superopt.xtat.rules`)."""
-    from superopt.rewrite import Matcher
+PLAN_BUDGET = 20  # graphs TASO's search expands for the rewrite plan (TASO-only's budget)
+
+
+def make_pipeline(sim: Simulator, rules: Any = None, check: bool = False,
+                  plan_budget: int = PLAN_BUDGET) -> Pipeline:
+    """The six passes in order; `rules`: a rule list, a `Matcher`, or rule sources
+    (None: the verified starter library; see `superopt.xtat.rules`). The rewrite plan
+    searches with the simulator's default-compiled time as its cost model."""
+    from superopt.rewrite import Matcher, create_cost
 
     if rules is None or (isinstance(rules, str | list | tuple) and all(
             isinstance(r, str) for r in rules)):
         rules = Matcher(rule_set(rules).rules)
-    return Pipeline([RewriteSites(rules), LayoutSites(sim), FusionSites(sim), TileSites(sim),
-                     FlagSites(sim)], check=check)
+    hw = sim.hw.name
+
+    def cost() -> object:
+        return create_cost("sim", hardware=hw)
+
+    return Pipeline([RewritePlan(rules, cost, plan_budget), RewriteSites(rules),
+                     LayoutSites(sim), FusionSites(sim), TileSites(sim), FlagSites(sim)],
+                    check=check)
+
+
+REWRITE_PASSES = ("plan", "rewrite")  # the passes that change the graph's values' recipe
+
+
+def applied_rewrites(candidate: Candidate) -> list[str]:
+    """The rules applied by the rewrite plan and the rewrite pass, in order."""
+    return [r for name, rep in zip(candidate.names, candidate.reports, strict=True)
+            if name in REWRITE_PASSES for r in rep.get("applied", [])]
+
+
+def rewritten_graph(pipeline: Pipeline, candidate: Candidate) -> Graph:
+    """The rewritten graph before folding (what the value check compares)."""
+    j = pipeline.index("rewrite")
+    return pipeline.passes[j].rewritten(candidate.stages[j], candidate.configs[j])
 
 
 @dataclass
@@ -60,7 +87,8 @@ class Session:
                 "batch": self.spec.get("batch"), "hardware": self.sim.hw.name,
                 "rules": list(self.rules.sources),
                 "allow_unproved": bool(self.spec.get("allow_unproved")),
-                "rules_digest": self.spec.get("rules_digest")}
+                "rules_digest": self.spec.get("rules_digest"),
+                "plan_budget": int(self.spec.get("plan_budget", PLAN_BUDGET))}
 
 
 def open_session(spec: Mapping[str, Any], graph: Graph | None = None) -> Session:
@@ -72,8 +100,10 @@ def open_session(spec: Mapping[str, Any], graph: Graph | None = None) -> Session
     sim = Simulator(spec.get("hardware"))
     rules = rule_set(spec.get("rules"), bool(spec.get("allow_unproved")))
     spec["rules_digest"] = digest("\n".join(sorted(format_rule(r) for r in rules.rules)))
-    pipeline = make_pipeline(sim, Matcher(rules.rules))
+    pipeline = make_pipeline(sim, Matcher(rules.rules),
+                             plan_budget=int(spec.get("plan_budget", PLAN_BUDGET)))
     return Session(spec, graph, sim, pipeline, SimRunner(sim), pipeline.initial(graph), rules)
 
 
-__all__ = ["Session", "load_graph", "make_pipeline", "open_session"]
+__all__ = ["PLAN_BUDGET", "REWRITE_PASSES", "Session", "applied_rewrites", "load_graph",
+           "make_pipeline", "open_session", "rewritten_graph"]

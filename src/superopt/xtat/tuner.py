@@ -3,13 +3,14 @@
 A *schedule* is a list of phases, each a set of passes searched by one strategy with a
 share of the budget:
 
-- `joint` (XTAT's default): a greedy pass over the rewrite points (each point's options
-  measured in turn, the best kept: TASO-like, 15% of the budget), then rewrite + layout +
+- `joint` (XTAT's default): a greedy pass over the rewrite plan (TASO's search result as
+  one choice) and the rewrite points of the graph it leaves (each point's options
+  measured in turn, the best kept: 15% of the budget), then rewrite + layout +
   fusion together by annealing from there (35%, ended early after 40% of it without a
   new best), then tiles per kernel (30%: the `TILE_TOP_K` first in the analytical model's
   order, heaviest kernels first), then flags exhaustively per kernel (20%);
-- `sequential`: each pass alone, in pipeline order (graph passes by the chosen strategy,
-  kernel passes exhaustively);
+- `sequential`: each pass alone, in pipeline order (the plan measured once, the other
+  graph passes by the chosen strategy, kernel passes exhaustively);
 - `custom`: the given passes together, by the given strategy, with the whole budget.
 
 Budgets count measurements (distinct candidates); the default candidate is measurement 0,
@@ -44,7 +45,7 @@ from superopt.xtat.stage import Candidate
 from superopt.xtat.strategies import create
 from superopt.xtat.strategies.base import SearchStrategy
 
-GRAPH_PASSES = ("rewrite", "layout", "fusion")
+GRAPH_PASSES = ("plan", "rewrite", "layout", "fusion")
 KERNEL_PASSES = ("tiling", "flags")
 PASS_NAMES = GRAPH_PASSES + KERNEL_PASSES
 SCHEDULES = ("joint", "sequential", "custom")
@@ -85,12 +86,15 @@ def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES, strategy: str =
         return [Phase("+".join(p for p in PASS_NAMES if p in passes),
                       tuple(p for p in PASS_NAMES if p in passes), strategy, 1.0)]
     if kind == "joint":
-        phases = [Phase("rewrite", ("rewrite",), "exhaustive", REWRITE_SHARE),
-                  Phase("graph", GRAPH_PASSES, strategy, GRAPH_SHARE - REWRITE_SHARE,
+        # The plan is one all-or-nothing site: measured once in the greedy phase, then
+        # left out of annealing (a move that swaps the whole rewritten graph).
+        phases = [Phase("rewrite", ("plan", "rewrite"), "exhaustive", REWRITE_SHARE),
+                  Phase("graph", GRAPH_PASSES[1:], strategy, GRAPH_SHARE - REWRITE_SHARE,
                         patience=PATIENCE), *KERNEL_PHASES]
     elif kind == "sequential":
-        phases = [Phase(p, (p,), strategy, GRAPH_SHARE / len(GRAPH_PASSES), patience=PATIENCE)
-                  for p in GRAPH_PASSES] + list(KERNEL_PHASES)
+        phases = [Phase("plan", ("plan",), "exhaustive", 0.0)] + [
+            Phase(p, (p,), strategy, GRAPH_SHARE / (len(GRAPH_PASSES) - 1), patience=PATIENCE)
+            for p in GRAPH_PASSES[1:]] + list(KERNEL_PHASES)
     else:
         raise IRError(f"unknown schedule {kind!r}: expected one of {', '.join(SCHEDULES)}")
     out = []

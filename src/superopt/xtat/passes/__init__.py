@@ -1,4 +1,4 @@
-"""The tuner's passes, in pipeline order: rewrite, layout, fusion, tiling, flags."""
+"""The tuner's passes, in pipeline order: plan, rewrite, layout, fusion, tiling, flags."""
 
 from superopt.xtat.passes.base import PassError, PassResult, TunablePass
 

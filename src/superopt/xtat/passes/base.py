@@ -36,7 +36,7 @@ class PassResult:
 
 
 class TunablePass(ABC):
-    """Base of the five passes (rewrite, layout, fusion, tiling, flags)."""
+    """Base of the six passes (plan, rewrite, layout, fusion, tiling, flags)."""
 
     name: str = "pass"
 

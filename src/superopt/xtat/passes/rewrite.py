@@ -1,6 +1,7 @@
 """The rewrite pass: every point where a rule (or a corrected PET mutant) applies is a site
 whose options are "no rewrite" (None) or one of the sites of `superopt.rewrite` at that
-point (by site key). One round: the sites are those of the source graph.
+point (by site key). One round: the sites are those of its input graph (the source
+graph, or the graph a rewrite plan made: see `superopt.xtat.passes.plan`).
 
 Rewrites such as batch-norm folding or merging matmuls leave weight-only computations
 (rescaled or concatenated weights), which a compiler evaluates once, ahead of time; the
@@ -50,21 +51,29 @@ class RewriteSites(TunablePass):
     def apply(self, stage: Stage, config: PassConfig) -> PassResult:
         self.check_config(stage, config)
         choices = {k: v for k, v in config.items() if v is not None}
-        if not choices:
+        # A rewrite plan before this pass hands its graph on unfolded, with what its own
+        # input already computed as `fold_skip`: fold the rest even without a choice here.
+        before = stage.memo.get("fold_skip")
+        if not choices and before is None:
             return PassResult(stage, None, {"applied": [], "skipped": []})
-        graph, run_origin, round_report = self.inner.apply_round(stage.graph, choices,
-                                                                 self.points(stage))
-        before = stage.memo.get("foldable")
+        if choices:
+            graph, run_origin, round_report = self.inner.apply_round(stage.graph, choices,
+                                                                     self.points(stage))
+            report = {"applied": [s.rule for s in round_report.applied],
+                      "applied_sites": [s.key for s in round_report.applied],
+                      "skipped": [f"{s.rule}: {why}" for s, why in round_report.skipped]}
+        else:
+            graph, run_origin = stage.graph, None
+            report = {"applied": [], "skipped": []}
         if before is None:
-            hashes = stage.graph.node_hashes
-            before = stage.memo["foldable"] = frozenset(
-                hashes[v.node] for v in foldable_values(stage.graph))
+            before = stage.memo.get("foldable")
+            if before is None:
+                hashes = stage.graph.node_hashes
+                before = stage.memo["foldable"] = frozenset(
+                    hashes[v.node] for v in foldable_values(stage.graph))
         folded = fold_weights(graph, evaluate=False, skip=before)
-        origin = compose(run_origin, folded.origin)
+        origin = folded.origin if run_origin is None else compose(run_origin, folded.origin)
         to_source = origin if stage.to_source is None else compose(stage.to_source, origin)
-        report = {"applied": [s.rule for s in round_report.applied],
-                  "applied_sites": [s.key for s in round_report.applied],
-                  "skipped": [f"{s.rule}: {why}" for s, why in round_report.skipped]}
         return PassResult(stage.evolve(graph=folded.graph, to_source=to_source), origin,
                           report | {"folded": folded.folded})
 
