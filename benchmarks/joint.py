@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from superopt.ir.graph import Graph
+    from superopt.xtat.session import Session
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -75,13 +76,23 @@ def pet_rules(graph: Graph, batch: int, path: Path) -> tuple[str, int, float]:
 
 
 def run_tuner(model: str, batch: int, graph: Graph, rules: list[str] | None, passes: tuple,
-              schedule: str, strategy: str, budget: int, seed: int,
-              keep: dict | None = None, plan_budget: int = 20) -> dict:
-    from superopt.xtat.session import applied_rewrites, open_session, rewritten_graph
-    from superopt.xtat.tuner import Tuner, make_schedule
+              schedule: str, strategy: str, budget: int, seeds: range,
+              keep: dict | None = None, plan_budget: int = 20) -> list[dict]:
+    """One tuning run per seed, on one session: its passes' caches (the plan's search,
+    rule matching per stage) are keyed by content, so the seeds share them."""
+    from superopt.xtat.session import open_session
 
     s = open_session({"model": model, "batch": batch, "rules": rules,
                       "plan_budget": plan_budget}, graph)
+    return [tune_once(s, graph, passes, schedule, strategy, budget, seed, keep)
+            for seed in seeds]
+
+
+def tune_once(s: Session, graph: Graph, passes: tuple, schedule: str, strategy: str,
+              budget: int, seed: int, keep: dict | None) -> dict:
+    from superopt.xtat.session import applied_rewrites, rewritten_graph
+    from superopt.xtat.tuner import Tuner, make_schedule
+
     r = Tuner(s.pipeline, s.runner, s.default, seed=seed).run(
         make_schedule(schedule, passes, strategy), budget)
     plan = s.pipeline.passes[s.pipeline.index("plan")].plan(graph) \
@@ -123,23 +134,22 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
     graph = zoo.build(model, batch=batch)
     row: dict = {"model": model, "batch": batch}
     compiler = ("layout", "fusion", *KERNEL_PASSES)  # XTAT: no rewriting at all
-    xtat = [run_tuner(model, batch, graph, None, compiler, "joint", "anneal", budget, s)
-            for s in range(seeds)]
+    xtat = run_tuner(model, batch, graph, None, compiler, "joint", "anneal", budget,
+                     range(seeds))
     row["default_s"] = xtat[0]["default_s"]
     row["taso"] = taso_only(graph, taso_budget)
     path, n_pet, pet_s = pet_rules(graph, batch, tmp / f"pet_{model}_{batch}.json")
     row["pet_rules"], row["pet_search_s"] = n_pet, pet_s
     if path:
         row["pet"] = run_tuner(model, batch, graph, [path], ("rewrite",), "custom",
-                               "exhaustive", budget, 0)
+                               "exhaustive", budget, range(1))[0]
     else:
         row["pet"] = {"time_s": row["default_s"], "evaluations": 0, "note": "no PET rule"}
     row["xtat"] = xtat
     sources = ["starter", path] if path else ["starter"]
     best: dict = {}
-    row["joint"] = [run_tuner(model, batch, graph, sources, PASS_NAMES, "joint", "anneal",
-                              budget, s, keep=best, plan_budget=taso_budget)
-                    for s in range(seeds)]
+    row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, "joint", "anneal",
+                             budget, range(seeds), keep=best, plan_budget=taso_budget)
     if torch:
         row["joint_torch"] = torch_ratio(graph, best["graph"])
     d = row["default_s"]
@@ -195,6 +205,11 @@ def main() -> None:
     ap.add_argument("--no-torch", action="store_true",
                     help="skip the value check and torch CPU timing of the joint graph")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "joint.json"))
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the rows already in --out (same settings) and run the rest")
+    ap.add_argument("--include", action="append", default=[],
+                    help="also take the rows of this result file (same settings; e.g. a "
+                         "model run in another process), repeatable")
     args = ap.parse_args()
     from superopt import zoo
 
@@ -205,6 +220,15 @@ def main() -> None:
     t0 = time.perf_counter()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    settings = {"budget": args.budget, "taso_budget": args.taso_budget, "seeds": args.seeds}
+    for f in ([str(out)] if args.resume and out.exists() else []) + args.include:
+        prev = json.loads(Path(f).read_text())
+        if {k: prev.get(k) for k in settings} != settings:
+            raise SystemExit(f"{f}: made with other settings "
+                             f"({ {k: prev.get(k) for k in settings} }), not {settings}")
+        rows.extend(r for r in prev["rows"]
+                    if (r["model"], r["batch"]) not in {(q["model"], q["batch"]) for q in rows})
+    done = {(r["model"], r["batch"]) for r in rows}
 
     def write(done: bool) -> tuple[dict, int]:
         # Written after every row, so an interrupted run keeps what it measured.
@@ -221,6 +245,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for m in models:
             for b in batches:
+                if (m, b) in done:
+                    continue
                 rows.append(bench(m, b, args.budget, args.taso_budget, args.seeds, Path(tmp),
                                   not args.no_torch))
                 write(False)

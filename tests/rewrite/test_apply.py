@@ -110,6 +110,32 @@ def test_overlapping_sites_are_skipped_or_refused() -> None:
         apply_sites(g, sites, M, strict=True)
 
 
+def test_sites_that_together_would_form_a_cycle_are_skipped_or_refused() -> None:
+    # Merge A pairs m1 = x@w1 with m2 = x@relu(m3); merge B pairs m3 = z@v1 with
+    # m4 = z@relu(m1). A's merged matmul needs m3 (B's output) and B's needs m1 (A's
+    # output): each alone is fine, both together form a cycle.
+    b = GraphBuilder()
+    x = b.input("x", (4, 4))
+    z = b.input("z", (4, 4))
+    m1 = b.matmul(x, b.weight("w1", (4, 4)))
+    m3 = b.matmul(z, b.weight("v1", (4, 4)))
+    m4 = b.matmul(z, b.relu(m1))
+    m2 = b.matmul(x, b.relu(m3))
+    g = b.build([m2, m4])
+    sites = M.match(g).by_rule()["merge"]
+    pair_a = next(s for s in sites if {m1.node, m2.node} <= set(s.nodes))
+    pair_b = next(s for s in sites if {m3.node, m4.node} <= set(s.nodes))
+    for one in (pair_a, pair_b):
+        _same_values(g, apply_sites(g, [one], M).graph)
+    res = apply_sites(g, [pair_a, pair_b], M)
+    assert res.applied == (pair_a,)
+    assert [s for s, _ in res.skipped] == [pair_b]
+    assert "cycle" in res.skipped[0][1]
+    _same_values(g, res.graph)
+    with pytest.raises(RewriteError, match="cycle"):
+        apply_sites(g, [pair_a, pair_b], M, strict=True)
+
+
 def test_stale_sites_are_refused() -> None:
     b = GraphBuilder()
     x = b.input("x", (2, 8))

@@ -115,6 +115,22 @@ def _reorder(graph: Graph, sites: Sequence[Site]) -> tuple[Graph, dict[int, int]
     return Graph(nodes, outputs, graph.weights, graph.name), new_id
 
 
+def _drop_cycles(graph: Graph, sites: Sequence[Site]) -> tuple[list[Site],
+                                                                list[tuple[Site, str]]]:
+    """Sites in order, skipping any that would close a cycle with the ones kept before it
+    (two multi-output rewrites, each reading what the other replaces)."""
+    kept: list[Site] = []
+    skipped: list[tuple[Site, str]] = []
+    for s in sites:
+        try:
+            _reorder(graph, [*kept, s])
+        except RewriteError:
+            skipped.append((s, "would form a cycle with the sites applied before it"))
+            continue
+        kept.append(s)
+    return kept, skipped
+
+
 def _renumber(site: Site, new_id: Mapping[int, int]) -> Site:
     def mv(v: Value) -> Value:
         return Value(new_id[v.node], v.index)
@@ -143,8 +159,15 @@ def apply_sites(graph: Graph, sites: Sequence[Site], rules: RuleLookup, *,
     if not kept:
         return RewriteResult(graph, MappingProxyType({n.id: (n.id,) for n in graph.nodes}),
                              (), tuple(skipped))
+    try:
+        reordered = _reorder(graph, kept)
+    except RewriteError:
+        if strict:
+            raise
+        kept, cyclic = _drop_cycles(graph, kept)
+        skipped.extend(cyclic)
+        reordered = _reorder(graph, kept)
     work, work_sites, back = graph, list(kept), None
-    reordered = _reorder(graph, kept)
     if reordered is not None:
         work, new_id = reordered
         work_sites = [_renumber(s, new_id) for s in kept]
