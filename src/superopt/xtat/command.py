@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -307,12 +308,13 @@ def _explain(console: Console, result: TuneResult, per_decision: list,
     console.print(t)
     if cert:
         c = Table(title="certificate: why each applied rewrite preserves values")
-        for col in ("rule", "status", "evidence"):
+        for col in ("rule", "applied", "status", "evidence"):
             c.add_column(col)
-        for e in cert:
+        times = Counter(e["rule"] for e in cert)  # the JSON keeps one entry per rewrite
+        for e in {e["rule"]: e for e in cert}.values():
             evidence = ", ".join(e.get("axioms", [])) or str(e.get("check") or
                                                               e.get("reason", ""))
-            c.add_row(e["rule"], e["status"], evidence[:90])
+            c.add_row(e["rule"], str(times[e["rule"]]), e["status"], evidence[:90])
         console.print(c)
     else:
         console.print("certificate: no rewrite applied")
