@@ -40,7 +40,7 @@ from superopt.substitutions.rule import ProofStatus, Rule
 from superopt.substitutions.text import format_rule, parse_rule
 from superopt.verifier.axioms import Axiom, Payload, compile_axioms, from_payload, payload
 from superopt.verifier.encoding import GroundRule, QAxiom, encode_rule
-from superopt.verifier.sampler import SampleReport, premise_model, random_test
+from superopt.verifier.sampler import SampleReport, premise_model, random_test, unique_instance
 from superopt.verifier.shapes import (
     FuncKey,
     env,
@@ -281,13 +281,19 @@ class Prover:
                         f"({report.source_only} of {report.source_checked} instances), "
                         f"e.g. {report.source_only_example}")
         try:
-            g = encode_rule(rule, self.e, prefix=f"{rule.name}:")
+            # One prefix for every rule: a rule's ground shape facts are built per term
+            # and kept (`shapes.ground_facts`), and rules of one file share many terms.
+            g = encode_rule(rule, self.e, prefix="rule:")
         except (Unsupported, IRError) as err:
             return done(UNKNOWN, f"no Z3 encoding: {err}")
-        try:
-            sat, detail = premise_model(rule, timeout_s=min(o.timeout_s, 5.0))
-        except (Unsupported, IRError):
-            sat, detail = z3.unknown, ""
+        sat, detail = z3.unknown, ""
+        if unique_instance(rule) is None:
+            # The tester built the premise's facts for this rule; solving them is cheap.
+            # (A rule with one instance was tested without them.)
+            try:
+                sat, detail = premise_model(rule, timeout_s=min(o.timeout_s, 5.0))
+            except (Unsupported, IRError):
+                sat, detail = z3.unknown, ""
         if sat != z3.sat:
             # The exact check on the prover's own encoding decides INVALID.
             sat, detail = self.premise_check(g)

@@ -10,6 +10,11 @@ Instances must stay in the verifier's domain: every value of both sides has posi
 The tester runs both sides on random inputs with the exact mod-p semantics and the float64
 reference semantics. Only the reference semantics (or differing output shapes) refutes a
 rule: a concrete counterexample that really separates the two sides.
+
+A rule whose condition forces the shape of every variable (`shape(?x) == (2, 4, 5, 5)`
+conjuncts, as rules read at TASO's input shapes have) and that has no attribute variable
+has exactly one instance; it is built directly (`unique_instance`) instead of being found
+by Z3, which would propose it and then nothing else.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from superopt.ir.opdef import get_op
 from superopt.ir.types import DType, TensorType
 from superopt.substitutions.pattern import AVar, Bindings, Pattern, PNode, PVar, resolve_attrs, walk
 from superopt.substitutions.rule import Rule
-from superopt.verifier.encoding import GroundRule, encode_rule
+from superopt.substitutions.strengthen import pinned_shapes
+from superopt.verifier.encoding import GroundRule, attr_var_codecs, encode_rule
 from superopt.verifier.shapes import env, general_ground, ground_facts, smooth_tables, subterms
 from superopt.verifier.zvalues import AttrCodec
 
@@ -90,6 +96,20 @@ def pinned_spec(rule: Rule) -> SamplerSpec | None:
     return SamplerSpec(ranks={v: (len(sh), len(sh)) for v, sh in pins.items()},
                        dims={v: (min(sh, default=1), max(sh, default=1))
                              for v, sh in pins.items()})
+
+
+def unique_instance(rule: Rule) -> Instance | None:
+    """The one instance of a rule whose condition forces every variable's shape and which
+    has no attribute variable; None for any other rule. Whether the condition holds and
+    both sides type-check there is `build`'s to say, as for any proposal."""
+    if attr_var_codecs(rule):
+        return None
+    shapes = pinned_shapes(rule)
+    if not shapes or set(rule.source_vars()) - set(shapes):
+        return None
+    ints = _int_vars(rule)
+    return Instance({v: TensorType(shapes[v], DType.I64 if v in ints else DType.F32)
+                     for v in rule.source_vars()}, {})
 
 
 def _int_vars(rule: Rule) -> dict[str, int]:
@@ -612,37 +632,56 @@ def random_test(rule: Rule, samples: int = 12, seed: int = 0, budget_s: float = 
     counts = {"instances": 0, "source_checked": 0, "source_only": 0, "outside": 0,
               "proposals": 0}
     example, modp_only = "", ""
+
+    def run(inst: Instance, built: Built, target: bool, k: int) -> SampleReport | None:
+        """Count one proposal; the report when it separates the sides."""
+        nonlocal example, modp_only
+        counts["proposals"] += 1
+        if on_instance is not None:
+            on_instance(inst, built)
+        if built.source is None:
+            return None
+        if built.outside:
+            counts["outside"] += 1
+            return None
+        if not target:
+            counts["source_checked"] += 1
+        if built.target is None:
+            counts["source_only"] += 1
+            example = example or f"{inst.describe()}: {built.problem}"
+            return None
+        try:
+            cmp = compare(rule, inst, built, seed * 1000 + k)
+        except IRError:  # e.g. a value the semantics rejects: not a valid input
+            counts["outside"] += 1
+            return None
+        counts["instances"] += 1
+        if cmp.separates:
+            return SampleReport(**counts, source_only_example=example,
+                                counterexample=cmp.counterexample,
+                                time_s=time.perf_counter() - t0)
+        if cmp.modp_differs and not modp_only:
+            modp_only = f"mod-p values differ (reference values agree) at {inst.describe()}"
+        return None
+
+    only = unique_instance(rule) if spec is None else None
+    if only is not None:
+        # The sampler would propose this instance (as a source-only proposal where the
+        # target does not type-check there) and then report the space exhausted.
+        built = build(rule, only)
+        got = run(only, built, built.source is None or built.target is not None, 0)
+        if got is not None:
+            return got
+        return SampleReport(**counts, source_only_example=example, modp_only=modp_only,
+                            time_s=time.perf_counter() - t0)
     try:
         sampler = Sampler(rule, spec or pinned_spec(rule), seed=seed)
     except IRError as err:
         return SampleReport(error=f"cannot sample: {err}", time_s=time.perf_counter() - t0)
     for target, want in ((True, samples), (False, max(2, samples // 3))):
         for k, (inst, built) in enumerate(instances(sampler, want, want * 8, deadline, target)):
-            counts["proposals"] += 1
-            if on_instance is not None:
-                on_instance(inst, built)
-            if built.source is None:
-                continue
-            if built.outside:
-                counts["outside"] += 1
-                continue
-            if not target:
-                counts["source_checked"] += 1
-            if built.target is None:
-                counts["source_only"] += 1
-                example = example or f"{inst.describe()}: {built.problem}"
-                continue
-            try:
-                cmp = compare(rule, inst, built, seed * 1000 + k)
-            except IRError:  # e.g. a value the semantics rejects: not a valid input
-                counts["outside"] += 1
-                continue
-            counts["instances"] += 1
-            if cmp.separates:
-                return SampleReport(**counts, source_only_example=example,
-                                  counterexample=cmp.counterexample,
-                                  time_s=time.perf_counter() - t0)
-            if cmp.modp_differs and not modp_only:
-                modp_only = f"mod-p values differ (reference values agree) at {inst.describe()}"
+            got = run(inst, built, target, k)
+            if got is not None:
+                return got
     return SampleReport(**counts, source_only_example=example, modp_only=modp_only,
-                      time_s=time.perf_counter() - t0)
+                        time_s=time.perf_counter() - t0)
