@@ -11,6 +11,7 @@ import pytest
 from superopt.cli import main
 from superopt.substitutions import parse_rule
 from superopt.substitutions.readers import parse_tensat_equations
+from superopt.substitutions.text import format_rule
 from superopt.verifier.axioms import builtin_axioms
 from superopt.verifier.encoding import encode_rule
 from superopt.verifier.generalise import ladder
@@ -135,3 +136,22 @@ def test_repeated_rules_are_verified_once_and_reported_under_their_own_names() -
     assert results[0].state == results[2].state == PROVED
     assert results[2].location == "dup.txt:1" and results[2].axioms == results[0].axioms
     assert sorted(seen) == ["eq_0001", "eq_0002", "eq_0003"]  # progress for each
+
+
+@pytest.mark.parametrize("text", [
+    # Iconv over an average pool, against a depthwise Cpool conv
+    "conv2d(1,1,0,2,pool2d_avg(3,3,1,1,0,input_7),const_iconv(3,3))=="
+    "relu(conv2d(1,1,0,0,input_7,const_pool(3,3)))",
+    # Iconv under relu, then a conv with an enlarged kernel
+    "conv2d(1,1,0,0,conv2d(1,1,0,2,input_7,const_iconv(3,3)),input_13)=="
+    "conv2d(1,1,0,0,relu(input_7),enlarge(3,3,input_13))",
+])
+def test_constant_kernels_take_their_channels_from_their_use_in_the_general_form(
+        prover: Prover, text: str) -> None:
+    # Nothing but the conv using them says how many channels TASO's constants have; the
+    # general form (every dim symbolic) must say it too, or it has no encoding.
+    (rule,) = parse_tensat_equations(text, "t.txt")
+    assert "shape(" not in (rule.condition or "")  # the general form, not TASO's shapes
+    assert "(const_iconv {dim(?input_7,1)} 3 3)" in format_rule(rule)
+    res = prover.verify(rule)
+    assert res.state == PROVED, res.reason

@@ -425,8 +425,9 @@ def _make(source: str, name: str, src: Side, tgt: Side, var_index: dict[str, int
     if types is not None:
         prov = {**prov, **at_taso_shapes(name, src, tgt, names, types, bidirectional)}
     try:
+        # TASO sizes a constant kernel by its use (Iconv, Cpool): so does the general form.
         rule = build_rule(RuleSpec(name, src, tgt, names, None, bidirectional, ranks),
-                          kind="taso", provenance=prov)
+                          kind="taso", provenance=prov, by_use=True)
         return _rank_checked(rule, types)
     except IRError as e:
         raise RuleSemanticError(source, line, col, str(e), name) from None
@@ -658,7 +659,7 @@ def _pb_rule(r: PbRule, i: int, where: str, source: str, name: str) -> Rule:
     try:
         return _rank_checked(build_rule(RuleSpec(f"{name}_{i + 1:04d}", src, tgt, names,
                                                  var_ranks=ranks),
-                                        kind="taso", provenance=prov), types)
+                                        kind="taso", provenance=prov, by_use=True), types)
     except IRError as e:
         raise TasoPbError(f"{where}: {e}") from None
 

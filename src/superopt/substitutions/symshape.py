@@ -503,7 +503,7 @@ def side_vars(side: Side) -> list[int]:
 
 
 def build_rule(spec: RuleSpec, kind: str = "taso", provenance: Mapping[str, Any] | None = None,
-               at_shapes: bool = False) -> Rule:
+               at_shapes: bool = False, by_use: bool = False) -> Rule:
     """Patterns with shape-dependent attributes as expressions (checked against the concrete
     shapes when given) and the condition the target's typing adds.
 
@@ -511,7 +511,10 @@ def build_rule(spec: RuleSpec, kind: str = "taso", provenance: Mapping[str, Any]
     shapes only. Each side's shape-dependent attributes come from that side's own typing
     (pairing the outputs would make a false rule contradictory instead of false; it is
     only asked where one side alone does not determine an attribute), written as the
-    constants they are there, and every variable is pinned to its shape."""
+    constants they are there, and every variable is pinned to its shape.
+
+    With `by_use` (always with `at_shapes`): a constant kernel used as a conv's weight has
+    that conv's input channels, as TASO sizes its constants; else its channels are free."""
     n_vars = len(spec.var_names)
     sides = (spec.source, spec.target)
     node_ranks: list[list[int | None]] | None = None
@@ -523,7 +526,8 @@ def build_rule(spec: RuleSpec, kind: str = "taso", provenance: Mapping[str, Any]
         if at_shapes:
             raise SymShapeError(f"rule {spec.name}: at_shapes needs the variables' shapes")
         ranks, node_ranks = infer_ranks(sides, n_vars, known=spec.var_ranks)
-    full = _Solver(sides, ranks, spec.var_shapes, not at_shapes, (0, 1), node_ranks, at_shapes)
+    full = _Solver(sides, ranks, spec.var_shapes, not at_shapes, (0, 1), node_ranks,
+                   at_shapes or by_use)
     if full.uf.conflict:
         raise SymShapeError(f"rule {spec.name}: inconsistent shapes ({full.uf.conflict})")
     rend = _Renderer(full.uf, spec.var_names, full.concrete)
