@@ -21,6 +21,14 @@ def _console() -> Any:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
+def _device(text: str) -> str:
+    import re
+
+    if not re.fullmatch(r"cpu|cuda(:\d{1,2})?|mps", text):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda, cuda:N or mps, found {text!r}")
+    return text
+
+
 def _load(spec: str, batch: int | None) -> Any:
     from superopt.importers import load_model
 
@@ -335,7 +343,9 @@ def cmd_costmodel(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from superopt.options import OneLineParser
+
+    parser = OneLineParser(
         prog="superopt",
         description="Find, prove and apply tensor-graph rewrites; tune them with an ML compiler.")
     parser.add_argument("--version", action="version", version="superopt 0.1.0")
@@ -356,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "backend, check values against the reference, and time it.")
     p.add_argument("model", metavar="MODEL_OR_FILE", help=MODEL_HELP)
     p.add_argument("--backend", choices=("reference", "torch"), default="torch")
-    p.add_argument("--device", default="cpu", help="torch device (cpu or cuda)")
+    p.add_argument("--device", default="cpu", type=_device, help="torch device (cpu or cuda)")
     p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
     p.add_argument("--repeats", type=int, default=10, help="timed repeats (median is reported)")
     p.add_argument("--warmup", type=int, default=3, help="untimed warm-up runs")
@@ -622,23 +632,44 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_parser(sub)
     sub.choices["costmodel"].set_defaults(func=cmd_costmodel)
+    from superopt.options import install
+
+    install(parser)  # every numeric option range-checked, in one place
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from superopt.options import UsageError
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError:
+        return 2  # already reported in one line
     func: Callable[[argparse.Namespace], int] = args.func
     from superopt.ir.errors import IRError
+    from superopt.options import PathError, check_paths
 
     try:
-        return func(args)
-    except IRError as e:
+        outputs = check_paths(args)  # before any work: a bad path must not cost a run
+    except PathError as e:
         print(f"superopt: error: {e}", file=sys.stderr)
         return 2
+    status = 1
+    try:
+        status = func(args)
+        return status
+    except IRError as e:
+        print(f"superopt: error: {e}", file=sys.stderr)
+        status = 2
+        return status
     except KeyboardInterrupt:
         print("superopt: interrupted", file=sys.stderr)
-        return 130
+        status = 130
+        return status
+    finally:
+        if status != 0:
+            outputs.cleanup()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,26 @@ from superopt.ir.errors import IRError, LintError, ShapeError
 from superopt.ir.opdef import SOURCE, VARIADIC, AttrValue, get_op
 from superopt.ir.types import DType, TensorType
 
+# Far above any real tensor, far below where int64 arithmetic on sizes would overflow.
+MAX_DIM = 2**40
+
+
+def source_dims(op: str, name: str, shape: object) -> tuple[int, ...]:
+    """An input's or weight's shape as ints: a fractional, non-finite, boolean, zero,
+    negative or absurd dimension is an error, never truncated to an int."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise ShapeError(op, None, f"a list of dimensions for {name!r}", repr(shape))
+    items, dims = list(shape), []
+    for d in items:
+        ok = isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+        if isinstance(d, (float, np.floating)) and np.isfinite(d) and float(d).is_integer():
+            ok = True
+        if not ok or not 1 <= d <= MAX_DIM:
+            raise ShapeError(op, None, f"dimensions of {name!r} that are whole numbers from 1 "
+                             f"to {MAX_DIM}", f"{d!r} in {items!r}")
+        dims.append(int(d))
+    return tuple(dims)
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class Value:
@@ -276,6 +296,10 @@ class GraphBuilder:
     def type_of(self, v: Value) -> TensorType:
         return self.nodes[v.node].types[v.index]
 
+    def _has(self, v: object) -> bool:
+        return (isinstance(v, Value) and 0 <= v.node < len(self.nodes)
+                and 0 <= v.index < len(self.nodes[v.node].types))
+
     def shape(self, v: Value) -> tuple[int, ...]:
         return self.type_of(v).shape
 
@@ -299,14 +323,14 @@ class GraphBuilder:
     def _source(self, op: str, name: str, shape: Sequence[int], dtype: str | DType,
                 init: str, high: int = 0) -> Value:
         dt = DType.parse(dtype).value
+        dims = source_dims(op, name, shape)
         if name in self._names:
             prev = self.nodes[self._names[name]]
-            want = {"shape": tuple(int(d) for d in shape), "dtype": dt}
+            want = {"shape": dims, "dtype": dt}
             if prev.op != op or any(prev.attr(k) != v for k, v in want.items()):
                 raise IRError(f"source name {name!r} is already used by {prev.op} {prev.type}")
             return Value(prev.id)
-        v = self.op(op, name=name, shape=tuple(int(d) for d in shape), dtype=dt, init=init,
-                    high=high)
+        v = self.op(op, name=name, shape=dims, dtype=dt, init=init, high=high)
         assert isinstance(v, Value)
         self._names[name] = v.node
         return v
@@ -324,7 +348,7 @@ class GraphBuilder:
         opdef = get_op(name)
         inputs = tuple(inputs)
         for i, v in enumerate(inputs):
-            if not isinstance(v, Value) or not 0 <= v.node < len(self.nodes):
+            if not self._has(v):
                 raise IRError(f"{name}: input {i} is not a value of this builder: {v!r}")
         if opdef.num_inputs == VARIADIC:
             if len(inputs) < opdef.min_inputs:
@@ -404,6 +428,9 @@ class GraphBuilder:
         Returns the graph and the map from builder node ids to graph node ids.
         """
         outs = (outputs,) if isinstance(outputs, Value) else tuple(outputs)
+        for i, v in enumerate(outs):
+            if not self._has(v):
+                raise IRError(f"output {i} is not a value of this builder: {v!r}")
         live = [False] * len(self.nodes)
         stack = [v.node for v in outs] + [n.id for n in self.nodes if n.op == "input"]
         while stack:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,63 @@ from superopt.ir.types import TensorType
 
 class FeedError(IRError):
     """A feed that does not match the graph's input (unknown name, shape or dtype)."""
+
+
+class MemoryLimitError(IRError):
+    """A graph whose values would not fit in this machine's memory: refused up front, with
+    the figure, instead of failing (or swapping) part-way through an allocation."""
+
+
+# Below this estimate a graph is run without asking the system how much memory is free.
+_SMALL_BYTES = 1 << 30
+
+
+def _available_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62  # unknown: do not refuse
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def check_memory(graph: Graph, itemsize: int = 8, sources_only: bool = False) -> None:
+    """Refuse to run `graph` when its sources plus twice its largest value (an op's input
+    and output live together), at `itemsize` bytes per element, exceed the memory
+    available now. The figure and the largest tensor are in the message."""
+    total, largest, where = 0, 0, None
+    for n in graph.nodes:
+        if n.is_named_source:
+            total += n.type.size
+        if not sources_only or n.is_named_source:
+            for t in n.types:
+                if t.size > largest:
+                    largest, where = t.size, (n, t)
+    need = (total + 2 * largest) * itemsize
+    if need < _SMALL_BYTES:
+        return
+    have = _available_bytes()
+    if need > have and where is not None:
+        node, t = where
+        label = f"{node.op} {node.attr('name')!r}" if node.is_named_source else \
+            f"%{node.id} ({node.op})"
+        raise MemoryLimitError(
+            f"graph {graph.name!r} needs about {_human_bytes(need)} to run at "
+            f"{itemsize * 8}-bit precision, more than the {_human_bytes(have)} available "
+            f"(largest tensor: {label} {t}, {_human_bytes(t.size * itemsize)})")
 
 
 def source_rng(seed: int, name: str) -> np.random.Generator:
@@ -173,6 +231,8 @@ def interpret(graph: Graph, feeds: Mapping[str, Any] | None = None,
               keep: bool = False) -> tuple[Any, ...] | dict[Value, Any]:
     """Run `graph`; return its outputs, or every value when `keep` is set."""
     sem = _semantics(semantics)
+    if sem.name != "shapes":
+        check_memory(graph)
     feeds = dict(feeds or {})
     known = {n.attr("name") for n in graph.nodes if n.is_named_source}
     unknown = sorted(set(feeds) - known)
@@ -214,6 +274,8 @@ def random_feeds(graph: Graph, semantics: str | Semantics = "reference", seed: i
                  include_weights: bool = False) -> dict[str, Any]:
     """Random values for the graph's inputs (and weights without data, if asked)."""
     sem = _semantics(semantics)
+    if sem.name != "shapes":
+        check_memory(graph, sources_only=True)
     out: dict[str, Any] = {}
     for n in graph.nodes:
         if n.op == "input" or (include_weights and n.op == "weight"

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from superopt.ir.errors import IRError
+from superopt.ir.files import atomic_path, atomic_write_text, read_text, sibling
 from superopt.ir.graph import Graph, GraphBuilder, Node, Value, _attr_repr
 from superopt.ir.opdef import get_op
 
@@ -52,8 +53,14 @@ def from_json(doc: Any, weights: dict[str, np.ndarray] | None = None,
     weights = weights or {}
     b = GraphBuilder(str(doc.get("name", "graph")))
     ids: dict[int, int] = {}
+    where = "graph"  # what was being read, for the error message
     try:
+        if not isinstance(doc["nodes"], list) or not isinstance(doc["outputs"], list):
+            raise fail("\"nodes\" and \"outputs\" must be lists")
         for k, nd in enumerate(doc["nodes"]):
+            where = f"node {k}"
+            if not isinstance(nd, dict) or not isinstance(nd.get("attrs", {}), dict):
+                raise fail(f"node {k}: expected an object with an \"attrs\" object")
             if nd["id"] != k:
                 raise fail(f"node {k}: id {nd['id']} is not its position")
             try:
@@ -74,10 +81,17 @@ def from_json(doc: Any, weights: dict[str, np.ndarray] | None = None,
             except IRError as e:
                 raise fail(f"node {k} ({nd.get('op')}): {e}") from None
             ids[k] = v.node
+        where = "outputs"
         outputs = [Value(ids[i], j) for i, j in doc["outputs"]]
-    except (KeyError, TypeError, ValueError) as e:
-        raise fail(f"malformed graph document ({type(e).__name__}: {e})") from None
-    graph = b.build(outputs)
+        if not outputs:
+            raise fail("the graph has no outputs")
+        graph = b.build(outputs)
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        raise fail(f"{where}: malformed ({type(e).__name__}: {e})") from None
+    except GraphFileError:
+        raise
+    except IRError as e:
+        raise fail(f"{where}: {e}") from None
     missing = set(weights) - set(graph.weights)
     if missing:
         raise fail(f"weight data for unknown weights: {sorted(missing)[:5]}")
@@ -89,36 +103,71 @@ def weights_path(path: Path) -> Path:
 
 
 def save(graph: Graph, path: str | Path) -> Path:
-    """Write `path` (JSON) and, when the graph carries weight data, `<stem>.weights.npz`."""
+    """Write `path` (JSON) and, when the graph carries weight data, `<stem>.weights.npz`.
+    Each file appears whole or not at all (an interrupted save leaves no partial file)."""
     path = Path(path)
     doc = to_json(graph)
     if graph.weights:
         wp = weights_path(path)
-        np.savez(wp, **{k: np.asarray(v) for k, v in graph.weights.items()})
+        with atomic_path(wp) as tmp, tmp.open("wb") as f:
+            np.savez(f, **{k: np.asarray(v) for k, v in graph.weights.items()})
         doc["weights_file"] = wp.name
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
     return path
+
+
+def _parse_constant(name: str) -> float:
+    # json accepts NaN and Infinity, which no graph field may hold.
+    raise ValueError(f"{name} is not a valid JSON number")
 
 
 def load(path: str | Path) -> Graph:
     path = Path(path)
+    text = read_text(path, GraphFileError)
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise GraphFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_parse_constant)
     except json.JSONDecodeError as e:
         raise GraphFileError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    except (ValueError, RecursionError) as e:
+        # int() of a 5000-digit number, NaN, or nesting deeper than the parser's stack.
+        what = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise GraphFileError(f"{path}: invalid JSON: {what}") from None
     weights: dict[str, np.ndarray] = {}
-    if isinstance(doc, dict) and doc.get("weights_file"):
-        wp = path.with_name(doc["weights_file"])
-        try:
-            with np.load(wp) as data:
-                weights = {k: data[k] for k in data.files}
-        except (OSError, ValueError) as e:
-            raise GraphFileError(f"{wp}: cannot read weight data ({e})") from None
+    if isinstance(doc, dict) and doc.get("weights_file") is not None:
+        wp = sibling(path, doc["weights_file"], "weights_file", GraphFileError)
+        weights = _load_weights(wp)
     return from_json(doc, weights, source=str(path))
+
+
+def _load_weights(wp: Path) -> dict[str, np.ndarray]:
+    import zipfile
+    import zlib
+
+    weights: dict[str, np.ndarray] = {}
+    try:
+        # allow_pickle=False: a weights file must never run code.
+        data = np.load(wp, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise GraphFileError(f"{wp}: not an .npz archive of named arrays")
+        with data:
+            for k in data.files:
+                arr = data[k]
+                if arr.dtype.kind not in "biuf":
+                    raise GraphFileError(f"{wp}: weight {k!r}: {arr.dtype} data, expected "
+                                         "numbers")
+                weights[k] = arr
+    except GraphFileError:
+        raise
+    except FileNotFoundError:
+        raise GraphFileError(f"{wp}: weight data file not found") from None
+    except IsADirectoryError:
+        raise GraphFileError(f"{wp}: is a directory, not a weight data file") from None
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+        raise GraphFileError(f"{wp}: corrupt or truncated weight data "
+                             f"({type(e).__name__}: {e})") from None
+    except MemoryError:
+        raise GraphFileError(f"{wp}: weight data too large for memory") from None
+    return weights
 
 
 def to_text(graph: Graph, max_nodes: int | None = None) -> str:

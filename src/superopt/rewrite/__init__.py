@@ -47,19 +47,18 @@ def verified_starter_rules() -> list[Rule]:
 
 def load_rules(spec: str | Path | None = None, include_refuted: bool = False
                ) -> tuple[list[Rule], int]:
-    """Rules from `spec`: None or "starter" (the starter library), a text rule file, or a
-    JSON/JSONL library. Rules a verifier refuted are left out unless asked; returns the
-    rules and how many were left out."""
-    from superopt.substitutions.library import load_library
-    from superopt.substitutions.text import read_rules
+    """Rules from `spec`: None or "starter" (the starter library), a text rule file, a
+    JSON/JSONL library, TASO's graph_subst.pb or Tensat's rule files. Rules a verifier
+    refuted are left out unless asked; returns the rules and how many were left out."""
+    from superopt.substitutions.readers import read_any
 
     if spec is None or str(spec) == "starter":
         return starter_rules(), 0
     path = Path(spec)
     if not path.exists():
         raise IRError(f"{path}: no such rule file")
-    rules = list(load_library(path).rules) if path.suffix in (".json", ".jsonl") \
-        else read_rules(path)
+    # Every format `verify` reads (TASO's .pb and Tensat's files too), by the same reader.
+    rules = read_any(path)
     kept = [r for r in rules if include_refuted or r.status.state != "refuted"]
     return kept, len(rules) - len(kept)
 

@@ -65,10 +65,13 @@ def rule_to_json(rule: Rule) -> dict[str, Any]:
 
 
 def rule_from_json(d: Mapping[str, Any], source: str, index: int) -> Rule:
-    try:
-        text = d["rule"]
-    except (KeyError, TypeError):
+    if not isinstance(d, Mapping) or not isinstance(d.get("rule"), str):
         raise LibraryError(f"{source}: rule {index}: missing \"rule\" text") from None
+    text = d["rule"]
+    for key, kind in (("name", str), ("kind", str), ("provenance", Mapping), ("status", Mapping)):
+        if key in d and not isinstance(d[key], kind):
+            raise LibraryError(f"{source}: rule {index}: \"{key}\" must be a "
+                               f"{'string' if kind is str else 'JSON object'}")
     try:
         rule = parse_rule(text, f"{source} (rule {index})", 1)
     except RuleSyntaxError as e:
@@ -102,17 +105,30 @@ def save_library(lib: RuleLibrary | Iterable[Rule], path: str | Path,
 
 
 def load_library(path: str | Path) -> RuleLibrary:
+    from superopt.ir.files import read_text
+
     path = Path(path)
+    text = read_text(path, LibraryError)
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise LibraryError(f"{path}: cannot read ({e.strerror or e})") from None
+        return _parse_library(path, text)
+    except RecursionError:
+        raise LibraryError(f"{path}: invalid JSON: nested too deeply") from None
+    except ValueError as e:  # NaN/Infinity, or an integer too long to convert
+        raise LibraryError(f"{path}: invalid JSON: {e}") from None
+
+
+def _no_constant(name: str) -> float:
+    # json accepts NaN and Infinity, which no library field may hold.
+    raise ValueError(f"{name} is not a valid JSON number")
+
+
+def _parse_library(path: Path, text: str) -> RuleLibrary:
     if path.suffix == ".jsonl":
         lines = [ln for ln in text.splitlines() if ln.strip()]
         docs = []
         for i, ln in enumerate(lines, start=1):
             try:
-                docs.append(json.loads(ln))
+                docs.append(json.loads(ln, parse_constant=_no_constant))
             except json.JSONDecodeError as e:
                 raise LibraryError(f"{path}:{i}:{e.colno}: invalid JSON: {e.msg}") from None
         if not docs:
@@ -120,7 +136,7 @@ def load_library(path: str | Path) -> RuleLibrary:
         header, items = docs[0], docs[1:]
     else:
         try:
-            header = json.loads(text)
+            header = json.loads(text, parse_constant=_no_constant)
         except json.JSONDecodeError as e:
             raise LibraryError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
         items = header.get("rules") if isinstance(header, dict) else None

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from superopt.ir.errors import IRError
+from superopt.ir.files import decode, read_bytes
 from superopt.substitutions.library import LibraryError, load_library
 from superopt.substitutions.presets import TASO_INPUTS
 from superopt.substitutions.rule import Rule
@@ -666,11 +667,11 @@ def _pb_rule(r: PbRule, i: int, where: str, source: str, name: str) -> Rule:
 
 # ---- files --------------------------------------------------------------------------
 
+TEXT_SUFFIXES = (".rules", ".txt", ".json", ".jsonl")
+
+
 def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise RuleFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    return read_bytes(path, RuleFileError)
 
 
 def _stem(path: Path) -> str:
@@ -686,7 +687,7 @@ def read_taso_pb(path: str | Path, problems: Problems | None = None) -> list[Rul
 def read_tensat_equations(path: str | Path, multi: bool | None = None,
                           problems: Problems | None = None) -> list[Rule]:
     path = Path(path)
-    text = _read_bytes(path).decode("utf-8", errors="replace")
+    text = decode(_read_bytes(path), str(path), RuleFileError)
     m = "multi" in path.name if multi is None else multi
     return parse_tensat_equations(text, str(path), m, _stem(path), problems)
 
@@ -694,7 +695,7 @@ def read_tensat_equations(path: str | Path, multi: bool | None = None,
 def read_tensat_sexprs(path: str | Path, multi: bool | None = None,
                        problems: Problems | None = None) -> list[Rule]:
     path = Path(path)
-    text = _read_bytes(path).decode("utf-8", errors="replace")
+    text = decode(_read_bytes(path), str(path), RuleFileError)
     m = "multi" in path.name if multi is None else multi
     return parse_tensat_sexprs(text, str(path), m, _stem(path), problems)
 
@@ -710,7 +711,8 @@ def detect_format(path: str | Path) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return "taso-pb"
+        # A file named as text is text that cannot be decoded, not a binary rule file.
+        return "text" if path.suffix in TEXT_SUFFIXES else "taso-pb"
     if "\x00" in text or (data[:1] == b"\x0a" and not text.strip().startswith(("(", "#"))):
         return "taso-pb"
     stripped = text.lstrip()
@@ -749,7 +751,7 @@ def read_any(path: str | Path, problems: Problems | None = None) -> list[Rule]:
         return read_tensat_equations(path, problems=problems)
     if fmt == "tensat-sexpr":
         return read_tensat_sexprs(path, problems=problems)
-    text = _read_bytes(path).decode("utf-8", errors="replace")
+    text = decode(_read_bytes(path), str(path), RuleFileError)
     ours_problems: list[RuleSemanticError] | None = [] if problems is not None else None
     try:
         rules = parse_rules(text, str(path), ours_problems)

@@ -361,12 +361,13 @@ def parse_rules(text: str, source: str = "<rules>",
 
 
 def read_rules(path: str | Path) -> list[Rule]:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise RuleSyntaxError(str(path), 0, 0, f"cannot read ({e.strerror or e})") from None
-    return parse_rules(text, str(path))
+    from superopt.ir.files import read_text
+
+    return parse_rules(read_text(path, RuleFileReadError), str(path))
+
+
+class RuleFileReadError(IRError):
+    """A rule text file that cannot be read or is not UTF-8 text."""
 
 
 # ---- printing -----------------------------------------------------------------------
