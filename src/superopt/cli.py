@@ -120,8 +120,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                   args.device if args.backend == "torch" else "cpu (numpy)",
                   f"{statistics.median(times) * 1e3:.2f}", f"{min(times) * 1e3:.2f}",
                   str(len(times)), f"{cmp.max_abs_err:.2e}", f"{cmp.max_rel_err:.2e}",
-                  "[green]match[/]" if cmp.ok else "[red]MISMATCH[/]")
+                  ("[yellow]match, NaN/inf[/]" if cmp.nonfinite else "[green]match[/]")
+                  if cmp.ok else "[red]MISMATCH[/]")
     console.print(table)
+    if cmp.nonfinite:
+        # Equal NaNs are not a meaningful match: say so rather than print a clean "match".
+        console.print(f"[yellow]warning[/]: {cmp.nonfinite} of {cmp.size} output values are "
+                      "NaN or inf in the reference too; the check compared the rest")
     return 0 if cmp.ok else 1
 
 
@@ -540,6 +545,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep weight-only computations as ops instead of folding them")
     p.add_argument("--no-check", action="store_true",
                    help="skip the value check with the reference interpreter")
+    p.add_argument("--keep-different", action="store_true",
+                   help="save --out even when the value check fails (marked in --json); by "
+                        "default a result whose values differ is not saved")
     p.add_argument("--repeats", type=int, default=10,
                    help="timed torch runs per graph (0: no timing); medians are reported")
     p.add_argument("--warmup", type=int, default=2, help="untimed torch runs per graph")

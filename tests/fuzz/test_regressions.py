@@ -165,3 +165,48 @@ def test_a_graph_too_large_for_memory_is_refused_with_the_figure(
     path = save(b.build([b.relu(x)]), tmp_path / "big.json")
     err = _one_line_error(["run", str(path), "--backend", "reference"], capsys, "TiB")
     assert "available" in err
+
+
+def _nan_graph(tmp_path: Path) -> Path:
+    b = GraphBuilder("nan")
+    x = b.input("x", (2, 4))
+    data = np.arange(16.0).reshape(4, 4)
+    data[0, 0], data[1, 1] = np.nan, np.inf
+    return save(b.build([b.matmul(x, b.weight("w", (4, 4), data=data))]), tmp_path / "nan.json")
+
+
+def test_nan_outputs_are_not_a_clean_match(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(_nan_graph(tmp_path)), "--repeats", "1", "--warmup", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "warning" in out and "NaN or inf" in out
+
+
+def test_check_values_fails_on_nan_where_the_original_is_finite() -> None:
+    from superopt.rewrite.check import check_values
+
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 4))
+    before = b.build([b.relu(x)])
+    b2 = GraphBuilder("g")
+    x2 = b2.input("x", (2, 4))
+    bad = np.full((4, 4), np.nan)
+    after = b2.build([b2.matmul(x2, b2.weight("w", (4, 4), data=bad))])
+    check = check_values(before, after)
+    assert not check.ok and "NaN/inf" in check.problem
+    same = check_values(after, after)
+    assert same.ok and "warning" in same.problem
+
+
+def test_optimize_never_saves_a_result_whose_values_differ(
+        graph_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wrong = tmp_path / "wrong.rules"
+    wrong.write_text("drop_relu: (relu ?x) => ?x\n")
+    out, figures = tmp_path / "o.json", tmp_path / "f.json"
+    argv = ["optimize", str(graph_file), "--rules", str(wrong), "--repeats", "0",
+            "--cost", "flops", "--out", str(out), "--json", str(figures)]
+    assert main(argv) == 1
+    assert "VALUES DIFFER" in capsys.readouterr().out
+    assert not out.exists() and json.loads(figures.read_text())["values"] == "differ"
+    assert main([*argv, "--keep-different"]) == 1
+    assert out.exists() and json.loads(figures.read_text())["kept_different"] is True

@@ -12,6 +12,7 @@ lowering against `superopt.ir.interpret` on identical inputs.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -499,6 +500,7 @@ class OutputComparison:
     rel_err: float
     ok: bool
     problem: str = ""
+    nonfinite: int = 0  # NaN/inf reference values (matched on the torch side when ok)
 
 
 @dataclass(frozen=True)
@@ -514,6 +516,15 @@ class Comparison:
     dtype: str
     device: str
 
+    @property
+    def nonfinite(self) -> int:
+        """NaN/inf values in the reference outputs: a match there says little."""
+        return sum(o.nonfinite for o in self.outputs)
+
+    @property
+    def size(self) -> int:
+        return sum(math.prod(o.shape) for o in self.outputs)
+
     def summary(self) -> str:
         bad = [o for o in self.outputs if not o.ok]
         head = "ok" if self.ok else f"MISMATCH in outputs {[o.index for o in bad]}"
@@ -521,6 +532,9 @@ class Comparison:
                 f"{self.max_rel_err:.3g} ({self.dtype} on {self.device}, rtol {self.rtol:g}, "
                 f"atol {self.atol:g})")
         problems = [f"output {o.index}: {o.problem}" for o in bad if o.problem]
+        if self.nonfinite:
+            problems.append(f"warning: {self.nonfinite} of {self.size} reference values are "
+                            "NaN or inf")
         return "; ".join([text, *problems])
 
 
@@ -544,7 +558,8 @@ def compare_arrays(index: int, got: np.ndarray, want: np.ndarray, rtol: float, a
     err = float(np.max(np.abs(g[finite] - w[finite]), initial=0.0))
     scale = float(np.max(np.abs(w[finite]), initial=0.0))
     rel = err / scale if scale > 0 else (0.0 if err == 0 else np.inf)
-    return OutputComparison(index, shape, err, scale, rel, err <= atol + rtol * scale)
+    return OutputComparison(index, shape, err, scale, rel, err <= atol + rtol * scale,
+                            nonfinite=int((~finite).sum()))
 
 
 def compare(graph: Graph, feeds: Mapping[str, Any] | None = None,

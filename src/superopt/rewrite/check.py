@@ -52,17 +52,33 @@ def check_values(before: Graph, after: Graph, feeds: Mapping[str, Any] | None = 
     if len(a) != len(b):
         return ValueCheck(False, np.inf, np.inf, rtol, f"{len(a)} outputs before, {len(b)} after")
     worst_rel = worst_abs = 0.0
+    special = 0  # non-finite reference values, equal on both sides
     for i, (x, y) in enumerate(zip(a, b, strict=True)):
         if x.shape != y.shape:
             return ValueCheck(False, np.inf, np.inf, rtol,
                               f"output {i}: shape {list(x.shape)} before, {list(y.shape)} after")
         if x.size == 0:
             continue
-        err = float(np.max(np.abs(x - y)))
-        scale = float(np.max(np.abs(x)))
+        # NaN compares false with everything: left to max() it would read as no error at
+        # all. A non-finite value must be the same non-finite value on the other side.
+        finite = np.isfinite(x)
+        same = (x == y) | (np.isnan(x) & np.isnan(y))
+        if not (same | finite).all():
+            n = int((~same & ~finite).sum())
+            return ValueCheck(False, np.inf, np.inf, rtol,
+                              f"output {i}: {n} NaN/inf values of the original differ after")
+        if not np.isfinite(y[finite]).all():
+            n = int((~np.isfinite(y) & finite).sum())
+            return ValueCheck(False, np.inf, np.inf, rtol,
+                              f"output {i}: {n} NaN/inf values where the original is finite")
+        special += int((~finite).sum())
+        err = float(np.max(np.abs(x[finite] - y[finite]), initial=0.0))
+        scale = float(np.max(np.abs(x[finite]), initial=0.0))
         rel = err / scale if scale > 0 else (0.0 if err == 0 else np.inf)
         worst_rel, worst_abs = max(worst_rel, rel), max(worst_abs, err)
-    return ValueCheck(bool(worst_rel <= rtol), worst_rel, worst_abs, rtol)
+    warning = f"warning: {special} NaN/inf values in the original's outputs (equal after)" \
+        if special else ""
+    return ValueCheck(bool(worst_rel <= rtol), worst_rel, worst_abs, rtol, warning)
 
 
 def _known(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
 from typing import Any
+
+from superopt.ir.files import atomic_write_text
 
 
 def run(args: argparse.Namespace, console: Any, load: Any) -> int:
@@ -35,6 +36,10 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
         raise IRError(f"--cost-db keeps measured torch costs: it needs --cost torch, not "
                       f"--cost {args.cost}")
     graph = load(args.model, args.batch)
+    if not args.no_check:
+        from superopt.ir.interpret import check_memory
+
+        check_memory(graph)  # before the search, not after it
     rules, refuted = load_rules(args.rules)
     matcher = Matcher(rules)
     threads = args.threads or None  # 0: torch's default
@@ -116,8 +121,9 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
         with console.status("checking values with the reference interpreter"):
             check = check_values(graph, final, seed=args.seed)
         ok = check.ok
-        console.print(("[green]" if ok else "[red]") + check.summary() + "[/]")
+        console.print(("[green]" if ok else "[red]") + check.summary() + "[/]", markup=True)
         figures["max_rel_err"] = check.max_rel_err
+        figures["values"] = "equal" if ok else "differ"
     if args.repeats > 0:
         with console.status(f"timing both graphs on torch (cpu), {args.repeats} runs each"):
             timing = time_side_by_side([graph, final], repeats=args.repeats,
@@ -132,15 +138,19 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
         figures.update(torch_before_s=before, torch_after_s=after,
                        torch_ratio=timing.ratio(), torch_ratio_ci=[lo, hi],
                        torch_threads=timing.threads)
-    if args.out:
+    if args.out and (ok or args.keep_different):
         from superopt.exporters import export
 
-        console.print(f"saved {export(final, args.out)}")  # the suffix picks the format
+        console.print(f"saved {export(final, args.out)}"  # the suffix picks the format
+                      + ("" if ok else " (values differ: kept by --keep-different)"))
+        figures["saved"] = str(args.out)
+        figures["kept_different"] = not ok
+    elif args.out:
+        console.print(f"[red]not saved[/]: the values differ, so {args.out} would not compute "
+                      "the model (--keep-different saves it anyway)")
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(figures, indent=1) + "\n")
-        console.print(f"wrote {path}")
+        atomic_write_text(args.json, json.dumps(figures, indent=1) + "\n")
+        console.print(f"wrote {args.json}")
     return 0 if ok else 1
 
 
