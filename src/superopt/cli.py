@@ -211,6 +211,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0 if not found else 1
 
 
+def cmd_covers(args: argparse.Namespace) -> int:
+    from superopt.substitutions.covers_command import cmd_covers as run
+
+    return run(args)
+
+
 # ---- generate -----------------------------------------------------------------------
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -436,6 +442,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out rules another rule yields by substituting a variable")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_generate)
+    p = sub.add_parser("covers", help="which rules a library derives by rewriting",
+                       description="Check each rule of RULES against LIB by bounded equality "
+                       "saturation: covered (with the chain of LIB rules applied), not covered, "
+                       "or budget exhausted. Without RULES, prune LIB: keep the rules its "
+                       "smaller rules do not derive.")
+    p.add_argument("lib", metavar="LIB", help="the library (any rule file format)")
+    p.add_argument("rules", metavar="RULES", nargs="?",
+                   help="rules to check (any format); omitted: prune LIB by its own rules")
+    p.add_argument("--max-nodes", type=int, default=4000, help="e-nodes per check (4000)")
+    p.add_argument("--time-limit", type=float, default=2.0, help="seconds per check (2)")
+    p.add_argument("--max-iters", type=int, default=12, help="saturation rounds per check (12)")
+    p.add_argument("--jobs", type=int, default=0, help="processes (0: one per core)")
+    p.add_argument("--json", metavar="REPORT.json", help="write every verdict as JSON")
+    p.add_argument("--out", metavar="PRUNED.json", help="without RULES: write the rules kept")
+    p.add_argument("-v", "--verbose", action="store_true", help="also list covered rules")
+    p.set_defaults(func=cmd_covers)
     p = sub.add_parser("verify", help="prove rule files with Z3, refute false rules",
                        description="Verify substitution rules: random testing against the "
                                    "reference semantics first (a counterexample refutes a "
