@@ -36,6 +36,7 @@ from superopt.verifier.axioms import (
     axioms_from_rules,
     builtin_axioms,
     builtin_text,
+    compile_axioms,
 )
 from superopt.verifier.cache import validate_axioms_cached
 from superopt.verifier.parallel import default_jobs
@@ -279,6 +280,11 @@ def run(args: argparse.Namespace) -> int:
                       f"({sum(len(c.directions) for c in checks)} directions).")
         if not args.files:
             return EXIT_OK
+    # A usable library rule may still have a direction Z3 cannot take as an axiom (a
+    # bare-variable trigger, an attribute its trigger does not bind): say so, since the
+    # prover would otherwise leave it out without a word.
+    _, unusable = compile_axioms([a for a in usable if a.origin != "builtin"])
+    notes += [f"{name} ({d}): not used as an axiom ({why})" for name, d, why in unusable]
     notes += [f"{p.location}: {p.name}: not used as an axiom ({p.reason})"
               for _, _, problems, _ in libraries for p in problems]
     for note in notes:

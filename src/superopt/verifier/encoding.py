@@ -26,7 +26,7 @@ from superopt.ir.rules import MissingRule
 from superopt.substitutions.pattern import AConst, AVar, Pattern, PNode, PVar, walk
 from superopt.substitutions.rule import Rule
 from superopt.verifier.shapes import TABLE, Call, FuncKey, Z3Env, make_call
-from superopt.verifier.zvalues import AttrCodec, Translator, Unsupported, ZVal, codec_for
+from superopt.verifier.zvalues import AttrCodec, Translator, Unsupported, ZVal, codec_for, equal
 
 
 def attr_var_codecs(rule: Rule) -> dict[str, AttrCodec]:
@@ -63,6 +63,9 @@ class Scope:
     tensors: dict[str, z3.ExprRef]
     attrs: dict[str, ZVal]
     side: list[z3.BoolRef] = field(default_factory=list)
+    # In a trigger, a computed attribute becomes a fresh quantified variable (listed
+    # here) that the guard equates with the expression; None: not allowed.
+    lifted: list[z3.ExprRef] | None = None
 
     def translator(self) -> Translator:
         return Translator(self.tensors, self.attrs, self.env.rank, self.env.dim)
@@ -104,10 +107,22 @@ def encode_pattern(p: Pattern, scope: Scope, trigger: bool = False) -> z3.ExprRe
             if a.name not in scope.attrs:
                 raise Unsupported(f"attribute variable ?{a.name} is not bound")
             vals[spec.name] = scope.attrs[a.name]
-        else:
-            if trigger:
+        elif trigger:
+            # A trigger matches the attribute graphs store, so it holds a variable; the
+            # guard asks it to equal the computed value (e.g. conv2d groups={dim(?x,1)
+            # // dim(?w,1)} in a generated rule). Graphs store canonical values, so an
+            # expression with a non-canonical value (a negative axis) never fires: the
+            # axiom is then weaker, never unsound.
+            if scope.lifted is None:
                 raise Unsupported(f"{p.op}: a computed attribute {{{a.text}}} cannot be part "
                                   "of a trigger")
+            var, slots = codec.fresh(f"{{{a.text}}}#{len(scope.lifted)}")
+            scope.lifted.extend(slots)
+            v, ok = scope.translator().evaluate(a.text)
+            scope.side += [ok, equal(var, v)]
+            vals[spec.name] = var
+            kinds[spec.name] = "AVar"
+        else:
             v, ok = scope.translator().evaluate(a.text)
             scope.side.append(ok)
             vals[spec.name] = v
@@ -231,7 +246,7 @@ def quantify(rule: Rule, e: Z3Env, name: str, direction: str = "=>",
     for var, codec in codecs.items():
         attrs[var], consts = codec.fresh(f"{tag}:?{var}")
         bound += consts
-    scope = Scope(e, tensors, attrs)
+    scope = Scope(e, tensors, attrs, lifted=[])
     try:
         lhs = [encode_pattern(p, scope, trigger=True) for p in rule.source]
         cond = scope.translator().condition(rule.condition) if rule.condition else z3.BoolVal(True)
@@ -240,6 +255,7 @@ def quantify(rule: Rule, e: Z3Env, name: str, direction: str = "=>",
         if isinstance(err, Unsupported):
             raise
         raise Unsupported(str(err)) from None
+    bound += scope.lifted or []
     guard = z3.And(*[e.wt(t) for t in lhs], cond, *scope.side,
                    *([e.wt(t) for t in rhs] if guard_target else []))
     body = z3.Implies(guard, z3.And(*[a == b for a, b in zip(lhs, rhs, strict=True)]))
