@@ -20,6 +20,7 @@ import numpy as np
 
 from superopt.ir import ops as _ops  # noqa: F401  (registers the op set)
 from superopt.ir.errors import IRError, LintError, ShapeError
+from superopt.ir.memory import MemoryLimitError, ensure_fits, human_bytes
 from superopt.ir.opdef import SOURCE, VARIADIC, AttrValue, get_op
 from superopt.ir.types import DType, TensorType
 
@@ -315,7 +316,12 @@ class GraphBuilder:
             if tuple(arr.shape) != tuple(shape):
                 raise ShapeError("weight", None, f"data of shape {list(shape)} for {name!r}",
                                  f"{list(arr.shape)}")
-            arr = arr.copy()
+            ensure_fits(arr.nbytes, f"weight {name!r} {list(arr.shape)}")
+            try:
+                arr = arr.copy()
+            except MemoryError:
+                raise MemoryLimitError(f"weight {name!r} {list(arr.shape)}: "
+                                       f"{human_bytes(arr.nbytes)} do not fit in memory") from None
             arr.setflags(write=False)
             self.weights[name] = arr
         return v

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +24,8 @@ import numpy as np
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, Node, Value
 from superopt.ir.kernels import P
+from superopt.ir.memory import MemoryLimitError as MemoryLimitError  # re-exported
+from superopt.ir.memory import ensure_fits, human_bytes
 from superopt.ir.opdef import get_op
 from superopt.ir.rules import RuleTable
 from superopt.ir.types import TensorType
@@ -32,37 +33,6 @@ from superopt.ir.types import TensorType
 
 class FeedError(IRError):
     """A feed that does not match the graph's input (unknown name, shape or dtype)."""
-
-
-class MemoryLimitError(IRError):
-    """A graph whose values would not fit in this machine's memory: refused up front, with
-    the figure, instead of failing (or swapping) part-way through an allocation."""
-
-
-# Below this estimate a graph is run without asking the system how much memory is free.
-_SMALL_BYTES = 1 << 30
-
-
-def _available_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62  # unknown: do not refuse
-
-
-def _human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"
 
 
 def check_memory(graph: Graph, itemsize: int = 8, sources_only: bool = False) -> None:
@@ -77,18 +47,14 @@ def check_memory(graph: Graph, itemsize: int = 8, sources_only: bool = False) ->
             for t in n.types:
                 if t.size > largest:
                     largest, where = t.size, (n, t)
-    need = (total + 2 * largest) * itemsize
-    if need < _SMALL_BYTES:
+    if where is None:
         return
-    have = _available_bytes()
-    if need > have and where is not None:
-        node, t = where
-        label = f"{node.op} {node.attr('name')!r}" if node.is_named_source else \
-            f"%{node.id} ({node.op})"
-        raise MemoryLimitError(
-            f"graph {graph.name!r} needs about {_human_bytes(need)} to run at "
-            f"{itemsize * 8}-bit precision, more than the {_human_bytes(have)} available "
-            f"(largest tensor: {label} {t}, {_human_bytes(t.size * itemsize)})")
+    node, t = where
+    label = f"{node.op} {node.attr('name')!r}" if node.is_named_source else \
+        f"%{node.id} ({node.op})"
+    ensure_fits((total + 2 * largest) * itemsize,
+                f"graph {graph.name!r} at {itemsize * 8}-bit precision (largest tensor: "
+                f"{label} {t}, {human_bytes(t.size * itemsize)})")
 
 
 def source_rng(seed: int, name: str) -> np.random.Generator:

@@ -13,14 +13,15 @@ schema version is refused with one line saying which.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from superopt.ir.errors import IRError
 
@@ -56,6 +57,24 @@ CREATE TABLE IF NOT EXISTS measurements (
     at REAL NOT NULL
 );
 """
+
+
+T = TypeVar("T")
+
+
+def _readable(method: Callable[..., T]) -> Callable[..., T]:
+    """A query over a file that may be damaged: SQLite's corruption errors and rows whose
+    fields are not the numbers they should be become one RecordsError naming the file."""
+    @functools.wraps(method)
+    def wrapper(self: RecordsDB, *args: Any, **kwargs: Any) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as e:
+            raise RecordsError(f"{self.path}: corrupt records database ({e})") from None
+        except (TypeError, ValueError, OverflowError) as e:
+            raise RecordsError(f"{self.path}: corrupt record in {method.__name__} "
+                               f"({type(e).__name__}: {e})") from None
+    return wrapper
 
 
 def _dump(value: Mapping[str, Any]) -> str:
@@ -168,19 +187,23 @@ class RecordsDB:
         return Measurement(int(r[0]), str(r[1]), math.inf if rt >= 1e300 else rt, int(r[3]),
                            str(r[4]), str(r[5]), float(r[6]))
 
+    @_readable
     def measurements(self) -> list[Measurement]:
         rows = self.conn.execute("SELECT step, candidate, runtime, noise_seed, strategy, phase, "
                                  "wall_s FROM measurements ORDER BY step")
         return [self._row(r) for r in rows]
 
+    @_readable
     def count(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0])
 
+    @_readable
     def best(self) -> Measurement | None:
         r = self.conn.execute("SELECT step, candidate, runtime, noise_seed, strategy, phase, "
                               "wall_s FROM measurements ORDER BY runtime, step LIMIT 1").fetchone()
         return self._row(r) if r is not None else None
 
+    @_readable
     def config(self, candidate: str) -> dict[str, Any]:
         r = self.conn.execute("SELECT config FROM candidates WHERE key = ?",
                               (candidate,)).fetchone()
