@@ -6,7 +6,15 @@ stage) and writes JSON. TASO's own C++ generator on a 2-core machine like ours, 
 16.4 M graphs visited, 197 s wall, 106 s CPU, 7.1 GB peak, 619 rules (535 single-output,
 84 two-output).
 
-Run: `.venv/bin/python benchmarks/generate.py [--sizes 2,3] [--workers 2] [--out FILE]`.
+Coverage (`--coverage`): which of Tensat's 931 TASO equations our 3-op library derives by
+rewriting (`superopt covers`), and which of our rules TASO's equations do not derive (the
+new ones), with examples; written to `benchmarks/results/generate_coverage.json`. The
+library is `--lib FILE` when given (a cached `superopt generate --preset taso --max-ops 3
+--out FILE`), otherwise generated first. TASO's own 619-rule `graph_subst.pb` is binary
+and could not be fetched here (see benchmarks/data/README.md), so its row is not measured.
+
+Run: `.venv/bin/python benchmarks/generate.py [--sizes 2,3] [--workers 2] [--out FILE]`,
+`.venv/bin/python benchmarks/generate.py --coverage [--lib LIB.json] [--workers 2]`.
 """
 
 from __future__ import annotations
@@ -15,8 +23,10 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,6 +55,109 @@ def run(preset: str, size: int, workers: int) -> dict:
     return out
 
 
+TENSAT = "benchmarks/data/tensat_taso_rules.txt"
+VERDICTS = ("covered", "not covered", "budget", "error")
+
+
+def _library(lib: str | None, workers: int) -> tuple[str, float | None]:
+    """The 3-op library to measure: the given file, or a fresh generate run's."""
+    if lib:
+        return lib, None
+    out = Path(tempfile.mkdtemp()) / "taso3.json"
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "superopt", "generate", "--preset", "taso",
+                    "--max-ops", "3", "--workers", str(workers), "--out", str(out), "--quiet"],
+                   check=True, capture_output=True)
+    return str(out), time.perf_counter() - t0
+
+
+def _side(lib: str, rules: str, budget: tuple[int, float, int], workers: int,
+          commutative: bool) -> dict:
+    from superopt.substitutions.covers_command import cover_files
+
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    records = cover_files(lib, rules, budget, workers, commutative=commutative)
+    wall = time.perf_counter() - t0
+    times = sorted(r["time_s"] for r in records)
+    counts = {k: sum(r["verdict"] == k for r in records) for k in VERDICTS}
+    steps = sorted(len(r["derivation"]) for r in records if r["verdict"] == "covered")
+    return {"lib": lib, "rules": rules, "commutative": commutative, "total": len(records),
+            "counts": counts,
+            "wall_s": wall, "load": [load0, os.getloadavg()[0]],
+            "time_per_rule_s": {"median": statistics.median(times), "max": times[-1],
+                                "sum": sum(times)},
+            "derivation_steps": {"median": statistics.median(steps) if steps else None,
+                                 "max": steps[-1] if steps else None},
+            # Kept small: every rule not covered with its reason, every derivation as text.
+            "not_covered": [{k: r[k] for k in ("rule", "verdict", "reason", "nodes", "time_s")}
+                            for r in records if r["verdict"] != "covered"],
+            "derivations": {r["rule"]: " ; ".join(d["rule"] + ("" if d["forward"] else " (<-)")
+                                                  for d in r["derivation"])
+                            for r in records if r["verdict"] == "covered"}}
+
+
+def coverage(args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from superopt.substitutions.readers import read_any
+    from superopt.substitutions.text import format_rule
+
+    lib, gen_s = _library(args.lib, args.workers)
+    budget = (args.max_nodes, args.time_limit, args.max_iters)
+    # Tensat's equations by our library, alone and with ewadd/ewmul commutativity (which
+    # the generator leaves out: its rules hold modulo it); our rules by Tensat's equations
+    # (TASO's verifier has commutativity as an axiom, so it is added there too).
+    alone = _side(lib, TENSAT, budget, args.workers, False)
+    ours = _side(lib, TENSAT, budget, args.workers, True)
+    new = _side(TENSAT, lib, budget, args.workers, True)
+    texts = {r.name: format_rule(r) for r in read_any(lib)}
+    table = Table(title=f"rule coverage by derivation (superopt covers; budget {budget[0]} "
+                        f"e-nodes, {budget[1]:g} s, {budget[2]} rounds per rule; "
+                        f"{args.workers} workers)")
+    for col in ("rules", "by", *VERDICTS, "wall (s)", "median / max per rule (s)",
+                "load before / after"):
+        table.add_column(col, justify="right" if col not in ("rules", "by") else "left")
+    for label, by, r in (("Tensat's 931 TASO equations", "our 3-op library", alone),
+                         ("Tensat's 931 TASO equations", "our 3-op library + commutativity",
+                          ours),
+                         ("our 3-op library", "Tensat's 931 equations + commutativity", new)):
+        c = r["counts"]
+        table.add_row(f"{label} ({r['total']})", by, *(f"{c[k]} ({100 * c[k] / r['total']:.1f}%)"
+                                                       for k in VERDICTS),
+                      f"{r['wall_s']:.1f}", f"{r['time_per_rule_s']['median']:.3f} / "
+                      f"{r['time_per_rule_s']['max']:.2f}",
+                      f"{r['load'][0]:.1f} / {r['load'][1]:.1f}")
+    table.add_row("TASO's 619-rule graph_subst.pb", "our 3-op library", *([""] * 4),
+                  "not measured: the binary file could not be fetched", "", "")
+    console = Console(width=160)
+    console.print(table)
+    fresh = new["not_covered"]
+    console.print(f"{len(fresh)} of our {new['total']} rules are not derived by Tensat's "
+                  f"equations ({new['counts']['not covered']} saturated, "
+                  f"{new['counts']['budget']} out of budget, {new['counts']['error']} "
+                  "without an instance); examples:")
+    for v in fresh[:args.examples]:
+        console.print(f"  [{v['verdict']}] {texts.get(v['rule'], v['rule'])}", markup=False)
+    missed = ours["not_covered"] or alone["not_covered"]
+    if missed:
+        console.print(f"Tensat equations our library does not derive ({len(missed)}), "
+                      "first ones:")
+        for v in missed[:args.examples]:
+            console.print(f"  [{v['verdict']}] {v['rule']} {v['reason']}", markup=False)
+    out = Path(args.coverage_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "machine": platform.machine(), "cpus": os.cpu_count(), "workers": args.workers,
+        "library": {"file": lib, "generate_wall_s": gen_s},
+        "budget": {"max_nodes": budget[0], "time_s": budget[1], "max_iters": budget[2]},
+        "tensat_by_ours": alone, "tensat_by_ours_commutative": ours, "ours_by_tensat": new,
+        "new_rules_examples": [texts.get(v["rule"], v["rule"]) for v in fresh[:args.examples]],
+        "taso_pb": "not measured: graph_subst.pb could not be fetched"}, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
 def main() -> None:
     from rich.console import Console
     from rich.table import Table
@@ -54,7 +167,18 @@ def main() -> None:
     parser.add_argument("--sizes", default="2,3")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", default="benchmarks/results/generate.json")
+    parser.add_argument("--coverage", action="store_true",
+                        help="measure rule coverage instead of the generator")
+    parser.add_argument("--lib", help="with --coverage: the 3-op library (else generated)")
+    parser.add_argument("--max-nodes", type=int, default=4000)
+    parser.add_argument("--time-limit", type=float, default=2.0)
+    parser.add_argument("--max-iters", type=int, default=12)
+    parser.add_argument("--examples", type=int, default=12)
+    parser.add_argument("--coverage-out", default="benchmarks/results/generate_coverage.json")
     args = parser.parse_args()
+    if args.coverage:
+        coverage(args)
+        return
 
     runs = {}
     for size in (int(s) for s in args.sizes.split(",")):

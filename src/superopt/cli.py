@@ -456,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=0, help="processes (0: one per core)")
     p.add_argument("--json", metavar="REPORT.json", help="write every verdict as JSON")
     p.add_argument("--out", metavar="PRUNED.json", help="without RULES: write the rules kept")
+    p.add_argument("--commutative", action="store_true",
+                   help="also apply ewadd/ewmul commutativity (the generator's rules hold "
+                        "modulo it and it never emits it)")
     p.add_argument("-v", "--verbose", action="store_true", help="also list covered rules")
     p.set_defaults(func=cmd_covers)
     p = sub.add_parser("verify", help="prove rule files with Z3, refute false rules",

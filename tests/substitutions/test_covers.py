@@ -166,3 +166,12 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Cap
     assert main(["covers", str(good), str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(bad) in err and where in err
+
+
+def test_commutativity_is_applied_only_when_asked() -> None:
+    rule = one("swap: (ewmul (ewadd ?a ?b) ?c) => (ewmul ?c (ewadd ?b ?a)) if shape(?a) == "
+               "(2, 2) and shape(?b) == (2, 2) and shape(?c) == (2, 2)")
+    empty = compile_library([])
+    assert check(empty, rule).verdict == "not covered"
+    with_comm = compile_library([], commutative=True)
+    assert sorted(s.rule for s in check(with_comm, rule).steps) == ["comm.ewadd", "comm.ewmul"]

@@ -157,11 +157,22 @@ def _expr_vars_in(pats: Sequence[Any]) -> set[str]:
             for _, a in q.attrs if isinstance(a, AExpr) for v in expr_vars(a.text)}
 
 
-def compile_library(rules: Sequence[Rule]) -> Library:
-    """Every usable direction of every rule, and why the others cannot be used."""
+# The generator enumerates commutative ops with their operands in one order only, so its
+# rules hold modulo commutativity and it never emits commutativity as a rule of its own;
+# TASO's verifier likewise has it as an axiom. `commutative=True` adds it.
+COMMUTATIVITY = ("comm.ewadd: (ewadd ?x ?y) => (ewadd ?y ?x)",
+                 "comm.ewmul: (ewmul ?x ?y) => (ewmul ?y ?x)")
+
+
+def compile_library(rules: Sequence[Rule], commutative: bool = False) -> Library:
+    """Every usable direction of every rule (with `commutative`, also ewadd's and ewmul's
+    commutativity, named comm.*), and why the others cannot be used."""
+    from superopt.substitutions.text import parse_rules
+
     out: list[Direction] = []
     skipped: list[Skipped] = []
-    for r in rules:
+    extra = parse_rules("\n".join(COMMUTATIVITY), "<commutativity>") if commutative else []
+    for r in (*rules, *extra):
         for forward in (True, False):
             try:
                 out.append(_direction(r, forward))
@@ -354,14 +365,14 @@ def check_at(lib: Library, inst: Instance, budget: Budget = Budget(),
 
 
 def prune(rules: Sequence[Rule], budget: Budget = Budget(),
-          progress: Callable[[Coverage], None] | None = None
+          progress: Callable[[Coverage], None] | None = None, commutative: bool = False
           ) -> tuple[list[Rule], list[Coverage]]:
     """The rules no smaller kept rule derives, and the verdict on every rule. Rules are
     taken smallest first (total ops, then their order): each is checked against the rules
     kept before it, so of two rules that derive each other the first is kept."""
     order = sorted(range(len(rules)), key=lambda i: (sum(rules[i].size), i))
     kept: list[Rule] = []
-    dirs: list[Direction] = []
+    dirs: list[Direction] = list(compile_library([], commutative).directions)
     verdicts: dict[int, Coverage] = {}
     for i in order:
         r = rules[i]

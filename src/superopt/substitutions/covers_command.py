@@ -34,30 +34,33 @@ def _read(path: str) -> list[Any]:
     return rules
 
 
-def _check_chunk(task: tuple[str, str, tuple[int, ...], tuple[int, float, int]]
+def _check_chunk(task: tuple[str, str, tuple[int, ...], tuple[int, float, int], bool]
                  ) -> list[dict[str, Any]]:
     from superopt.substitutions.covers import Budget, check, compile_library
 
-    lib_path, rules_path, indices, (nodes, time_s, iters) = task
-    if lib_path not in _LIBS:
-        _LIBS[lib_path] = compile_library(_read(lib_path))
+    lib_path, rules_path, indices, (nodes, time_s, iters), commutative = task
+    key = f"{lib_path}\0{commutative}"
+    if key not in _LIBS:
+        _LIBS[key] = compile_library(_read(lib_path), commutative)
     if rules_path not in _LIBS:
         _LIBS[rules_path] = _read(rules_path)
-    lib, rules = _LIBS[lib_path], _LIBS[rules_path]
+    lib, rules = _LIBS[key], _LIBS[rules_path]
     budget = Budget(max_nodes=nodes, time_s=time_s, max_iters=iters)
     return [check(lib, rules[i], budget).to_json() for i in indices]
 
 
 def cover_files(lib_path: str, rules_path: str, budget: tuple[int, float, int], jobs: int,
-                progress: Any = None, executor: str | None = None) -> list[dict[str, Any]]:
-    """The verdict on every rule of `rules_path` by the library `lib_path`, in file order
-    (JSON records, as `Coverage.to_json`)."""
+                progress: Any = None, executor: str | None = None, commutative: bool = False
+                ) -> list[dict[str, Any]]:
+    """The verdict on every rule of `rules_path` by the library `lib_path` (with
+    `commutative`: and ewadd/ewmul commutativity), in file order (JSON records, as
+    `Coverage.to_json`)."""
     from superopt.executor import default_workers, run_tasks
 
     n = len(_read(rules_path))
     jobs = jobs or default_workers()
     size = max(1, min(25, n // (4 * jobs) or 1))
-    tasks = [(lib_path, rules_path, tuple(range(k, min(n, k + size))), budget)
+    tasks = [(lib_path, rules_path, tuple(range(k, min(n, k + size))), budget, commutative)
              for k in range(0, n, size)]
     chunks = run_tasks(_check_chunk, tasks, jobs, progress, executor)
     return [r for c in chunks for r in c]
@@ -65,6 +68,7 @@ def cover_files(lib_path: str, rules_path: str, budget: tuple[int, float, int], 
 
 def cmd_covers(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from superopt.substitutions.covers import Budget, Coverage, compile_library, prune
@@ -80,11 +84,12 @@ def cmd_covers(args: argparse.Namespace) -> int:
     kept: list[Any] = []
     if args.rules:
         skipped = compile_library(lib).skipped
-        records = cover_files(args.lib, args.rules, budget, args.jobs)
+        records = cover_files(args.lib, args.rules, budget, args.jobs,
+                              commutative=args.commutative)
     else:
         skipped = ()
         with console.status(f"pruning {len(lib)} rules"):
-            kept, covs = prune(lib, Budget(*budget))
+            kept, covs = prune(lib, Budget(*budget), commutative=args.commutative)
         records = [c.to_json() for c in covs]
     wall = time.perf_counter() - t0
     verdicts = [Coverage(r["rule"], r["verdict"],
@@ -98,7 +103,7 @@ def cmd_covers(args: argparse.Namespace) -> int:
         for col in ("rule", "verdict", "derivation / reason", "nodes", "time (s)"):
             table.add_column(col)
         for v in shown:
-            table.add_row(v.rule, v.verdict, v.derivation() if v.steps else v.reason,
+            table.add_row(v.rule, v.verdict, escape(v.derivation() if v.steps else v.reason),
                           str(v.nodes), f"{v.time_s:.2f}")
         console.print(table)
     if skipped:
@@ -109,7 +114,7 @@ def cmd_covers(args: argparse.Namespace) -> int:
                       + ("" if args.verbose else "; --verbose lists them"))
         if args.verbose:
             for s in skipped:
-                console.print(f"  {s.rule} ({s.direction}): {s.reason}")
+                console.print(escape(f"  {s.rule} ({s.direction}): {s.reason}"))
     what = f"{args.rules} by {args.lib}" if args.rules else f"{args.lib} by its smaller rules"
     console.print(f"{what}: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in
                                           ("covered", "not covered", "budget", "error"))
