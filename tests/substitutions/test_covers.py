@@ -175,3 +175,14 @@ def test_commutativity_is_applied_only_when_asked() -> None:
     assert check(empty, rule).verdict == "not covered"
     with_comm = compile_library([], commutative=True)
     assert sorted(s.rule for s in check(with_comm, rule).steps) == ["comm.ewadd", "comm.ewmul"]
+
+
+def test_a_rule_larger_than_the_node_budget_is_budget_not_error() -> None:
+    rule = one(f"c: (transpose [1,0] (relu (transpose [1,0] ?a))) => (relu ?a) {AT}")
+    assert check(lib(), rule, Budget(max_nodes=2)).verdict == "budget"
+
+
+def test_a_rule_that_does_not_type_check_is_an_error() -> None:
+    rule = one("m: (matmul ?a ?b) => (matmul ?b ?a) if shape(?a) == (2, 3) and "
+               "shape(?b) == (3, 2)")
+    assert check(lib(), rule).verdict == "error"

@@ -313,7 +313,10 @@ def check_at(lib: Library, inst: Instance, budget: Budget = Budget(),
         leaves = {v: eg.var(v, t) for v, t in inst.types.items()}
         src = [build(eg, p, leaves, inst.attrs, env) for p in rule.source]
         tgt = [build(eg, p, leaves, inst.attrs, env) for p in rule.target]
-    except (IRError, BudgetExceeded) as e:
+    except BudgetExceeded as e:
+        return Coverage(name, "budget", reason=f"{e} before the rule's own sides were built",
+                        instance=where, time_s=time.perf_counter() - t0)
+    except IRError as e:
         return Coverage(name, "error", reason=f"the rule does not type-check at ({where}): "
                         f"{e}", instance=where, time_s=time.perf_counter() - t0)
     if any(eg.type_of(a) != eg.type_of(b) for a, b in zip(src, tgt, strict=True)):
