@@ -674,6 +674,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from superopt.options import UsageError
 
+    if argv is None:  # the real command line, not a call from Python or a test
+        from superopt.interrupts import install
+
+        install()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -82,6 +82,13 @@ def _init_worker() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def _guarded(initializer: Callable[[], None]) -> None:
+    from superopt.interrupts import guard_worker
+
+    guard_worker()  # Ctrl-C is the parent's to handle; a SIGKILLed parent ends the worker
+    initializer()
+
+
 @contextmanager
 def open_executor(spec: str | ExecutorSpec | None, workers: int,
                   initializer: Callable[[], None] | None = None) -> Iterator[Executor]:
@@ -91,9 +98,18 @@ def open_executor(spec: str | ExecutorSpec | None, workers: int,
     workers = max(1, workers)
     if parsed.kind == "process":
         init = initializer or _init_worker
-        with ProcessPoolExecutor(max_workers=workers, initializer=init,
-                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_guarded, initargs=(init,),
+                                   mp_context=multiprocessing.get_context("spawn"))
+        try:
             yield pool
+        except BaseException:
+            # An interrupt or error: waiting for the running tasks (as `with` would) can
+            # take as long as the whole run. Stop the workers now.
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         return
     try:
         from distributed import Client, LocalCluster

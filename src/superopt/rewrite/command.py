@@ -65,6 +65,13 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
         result = optimize(graph, matcher, cost, alpha=args.alpha, budget=args.budget,
                           time_limit=args.time_limit, batch=not args.no_batch_moves,
                           screen=args.screen, progress=step)
+    from superopt.interrupts import allow_finish, interrupted
+
+    if interrupted():
+        # The search was cut short but its best graph is finished work: check and save it
+        # (Ctrl-C again stops at once); timing it is not worth the wait.
+        allow_finish(120)
+        args.repeats = 0
     final = result.graph if args.no_fold else fold_weights(result.graph, seed=args.seed).graph
     applied = result.applied
     table = Table(title=f"rules applied to {graph.name}")
@@ -151,6 +158,8 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
     if args.json:
         atomic_write_text(args.json, json.dumps(figures, indent=1) + "\n")
         console.print(f"wrote {args.json}")
+    if interrupted():
+        return 130  # saved, but the run did not finish: a script must not read it as done
     return 0 if ok else 1
 
 

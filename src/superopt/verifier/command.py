@@ -226,6 +226,11 @@ def run(args: argparse.Namespace) -> int:
         console.print("superopt verify: give rule files to verify, or --check-axioms")
         return EXIT_INPUT
     parse_executor(args.executor)  # a bad spec is an input error before any work
+    import z3
+
+    # z3's own Ctrl-C handler cancels the running check (the rule would read "unknown")
+    # and keeps the signal from Python: Ctrl-C must stop the command instead.
+    z3.set_param("ctrl_c", False)
     jobs = args.jobs or default_jobs()
     options = VerifyOptions(timeout_s=args.timeout, samples=args.samples, seed=args.seed)
 

@@ -1,0 +1,131 @@
+"""Ctrl-C and SIGTERM: the command stops within a grace period, exit status 130, and its
+worker processes go with it, also when the parent is killed outright.
+
+Python turns SIGINT into KeyboardInterrupt only when the main thread next runs Python
+code, and libraries swallow it: z3 reports it from a ctypes callback and carries on, so
+`verify --jobs 1` once ran to completion and wrote a verdict for the interrupted rule. So
+`install` also starts a watcher thread woken by the signal itself (the interpreter's
+wakeup fd is written from the C signal handler, whatever the main thread is doing): if
+the command has not ended GRACE_S after the signal, the watcher terminates the worker
+processes and exits with 130. Finished work stays, because every output is written
+atomically and the tuner's records are committed as they arrive; a half-made verdict or
+library is never written, because the process ends before the command gets there.
+
+Workers call `guard_worker`: they ignore SIGINT (the parent decides what an interrupt
+means) and exit when their parent process is gone (SIGKILL gives the parent no chance to
+clean up, and a pool worker would otherwise go on at full CPU as an orphan).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+GRACE_S = 1.5
+_POLL_S = 0.5
+_state = {"signalled": 0.0, "deadline": 0.0}
+
+
+def interrupted() -> bool:
+    """True once SIGINT or SIGTERM has arrived in this process."""
+    return _state["signalled"] > 0
+
+
+def _terminate_children() -> None:
+    import multiprocessing
+
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    deadline = time.monotonic() + 0.3
+    for child in children:
+        child.join(max(0.0, deadline - time.monotonic()))
+        if child.is_alive():
+            child.kill()
+
+
+def _watch(read_fd: int) -> None:
+    while True:
+        try:
+            data = os.read(read_fd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        if not any(b in (signal.SIGINT, signal.SIGTERM) for b in data):
+            continue
+        if _state["deadline"]:  # a second Ctrl-C: no more waiting
+            _exit_now()
+        _state["signalled"] = _state["signalled"] or time.monotonic()
+        _state["deadline"] = time.monotonic() + GRACE_S
+        threading.Thread(target=_wait_then_exit, daemon=True).start()
+
+
+def _wait_then_exit() -> None:
+    while time.monotonic() < _state["deadline"]:
+        time.sleep(0.05)
+    # Still running: the main thread is stuck in native code or swallowed the interrupt.
+    # End it here; what was finished is already on disk.
+    _exit_now()
+
+
+def _exit_now() -> None:
+    try:
+        sys.stderr.write("superopt: interrupted\n")
+        sys.stderr.flush()
+        _terminate_children()
+    finally:
+        os._exit(130)
+
+
+def allow_finish(seconds: float) -> None:
+    """After an interrupt, give the command `seconds` more to save what it has finished
+    (optimize saving the best graph of an interrupted search); a second Ctrl-C still
+    stops it at once."""
+    if _state["deadline"]:
+        _state["deadline"] = max(_state["deadline"], time.monotonic() + seconds)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    _state["signalled"] = _state["signalled"] or time.monotonic()
+    raise KeyboardInterrupt
+
+
+def install() -> None:
+    """In the main thread of the command-line process, before any work."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except ValueError:
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    # SIGTERM takes the same path as Ctrl-C: finished work kept, workers terminated.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    threading.Thread(target=_watch, args=(read_fd,), name="superopt-interrupts",
+                     daemon=True).start()
+
+
+def _poll_parent(parent: int) -> None:
+    while True:
+        time.sleep(_POLL_S)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def guard_worker() -> None:
+    """In a worker process: leave SIGINT to the parent; exit when the parent is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_poll_parent, args=(os.getppid(),), name="superopt-parent",
+                     daemon=True).start()
+
+
+__all__ = ["GRACE_S", "allow_finish", "guard_worker", "install", "interrupted"]

@@ -1,0 +1,83 @@
+"""Ctrl-C (SIGINT to the process group, as a terminal sends it) stops long commands within
+2 s with exit status 130, writes no verdict, and leaves no worker process behind; an
+interrupted optimize search still saves its best graph (and says 130)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fuzz_corpus import ENV
+
+RULES = Path(__file__).parents[2] / "benchmarks" / "data" / "tensat_taso_rules.txt"
+
+
+def _interrupt(argv: list[str], after: float, limit: float = 2.0) -> tuple[int, float, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "superopt", *argv], env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    time.sleep(after)
+    assert proc.poll() is None, "finished before the interrupt: give it more work"
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    took = time.monotonic() - t0
+    # Nothing of the command's process group may outlive it for long (workers poll their
+    # parent every 0.5 s; the resource tracker ends when its last user does).
+    alive = True
+    for _ in range(30):
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            alive = False
+            break
+        time.sleep(0.1)
+    assert not alive, "a worker outlived the interrupted command by 3 s"
+    return proc.returncode, took, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_verify_stops_on_ctrl_c_without_a_verdict(jobs: str, tmp_path: Path) -> None:
+    report = tmp_path / "v.json"
+    code, took, err = _interrupt(["verify", str(RULES), "--jobs", jobs, "--json", str(report)],
+                                 after=5)
+    assert code == 130 and took < 2.0, (code, took, err)
+    assert not report.exists()
+
+
+@pytest.mark.slow
+def test_tune_stops_on_ctrl_c_and_keeps_its_records(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "r.sqlite"
+    code, took, _ = _interrupt(["tune", "resnet50", "--budget", "5000", "--db", str(db)],
+                               after=12)
+    assert code == 130 and took < 2.0
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM measurements").fetchone()[0] > 0
+
+
+@pytest.mark.slow
+def test_generate_stops_on_ctrl_c_and_keeps_its_checkpoint(tmp_path: Path) -> None:
+    out, work = tmp_path / "g.json", tmp_path / "work"
+    code, took, _ = _interrupt(["generate", "--max-ops", "3", "--workers", "2", "--workdir",
+                                str(work), "--out", str(out)], after=10)
+    assert code == 130 and took < 2.0
+    assert not out.exists() and (work / "run.json").exists()
+
+
+@pytest.mark.slow
+def test_optimize_saves_the_best_graph_of_an_interrupted_search(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    code, _, err = _interrupt(["optimize", "resnet50", "--repeats", "0", "--out", str(out)],
+                              after=8)
+    assert code == 130 and out.exists(), err
