@@ -611,7 +611,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "and flags exhaustively per kernel; sequential: one pass at a time; "
                         "custom: the given passes together by the strategy")
     p.add_argument("--strategy", default="anneal",
-                   help="random, exhaustive, anneal (default) or evolution")
+                   help="random, exhaustive, anneal (default), evolution, mbo (ensemble "
+                        "model-based) or autotvm (ranking model + annealing on it)")
     p.add_argument("--budget", type=int, default=200,
                    help="measurements in all, the default candidate included (default 200)")
     p.add_argument("--round", type=int, default=8,

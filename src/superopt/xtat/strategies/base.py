@@ -51,8 +51,15 @@ def register(name: str) -> Callable[[type[SearchStrategy]], type[SearchStrategy]
 
 
 def create(name: str, **opts: Any) -> SearchStrategy:
-    """A strategy by name: random, exhaustive, anneal, evolution."""
-    from superopt.xtat.strategies import anneal, evolution, exhaustive, random  # noqa: F401
+    """A strategy by name: random, exhaustive, anneal, evolution, mbo, autotvm."""
+    from superopt.xtat.strategies import (  # noqa: F401
+        anneal,
+        autotvm,
+        evolution,
+        exhaustive,
+        mbo,
+        random,
+    )
 
     cls = STRATEGIES.get(name)
     if cls is None:
