@@ -1,0 +1,287 @@
+"""Benchmark: search strategies that need fewer measurements (issue 19).
+
+Sections (tables on stdout; figures to one JSON file and PNG curves):
+
+1. strategies: on each held-out graph and seed, random search runs `--cap` measurements
+   (2,000) and its best measured time is the target; anneal, evolution, mbo and autotvm
+   then run (same seed, same noise) until their best measured time reaches the target
+   or `--cap` measurements, and the measurements they needed are reported (median, min,
+   max and the interquartile range over the seeds; a run that never reaches it counts
+   as "> cap"). The tuned passes are fusion, tiling and flags together (`custom`
+   schedule), rounds of 8 as `superopt tune` measures them. Budgets count measurements
+   (deterministic per seed), so the figures do not depend on the machine's load; the
+   wall time per run is reported beside them with the load average.
+2. scheduler: the tiles and flags of a 4-model workload's kernels tuned as tasks
+   (`superopt.xtat.scheduler`) by Ansor's gradient scheduler and by round-robin, rounds
+   of 4 measurements, `--sched-budget` measurements, `--seeds` seeds: the objective
+   (sum over models of end-to-end simulated time / default) after each measurement, each
+   model's time at equal budgets, and the measurements needed to reach 95% of the final
+   gain (each scheduler's own, and the larger of the two).
+
+Run: `.venv/bin/python benchmarks/search.py [--quick] [--graphs a,b] [--seeds N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+RESULTS = Path(__file__).parent / "results"
+PASSES = ("fusion", "tiling", "flags")
+STRATEGIES = ("anneal", "evolution", "mbo", "autotvm")
+GRAPHS = ("resnet50", "inception_v3", "bert_base")
+WORKLOAD = ("resnet50", "inception_v3", "bert_base", "squeezenet")
+
+
+class Reached(Exception):
+    """Raised from the tuner's progress hook once the target is reached."""
+
+
+def search(model: str, strategy: str, seed: int, cap: int, target: float | None
+           ) -> dict[str, Any]:
+    """One tuning run; stops at `target` (best measured <= target) or `cap`."""
+    from superopt.xtat.session import open_session
+    from superopt.xtat.tuner import Tuner, make_schedule
+
+    s = open_session({"model": model, "batch": 1})
+    tuner = Tuner(s.pipeline, s.runner, s.default, seed=seed)
+
+    def progress(t: Tuner, phase: str) -> None:
+        if target is not None and t.ctx.best_time <= target:
+            raise Reached
+
+    tuner.progress = progress
+    start = time.perf_counter()
+    try:
+        tuner.run(make_schedule("custom", PASSES, strategy), cap)
+    except Reached:
+        pass
+    wall = time.perf_counter() - start
+    best = [p.best for p in tuner.history]
+    hit = None if target is None else next(
+        (i + 1 for i, b in enumerate(best) if b <= target), None)
+    default = best[0]
+    return {"model": model, "strategy": strategy, "seed": seed, "measurements": len(best),
+            "reached_at": hit, "best": best[-1], "default": default,
+            "curve": [default / b for b in best], "wall_s": wall}
+
+
+def _stats(xs: list[float]) -> dict[str, float]:
+    xs = sorted(xs)
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return {"median": statistics.median(xs), "min": xs[0], "max": xs[-1],
+            "q1": q[0], "q3": q[2]}
+
+
+def section_strategies(graphs: list[str], seeds: int, cap: int,
+                       runs: list[dict[str, Any]]) -> None:
+    """Append each graph's and seed's runs to `runs` (the caller saves as they come)."""
+    for g in graphs:
+        for seed in range(seeds):
+            r = search(g, "random", seed, cap, None)
+            target = r["best"]
+            r["reached_at"] = next(i + 1 for i, c in enumerate(r["curve"])
+                                   if c >= r["default"] / target)
+            runs.append(r)
+            line = [f"  {g:13s} seed {seed}: random best {r['default'] / target:.4f}x "
+                    f"(first at {r['reached_at']})"]
+            for st in STRATEGIES:
+                x = search(g, st, seed, cap, target)
+                runs.append(x)
+                line.append(f"{st} {x['reached_at'] or f'>{cap}'} ({x['wall_s']:.0f} s)")
+            print("; ".join(line), flush=True)
+
+
+def summarise(runs: list[dict[str, Any]], cap: int) -> dict[str, Any]:
+    table: dict[str, Any] = {}
+    for st in ("random", *STRATEGIES):
+        per = [r for r in runs if r["strategy"] == st]
+        if not per:
+            continue
+        # A run that never reached the target counts as cap + 1 (a lower bound).
+        needed = [r["reached_at"] or cap + 1 for r in per]
+        table[st] = {"measurements": _stats(needed),
+                     "ratio_to_random": _stats([n / cap for n in needed]),
+                     "not_reached": sum(1 for r in per if r["reached_at"] is None),
+                     "runs": len(per),
+                     "wall_s_per_run": statistics.median(r["wall_s"] for r in per)}
+    return table
+
+
+def section_scheduler(models: list[str], seeds: int, budget: int) -> dict[str, Any]:
+    from superopt.xtat.scheduler import create, tune_tasks, workload
+
+    w = workload(models)
+    f0 = w.objective({t.key: t.default for t in w.tasks})
+    out: dict[str, Any] = {"models": models, "tasks": len(w.tasks), "budget": budget,
+                           "per_round": 4, "seeds": seeds, "default_objective": f0,
+                           "options": {"alpha": 0.2, "beta": 2.0, "window": 3},
+                           "kinds": {}}
+    marks = [m for m in (500, 1000, 2000, 4000, budget) if m <= budget]
+    curves: dict[str, list[list[float]]] = {}
+    for kind in ("round-robin", "gradient"):
+        curves[kind] = []
+        rows = []
+        for seed in range(seeds):
+            steps, states = tune_tasks(w, create(kind), budget, seed=seed)
+            curve = [s.objective for s in steps]
+            curves[kind].append(curve)
+            configs = {s.task.key: (s.best[0], s.best[1]) if s.best else s.task.default
+                       for s in states}
+            rows.append({"seed": seed, "final": curve[-1],
+                         "at": {str(m): curve[m - 1] for m in marks},
+                         "model_times": w.model_times(configs)})
+        out["kinds"][kind] = {"runs": rows}
+    # Budget to reach 95% of the final gain: each scheduler's own final gain, and the
+    # larger of the two (a common target), per seed.
+    for kind in curves:
+        own, common = [], []
+        for seed in range(seeds):
+            c = curves[kind][seed]
+            best_final = min(curves[k][seed][-1] for k in curves)
+            own.append(_reach(c, f0, f0 - c[-1]))
+            common.append(_reach(c, f0, f0 - best_final))
+        out["kinds"][kind]["to_95pct_own_gain"] = _stats(own)
+        out["kinds"][kind]["to_95pct_common_gain"] = _stats(
+            [x if x is not None else budget + 1 for x in common])
+        out["kinds"][kind]["final_gain"] = _stats([f0 - c[-1] for c in curves[kind]])
+        for m in marks:
+            out["kinds"][kind][f"gain_at_{m}"] = _stats([f0 - c[m - 1] for c in curves[kind]])
+    out["default_model_times"] = w.default_times
+    out["curves_median"] = {k: [statistics.median(c[i] for c in v) for i in range(budget)]
+                            for k, v in curves.items()}
+    out["curves_every"] = 10
+    return out
+
+
+def _reach(curve: list[float], f0: float, gain: float) -> int | None:
+    if gain <= 0:
+        return 0
+    return next((i + 1 for i, f in enumerate(curve) if f0 - f >= 0.95 * gain), None)
+
+
+def plot_strategies(res: dict[str, Any], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for g in res["graphs"]:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for k, st in enumerate(("random", *STRATEGIES)):
+            for r in (r for r in res["runs"] if r["model"] == g and r["strategy"] == st):
+                ax.plot(range(1, len(r["curve"]) + 1), r["curve"], color=f"C{k}",
+                        alpha=0.6, lw=1, label=st if r["seed"] == 0 else None)
+        ax.set_xscale("log")
+        ax.set_xlabel("measurements")
+        ax.set_ylabel("best measured speedup over the default")
+        ax.set_title(f"{g}: until random's best after {res['cap']} (each seed)")
+        ax.legend()
+        fig.tight_layout()
+        p = out / f"search_{g}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(str(p))
+    return paths
+
+
+def plot_scheduler(res: dict[str, Any], out: Path) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    f0 = res["default_objective"]
+    for k, (kind, c) in enumerate(res["curves_median"].items()):
+        ax.plot(range(1, len(c) + 1), [f0 - f for f in c], color=f"C{k}", label=kind)
+    ax.set_xlabel("measurements")
+    ax.set_ylabel("gain in sum of relative model times")
+    ax.set_title(f"{len(res['models'])} models, {res['tasks']} kernel tasks "
+                 f"(median of {res['seeds']} seeds)")
+    ax.legend()
+    fig.tight_layout()
+    p = out / "search_scheduler.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return str(p)
+
+
+def _save(out: dict[str, Any], path: str, start: float) -> None:
+    out["wall_s"] = time.perf_counter() - start
+    out["load_end"] = os.getloadavg()
+    clean = json.loads(json.dumps(out, default=float))
+    for r in clean.get("strategies", {}).get("runs", []):
+        r.pop("curve", None)  # the curves are in the PNGs; the JSON keeps the figures
+    Path(path).write_text(json.dumps(clean, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--graphs", default=",".join(GRAPHS))
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--cap", type=int, default=2000)
+    ap.add_argument("--sched-budget", type=int, default=4000)
+    ap.add_argument("--quick", action="store_true", help="1 graph, 2 seeds, cap 300")
+    ap.add_argument("--skip", default="", help="sections to skip: strategies,scheduler")
+    ap.add_argument("--out", default=str(RESULTS / "search.json"))
+    a = ap.parse_args(argv)
+    if a.seeds < 1 or a.cap < 10 or a.sched_budget < 10:
+        ap.error("--seeds >= 1, --cap >= 10 and --sched-budget >= 10")
+    graphs = [g for g in a.graphs.split(",") if g]
+    if a.quick:
+        graphs, a.seeds, a.cap, a.sched_budget = graphs[:1], 2, 300, 1000
+    skip = set(a.skip.split(","))
+    out: dict[str, Any] = {"machine": platform.machine(), "cpus": os.cpu_count(),
+                           "python": platform.python_version(), "quick": a.quick,
+                           "load_start": os.getloadavg()}
+    start = time.perf_counter()
+    if "scheduler" not in skip:
+        print(f"scheduler: {', '.join(WORKLOAD)}, {a.sched_budget} measurements", flush=True)
+        sched = section_scheduler(list(WORKLOAD), a.seeds, a.sched_budget)
+        for kind, v in sched["kinds"].items():
+            print(f"  {kind:12s} final gain {v['final_gain']['median']:.4f}  95% of own "
+                  f"gain at {v['to_95pct_own_gain']['median']:.0f}, of the larger at "
+                  f"{v['to_95pct_common_gain']['median']:.0f} measurements; "
+                  + ", ".join(f"{k[8:]}: {s['median']:.4f}" for k, s in v.items()
+                              if k.startswith("gain_at_")), flush=True)
+        sched["png"] = plot_scheduler(sched, Path(a.out).parent)
+        sched["curves_median"] = {k: v[9::10] for k, v in sched["curves_median"].items()}
+        out["scheduler"] = sched
+    if "strategies" not in skip:
+        print(f"strategies on {', '.join(graphs)} ({'+'.join(PASSES)}), {a.seeds} seeds, "
+              f"target: random's best after {a.cap}", flush=True)
+        runs: list[dict[str, Any]] = []
+        res: dict[str, Any] = {"graphs": graphs, "seeds": a.seeds, "cap": a.cap,
+                               "passes": list(PASSES), "runs": runs}
+        out["strategies"] = res
+        for g in graphs:
+            section_strategies([g], a.seeds, a.cap, runs)
+            res["table"] = summarise(runs, a.cap)
+            res["done"] = sorted({r["model"] for r in runs})
+            _save(out, a.out, start)  # a long run killed midway keeps its graphs
+        print(f"  {'strategy':10s} {'median':>7s} {'IQR':>13s} {'min-max':>11s} "
+              f"{'/random':>8s} {'missed':>6s}")
+        for st, v in res["table"].items():
+            m = v["measurements"]
+            print(f"  {st:10s} {m['median']:7.0f} {m['q1']:6.0f}-{m['q3']:<6.0f} "
+                  f"{m['min']:5.0f}-{m['max']:<5.0f} {v['ratio_to_random']['median']:8.3f} "
+                  f"{v['not_reached']:>3d}/{v['runs']}")
+        res["png"] = plot_strategies(res, Path(a.out).parent)
+    _save(out, a.out, start)
+    print(f"wrote {a.out} ({out['wall_s']:.0f} s, load {out['load_start'][0]:.1f} -> "
+          f"{out['load_end'][0]:.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
