@@ -745,7 +745,30 @@ def _memo(kind: bool, term: z3.ExprRef, sampling: bool,
 
 def ground_facts(e: Z3Env, term: z3.ExprRef, sampling: bool = False) -> list[z3.BoolRef]:
     """The shape theory instantiated on one ground term for every dim index."""
-    return _memo(True, term, sampling, lambda: _ground_facts(e, term, sampling))
+    return _memo(True, term, sampling, lambda: _from_template(e, term, sampling))
+
+
+def _holes(e: Z3Env, n: int) -> list[z3.ExprRef]:
+    return [z3.Const(f"hole!{j}", e.T) for j in range(n)]
+
+
+def _from_template(e: Z3Env, term: z3.ExprRef, sampling: bool) -> list[z3.BoolRef]:
+    """`_ground_facts(term)`, made by substituting the term's tensor arguments into the
+    facts of the same op and attributes applied to placeholders. An op's shape rule reads
+    its tensor arguments only through wt, rank and dim, so the facts are the same terms
+    (tests/verifier/test_shape_templates.py checks it); convs over different inputs then
+    share one build, which is most of checking a rule's premise."""
+    key = e.key_of(term)
+    if key is None:
+        return _ground_facts(e, term, sampling)
+    _, _, slots, tensors = e.split(term)
+    holes = _holes(e, len(tensors))
+    if all(t.eq(h) for t, h in zip(tensors, holes, strict=True)):
+        return _ground_facts(e, term, sampling)
+    template = term.decl()(*slots, *holes)
+    facts = _memo(True, template, sampling, lambda: _ground_facts(e, template, sampling))
+    pairs = list(zip(holes, tensors, strict=True))
+    return [z3.substitute(f, *pairs) for f in facts]
 
 
 def _ground_facts(e: Z3Env, term: z3.ExprRef, sampling: bool) -> list[z3.BoolRef]:
@@ -767,7 +790,14 @@ def _ground_facts(e: Z3Env, term: z3.ExprRef, sampling: bool) -> list[z3.BoolRef
 
 
 def general_ground(e: Z3Env, term: z3.ExprRef) -> list[z3.BoolRef]:
-    return _memo(False, term, False, lambda: _general_ground(e, term))
+    def build() -> list[z3.BoolRef]:
+        # The same facts for every term: made once on a placeholder and substituted.
+        (hole,) = _holes(e, 1)
+        if term.eq(hole):
+            return _general_ground(e, hole)
+        return [z3.substitute(f, (hole, term)) for f in general_ground(e, hole)]
+
+    return _memo(False, term, False, build)
 
 
 def _general_ground(e: Z3Env, term: z3.ExprRef) -> list[z3.BoolRef]:
