@@ -244,6 +244,13 @@ def main() -> None:
            "generated": gen_info, "libraries": rows}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if only is not None and out.exists():
+        # Some rows re-measured: the file keeps the others (each row says its load).
+        old = json.loads(out.read_text())
+        fresh = {r["library"] for r in rows}
+        doc["libraries"] = [r for r in old.get("libraries", []) if r["library"] not in fresh]
+        doc["libraries"] += rows
+        doc["generated"] = doc["generated"] or old.get("generated")
     out.write_text(json.dumps(doc, indent=1) + "\n")
     console.print(f"wrote {out}")
 
