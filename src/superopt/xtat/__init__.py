@@ -7,7 +7,8 @@
 - `pipeline`: rebuild from the first changed pass and XTAT-M repair; `store`: the best
   choice per site key;
 - `runner`: candidate time on the TPU simulator (exact, or measured with seeded noise);
-- `strategies`: random, exhaustive, anneal, evolution behind `create(name)`;
+- `strategies`: random, exhaustive, anneal, evolution, mbo, autotvm behind `create(name)`;
+  `scheduler`: kernel tuning tasks of several models by Ansor's gradient or round-robin;
 - `records`: the SQLite records database; `tuner`: schedules and the loop;
 - `session`: build everything from a model spec; `remote`: measuring on executors;
 - `command`: `superopt tune`.
