@@ -14,7 +14,8 @@ library is `--lib FILE` when given (a cached `superopt generate --preset taso --
 and could not be fetched here (see benchmarks/data/README.md), so its row is not measured.
 
 Run: `.venv/bin/python benchmarks/generate.py [--sizes 2,3] [--workers 2] [--out FILE]`,
-`.venv/bin/python benchmarks/generate.py --coverage [--lib LIB.json] [--workers 2]`.
+`.venv/bin/python benchmarks/generate.py --coverage [--lib LIB.json] [--workers 2]`,
+`.venv/bin/python benchmarks/generate.py --profile` (where the 3-op run's CPU goes).
 """
 
 from __future__ import annotations
@@ -97,6 +98,29 @@ def _side(lib: str, rules: str, budget: tuple[int, float, int], workers: int,
                             for r in records if r["verdict"] == "covered"}}
 
 
+def _prune(lib: str, budget: tuple[int, float, int]) -> dict:
+    """`superopt covers LIB --out PRUNED`: the rules no smaller kept rule derives."""
+    from superopt.substitutions.covers import Budget, prune
+    from superopt.substitutions.library import save_library
+    from superopt.substitutions.readers import read_any
+
+    rules = read_any(lib)
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    kept, covs = prune(rules, Budget(*budget))
+    wall = time.perf_counter() - t0
+    out = Path(tempfile.mkdtemp()) / "taso3_pruned.json"
+    save_library(kept, out)
+    records = [c.to_json() for c in covs]
+    times = sorted(r["time_s"] for r in records)
+    return {"lib": lib, "file": str(out), "total": len(records), "kept": len(kept),
+            "counts": {k: sum(r["verdict"] == k for r in records) for k in VERDICTS},
+            "wall_s": wall, "load": [load0, os.getloadavg()[0]],
+            "time_per_rule_s": {"median": statistics.median(times), "max": times[-1],
+                                "sum": sum(times)},
+            "not_covered": [], "derivations": {}}
+
+
 def coverage(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -112,6 +136,9 @@ def coverage(args: argparse.Namespace) -> None:
     alone = _side(lib, TENSAT, budget, args.workers, False)
     ours = _side(lib, TENSAT, budget, args.workers, True)
     new = _side(TENSAT, lib, budget, args.workers, True)
+    pruned = _prune(lib, budget)
+    # The pruned library must still derive what the whole one did (a check of the pruning).
+    after_prune = _side(pruned["file"], TENSAT, budget, args.workers, True)
     texts = {r.name: format_rule(r) for r in read_any(lib)}
     table = Table(title=f"rule coverage by derivation (superopt covers; budget {budget[0]} "
                         f"e-nodes, {budget[1]:g} s, {budget[2]} rounds per rule; "
@@ -122,7 +149,11 @@ def coverage(args: argparse.Namespace) -> None:
     for label, by, r in (("Tensat's 931 TASO equations", "our 3-op library", alone),
                          ("Tensat's 931 TASO equations", "our 3-op library + commutativity",
                           ours),
-                         ("our 3-op library", "Tensat's 931 equations + commutativity", new)):
+                         ("our 3-op library", "Tensat's 931 equations + commutativity", new),
+                         ("our 3-op library", "its own smaller rules (pruning)", pruned),
+                         ("Tensat's 931 TASO equations",
+                          f"the pruned library ({pruned['kept']} rules) + commutativity",
+                          after_prune)):
         c = r["counts"]
         table.add_row(f"{label} ({r['total']})", by, *(f"{c[k]} ({100 * c[k] / r['total']:.1f}%)"
                                                        for k in VERDICTS),
@@ -140,10 +171,11 @@ def coverage(args: argparse.Namespace) -> None:
                   "without an instance); examples:")
     for v in fresh[:args.examples]:
         console.print(f"  [{v['verdict']}] {texts.get(v['rule'], v['rule'])}", markup=False)
-    missed = ours["not_covered"] or alone["not_covered"]
+    label, missed = ("with commutativity", ours["not_covered"]) if ours["not_covered"] else (
+        "alone", alone["not_covered"])
     if missed:
-        console.print(f"Tensat equations our library does not derive ({len(missed)}), "
-                      "first ones:")
+        console.print(f"Tensat equations our library ({label}) does not derive "
+                      f"({len(missed)}), first ones:")
         for v in missed[:args.examples]:
             console.print(f"  [{v['verdict']}] {v['rule']} {v['reason']}", markup=False)
     out = Path(args.coverage_out)
@@ -153,9 +185,55 @@ def coverage(args: argparse.Namespace) -> None:
         "library": {"file": lib, "generate_wall_s": gen_s},
         "budget": {"max_nodes": budget[0], "time_s": budget[1], "max_iters": budget[2]},
         "tensat_by_ours": alone, "tensat_by_ours_commutative": ours, "ours_by_tensat": new,
+        "prune": pruned, "tensat_by_pruned_commutative": after_prune,
         "new_rules_examples": [texts.get(v["rule"], v["rule"]) for v in fresh[:args.examples]],
         "taso_pb": "not measured: graph_subst.pb could not be fetched"}, indent=1) + "\n")
     print(f"wrote {out}")
+
+
+_PROFILE_CHILD = """
+import cProfile, json, os, pstats, sys, time
+from superopt.substitutions.generator import generate
+from superopt.substitutions.presets import make_config
+cfg = make_config(sys.argv[1], max_ops=int(sys.argv[2]))
+pr = cProfile.Profile()
+c0 = time.process_time()
+pr.enable()
+res = generate(cfg, workers=1)
+pr.disable()
+cpu = time.process_time() - c0
+st = pstats.Stats(pr)
+rows = []
+for (file, line, fn), (cc, nc, tt, ct, _) in st.stats.items():
+    rows.append({"function": f"{os.path.relpath(file) if file.startswith('/') else file}:"
+                             f"{line}({fn})", "calls": nc, "tottime_s": tt, "cumtime_s": ct})
+top = lambda key: sorted(rows, key=lambda r: -r[key])[:int(sys.argv[3])]
+print(json.dumps({"cpu_s": cpu, "times": res.times, "rules": res.stages["rules written"],
+                  "by_cumtime": top("cumtime_s"), "by_tottime": top("tottime_s")}))
+"""
+
+
+def profile(args: argparse.Namespace) -> None:
+    """The 3-op run in one process under cProfile (workers=1, so every stage is seen;
+    cProfile's overhead inflates Python-heavy stages more than Z3's C calls)."""
+    load0 = os.getloadavg()[0]
+    proc = subprocess.run([sys.executable, "-c", _PROFILE_CHILD, args.preset, "3", "25"],
+                          capture_output=True, text=True, check=True)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["load"] = [load0, os.getloadavg()[0]]
+    stages = {k: v for k, v in out["times"].items() if k not in ("total", "cpu_parent",
+                                                                   "cpu_workers")}
+    print(f"3-op run under cProfile: {out['times']['total']:.1f} s wall, {out['cpu_s']:.1f} s "
+          f"CPU, {out['rules']} rules, load {out['load'][0]:.1f} / {out['load'][1]:.1f}")
+    for k, v in stages.items():
+        print(f"  {k:24s} {v:7.1f} s  {100 * v / out['times']['total']:5.1f}%")
+    print("top functions by own time:")
+    for r in out["by_tottime"][:12]:
+        print(f"  {r['tottime_s']:7.1f} s {r['calls']:>9,} calls  {r['function']}")
+    path = Path(args.profile_out)
+    path.write_text(json.dumps({"machine": platform.machine(), "cpus": os.cpu_count(),
+                                "preset": args.preset, **out}, indent=1) + "\n")
+    print(f"wrote {path}")
 
 
 def main() -> None:
@@ -175,7 +253,13 @@ def main() -> None:
     parser.add_argument("--max-iters", type=int, default=12)
     parser.add_argument("--examples", type=int, default=12)
     parser.add_argument("--coverage-out", default="benchmarks/results/generate_coverage.json")
+    parser.add_argument("--profile", action="store_true",
+                        help="CPU profile of the 3-op run (one process) instead")
+    parser.add_argument("--profile-out", default="benchmarks/results/generate_profile.json")
     args = parser.parse_args()
+    if args.profile:
+        profile(args)
+        return
     if args.coverage:
         coverage(args)
         return
