@@ -403,7 +403,7 @@ def deferred_ok(eg: EGraph, m: Match, env: Mapping[str, Any]) -> bool:
 
 def build(eg: EGraph, p: Pattern, tensors: Mapping[str, int], attrs: Mapping[str, Any],
           env: Mapping[str, Any]) -> int:
-    """Add a target pattern under the bindings; its class. Raises IRError (PatternError,
+    """Add a pattern under the bindings; the id of its term. Raises IRError (PatternError,
     ShapeError) where it does not type-check."""
     if not isinstance(p, PNode):
         try:
