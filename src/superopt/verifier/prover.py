@@ -40,7 +40,13 @@ from superopt.substitutions.rule import ProofStatus, Rule
 from superopt.substitutions.text import format_rule, parse_rule
 from superopt.verifier.axioms import Axiom, Payload, compile_axioms, from_payload, payload
 from superopt.verifier.encoding import GroundRule, QAxiom, encode_rule
-from superopt.verifier.sampler import SampleReport, premise_model, random_test, unique_instance
+from superopt.verifier.sampler import (
+    SampleReport,
+    assert_all,
+    premise_model,
+    random_test,
+    unique_instance,
+)
 from superopt.verifier.shapes import (
     FuncKey,
     env,
@@ -176,9 +182,9 @@ class Prover:
         s.set("timeout", max(1, int(min(self.options.timeout_s, 5.0) * 1000)))
         for t in subterms(e, [*g.sources, *g.targets]):
             if e.key_of(t) is not None:
-                s.add(*ground_facts(e, t))
-            s.add(*general_ground(e, t))
-        s.add(*g.premise(e))
+                assert_all(s, ground_facts(e, t))
+            assert_all(s, general_ground(e, t))
+        assert_all(s, g.premise(e))
         r = s.check()
         if r != z3.sat:
             return r, s.reason_unknown() if r == z3.unknown else ""
@@ -213,9 +219,9 @@ class Prover:
                 lits.append(lit)
                 names[lit.get_id()] = q.name
             for key in sorted(keys):
-                s.add(*shape_axioms(e, key))
-            s.add(*self._general)
-            s.add(*g.premise(e))
+                assert_all(s, shape_axioms(e, key))
+            assert_all(s, self._general)
+            assert_all(s, g.premise(e))
             # The goal behind a literal of its own, so that the same solver can be asked
             # afterwards whether the premise alone is contradictory.
             goal = z3.Bool("goal!")

@@ -211,7 +211,7 @@ def premise_model(rule: Rule, spec: SamplerSpec | None = None, timeout_s: float 
     prep = _prepare(rule, spec or pinned_spec(rule) or SamplerSpec())
     s = z3.Solver()
     s.set("timeout", max(1, int(timeout_s * 1000)))
-    _assert_all(s, [*prep.facts[:prep.n_theory], prep.target_lit])
+    assert_all(s, [*prep.facts[:prep.n_theory], prep.target_lit])
     r = s.check()
     if r != z3.sat:
         return r, s.reason_unknown() if r == z3.unknown else ""
@@ -297,7 +297,7 @@ class Sampler:
         s = z3.Solver(ctx=ctx)
         s.set("timeout", 300)
         s.set("random_seed", seed)
-        _assert_all(s, facts)
+        assert_all(s, facts)
         self.solver = s
         self._lits: dict[tuple[int, int], tuple[z3.BoolRef, int, Any]] = {}
         self._pin_ids = prep.pin_ids
@@ -313,7 +313,7 @@ class Sampler:
         if got is None:
             var = self.pins[k][0]
             lit = z3.Bool(f"pin!{k}={value}", var.ctx)  # named by pin, not by AST id
-            _assert_all(self.solver, [z3.Implies(lit, var == value)])
+            assert_all(self.solver, [z3.Implies(lit, var == value)])
             got = self._lits[key] = (lit, lit.get_id(), lit.as_ast())
         return got
 
@@ -392,16 +392,20 @@ class Sampler:
         ctx = self.solver.ctx
         both = (z3.Ast * len(same))(*[x.as_ast() for x in same])
         block = z3.BoolRef(z3.Z3_mk_not(ctx.ref(), z3.Z3_mk_and(ctx.ref(), len(same), both)), ctx)
-        _assert_all(self.solver, [block])
+        assert_all(self.solver, [block])
         return Instance(types, attrs)
 
 
-def _assert_all(s: z3.Solver, facts: Sequence[z3.BoolRef]) -> None:
-    """`s.add(*facts)` for Boolean terms built here, without z3's per-term sort checks
-    (a sampler asserts hundreds of shape facts, and every draw a blocking clause)."""
+def assert_all(s: z3.Solver, facts: Sequence[z3.BoolRef]) -> None:
+    """`s.add(*facts)` for Boolean terms of the solver's context, without z3's per-term
+    sort checks (a sampler asserts hundreds of shape facts, and every draw a blocking
+    clause; the prover asserts the shape theory of every rule)."""
     ref = s.ctx.ref()
     for f in facts:
-        z3.Z3_solver_assert(ref, s.solver, f.as_ast())
+        if isinstance(f, z3.BoolRef) and f.ctx is s.ctx:
+            z3.Z3_solver_assert(ref, s.solver, f.as_ast())
+        else:  # a Python bool or another context: z3's own conversion
+            s.add(f)
 
 
 def _eval_int(m: z3.ModelRef, term: z3.ArithRef) -> int:
