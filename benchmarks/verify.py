@@ -156,7 +156,9 @@ def main() -> None:
         if got is not None:
             libraries.append((f"generated (taso preset, {args.max_ops} ops)", got[0], [],
                               (TASO_SECONDS, TASO_RULES)))
-            gen_info = {"rules": len(got[0]), "generate_s": round(got[1], 2), "path": str(out)}
+            gen_info = {"rules": len(got[0]), "generate_s": round(got[1], 2),
+                        "path": str(out) if args.save_generated else
+                        "(temporary file; pass --save-generated to keep it)"}
     if args.mutants and wanted("mutants"):
         from superopt.rewrite import starter_rules
         from superopt.verifier.mutate import false_mutants
