@@ -15,6 +15,7 @@ from superopt.ir import GraphBuilder, save
 
 def test_simulate_prints_tables_and_writes_json_and_plot(tmp_path: Path, capsys) -> None:
     out, png = tmp_path / "r18.json", tmp_path / "plots" / "r18.png"
+    png.parent.mkdir()  # output folders must exist (issue 16: fail before the work)
     assert main(["simulate", "resnet18", "--json", str(out), "--plot", str(png),
                  "--top", "3"]) == 0
     text = capsys.readouterr().out
