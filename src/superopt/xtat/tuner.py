@@ -88,7 +88,11 @@ def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES, strategy: str =
     if kind == "joint":
         # The plan is one all-or-nothing site: measured once in the greedy phase, then
         # left out of annealing (a move that swaps the whole rewritten graph).
-        phases = [Phase("rewrite", ("plan", "rewrite"), "exhaustive", REWRITE_SHARE),
+        # The greedy rewrite phase also ends early once it stops finding better graphs:
+        # on resnet18/inception_v3 at batch 16 the budget it leaves to the graph anneal
+        # gained 2% and 1%, and it changed nothing on resnet50 and bert_small (3 seeds).
+        phases = [Phase("rewrite", ("plan", "rewrite"), "exhaustive", REWRITE_SHARE,
+                        patience=PATIENCE),
                   Phase("graph", GRAPH_PASSES[1:], strategy, GRAPH_SHARE - REWRITE_SHARE,
                         patience=PATIENCE), *KERNEL_PHASES]
     elif kind == "sequential":
