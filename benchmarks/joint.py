@@ -126,33 +126,51 @@ def torch_ratio(before: Graph, after: Graph) -> dict:
     return out
 
 
+def schedule_key() -> str:
+    """The joint schedule's phases, hashed: a --joint-only run skips the rows already
+    measured with this schedule, so a killed run resumes where it stopped."""
+    import hashlib
+
+    from superopt.xtat.tuner import make_schedule
+
+    return hashlib.sha256(repr(make_schedule("joint")).encode()).hexdigest()[:12]
+
+
 def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
-          tmp: Path, torch: bool = True) -> dict:
+          tmp: Path, torch: bool = True, row: dict | None = None) -> dict:
+    """One table row. Given `row` (a row measured before), only the joint column is
+    measured again and the others are kept: they do not depend on the joint schedule."""
     from superopt import zoo
     from superopt.xtat.tuner import KERNEL_PASSES, PASS_NAMES
 
     graph = zoo.build(model, batch=batch)
-    row: dict = {"model": model, "batch": batch}
-    compiler = ("layout", "fusion", *KERNEL_PASSES)  # XTAT: no rewriting at all
-    xtat = run_tuner(model, batch, graph, None, compiler, "joint", "anneal", budget,
-                     range(seeds))
-    row["default_s"] = xtat[0]["default_s"]
-    row["taso"] = taso_only(graph, taso_budget)
+    if row is None:
+        row = {"model": model, "batch": batch}
+        compiler = ("layout", "fusion", *KERNEL_PASSES)  # XTAT: no rewriting at all
+        row["xtat"] = run_tuner(model, batch, graph, None, compiler, "joint", "anneal",
+                                budget, range(seeds))
+        row["default_s"] = row["xtat"][0]["default_s"]
+        row["taso"] = taso_only(graph, taso_budget)
     path, n_pet, pet_s = pet_rules(graph, batch, tmp / f"pet_{model}_{batch}.json")
-    row["pet_rules"], row["pet_search_s"] = n_pet, pet_s
-    if path:
-        row["pet"] = run_tuner(model, batch, graph, [path], ("rewrite",), "custom",
-                               "exhaustive", budget, range(1))[0]
-    else:
-        row["pet"] = {"time_s": row["default_s"], "evaluations": 0, "note": "no PET rule"}
-    row["xtat"] = xtat
+    if "pet" not in row:
+        row["pet_rules"], row["pet_search_s"] = n_pet, pet_s
+        if path:
+            row["pet"] = run_tuner(model, batch, graph, [path], ("rewrite",), "custom",
+                                   "exhaustive", budget, range(1))[0]
+        else:
+            row["pet"] = {"time_s": row["default_s"], "evaluations": 0, "note": "no PET rule"}
+    elif n_pet != row["pet_rules"]:
+        raise SystemExit(f"{model} b={batch}: PET found {n_pet} rules, the kept row "
+                         f"{row['pet_rules']}; measure the whole row again")
     sources = ["starter", path] if path else ["starter"]
     best: dict = {}
     row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, "joint", "anneal",
                              budget, range(seeds), keep=best, plan_budget=taso_budget)
+    row["joint_schedule"] = schedule_key()
+    row.pop("joint_torch", None)
     if torch:
         row["joint_torch"] = torch_ratio(graph, best["graph"])
-    d = row["default_s"]
+    d, xtat = row["default_s"], row["xtat"]
     row["speedup"] = {
         "taso": d / row["taso"]["time_s"], "pet": d / row["pet"]["time_s"],
         "xtat": statistics.median(d / x["time_s"] for x in xtat),
@@ -164,7 +182,7 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
     best_single = max(sp["taso"], sp["pet"], sp["xtat"])
     row["joint_beats_best_single"] = sp["joint"] >= best_single * (1 - 1e-9)
     print(f"  {model:13s} b={batch:<3d} default {d * 1e3:8.4f} ms  TASO {sp['taso']:.3f}x  "
-          f"PET {sp['pet']:.3f}x ({n_pet} rules)  XTAT {sp['xtat']:.3f}x "
+          f"PET {sp['pet']:.3f}x ({row['pet_rules']} rules)  XTAT {sp['xtat']:.3f}x "
           f"[{sp['xtat_range'][0]:.3f}, {sp['xtat_range'][1]:.3f}]  joint {sp['joint']:.3f}x "
           f"[{sp['joint_range'][0]:.3f}, {sp['joint_range'][1]:.3f}]"
           f"{'' if row['joint_beats_best_single'] else '  (joint < best single)'}"
@@ -210,6 +228,9 @@ def main() -> None:
     ap.add_argument("--include", action="append", default=[],
                     help="also take the rows of this result file (same settings; e.g. a "
                          "model run in another process), repeatable")
+    ap.add_argument("--joint-only", action="store_true",
+                    help="with --resume: measure only the joint column again in the kept "
+                         "rows of --models (after a change to the joint schedule)")
     args = ap.parse_args()
     from superopt import zoo
 
@@ -229,6 +250,8 @@ def main() -> None:
         rows.extend(r for r in prev["rows"]
                     if (r["model"], r["batch"]) not in {(q["model"], q["batch"]) for q in rows})
     done = {(r["model"], r["batch"]) for r in rows}
+    if args.joint_only and not args.resume:
+        raise SystemExit("--joint-only re-measures rows kept by --resume: add --resume")
 
     def write(done: bool) -> tuple[dict, int]:
         # Written after every row, so an interrupted run keeps what it measured.
@@ -245,10 +268,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for m in models:
             for b in batches:
-                if (m, b) in done:
+                if args.joint_only and (m, b) in done:
+                    if next(r for r in rows if (r["model"], r["batch"]) == (m, b)).get(
+                            "joint_schedule") == schedule_key():
+                        continue
+                    i = next(i for i, r in enumerate(rows) if (r["model"], r["batch"]) == (m, b))
+                    rows[i] = bench(m, b, args.budget, args.taso_budget, args.seeds, Path(tmp),
+                                    not args.no_torch, rows[i])
+                elif (m, b) not in done:
+                    rows.append(bench(m, b, args.budget, args.taso_budget, args.seeds,
+                                      Path(tmp), not args.no_torch))
+                else:
                     continue
-                rows.append(bench(m, b, args.budget, args.taso_budget, args.seeds, Path(tmp),
-                                  not args.no_torch))
                 write(False)
     summary, wins = write(True)
     print("geomean speedups: " + "  ".join(f"{k} {v:.3f}x" for k, v in summary.items())
