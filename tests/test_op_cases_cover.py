@@ -30,7 +30,9 @@ def test_case_draws_a_linted_graph_using_its_op(op: str, data: st.DataObject) ->
 
 def test_cases_vary_their_attributes() -> None:
     # A case that always draws the same attributes would test one point, not an op.
-    @settings(max_examples=40, deadline=None, database=None)
+    # Derandomized: 'valid' is offered only when the drawn image holds the dilated kernel,
+    # about 1 draw in 10, so 40 fresh random draws missed it in ~1 run of 60.
+    @settings(max_examples=100, deadline=None, database=None, derandomize=True)
     @given(op_case("conv2d"))
     def collect(graph: Graph) -> None:
         node = next(n for n in graph.nodes if n.op == "conv2d")
