@@ -9,10 +9,6 @@ import pytest
 from superopt.executor import ExecutorError, ExecutorSpec, parse_executor, run_tasks
 
 
-def _isqrt_task(n: int) -> tuple[int, int]:
-    return n, math.isqrt(n)
-
-
 def test_parse_executor_specs() -> None:
     assert parse_executor(None) == ExecutorSpec("process")
     assert parse_executor("process") == ExecutorSpec("process")
@@ -28,10 +24,13 @@ def test_parse_executor_specs() -> None:
 def test_every_executor_returns_every_result_in_task_order(executor: str | None) -> None:
     if executor == "dask":
         pytest.importorskip("distributed")
-    tasks = [7, 100, 3, 65, 1000, 0, 49]
-    seen: list[tuple[int, int]] = []
-    out = run_tasks(_isqrt_task, tasks, workers=2, progress=seen.append, executor=executor)
-    assert out == [(n, math.isqrt(n)) for n in tasks]
+    # The task is a builtin, not a function of this module: a spawned worker unpickles it
+    # by name, and this module is importable there only when the rootdir is on sys.path
+    # (`python -m pytest`, not a bare `pytest`, which failed and left Dask hanging).
+    tasks = [7, 100, 3, 65, 1000, 0, 49]  # distinct roots: the order shows
+    seen: list[int] = []
+    out = run_tasks(math.isqrt, tasks, workers=2, progress=seen.append, executor=executor)
+    assert out == [math.isqrt(n) for n in tasks]
     assert sorted(seen) == sorted(out)  # progress saw each result once, in any order
 
 
@@ -42,4 +41,4 @@ def test_unreachable_dask_scheduler_is_a_clear_error(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(superopt.executor, "DASK_CONNECT_TIMEOUT_S", 2.0)
     # Port 9 (discard) on localhost has no scheduler: connecting fails fast.
     with pytest.raises(ExecutorError, match="cannot reach Dask"):
-        run_tasks(_isqrt_task, [1, 2], workers=1, executor="tcp://127.0.0.1:9")
+        run_tasks(math.isqrt, [1, 2], workers=1, executor="tcp://127.0.0.1:9")
