@@ -15,10 +15,9 @@ MODEL_HELP = ("a zoo model (resnet50, bert-base, ...), onnx:light_<name>, hf:ber
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from superopt.progress import console
 
-    # Not a terminal (CI logs, pipes): rich would wrap tables at 80 columns.
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    return console()
 
 
 def _device(text: str) -> str:
@@ -672,10 +671,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+LONG_COMMANDS = frozenset({"generate", "verify", "optimize", "tune", "mutants", "covers",
+                           "demo"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from superopt.options import UsageError
 
-    if argv is None:  # the real command line, not a call from Python or a test
+    real = argv is None  # the real command line, not a call from Python or a test
+    if real:
         from superopt.interrupts import install
 
         install()
@@ -684,6 +688,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except UsageError:
         return 2  # already reported in one line
+    if real and args.command in LONG_COMMANDS:
+        from superopt.progress import heartbeat
+
+        heartbeat(args.command)  # piped stdout: a plain progress line every few seconds
     func: Callable[[argparse.Namespace], int] = args.func
     from superopt.ir.errors import IRError
     from superopt.options import PathError, check_paths

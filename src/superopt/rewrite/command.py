@@ -20,7 +20,7 @@ from superopt.ir.files import atomic_write_text
 
 def run(args: argparse.Namespace, console: Any, load: Any) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from superopt.ir.analysis import human
@@ -55,8 +55,9 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
                   f"{len(matcher.rules)} rules from {source}"
                   + (f" ({refuted} refuted rules left out)" if refuted else "")
                   + f"; cost: {cost.describe()}")
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[best]}"),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[best]}"), TimeElapsedColumn(), console=console,
+                  transient=True) as progress:
         task = progress.add_task(f"optimizing {graph.name}", total=args.budget, best="")
 
         def step(done: int, budget: int, best: float) -> None:

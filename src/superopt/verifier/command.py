@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from superopt.executor import parse_executor
+from superopt.progress import console as progress_console
 from superopt.substitutions.readers import RuleProblem
 from superopt.substitutions.rule import Rule
 from superopt.substitutions.text import format_rule
@@ -218,7 +219,7 @@ def _slowest_table(results: Sequence[RuleResult], n: int = 5) -> Table:
 # ---- the command --------------------------------------------------------------------
 
 def run(args: argparse.Namespace) -> int:
-    console = Console(highlight=False)
+    console = progress_console(width=None)
     if args.list_axioms:
         sys.stdout.write(builtin_text())
         return EXIT_OK
