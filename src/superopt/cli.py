@@ -271,8 +271,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
                   f"{t['cpu_parent'] + t['cpu_workers']:.1f} s")
     table.add_row("peak memory (parent / largest worker)",
                   f"{peak['parent']:.0f} / {peak['largest_worker']:.0f} MB")
-    table.add_row("workers, shards (resumed)",
-                  f"{workers}, {result.info['shards']} ({result.info['shards_resumed']})")
+    if args.executor is None:
+        runs_on = f"{workers} workers" if workers > 1 else "1 process"
+    else:  # a Dask scheduler's cluster has its own workers: --workers does not count them
+        from superopt.executor import parse_executor
+
+        runs_on = parse_executor(args.executor).describe(workers)
+    table.add_row("ran on; shards (resumed)",
+                  f"{runs_on}; {result.info['shards']} ({result.info['shards_resumed']})")
+    resumed = result.info.get("stages_resumed") or []
+    if resumed or result.info.get("shape_tests_resumed"):
+        table.add_row("resumed from the work directory",
+                      ", ".join([*resumed, f"{result.info.get('shape_tests_resumed', 0)} "
+                                 "rules tested at other shapes"]))
     console.print(table)
     console.print(f"wrote {len(result.rules)} rules to {path}"
                   + (f" and {args.text}" if args.text else ""))

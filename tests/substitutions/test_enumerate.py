@@ -194,6 +194,7 @@ def test_shards_resume_from_the_work_directory(tmp_path) -> None:
     shards = sorted(tmp_path.glob("shard-*.npz"))
     assert len(shards) == first.info["shards"] > 1
     shards[0].unlink()  # as if the run had been stopped before this shard
+    (tmp_path / "checked.json").unlink()  # (so before the stages after enumeration)
     again = generate(cfg, workdir=tmp_path, verify=False)
     assert again.info["shards_resumed"] == first.info["shards"] - 1
     assert [r.source for r in again.rules] == [r.source for r in first.rules]
@@ -269,3 +270,48 @@ def test_every_term_of_the_small_preset_is_enumerated_once() -> None:
     # every evaluated node is kept, pruned as a duplicate, or collapses (a split node's two
     # outputs may both collapse, so collapses can outnumber their nodes)
     assert nodes_kept + tab.level_counts[2]["pruned_duplicate"] <= expected <= nodes_kept + pruned
+
+
+def test_a_resumed_run_redoes_no_finished_stage(tmp_path, monkeypatch) -> None:
+    """Stopped during the test at other shapes (most of a run's time), a run resumes with
+    every earlier stage from the work directory and tests only the rules left."""
+    from superopt.substitutions import generator, strengthen
+    from superopt.substitutions.library import rule_to_json
+
+    cfg = make_config("taso", max_ops=2)
+    real = strengthen.strengthen_task
+    calls: list[str] = []
+
+    def counted(task, stop_after=None):
+        if stop_after is not None and len(calls) == stop_after:
+            raise KeyboardInterrupt  # Ctrl-C while testing rule number stop_after + 1
+        calls.append(task[0])
+        return real(task)
+
+    monkeypatch.setattr(strengthen, "strengthen_task", counted)
+    whole = generate(cfg)
+    tested = list(calls)
+    assert len(tested) > 10
+    calls.clear()
+    monkeypatch.setattr(strengthen, "strengthen_task", lambda t: counted(t, stop_after=10))
+    with pytest.raises(KeyboardInterrupt):
+        generate(cfg, workdir=tmp_path)
+    assert (tmp_path / generator.CHECKED_FILE).exists()
+    assert len((tmp_path / generator.SHAPES_FILE).read_text().splitlines()) == 10
+
+    def redone(*args, **kwargs):
+        raise AssertionError("a finished stage was redone")
+
+    calls.clear()
+    monkeypatch.setattr(strengthen, "strengthen_task", counted)
+    for stage in ("TermTable", "enumerate_last_level", "_single_output_candidates",
+                  "_make_rule", "check_rule"):
+        monkeypatch.setattr(generator, stage, redone)
+    again = generate(cfg, workdir=tmp_path)
+    assert len(calls) == len(tested) - 10 and not set(calls) & set(tested[:10])
+    assert again.info["stages_resumed"] and again.info["shape_tests_resumed"] == 10
+    assert [rule_to_json(r) for r in again.rules] == [rule_to_json(r) for r in whole.rules]
+    assert again.stages == whole.stages
+    calls.clear()
+    generate(cfg, workdir=tmp_path)  # a finished run's work directory: nothing is redone
+    assert calls == []

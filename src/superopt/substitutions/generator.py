@@ -493,6 +493,15 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     if wd is not None:
         _prepare_workdir(wd, cfg)
     level = cfg.max_ops
+    prefix = name_prefix or f"{cfg.preset}{level}"
+    settings = {"verify": verify, "prefix": prefix}
+    saved = _load_checked(wd, settings) if wd is not None else None
+    if saved is not None:
+        # Every stage up to the IR check finished in an earlier run: take its rules.
+        checked, stages, times, info = saved
+        rules = [r for r, _ in checked]
+        return _finish(checked, rules, stages, times, info, workers, wd, progress, verify,
+                       sample_check, drop_instances, executor, prefix, (t_start, c_start))
 
     t0 = time.perf_counter()
     table = TermTable(cfg, level - 1)
@@ -593,7 +602,6 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
 
     # ---- rules, checked by the IR ---------------------------------------------------
     t0 = time.perf_counter()
-    prefix = name_prefix or f"{cfg.preset}{level}"
     built: list[tuple[Rule, dict[str, TensorType]]] = []
     build_failed = 0
     for src, tgt, ci, mapping in unique:
@@ -634,9 +642,27 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     stages["rules not expressible"] = build_failed
     stages["rejected by the IR check"] = refuted
     times["build+verify"] = time.perf_counter() - t0
+    info = {"shards": len(shards), "shards_resumed": resumed, "table_terms": len(table),
+            "last_level_terms": store.m, "classes": len(classes),
+            "level_counts": {str(k): dict(v) for k, v in table.level_counts.items()},
+            "last_level_counts": dict(zip(COUNT_KEYS, last["counts"].tolist(), strict=True)),
+            "stages_resumed": []}
+    if wd is not None:
+        _save_checked(wd, settings, checked, stages, times, info)
+    return _finish(checked, rules, stages, times, info, workers, wd, progress, verify,
+                   sample_check, drop_instances, executor, prefix, (t_start, c_start))
+
+
+def _finish(checked: list[tuple[Rule, dict[str, TensorType]]], rules: list[Rule], stages: dict[str, int], times: dict[str, float],
+            info: dict[str, Any], workers: int, wd: Path | None, progress: Progress | None,
+            verify: bool, sample_check: bool, drop_instances: bool, executor: str | None,
+            prefix: str, start: tuple[float, float]) -> GenerateResult:
+    """The stages after the IR check: the test at other shapes (checkpointed rule by rule
+    in the work directory), instances, naming."""
+    t_start, c_start = start
     if verify and sample_check:
         t0 = time.perf_counter()
-        rules = _test_at_other_shapes(checked, workers, stages, progress, executor)
+        rules = _test_at_other_shapes(checked, workers, stages, progress, executor, wd, info)
         times["test at other shapes"] = time.perf_counter() - t0
     instances = instance_rules(rules)
     stages["instances of another rule (kept unless drop_instances)"] = len(instances)
@@ -655,47 +681,133 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     times["cpu_parent"] = time.process_time() - c_start
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     times["cpu_workers"] = kids.ru_utime + kids.ru_stime
-    info = {"shards": len(shards), "shards_resumed": resumed, "workers": workers,
-            "peak_rss_mb": _peak_mb(), "table_terms": len(table),
-            "last_level_terms": store.m, "classes": len(classes),
-            "level_counts": {str(k): dict(v) for k, v in table.level_counts.items()},
-            "last_level_counts": dict(zip(COUNT_KEYS, last["counts"].tolist(), strict=True)),
-            "cpu_count": os.cpu_count()}
+    info = {**info, "workers": workers, "peak_rss_mb": _peak_mb(), "cpu_count": os.cpu_count()}
     return GenerateResult(rules, stages, times, info)
+
+
+# ---- checkpoints of the stages after enumeration ----------------------------------------
+
+CHECKED_FILE = "checked.json"  # the rules that passed the IR check, with their stage counts
+SHAPES_FILE = "shapes.jsonl"  # one line per rule tested at other shapes, as it finishes
+_BEFORE_CHECKED = ("enumerate", "bucket+confirm", "pair+prune", "dedup", "build+verify")
+
+
+def _save_checked(wd: Path, settings: dict[str, Any],
+                  checked: Sequence[tuple[Rule, dict[str, TensorType]]],
+                  stages: dict[str, int], times: dict[str, float], info: dict[str, Any]) -> None:
+    from superopt.ir.files import atomic_write_text
+    from superopt.substitutions.library import rule_to_json
+
+    rows = [{"rule": rule_to_json(r), "types": {v: [list(t.shape), str(t.dtype)]
+                                                for v, t in types.items()}}
+            for r, types in checked]
+    (wd / SHAPES_FILE).unlink(missing_ok=True)  # results of an earlier rule list
+    atomic_write_text(wd / CHECKED_FILE, json.dumps(
+        {"settings": settings, "stages": stages, "times": times, "info": info,
+         "rules": rows}))
+
+
+def _load_checked(wd: Path, settings: dict[str, Any]) -> tuple[
+        list[tuple[Rule, dict[str, TensorType]]], dict[str, int], dict[str, float],
+        dict[str, Any]] | None:
+    """The checkpoint of the stages up to the IR check, or None when there is none for
+    these settings (the work directory's config digest was checked already)."""
+    from superopt.ir.types import DType
+    from superopt.substitutions.library import rule_from_json
+
+    path = wd / CHECKED_FILE
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if data.get("settings") != settings:
+            return None
+        checked = [(rule_from_json(row["rule"], str(path), i),
+                    {v: TensorType(tuple(shape), DType(dt))
+                     for v, (shape, dt) in row["types"].items()})
+                   for i, row in enumerate(data["rules"])]
+    except (ValueError, KeyError, TypeError, IRError) as e:
+        raise GenerateError(f"{path}: unreadable checkpoint ({e}); remove it to redo the "
+                            "stages after enumeration") from None
+    info = dict(data["info"])
+    info["shards_resumed"] = info["shards"]
+    info["stages_resumed"] = list(_BEFORE_CHECKED)
+    return checked, dict(data["stages"]), dict(data["times"]), info
+
+
+def _load_shape_results(wd: Path | None, n: int) -> dict[int, list[Any]]:
+    """Results of the test at other shapes that an earlier run finished (by rule index);
+    a line cut short by a kill is ignored."""
+    path = wd / SHAPES_FILE if wd is not None else None
+    if path is None or not path.exists():
+        return {}
+    got: dict[int, list[Any]] = {}
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+            k, res = int(row["k"]), list(row["res"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if 0 <= k < n and len(res) == 4:
+            got[k] = res
+    return got
+
+
+def indexed_strengthen(task: tuple[int, Any]) -> tuple[int, Any]:
+    """`strengthen_task` with the rule's index carried along, so that each result can be
+    checkpointed as it arrives (in any order)."""
+    from superopt.substitutions import strengthen
+
+    k, inner = task
+    return k, strengthen.strengthen_task(inner)
 
 
 def _test_at_other_shapes(checked: Sequence[tuple[Rule, dict[str, TensorType]]], workers: int,
                           stages: dict[str, int], progress: Progress | None,
-                          executor: str | None = None) -> list[Rule]:
+                          executor: str | None = None, wd: Path | None = None,
+                          info: dict[str, Any] | None = None) -> list[Rule]:
     """Random-test each rule at sampled shapes (the verifier's tester) and keep it as
-    generalised, strengthened, or (refuted even at its own shapes) not at all."""
+    generalised, strengthened, or (refuted even at its own shapes) not at all. With a work
+    directory each result is appended to it as it arrives, and a resumed run tests only
+    the rules left."""
     from dataclasses import replace
 
-    from superopt.substitutions.strengthen import (
-        LEVELS,
-        UNTESTED,
-        strengthen_task,
-        untested_reason,
-    )
+    from superopt.substitutions.strengthen import LEVELS, UNTESTED, untested_reason
     from superopt.verifier.parallel import run_parallel
 
     # Rules that no other shapes can refute are not sent to the workers at all.
     results: list[tuple[bool, str | None, str, str] | None] = [
         (True, r.condition, UNTESTED, "") if untested_reason(r, types) else None
         for r, types in checked]
+    earlier = _load_shape_results(wd, len(checked))
+    for k, res in earlier.items():
+        if results[k] is None:
+            results[k] = tuple(res)  # type: ignore[assignment]
+    if info is not None:
+        info["shape_tests_resumed"] = len(earlier)
     todo = [k for k, res in enumerate(results) if res is None]
-    tasks = [(_text(checked[k][0]), {v: list(t.shape) for v, t in checked[k][1].items()})
+    tasks = [(k, (_text(checked[k][0]), {v: list(t.shape) for v, t in checked[k][1].items()}))
              for k in todo]
     done = [0]
+    log = open(wd / SHAPES_FILE, "a") if wd is not None else None
+    if log is not None and log.tell() and not (wd / SHAPES_FILE).read_bytes().endswith(b"\n"):
+        log.write("\n")  # a line cut short by a kill stays a line of its own (ignored)
 
-    def tick(_: Any) -> None:
+    def tick(item: tuple[int, Any]) -> None:
+        k, res = item
+        results[k] = res
+        if log is not None:
+            log.write(json.dumps({"k": k, "res": list(res)}) + "\n")
+            log.flush()
         done[0] += 1
         if progress and (done[0] % 25 == 0 or done[0] == len(tasks)):
             progress("test at other shapes", done[0], len(tasks))
 
-    got = run_parallel(strengthen_task, tasks, workers, tick, executor)
-    for k, res in zip(todo, got, strict=True):
-        results[k] = res
+    try:
+        run_parallel(indexed_strengthen, tasks, workers, tick, executor)
+    finally:
+        if log is not None:
+            log.close()
     out: list[Rule] = []
     levels: dict[str, int] = dict.fromkeys(("", UNTESTED, *LEVELS, "refuted"), 0)
     for (rule, _), res in zip(checked, results, strict=True):
