@@ -42,3 +42,31 @@ def test_unreachable_dask_scheduler_is_a_clear_error(monkeypatch: pytest.MonkeyP
     # Port 9 (discard) on localhost has no scheduler: connecting fails fast.
     with pytest.raises(ExecutorError, match="cannot reach Dask"):
         run_tasks(math.isqrt, [1, 2], workers=1, executor="tcp://127.0.0.1:9")
+
+
+def test_a_refused_scheduler_port_fails_at_once() -> None:
+    # Dask's client retries a refused connection for its whole timeout (30 s); the probe
+    # says so at once. Port 1 on localhost has no listener.
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(ExecutorError, match="cannot reach Dask .* connection refused"):
+        run_tasks(math.isqrt, [1, 2], workers=1, executor="dask://127.0.0.1:1")
+    assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("command", [["generate", "--out", "{tmp}/g.json"],
+                                     ["verify", "{rules}"]])
+def test_commands_refuse_an_unreachable_scheduler_before_any_work(
+        command: list[str], tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    from superopt.cli import main
+
+    rules = Path(__file__).parents[1] / "benchmarks" / "data" / "taso_like.rules"
+    argv = [a.format(tmp=tmp_path, rules=rules) for a in command]
+    assert main([*argv, "--executor", "tcp://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["superopt: error: cannot reach Dask (Dask scheduler at tcp://127.0.0.1:1): "
+                   "connection refused"]
+    assert not list(tmp_path.iterdir())

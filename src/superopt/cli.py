@@ -232,9 +232,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
                       inputs=args.inputs, max_outputs=args.max_outputs, seed=args.seed)
     workers = args.workers or (os.cpu_count() or 1)
     if args.executor is not None:
-        from superopt.executor import parse_executor
+        from superopt.executor import check_executor
 
-        parse_executor(args.executor)  # a bad spec is an input error before any work
+        check_executor(args.executor)  # a bad spec or no scheduler, before any work
     console = _console()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
                   "{task.total}"), TimeElapsedColumn(), console=console, transient=True,

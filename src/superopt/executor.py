@@ -33,7 +33,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 KINDS = ("process", "dask")
-DASK_CONNECT_TIMEOUT_S = 30.0  # how long to wait for a named scheduler
+DASK_CONNECT_TIMEOUT_S = 30.0  # how long to wait for a named scheduler's handshake
+PROBE_TIMEOUT_S = 5.0  # how long to wait for its port to accept a connection at all
 
 
 class ExecutorError(IRError):
@@ -46,10 +47,11 @@ class ExecutorSpec:
     address: str | None = None  # a Dask scheduler; None: start a local cluster
 
     def describe(self, workers: int) -> str:
+        n = f"{workers} worker{'' if workers == 1 else 's'}"
         if self.kind == "process":
-            return f"process pool ({workers} workers)"
+            return f"process pool ({n})"
         if self.address is None:
-            return f"local Dask cluster ({workers} workers)"
+            return f"local Dask cluster ({n})"
         return f"Dask scheduler at {self.address}"
 
 
@@ -69,6 +71,29 @@ def parse_executor(spec: str | None) -> ExecutorSpec:
             return ExecutorSpec("dask", f"tcp://{rest}")
     raise ExecutorError(f"unknown executor {spec!r}: expected 'process', 'dask', "
                         "'dask://HOST:PORT' or 'tcp://HOST:PORT'")
+
+
+def probe(spec: ExecutorSpec) -> None:
+    """Fail at once when a named Dask scheduler's port does not accept connections: Dask's
+    client retries a refused connection until its timeout (30 s) before it says so."""
+    if spec.address is None:
+        return
+    import socket
+
+    host, _, port = spec.address.removeprefix("tcp://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), PROBE_TIMEOUT_S).close()
+    except (OSError, ValueError) as e:
+        reason = "connection refused" if isinstance(e, ConnectionRefusedError) else str(e)
+        raise ExecutorError(f"cannot reach Dask ({spec.describe(1)}): {reason}") from None
+
+
+def check_executor(spec: str | None) -> ExecutorSpec:
+    """Parse an --executor value and probe a named scheduler: before any work, so a bad
+    spec or an unreachable cluster costs no run."""
+    parsed = parse_executor(spec)
+    probe(parsed)
+    return parsed
 
 
 def default_workers() -> int:
@@ -116,6 +141,7 @@ def open_executor(spec: str | ExecutorSpec | None, workers: int,
     except ImportError as e:
         raise ExecutorError("the Dask executor needs dask[distributed]: "
                             "pip install 'superopt[dask]'") from e
+    probe(parsed)
     cluster = None
     try:
         if parsed.address is None:

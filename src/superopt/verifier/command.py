@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from superopt.executor import parse_executor
+from superopt.executor import check_executor
 from superopt.progress import console as progress_console
 from superopt.substitutions.readers import RuleProblem
 from superopt.substitutions.rule import Rule
@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.files and not args.check_axioms:
         console.print("superopt verify: give rule files to verify, or --check-axioms")
         return EXIT_INPUT
-    parse_executor(args.executor)  # a bad spec is an input error before any work
+    check_executor(args.executor)  # a bad spec or no scheduler: an input error, no work
     import z3
 
     # z3's own Ctrl-C handler cancels the running check (the rule would read "unknown")
