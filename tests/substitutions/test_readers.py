@@ -272,6 +272,13 @@ def test_read_any_dispatches_on_extension_and_content(tmp_path: Path) -> None:
     assert len(read_any(renamed)) == 5
     for name in ("tensat_rules.txt", "tensat_multi_rules.txt"):
         assert detect_format(FIXTURES / name) == "tensat-sexpr"
+    # A text file that starts with a blank line (byte 0x0a, as TASO's .pb does) is text,
+    # under any name; it was read as protobuf ("unsupported wire type").
+    for name in ("blank_first.rules", "blank_first", "blank_first.bin"):
+        spaced = tmp_path / name
+        spaced.write_text("\n\n" + format_rules(eqs))
+        assert detect_format(spaced) == "text", name
+        assert [r.source for r in read_any(spaced)] == [r.source for r in eqs]
 
 
 def test_read_any_errors(tmp_path: Path) -> None:

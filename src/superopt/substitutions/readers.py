@@ -700,6 +700,9 @@ def read_tensat_sexprs(path: str | Path, multi: bool | None = None,
     return parse_tensat_sexprs(text, str(path), m, _stem(path), problems)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
+
+
 def detect_format(path: str | Path) -> str:
     """One of "library", "taso-pb", "tensat-equations", "tensat-sexpr", "text"."""
     path = Path(path)
@@ -713,7 +716,9 @@ def detect_format(path: str | Path) -> str:
     except UnicodeDecodeError:
         # A file named as text is text that cannot be decoded, not a binary rule file.
         return "text" if path.suffix in TEXT_SUFFIXES else "taso-pb"
-    if "\x00" in text or (data[:1] == b"\x0a" and not text.strip().startswith(("(", "#"))):
+    # TASO's protobuf has field tags and lengths below 0x20 (0x08, 0x12, 0x1a ...) besides
+    # 0x0a; text has none but tabs and line ends. (A leading 0x0a alone is a blank line.)
+    if path.suffix not in TEXT_SUFFIXES and _CONTROL.search(text):
         return "taso-pb"
     stripped = text.lstrip()
     if stripped.startswith("{"):
