@@ -107,11 +107,19 @@ def _init_worker() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def _guarded(initializer: Callable[[], None]) -> None:
+def _guarded(initializer: Callable[[], None], parent: int) -> None:
     from superopt.interrupts import guard_worker
 
-    guard_worker()  # Ctrl-C is the parent's to handle; a SIGKILLed parent ends the worker
+    guard_worker(parent)  # Ctrl-C is the parent's to handle; a SIGKILLed parent ends it
     initializer()
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """After an interrupt or error: waiting for the running tasks (as `with` would) can
+    take as long as the whole run, so the workers are stopped now."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 @contextmanager
@@ -123,16 +131,12 @@ def open_executor(spec: str | ExecutorSpec | None, workers: int,
     workers = max(1, workers)
     if parsed.kind == "process":
         init = initializer or _init_worker
-        pool = ProcessPoolExecutor(max_workers=workers, initializer=_guarded, initargs=(init,),
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_guarded, initargs=(init, os.getpid()),
                                    mp_context=multiprocessing.get_context("spawn"))
         try:
             yield pool
         except BaseException:
-            # An interrupt or error: waiting for the running tasks (as `with` would) can
-            # take as long as the whole run. Stop the workers now.
-            for proc in list(getattr(pool, "_processes", {}).values()):
-                proc.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
+            stop_pool(pool)
             raise
         pool.shutdown(wait=True)
         return

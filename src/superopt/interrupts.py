@@ -116,16 +116,20 @@ def install() -> None:
 
 def _poll_parent(parent: int) -> None:
     while True:
-        time.sleep(_POLL_S)
         if os.getppid() != parent:
             os._exit(1)
+        time.sleep(_POLL_S)
 
 
-def guard_worker() -> None:
-    """In a worker process: leave SIGINT to the parent; exit when the parent is gone."""
+def guard_worker(parent: int | None = None) -> None:
+    """In a worker process: leave SIGINT to the parent; exit when the parent is gone.
+    `parent`: the pid the parent passed (os.getpid() there). Without it the worker takes
+    its current parent, which is already init's or a subreaper's when the real parent was
+    killed while this worker was still starting (a spawned worker imports for ~1 s), and
+    such a worker would never notice."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_poll_parent, args=(os.getppid(),), name="superopt-parent",
-                     daemon=True).start()
+    threading.Thread(target=_poll_parent, args=(parent or os.getppid(),),
+                     name="superopt-parent", daemon=True).start()
 
 
 __all__ = ["GRACE_S", "allow_finish", "guard_worker", "install", "interrupted"]

@@ -1,6 +1,8 @@
 """Ctrl-C (SIGINT to the process group, as a terminal sends it) stops long commands within
 2 s with exit status 130, writes no verdict, and leaves no worker process behind; an
-interrupted optimize search still saves its best graph (and says 130)."""
+interrupted optimize search still saves its best graph (and says 130). SIGKILL of the
+parent alone (no chance to clean up) leaves no live worker either: workers poll their
+parent."""
 
 from __future__ import annotations
 
@@ -81,3 +83,63 @@ def test_optimize_saves_the_best_graph_of_an_interrupted_search(tmp_path: Path) 
     code, _, err = _interrupt(["optimize", "resnet50", "--repeats", "0", "--out", str(out)],
                               after=8)
     assert code == 130 and out.exists(), err
+
+
+def _live_in_group(pgid: int) -> list[str]:
+    """Processes of the group that still run (zombies waiting for a reaper do not)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(text.split(")", 1)[0] + ")")
+    return live
+
+
+def _kill_parent(argv: list[str], children: int, limit: float = 60.0) -> tuple[float, list[str]]:
+    """SIGKILL the command (not its workers) once it runs `children` processes; how long
+    its workers outlived it, and any still live after 5 s."""
+    proc = subprocess.Popen([sys.executable, "-m", "superopt", *argv], env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + limit
+        while len(_live_in_group(proc.pid)) < 1 + children:
+            assert proc.poll() is None, "finished before it started its workers"
+            assert time.monotonic() < deadline, "its workers never started"
+            time.sleep(0.2)
+        proc.kill()
+        proc.wait()
+        t0 = time.monotonic()
+        while _live_in_group(proc.pid) and time.monotonic() - t0 < 5:
+            time.sleep(0.1)
+        return time.monotonic() - t0, _live_in_group(proc.pid)
+    finally:
+        for pid in Path("/proc").glob("[0-9]*"):  # clean up after a failure
+            try:
+                if os.getpgid(int(pid.name)) == proc.pid:
+                    os.kill(int(pid.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+
+
+def test_sigkill_of_verify_leaves_no_live_worker() -> None:
+    took, left = _kill_parent(["verify", str(RULES), "--jobs", "2"], children=2)
+    assert not left, left
+    assert took < 2.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv, children", [
+    (["generate", "--max-ops", "3", "--workers", "2", "--out", "{tmp}/g.json"], 2),
+    (["generate", "--max-ops", "3", "--workers", "2", "--executor", "process", "--out",
+      "{tmp}/g.json"], 2),
+    (["tune", "resnet50", "--budget", "5000", "--workers", "2"], 2),
+])
+def test_sigkill_leaves_no_live_worker(argv: list[str], children: int, tmp_path: Path) -> None:
+    took, left = _kill_parent([a.format(tmp=tmp_path) for a in argv], children)
+    assert not left, left
+    assert took < 2.0

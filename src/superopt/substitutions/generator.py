@@ -57,6 +57,7 @@ from superopt.substitutions.symshape import SHAPE_ATTRS, RuleSpec, Side, SNode, 
 
 Progress = Callable[[str, int, int], None]
 NodeKey = tuple[int, int, int]
+LIST_TERMS = 2_000_000  # last-level terms that TermStore keeps as Python lists
 
 CONFIRM_SEED = 0xC0FFEE
 VERIFY_SEED = 1_000_003
@@ -87,10 +88,13 @@ class TermStore:
         self.level = level
         self.n_in = table.n_inputs
         self.n_table = len(table)
-        self.last = {k: last[k].tolist() for k in ("tmpl", "a0", "a1", "out")}
+        self.m = len(last["tmpl"])
+        # Lists index faster than arrays, but cost ~36 bytes a term: at 4 ops (30M terms)
+        # 3.6 GB. Past LIST_TERMS the (memory-mapped) arrays stay as they are.
+        big = self.m > LIST_TERMS
+        self.last = {k: last[k] if big else last[k].tolist() for k in ("tmpl", "a0", "a1", "out")}
         self.last_h1 = last["h1"]
         self.last_h2 = last["h2"]
-        self.m = len(self.last["tmpl"])
         coll = list(table.collapses) + [
             (int(a), int(b), int(c), int(d), int(e)) for a, b, c, d, e in zip(
                 last["c_tmpl"], last["c_a0"], last["c_a1"], last["c_out"], last["c_inp"],
@@ -114,7 +118,7 @@ class TermStore:
         if t < self.cbase:
             i = t - self.n_table
             lt = self.last
-            return lt["tmpl"][i], lt["a0"][i], lt["a1"][i], lt["out"][i]
+            return int(lt["tmpl"][i]), int(lt["a0"][i]), int(lt["a1"][i]), int(lt["out"][i])
         c = self.coll[t - self.cbase]
         return c[0], c[1], c[2], c[3]
 
@@ -216,25 +220,39 @@ class TermStore:
             return self.table.shapes[self.table.group[t]]
         return self.shape_and_attrs(t)[1][self.struct(t)[3]]
 
-    def _fresh_table(self) -> list[np.ndarray]:
-        """Every table term's value on the fresh inputs, computed level by level in
-        batches (no pruning here, so term ids stay those of the enumeration)."""
-        got = getattr(self, "_ftable", None)
-        if got is not None:
-            return got
-        tb = self.table
-        vals: list[np.ndarray | None] = [None] * self.n_table
-        for k in range(self.n_in):
-            vals[k] = self.fresh_inputs[k]
-        by_level: dict[int, list[int]] = defaultdict(list)
-        for t in range(self.n_in, self.n_table):
-            by_level[tb.size[t]].append(t)
-        for lv in sorted(by_level):
-            self._fresh_batch(by_level[lv], vals)
-        self._ftable = vals  # type: ignore[assignment]
-        return self._ftable
+    def fresh_cache(self) -> dict[int, np.ndarray]:
+        """The fresh values of table terms computed so far (inputs included)."""
+        got = getattr(self, "_fvals", None)
+        if got is None:
+            got = {k: self.fresh_inputs[k] for k in range(self.n_in)}
+            self._fvals = got
+        return got
 
-    def _fresh_batch(self, terms: Sequence[int], vals: list[np.ndarray | None]
+    def share_fresh(self, cache: dict[int, np.ndarray]) -> None:
+        """Use (and extend) another store's fresh values of the same table."""
+        self._fvals = cache
+
+    def _fresh_table(self, terms: Sequence[int]) -> dict[int, np.ndarray]:
+        """Fresh values of the table terms that `terms` are built from, computed level by
+        level in batches, only those not computed before: a partition of the last level
+        needs those under its bucket members, not the whole table."""
+        vals = self.fresh_cache()
+        need: set[int] = set()
+        stack = [a for t in terms for a in (self.args(t) if t >= self.n_table else (t,))]
+        while stack:
+            a = stack.pop()
+            if a in vals or a in need:
+                continue
+            need.add(a)
+            stack.extend(self.args(a))
+        by_level: dict[int, list[int]] = defaultdict(list)
+        for t in need:
+            by_level[self.table.size[t]].append(t)
+        for lv in sorted(by_level):
+            self._fresh_batch(sorted(by_level[lv]), vals)
+        return vals
+
+    def _fresh_batch(self, terms: Sequence[int], vals: dict[int, np.ndarray]
                      ) -> dict[int, np.ndarray]:
         """Fresh values of `terms` whose operands are table terms already in `vals`; table
         terms are stored into `vals`, all are returned."""
@@ -269,12 +287,12 @@ class TermStore:
     def fresh_hashes(self, terms: Sequence[int]) -> dict[int, tuple[int, int]]:
         """Fingerprints of terms on the fresh inputs (an evaluation independent of the
         enumeration's), batched by template and operand shapes."""
-        vals = self._fresh_table()
+        vals = self._fresh_table(terms)
         got: dict[int, np.ndarray] = {}
         rest = []
         for t in terms:
             if t < self.n_table:
-                got[t] = vals[t]  # type: ignore[assignment]
+                got[t] = vals[t]
             else:
                 rest.append(t)
         got.update(self._fresh_batch(rest, vals))
@@ -299,25 +317,38 @@ class TermStore:
         if t < self.cbase:
             i = t - self.n_table
             out[t] = (int(self.last_h1[i]), int(self.last_h2[i]))
-            sib = self._siblings().get(self.key(t))
-            if sib:
-                for u in sib:
-                    j = u - self.n_table
-                    out[u] = (int(self.last_h1[j]), int(self.last_h2[j]))
+            for u in self._siblings(t):
+                j = u - self.n_table
+                out[u] = (int(self.last_h1[j]), int(self.last_h2[j]))
         return out
 
-    def _siblings(self) -> dict[NodeKey, list[int]]:
-        """Last-level outputs of multi-output nodes, by node."""
+    def _siblings(self, t: int) -> list[int]:
+        """Last-level outputs of t's node when it has several (t included), found in an
+        index of the multi-output nodes' keys sorted once (a dict of the last level's
+        split nodes would not fit at 4 ops)."""
+        tmpl, a0, a1, _ = self.struct(t)
+        if self.templates[tmpl].kind != "split":
+            return []
         got = getattr(self, "_sib", None)
         if got is None:
-            got = defaultdict(list)
-            multi = {i for i, t in enumerate(self.templates) if t.kind == "split"}
             lt = self.last
-            for i, tm in enumerate(lt["tmpl"]):
-                if tm in multi:
-                    got[(tm, lt["a0"][i], lt["a1"][i])].append(self.n_table + i)
+            tm = np.asarray(lt["tmpl"], dtype=np.int64)
+            multi = [i for i, tp in enumerate(self.templates) if tp.kind == "split"]
+            rows = np.flatnonzero(np.isin(tm, multi))
+            keys = self._sib_key(tm[rows], np.asarray(lt["a0"])[rows].astype(np.int64),
+                                 np.asarray(lt["a1"])[rows].astype(np.int64))
+            order = np.argsort(keys, kind="stable")
+            got = (keys[order], rows[order])
             self._sib = got
-        return got
+        keys, rows = got
+        k = int(self._sib_key(np.int64(tmpl), np.int64(a0), np.int64(a1)))
+        lo, hi = np.searchsorted(keys, [k, k + 1])
+        return [self.n_table + int(r) for r in rows[lo:hi]]
+
+    @staticmethod
+    def _sib_key(tmpl: Any, a0: Any, a1: Any) -> Any:
+        # operands are table terms (< 2**26 at any size that fits in memory), -1 when absent
+        return (tmpl << 54) | ((a0 + 1) << 27) | (a1 + 1)
 
     # ---- side graphs for rules ----------------------------------------------------
 
@@ -352,6 +383,13 @@ def _worker_init(cfg: GeneratorConfig) -> None:
         table = TermTable(cfg, cfg.max_ops - 1)
         units, shards = plan_shards(table, cfg.max_ops)
         _WORKER.update(digest=config_digest(cfg), table=table, units=units, shards=shards)
+
+
+def _forked_worker_init(cfg: GeneratorConfig, parent: int) -> None:
+    from superopt.interrupts import guard_worker
+
+    guard_worker(parent)  # Ctrl-C is the parent's (no traceback here); its death ends us
+    _worker_init(cfg)
 
 
 def shard_task(task: tuple[GeneratorConfig, int]) -> tuple[int, dict[str, np.ndarray]]:
@@ -396,9 +434,11 @@ def _prepare_workdir(workdir: Path, cfg: GeneratorConfig) -> None:
 
 def enumerate_last_level(table: TermTable, units: list[Unit], shards: list[Shard],
                          workers: int, workdir: Path | None, progress: Progress | None,
-                         executor: str | None = None) -> tuple[dict[str, np.ndarray], int]:
+                         executor: str | None = None, merge: bool = True
+                         ) -> tuple[dict[str, np.ndarray] | None, int]:
     """Run (or load) every shard of the last level; returns merged arrays and how many
-    shards came from the work directory.
+    shards came from the work directory. Without `merge` (a work directory is then
+    needed) shards are only saved there, never held together: None for the arrays.
 
     By default the shards run in this process or in forked workers that share the table
     of lower levels with the parent. A named `executor` (`superopt.executor`: `process`,
@@ -413,13 +453,15 @@ def enumerate_last_level(table: TermTable, units: list[Unit], shards: list[Shard
     for i, sh in enumerate(shards):
         p = shard_path(workdir, sh) if workdir is not None else None
         if p is not None and p.exists():
-            results[i] = load_shard(p)
+            if merge:
+                results[i] = load_shard(p)
             resumed += 1
         else:
             todo.append(i)
-    done = len(results)
+    done = resumed
     if progress:
         progress("enumerate", done, len(shards))
+    keep = merge or workdir is None
     todo.sort(key=lambda i: -shards[i].cost)  # longest first balances the pool
     if executor is not None and todo:
         from superopt.executor import run_tasks
@@ -429,7 +471,8 @@ def enumerate_last_level(table: TermTable, units: list[Unit], shards: list[Shard
             i, arrays = item
             if workdir is not None:  # saved as it arrives: an interrupted run resumes
                 save_shard(shard_path(workdir, shards[i]), arrays)
-            results[i] = arrays
+            if keep:
+                results[i] = arrays
             done += 1
             if progress:
                 progress("enumerate", done, len(shards))
@@ -440,7 +483,8 @@ def enumerate_last_level(table: TermTable, units: list[Unit], shards: list[Shard
             arrays = run_shard(table, units, shards[i], level)
             if workdir is not None:
                 save_shard(shard_path(workdir, shards[i]), arrays)
-            results[i] = arrays
+            if keep:
+                results[i] = arrays
             done += 1
             if progress:
                 progress("enumerate", done, len(shards))
@@ -449,8 +493,9 @@ def enumerate_last_level(table: TermTable, units: list[Unit], shards: list[Shard
 
         _WORKER.update(digest=config_digest(cfg), table=table, units=units, shards=shards)
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                                 initargs=(cfg,)) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
+                                 initializer=_forked_worker_init,
+                                 initargs=(cfg, os.getpid())) as pool:
             futures: dict[Future[dict[str, np.ndarray]], int] = {}
             try:
                 for i in todo:
@@ -460,13 +505,19 @@ def enumerate_last_level(table: TermTable, units: list[Unit], shards: list[Shard
                 while pending:
                     finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for f in finished:
-                        results[futures[f]] = f.result()
+                        arrays = f.result()
+                        if keep:
+                            results[futures[f]] = arrays
                         done += 1
                         if progress:
                             progress("enumerate", done, len(shards))
             except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)
+                from superopt.executor import stop_pool
+
+                stop_pool(pool)  # Ctrl-C: the running shards could take minutes
                 raise
+    if not keep:
+        return None, resumed
     merged = merge_arrays([results[i] for i in range(len(shards))])
     return merged, resumed
 
@@ -507,8 +558,22 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     table = TermTable(cfg, level - 1)
     units, shards = plan_shards(table, level)
     last, resumed = enumerate_last_level(table, units, shards, workers, wd, progress,
-                                         executor)
+                                         executor, merge=wd is None)
     times["enumerate"] = time.perf_counter() - t0
+
+    # ---- buckets, confirmation, single-output pairs: by partition, on disk ----------
+    t0 = time.perf_counter()
+    scratch = None
+    if wd is None:
+        import tempfile
+
+        scratch = tempfile.TemporaryDirectory(prefix="superopt-buckets-")
+    folder = wd if wd is not None else Path(scratch.name)  # type: ignore[union-attr]
+    from superopt.substitutions import buckets as bk
+
+    table.release_values()  # enumeration's values: the stages below use fresh ones
+    bk.write_last_level(folder, shards, wd, last)
+    last, _ = bk.open_last_level(folder)
     counts = {k: sum(c[k] for c in table.level_counts.values()) for k in COUNT_KEYS}
     for k, v in zip(COUNT_KEYS, last["counts"].tolist(), strict=True):
         counts[k] += v
@@ -516,55 +581,29 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     stages["pruned: duplicate tensors in graph"] = counts["pruned_duplicate"]
     stages["terms kept"] = counts["clean_terms"]
     store = TermStore(table, last, level)
-
-    # ---- buckets and confirmation -------------------------------------------------
-    t0 = time.perf_counter()
-    n_in, n_table = table.n_inputs, len(table)
-    ids = np.concatenate([np.arange(n_in, n_table), n_table + np.arange(store.m)])
-    h1 = np.concatenate([np.array(table.h1[n_in:], dtype=np.uint64), store.last_h1])
-    h2 = np.concatenate([np.array(table.h2[n_in:], dtype=np.uint64), store.last_h2])
-    order = np.lexsort((h2, h1))
-    ids, h1, h2 = ids[order], h1[order], h2[order]
-    if len(ids):
-        new = np.ones(len(ids), dtype=bool)
-        new[1:] = (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])
-        starts = np.flatnonzero(new)
-    else:
-        starts = np.zeros(0, dtype=np.int64)
-    ends = np.append(starts[1:], len(ids))
-    stages["distinct fingerprints"] = len(starts)
-    multi = [(int(s), int(e)) for s, e in zip(starts, ends, strict=True) if e - s >= 2]
-    stages["candidate pairs (bucket hits)"] = sum(e - s - 1 for s, e in multi)
+    _WORKER.update(digest=config_digest(cfg), table=table, units=units, shards=shards)
+    got = bk.bucket_and_pair(cfg, folder, workers, progress, executor)
+    classes, class_fp = got.classes, got.class_fp
+    stages["distinct fingerprints"] = got.counts["distinct"]
+    stages["candidate pairs (bucket hits)"] = got.counts["hits"]
     stages["collapse candidates (term equal to one of its inputs)"] = len(store.coll)
-    classes: list[list[int]] = []
-    class_fp: list[tuple[int, int]] = []
-    members_all = [t for s, e in multi for t in ids[s:e].tolist()]
     coll_ids = [store.cbase + c for c in range(len(store.coll))]
-    fresh = store.fresh_hashes(members_all + coll_ids + list(range(n_in)))
-    for s, e in multi:
-        sub: dict[tuple[int, int], list[int]] = defaultdict(list)
-        for t in ids[s:e].tolist():
-            sub[fresh[t]].append(t)
-        for members in sub.values():
-            if len(members) >= 2:
-                members.sort(key=lambda t: (store.size(t), t))
-                classes.append(members)
-                class_fp.append((int(h1[s]), int(h2[s])))
+    fresh = store.fresh_hashes(coll_ids + list(range(table.n_inputs)))
     confirmed_coll: list[tuple[int, int]] = []
     for c in range(len(store.coll)):
         t = store.cbase + c
         k = store.coll[c][4]
         if fresh[t] == fresh[k]:
             confirmed_coll.append((t, k))
-    stages["confirmed on fresh inputs"] = sum(len(m) - 1 for m in classes)
+    stages["confirmed on fresh inputs"] = got.counts["confirmed"]
     stages["collapse candidates confirmed"] = len(confirmed_coll)
-    times["bucket+confirm"] = time.perf_counter() - t0
+    times["bucket+confirm+pair"] = time.perf_counter() - t0
     if progress:
         progress("candidates", 0, 1)
 
-    # ---- single-output candidates -------------------------------------------------
     t0 = time.perf_counter()
-    candidates, after_sub = _single_output_candidates(store, classes)
+    candidates = list(got.candidates)
+    after_sub = got.counts["after_sub"]
     single_after_super = len(candidates)
     for t, k in confirmed_coll:
         candidates.append(((t,), (k,), -1))
@@ -580,7 +619,7 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     stages["two-output: partner left after common-subgraph pruning"] = multi_stats["after_sub"]
     stages["two-output: after common-supergraph pruning"] = multi_stats["candidates"]
     stages["all candidates (single + collapse + two-output)"] = len(candidates)
-    times["pair+prune"] = time.perf_counter() - t0
+    times["two-output pair+prune"] = time.perf_counter() - t0
 
     # ---- duplicates under renaming ------------------------------------------------
     t0 = time.perf_counter()
@@ -642,7 +681,10 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     stages["rules not expressible"] = build_failed
     stages["rejected by the IR check"] = refuted
     times["build+verify"] = time.perf_counter() - t0
+    if scratch is not None:
+        scratch.cleanup()
     info = {"shards": len(shards), "shards_resumed": resumed, "table_terms": len(table),
+            "bucket_partitions": got.parts, "bucket_partitions_resumed": got.parts_resumed,
             "last_level_terms": store.m, "classes": len(classes),
             "level_counts": {str(k): dict(v) for k, v in table.level_counts.items()},
             "last_level_counts": dict(zip(COUNT_KEYS, last["counts"].tolist(), strict=True)),
