@@ -7,6 +7,10 @@ folded), export both graphs, and time original against optimized under three run
 - `torch.compile` (inductor) of the exported fx GraphModule;
 - torch eager (the same GraphModule uncompiled).
 
+Which rules pay off (`--per-rule`): each rule the search applied is also applied alone
+(the same search with a one-rule library) and that graph timed against the original
+under onnxruntime and torch eager, with its own A/A control.
+
 Each runtime's pair is timed in paired interleaved rounds with a third slot, a second
 instance of the original, as an A/A control (`superopt.rewrite.check.interleave`, the
 loop `superopt optimize` times with): a ratio is "measured" only where its bootstrap 95%
@@ -79,8 +83,43 @@ def _figures(t: SideBySide) -> dict[str, Any]:
             "measured": (lo > 1 or hi < 1) and aa_lo <= 1 <= aa_hi}
 
 
-def measure(name: str, repeats: int, threads: int, compile_: bool, budget: int
-            ) -> dict[str, Any]:
+def _time(runtimes: dict[str, list[Callable[[], Any]]], repeats: int, threads: int,
+          label: str) -> dict[str, Any]:
+    out = {}
+    for runtime, runs in runtimes.items():
+        t0 = time.perf_counter()
+        timing = interleave(runs, repeats, warmup=2, threads=threads)
+        out[runtime] = f = {**_figures(timing), "wall_s": time.perf_counter() - t0}
+        print(f"{label:28s} {runtime:16s} {f['original_ms']:8.2f} ms -> "
+              f"{f['optimized_ms']:8.2f} ms  {f['speedup']:.3f}x "
+              f"[{f['ci95'][0]:.3f}, {f['ci95'][1]:.3f}]  A/A {f['aa']:.3f} "
+              f"[{f['aa_ci95'][0]:.3f}, {f['aa_ci95'][1]:.3f}]", flush=True)
+    return out
+
+
+def per_rule(graph: Graph, applied: dict[str, int], feeds: dict[str, np.ndarray],
+             repeats: int, threads: int, budget: int) -> dict[str, Any]:
+    """Each applied rule alone: its graph against the original (onnxruntime, eager)."""
+    from superopt.api import _rules
+
+    library = _rules("starter")
+    out: dict[str, Any] = {}
+    for rule in applied:
+        one = superopt.optimize(graph, rules=[r for r in library if r.name == rule],
+                                cost="flops", budget=budget)
+        check = check_values(graph, one.graph)
+        out[rule] = {"applied": dict(one.applied), "values_equal": check.ok}
+        if check.ok:
+            out[rule] |= _time({
+                "onnxruntime_all": [_ort_run(g, feeds, threads)
+                                    for g in (graph, one.graph, graph)],
+                "torch_eager": [_torch_run(g, feeds, False) for g in (graph, one.graph, graph)],
+            }, repeats, threads, f"{graph.name} {rule}")
+    return out
+
+
+def measure(name: str, repeats: int, threads: int, compile_: bool, budget: int,
+            rules: bool = False) -> dict[str, Any]:
     graph = superopt.load(name)
     t0 = time.perf_counter()
     result = superopt.optimize(graph, rules="starter", cost="flops", budget=budget)
@@ -99,15 +138,10 @@ def measure(name: str, repeats: int, threads: int, compile_: bool, budget: int
     }
     if compile_:
         runtimes["torch_compile"] = [_torch_run(g, feeds, True) for g in (graph, opt, graph)]
-    for runtime, runs in runtimes.items():
-        t0 = time.perf_counter()
-        timing = interleave(runs, repeats, warmup=2, threads=threads)
-        row[runtime] = {**_figures(timing), "wall_s": time.perf_counter() - t0}
-        f = row[runtime]
-        print(f"{name:13s} {runtime:16s} {f['original_ms']:8.2f} ms -> "
-              f"{f['optimized_ms']:8.2f} ms  {f['speedup']:.3f}x "
-              f"[{f['ci95'][0]:.3f}, {f['ci95'][1]:.3f}]  A/A {f['aa']:.3f} "
-              f"[{f['aa_ci95'][0]:.3f}, {f['aa_ci95'][1]:.3f}]", flush=True)
+    row |= _time(runtimes, repeats, threads, name)
+    if rules:
+        row["per_rule"] = per_rule(graph, dict(result.applied), feeds, repeats, threads,
+                                   budget)
     return row
 
 
@@ -118,11 +152,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads of every runtime")
     ap.add_argument("--budget", type=int, default=50, help="optimize search budget")
     ap.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
+    ap.add_argument("--per-rule", action="store_true",
+                    help="also time each applied rule alone (onnxruntime, eager)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     rows = []
     for name in args.models:
-        rows.append(measure(name, args.repeats, args.threads, not args.no_compile, args.budget))
+        rows.append(measure(name, args.repeats, args.threads, not args.no_compile, args.budget,
+                            args.per_rule))
         doc = {"benchmark": "peers", "machine": platform.processor() or platform.machine(),
                "cpus": os.cpu_count(), "threads": args.threads, "repeats": args.repeats,
                "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__},
