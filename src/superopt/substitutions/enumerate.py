@@ -299,6 +299,12 @@ class TermTable:
     def __len__(self) -> int:
         return len(self.tmpl)
 
+    def release_values(self) -> None:
+        """Drop the terms' values (most of the table's memory at 4 ops) once no level is
+        left to enumerate from them; structure, hashes and split info stay."""
+        self.values = [v[:0] for v in self.values]
+        self.group_values = [[] for _ in self.group_values]
+
     # ---- planning -----------------------------------------------------------------
 
     def _applies(self, t: int, groups: tuple[int, ...], mid: int | None = None
