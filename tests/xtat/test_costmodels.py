@@ -136,6 +136,39 @@ def test_gbt_learns_the_times(data: ds.KernelData, tmp_path: Path) -> None:
     assert again.data_hash == data.data_hash
 
 
+def test_residual_models_start_from_the_analytical_estimate(data: ds.KernelData) -> None:
+    # No boosting round: the residual regressor is its base margin, the default compiler's
+    # estimate, exactly; without the residual it is a constant.
+    ana = create("analytical").predict(data.samples[:40])
+    flat = create("gbt", rounds=0, residual=False, rank=False).fit(data)
+    res = create("gbt", rounds=0, rank=False).fit(data)
+    assert np.allclose(res.predict(data.samples[:40]), ana, rtol=1e-5)
+    assert np.ptp(flat.predict(data.samples[:40])) == 0.0
+    # GraphSAGE's residual: the network's output is relative to the estimate, so its
+    # predictions move with the estimate for the same network output.
+    gs = create("graphsage", epochs=1, hidden=8).fit(data)
+    off = create("graphsage", epochs=1, hidden=8, residual=False).fit(data)
+    r_gs = np.log(gs.predict(data.samples[:40]) / ana)
+    r_off = np.log(off.predict(data.samples[:40]) / ana)
+    assert np.corrcoef(r_gs, np.log(ana))[0, 1] ** 2 < np.corrcoef(r_off, np.log(ana))[0, 1] ** 2
+
+
+def test_extra_features_see_what_the_estimate_leaves_out() -> None:
+    from superopt.tpu_sim import KernelCosts, get_hardware
+    from superopt.tpu_sim.replay import load_tiles, prepare_all
+    from superopt.xtat.models.features import EXTRA_FEATURES, FEATURES, Featurizer
+
+    kc = KernelCosts(get_hardware("v3"))
+    feat = Featurizer(kc)
+    pk = next(k for k in prepare_all(load_tiles())[0] if k.tunable and len(k.tiles) > 2)
+    rows = feat.matrix([(pk.sig, t, pk.flags(kc, t)) for t in pk.tiles])
+    assert rows.shape == (len(pk.tiles), len(FEATURES)) and np.isfinite(rows).all()
+    # Bounds tiles of one kernel (the TpuGraphs transfer check) cut its traffic into
+    # different numbers of DMA runs, which the analytical estimate ignores.
+    assert FEATURES[-len(EXTRA_FEATURES):] == EXTRA_FEATURES
+    assert np.ptp(rows[:, FEATURES.index("dma_runs")]) > 0.0
+
+
 def test_graphsage_trains_in_seconds(data: ds.KernelData, tmp_path: Path) -> None:
     model = create("graphsage", epochs=4, hidden=16).fit(data)
     pred = model.predict(data.samples)

@@ -71,8 +71,27 @@ TILE_FEATURES = (
     "in_transfers", "in_transfer_bytes", "in_run_bytes", "out_transfers", "out_run_bytes",
     "vmem_tiles", "analytical_s", "analytical_step_s", "compute_s", "memory_s",
 )
+# What the analytical estimate leaves out, as compile-time quantities a compiler engineer
+# would hand a model (none of them is the simulated time): how full each grid step keeps
+# the MXU (rows against the weight-load floor, blocks shared among the MXUs by the split
+# flag), how many contiguous DMA runs the tile cuts its traffic into, bytes per FLOP,
+# per-step work, register and instruction pressure under the unroll, VMEM use, and two
+# roofline variants (a pipelined and a serial sum over the steps), and the estimate redone
+# with the MXU work divided by its occupancy and the steps run through a double-buffered
+# pipeline (loads of step k+1 and stores of k-1 under step k's compute, with its
+# prologue and epilogue; serial without double buffering). Held-out models differ
+# from the training ones mostly in these ratios, not in absolute sizes.
+EXTRA_FEATURES = (
+    "pad_eff", "mxu_row_occ", "mxu_split_occ", "mxu_blocks", "dma_runs", "dma_run_bytes",
+    "bytes_per_flop", "step_bytes", "step_flops", "vreg_pressure", "code_excess",
+    "loop_iters", "vmem_frac", "compute_memory", "pipelined_s", "serial_s",
+    "occupied_compute_s", "double_buffered_s",
+)
 FLAG_FEATURES = ("double_buffer", "unroll", "split_n", "split_m", "split_k")
-FEATURES = STAT_FEATURES + TILE_FEATURES + FLAG_FEATURES
+FEATURES = STAT_FEATURES + TILE_FEATURES + FLAG_FEATURES + EXTRA_FEATURES
+# Where the default compiler's estimate sits in a row (log seconds): the residual
+# models learn the measured time relative to it.
+ANALYTICAL = FEATURES.index("analytical_s")
 
 _MXU_OPS = frozenset({"conv2d", "matmul", "batch_matmul", "dense", "linear", "einsum"})
 _LAYOUT_OPS = frozenset({"layout", "transpose", "reshape", "copy", "concat", "slice", "pad"})
@@ -140,6 +159,11 @@ class Featurizer:
         return got
 
     def tile_row(self, sig: Signature, tile: Any, flags: Flags) -> list[float]:
+        return self._tile_rows(sig, tile, flags)[0]
+
+    def _tile_rows(self, sig: Signature, tile: Any, flags: Flags
+                   ) -> tuple[list[float], list[float]]:
+        """(`TILE_FEATURES`, `EXTRA_FEATURES`) of one configuration."""
         kc, hw = self.kc, self.hw
         s = kc.stats(sig)
         if isinstance(tile, Bounds):
@@ -149,6 +173,7 @@ class Featurizer:
             steps = pl.steps
             dims = list(tile.output) + list(tile.kernel)
             vmem = bounds_module.vmem(space, pl, 2 if flags.double_buffer else 1, 0.0)
+            mxu = _bounds_mxu(space, pl, hw.mxu_dim) if s.gemm is not None else None
         else:
             gr = grid(s, tile)
             steps = gr.steps
@@ -156,6 +181,7 @@ class Featurizer:
             ins, outs = gr.transfers[:-1], gr.transfers[-1:]
             dims = list(tile)
             vmem = gr.vmem_io * (2 if flags.double_buffer else 1)
+            mxu = _grid_mxu(s.gemm, tile, hw.mxu_dim) if s.gemm is not None else None
         dims = [*dims, 0, 0, 0][:3]
         n_in = sum(c for c, _, _ in ins)
         n_out = sum(c for c, _, _ in outs)
@@ -163,13 +189,39 @@ class Featurizer:
         in_run = min((r for c, _, r in ins if c), default=0.0)
         out_run = min((r for c, _, r in outs if c), default=0.0)
         compute = analytical_compute(s, hw)
-        memory = (in_b + out_b) / hw.hbm_bytes_per_s
+        moved = in_b + out_b
+        memory = moved / hw.hbm_bytes_per_s
         est = analytical(compute, memory, hw)
-        return [float(isinstance(tile, Bounds)), _lg(dims[0]), _lg(dims[1]), _lg(dims[2]),
-                _lg(math.prod(max(1, d) for d in dims)), _lg(steps), _lg(in_b + out_b),
-                _lg(n_in), _lg(in_size), _lg(in_run), _lg(n_out), _lg(out_run), _lg(vmem),
-                math.log(est), math.log(est / max(1, steps)), math.log(compute + 1e-12),
-                math.log(memory + 1e-12)]
+        tile_part = [float(isinstance(tile, Bounds)), _lg(dims[0]), _lg(dims[1]), _lg(dims[2]),
+                     _lg(math.prod(max(1, d) for d in dims)), _lg(steps), _lg(moved),
+                     _lg(n_in), _lg(in_size), _lg(in_run), _lg(n_out), _lg(out_run),
+                     _lg(vmem), math.log(est), math.log(est / max(1, steps)),
+                     math.log(compute + 1e-12), math.log(memory + 1e-12)]
+        g = s.gemm
+        pad_eff = s.flops / g.padded_flops if g is not None and g.padded_flops else 1.0
+        row_occ, split_occ, blocks = 1.0, 1.0, 0.0
+        if mxu is not None:
+            rows, nb, kb, products = mxu
+            row_occ = rows / max(rows, hw.mxu_dim)
+            split_occ = _split_occupancy(flags.mxu_split, rows, nb, kb, hw.mxus, hw.mxu_dim)
+            blocks = _lg(products * nb * kb)
+        runs = sum(c * b / max(r, 1.0) for c, b, r in (*ins, *outs) if c)
+        work = g.padded_flops if g is not None else s.flops
+        steps = max(1, steps)
+        mxu_s = g.padded_flops / hw.peak_flops if g is not None else 0.0
+        occupied = mxu_s / max(1e-3, row_occ * split_occ) + s.vector_cycles / hw.clock_hz
+        piped = _pipeline(occupied / steps, in_b / hw.hbm_bytes_per_s / steps,
+                          out_b / hw.hbm_bytes_per_s / steps, steps, flags.double_buffer)
+        extra = [pad_eff, row_occ, split_occ, blocks, _lg(runs), _lg(moved / max(1.0, runs)),
+                 math.log((moved + 1.0) / (s.flops + 1.0)), _lg(moved / steps),
+                 _lg(work / steps), s.live_vregs * flags.unroll / hw.vregs,
+                 _lg(steps * max(0, s.n_ops * flags.unroll - hw.instruction_budget)),
+                 _lg(s.loop_vregs / flags.unroll), vmem / hw.vmem_bytes,
+                 math.log((compute + 1e-12) / (memory + 1e-12)),
+                 math.log(max(compute, memory) + hw.launch_s),
+                 math.log(compute + memory + hw.launch_s), math.log(occupied + 1e-12),
+                 math.log(piped + hw.launch_s)]
+        return tile_part, extra
 
     @staticmethod
     def flag_row(flags: Flags) -> list[float]:
@@ -183,8 +235,9 @@ class Featurizer:
         if got is None:
             if len(self._rows) > 1 << 18:
                 self._rows.clear()
+            tile_part, extra = self._tile_rows(sig, tile, flags)
             got = self._rows[key] = np.asarray(
-                self.stat_row(sig) + self.tile_row(sig, tile, flags) + self.flag_row(flags),
+                self.stat_row(sig) + tile_part + self.flag_row(flags) + extra,
                 dtype=np.float32)
         return got
 
@@ -233,5 +286,48 @@ class Featurizer:
         return got
 
 
-__all__ = ["FEATURES", "NODE_FEATURES", "TASKS", "Featurizer", "KernelSample", "op_vocab",
-           "schema"]
+def _grid_mxu(g: Any, tile: tuple[int, ...], mxu_dim: int) -> tuple[int, int, int, int]:
+    """(rows, weight blocks across, down, products) one grid step streams through the MXU
+    for a (tm, tn, tk) tile; a tm stacking whole products streams them back to back."""
+    tm, tn, tk = tile
+    rows = g.m_pad if tm > g.m_pad else tm
+    return rows, -(-tn // mxu_dim), -(-tk // mxu_dim), max(1, tm // g.m_pad)
+
+
+def _bounds_mxu(space: Any, pl: Any, mxu_dim: int) -> tuple[int, int, int, int] | None:
+    """The same for a `Bounds` tile: its block's rows, output columns and contraction."""
+    if not space.rows:
+        return None
+    ext = pl.ext
+    rows = -(-math.prod(ext[d] for d in space.rows) // 8) * 8
+    cols = ext[space.cols] if space.cols is not None else 1
+    feats = math.prod(ext[d] for d in space.features)
+    taps = math.prod(ext[d] for d in space.taps)
+    k = taps * -(-feats // mxu_dim) * mxu_dim if space.deep else taps * feats
+    return rows, -(-cols // mxu_dim), max(1, -(-k // mxu_dim)), 1
+
+
+def _pipeline(c: float, i: float, o: float, steps: int, double_buffer: bool) -> float:
+    """Seconds of `steps` grid steps with per-step compute c, loads i and stores o."""
+    if not double_buffer:
+        return steps * (i + c + o)
+    if steps == 1:
+        return i + c + o
+    return i + max(c, i) + (steps - 2) * max(c, i + o) + max(c, o) + o
+
+
+def _split_occupancy(split: str, rows: int, nb: int, kb: int, mxus: int, mxu_dim: int
+                     ) -> float:
+    """The share of the MXUs the split flag keeps busy: blocks dealt out across columns
+    (n) or contraction (k) leave the last round partly idle; rows dealt out (m) fall under
+    the weight-load floor when each MXU gets fewer than mxu_dim."""
+    if split == "n":
+        return nb / (-(-nb // mxus) * mxus)
+    if split == "k":
+        return kb / (-(-kb // mxus) * mxus)
+    per = -(-rows // mxus)
+    return rows / (mxus * max(per, mxu_dim))
+
+
+__all__ = ["ANALYTICAL", "EXTRA_FEATURES", "FEATURES", "NODE_FEATURES", "TASKS", "Featurizer",
+           "KernelSample", "op_vocab", "schema"]

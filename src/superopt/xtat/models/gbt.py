@@ -5,6 +5,14 @@ Two boosters, as the paper trains one model per task kind: a regressor
 candidate's sum use) and a ranker (`rank:pairwise` within each tile or flags group, which
 `score` uses to order one kernel's configurations). Without grouped samples the ranker is
 skipped and `score` falls back to the regressor.
+
+Residual (option `residual`, on by default): both boosters start from the default
+compiler's analytical estimate (its log is the base margin: the regressor learns
+log(measured / analytical), the ranker a correction to the analytical order). Trees
+cannot extrapolate: a kernel larger or faster than any seen in training falls in the last
+leaf, so a tree on absolute log time misjudges held-out models' kernels, while the
+estimate's error depends on ratios (MXU occupancy, DMA run size, steps) that recur across
+models.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from superopt.xtat.models.base import CostModel, Item, items, register
+from superopt.xtat.models.features import ANALYTICAL
 
 
 def _xgb() -> Any:
@@ -28,13 +37,31 @@ def _xgb() -> Any:
 @register("gbt")
 class GBT(CostModel):
     """Options: `rounds` (boosting rounds, default 300), `depth` (6), `eta` (0.1),
-    `threads` (2)."""
+    `residual` (True), `rank` (True: score with the ranker), `threads` (1: a pool thrashes
+    a shared machine)."""
 
     def _params(self) -> dict[str, Any]:
         o = self.opts
         return {"max_depth": int(o.get("depth", 6)), "eta": float(o.get("eta", 0.1)),
-                "nthread": int(o.get("threads", 2)), "subsample": 0.9,
-                "min_child_weight": 1.0, "seed": int(o.get("seed", 0))}
+                "nthread": self._threads(), "subsample": float(o.get("subsample", 0.9)),
+                "colsample_bytree": float(o.get("colsample", 1.0)),
+                "min_child_weight": float(o.get("min_child_weight", 1.0)),
+                "seed": int(o.get("seed", 0))}
+
+    def _threads(self) -> int:
+        return int(self.opts.get("threads", 1))
+
+    def _margin(self, x: np.ndarray, sign: float) -> np.ndarray | None:
+        if not self.opts.get("residual", True):
+            return None
+        return sign * x[:, ANALYTICAL].astype(np.float64)
+
+    def _dmatrix(self, x: np.ndarray, sign: float, label: Any = None) -> Any:
+        dm = _xgb().DMatrix(x, label=label)
+        margin = self._margin(x, sign)
+        if margin is not None:
+            dm.set_base_margin(margin)
+        return dm
 
     def _fit(self, data: Any) -> None:
         xgb = _xgb()
@@ -43,14 +70,15 @@ class GBT(CostModel):
         x = self.feat.matrix(items(samples))
         y = np.log(np.asarray([s.measured for s in samples]))
         self.reg = xgb.train(self._params() | {"objective": "reg:squarederror"},
-                             xgb.DMatrix(x, label=y), rounds)
+                             self._dmatrix(x, 1.0, y), rounds)
         groups = data.groups()
         self.rank = None
-        if groups:
+        if groups and self.opts.get("rank", True):
             names = sorted(groups)
             rows = [s for g in names for s in groups[g]]
-            dm = xgb.DMatrix(self.feat.matrix(items(rows)),
-                             label=self._relevance(names, groups))
+            # The ranker's score is higher for faster: it starts from minus the estimate.
+            dm = self._dmatrix(self.feat.matrix(items(rows)), -1.0,
+                               self._relevance(names, groups))
             dm.set_group([len(groups[g]) for g in names])
             self.rank = xgb.train(self._params() | {"objective": "rank:pairwise"}, dm, rounds)
 
@@ -67,14 +95,13 @@ class GBT(CostModel):
     def predict_items(self, its: Sequence[Item]) -> np.ndarray:
         if not its:
             return np.zeros(0)
-        xgb = _xgb()
-        return np.exp(self.reg.predict(xgb.DMatrix(self.feat.matrix(its))))
+        x = self.feat.matrix(its)
+        return np.exp(self.reg.predict(self._dmatrix(x, 1.0)))
 
     def score_items(self, its: Sequence[Item]) -> np.ndarray:
         if self.rank is None or not its:
             return super().score_items(its)
-        xgb = _xgb()
-        return -self.rank.predict(xgb.DMatrix(self.feat.matrix(its)))
+        return -self.rank.predict(self._dmatrix(self.feat.matrix(its), -1.0))
 
     def state(self) -> dict[str, Any]:
         return {"reg": bytes(self.reg.save_raw("ubj")),
@@ -82,11 +109,11 @@ class GBT(CostModel):
 
     def set_state(self, state: dict[str, Any]) -> None:
         xgb = _xgb()
-        self.reg = xgb.Booster(params={"nthread": int(self.opts.get("threads", 2))})
+        self.reg = xgb.Booster(params={"nthread": self._threads()})
         self.reg.load_model(bytearray(state["reg"]))
         self.rank = None
         if state.get("rank") is not None:
-            self.rank = xgb.Booster(params={"nthread": int(self.opts.get("threads", 2))})
+            self.rank = xgb.Booster(params={"nthread": self._threads()})
             self.rank.load_model(bytearray(state["rank"]))
 
 

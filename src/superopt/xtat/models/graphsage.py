@@ -12,9 +12,14 @@ feed-forward head on that embedding and the kernel's tile, flags and hand featur
 - Loss: mean squared error on the standardised log of the measured time, every sample
   (fusion/graph-level: absolute time), plus a pairwise logistic rank loss over the pairs
   of each tile or flags group (relative time), weighted by `rank_weight`.
+- Residual (option `residual`, on by default): the network predicts the log of the
+  measured time over the default compiler's analytical estimate, and the estimate is added
+  back (also inside the rank loss, which compares whole predicted times): the network
+  learns what the estimate leaves out, which carries over to models it never saw better
+  than absolute times do.
 
 Options: `epochs` (30), `hidden` (64), `batch` (256 samples), `lr` (2e-3), `rank_weight`
-(1.0), `seed` (0), `threads` (2).
+(1.0), `residual` (True), `seed` (0), `threads` (1: a pool thrashes a shared machine).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from superopt.xtat.models.base import CostModel, Item, items, register
-from superopt.xtat.models.features import FEATURES, NODE_FEATURES, op_vocab
+from superopt.xtat.models.features import ANALYTICAL, FEATURES, NODE_FEATURES, op_vocab
 
 
 def _torch() -> Any:
@@ -101,6 +106,7 @@ class GraphSAGE(CostModel):
         super().__init__(hardware, **opts)
         self.net: Any = None
         self.pyg = has_pyg() and not opts.get("pure_torch", False)
+        self.residual = bool(opts.get("residual", True))
 
     # ---- batching -----------------------------------------------------------------------
 
@@ -121,13 +127,21 @@ class GraphSAGE(CostModel):
                 torch.from_numpy(np.concatenate(es, 1)), torch.from_numpy(np.concatenate(bs)),
                 len(sigs))
 
-    def _inputs(self, its: Sequence[Item]) -> tuple[Any, Any, Any]:
+    def _inputs(self, its: Sequence[Item]) -> tuple[tuple[Any, Any, Any], np.ndarray]:
+        """The network's inputs, and the base each item's prediction is relative to (the
+        analytical estimate's log in residual mode, else 0)."""
         torch = _torch()
         index: dict[Any, int] = {}
         which = [index.setdefault(s, len(index)) for s, _, _ in its]
-        feats = (self.feat.matrix(its) - self.mu) / self.sd
-        return (self._graphs(list(index)), torch.as_tensor(which),
-                torch.from_numpy(feats.astype(np.float32)))
+        x = self.feat.matrix(its)
+        feats = (x - self.mu) / self.sd
+        return ((self._graphs(list(index)), torch.as_tensor(which),
+                 torch.from_numpy(feats.astype(np.float32))), self._base(x))
+
+    def _base(self, x: np.ndarray) -> np.ndarray:
+        if not self.residual:
+            return np.zeros(len(x))
+        return x[:, ANALYTICAL].astype(np.float64)
 
     # ---- training -----------------------------------------------------------------------
 
@@ -135,15 +149,16 @@ class GraphSAGE(CostModel):
         torch = _torch()
         o = self.opts
         torch.manual_seed(int(o.get("seed", 0)))
-        torch.set_num_threads(int(o.get("threads", 2)))
+        torch.set_num_threads(int(o.get("threads", 1)))
         rng = np.random.default_rng(int(o.get("seed", 0)))
         samples = list(data.samples)
         x = self.feat.matrix(items(samples))
+        self.residual = bool(o.get("residual", True))
         self.mu, self.sd = x.mean(0), x.std(0) + 1e-6
         nodes = np.concatenate([self.feat.graph(s)[1]
                                 for s in {s.sig: None for s in samples}])
         self.node_mu, self.node_sd = nodes.mean(0), nodes.std(0) + 1e-6
-        y = np.log(np.asarray([s.measured for s in samples]))
+        y = np.log(np.asarray([s.measured for s in samples])) - self._base(x)
         self.y_mu, self.y_sd = float(y.mean()), float(y.std() + 1e-6)
         yn = (y - self.y_mu) / self.y_sd
         hidden = int(o.get("hidden", 64))
@@ -177,17 +192,22 @@ class GraphSAGE(CostModel):
     def _step(self, torch: Any, opt: Any, samples: list[Any], batch: list[int],
               yn: np.ndarray, rank_w: float) -> None:
         its = [(samples[i].sig, samples[i].tile, samples[i].flags) for i in batch]
-        pred = self.net(*self._inputs(its))
+        inputs, base = self._inputs(its)
+        pred = self.net(*inputs)
         target = torch.from_numpy(yn[batch].astype(np.float32))
         loss = torch.mean((pred - target) ** 2)
+        # Whole log times in standard units: the rank loss orders predicted times, the
+        # residual's base included.
+        shift = torch.from_numpy(((base - base.mean()) / self.y_sd).astype(np.float32))
+        whole, whole_t = pred + shift, target + shift
         groups = np.asarray([hash(samples[i].group) if samples[i].group else 0 for i in batch])
         if rank_w and groups.any():
             same = torch.from_numpy((groups[:, None] == groups[None, :]) & (groups[:, None] != 0))
-            faster = target[:, None] < target[None, :] - 1e-4
+            faster = whole_t[:, None] < whole_t[None, :] - 1e-4
             mask = same & faster
             if mask.any():
                 # i faster than j: want pred_i < pred_j; logistic loss on the margin.
-                diff = pred[None, :] - pred[:, None]
+                diff = whole[None, :] - whole[:, None]
                 loss = loss + rank_w * torch.nn.functional.softplus(-diff[mask] * 4.0).mean()
         opt.zero_grad()
         loss.backward()
@@ -195,19 +215,21 @@ class GraphSAGE(CostModel):
 
     # ---- prediction ---------------------------------------------------------------------
 
-    def _raw(self, its: Sequence[Item]) -> np.ndarray:
+    def _log_time(self, its: Sequence[Item]) -> np.ndarray:
         torch = _torch()
         out = []
         with torch.no_grad():
             for k in range(0, len(its), 4096):
-                out.append(self.net(*self._inputs(its[k:k + 4096])).numpy())
+                inputs, base = self._inputs(its[k:k + 4096])
+                raw = self.net(*inputs).numpy().astype(np.float64)
+                out.append(raw * self.y_sd + self.y_mu + base)
         return np.concatenate(out) if out else np.zeros(0)
 
     def predict_items(self, its: Sequence[Item]) -> np.ndarray:
-        return np.exp(self._raw(its).astype(np.float64) * self.y_sd + self.y_mu)
+        return np.exp(self._log_time(its))
 
     def score_items(self, its: Sequence[Item]) -> np.ndarray:
-        return self._raw(its).astype(np.float64)
+        return self._log_time(its)
 
     # ---- persistence --------------------------------------------------------------------
 
@@ -215,6 +237,7 @@ class GraphSAGE(CostModel):
         return {"net": {k: v.detach().numpy().copy() for k, v in self.net.state_dict().items()},
                 "pyg": self.pyg, "mu": self.mu, "sd": self.sd, "node_mu": self.node_mu,
                 "node_sd": self.node_sd, "y": (self.y_mu, self.y_sd),
+                "residual": self.residual,
                 "n_ops": len(op_vocab())}
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -223,6 +246,7 @@ class GraphSAGE(CostModel):
         self.mu, self.sd = state["mu"], state["sd"]
         self.node_mu, self.node_sd = state["node_mu"], state["node_sd"]
         self.y_mu, self.y_sd = state["y"]
+        self.residual = bool(state["residual"])
         self.net = _net(int(state["n_ops"]), int(self.opts.get("hidden", 64)), self.pyg)
         self.net.load_state_dict(_rename(state["net"], bool(state["pyg"]), self.pyg, torch))
         self.net.eval()
