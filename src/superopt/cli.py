@@ -520,6 +520,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler and test values")
     p.add_argument("--no-cache", action="store_true",
                    help="validate the axioms even if a cached validation matches")
+    p.add_argument("--checkpoint", metavar="FILE.jsonl",
+                   help="append each verdict to FILE as it is reached; a rerun with the same "
+                        "FILE, rules and settings verifies only the rules left (after Ctrl-C "
+                        "or a kill)")
     p.add_argument("--verbose", action="store_true", help="list every rule, not only problems")
     p.set_defaults(func=cmd_verify)
 

@@ -61,7 +61,7 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
 FLOAT_INCLUSIVE = {"min_equal", "rtol", "alpha"}
 
 # Options that name a file a command writes.
-OUTPUTS = ("out", "json", "save", "text", "plot", "waterfall", "export")
+OUTPUTS = ("out", "json", "save", "text", "plot", "waterfall", "export", "checkpoint")
 # Options that name a folder a command writes into (created when missing).
 OUTPUT_DIRS = ("workdir", "out_dir")
 

@@ -6,6 +6,7 @@ parent."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -28,7 +29,7 @@ def _interrupt(argv: list[str], after: float, limit: float = 2.0) -> tuple[int, 
     t0 = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
     try:
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=max(60.0, limit))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -79,10 +80,18 @@ def test_generate_stops_on_ctrl_c_and_keeps_its_checkpoint(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_optimize_saves_the_best_graph_of_an_interrupted_search(tmp_path: Path) -> None:
-    out = tmp_path / "o.json"
-    code, _, err = _interrupt(["optimize", "resnet50", "--repeats", "0", "--out", str(out)],
-                              after=8)
+    out, first, again = tmp_path / "o.json", tmp_path / "f1.json", tmp_path / "f2.json"
+    code, _, err = _interrupt(["optimize", "resnet50", "--repeats", "0", "--out", str(out),
+                               "--json", str(first)], after=8, limit=120)
     assert code == 130 and out.exists(), err
+    # Optimizing the saved graph goes on from the interrupted search's best cost.
+    run = subprocess.run([sys.executable, "-m", "superopt", "optimize", str(out), "--budget",
+                          "1", "--repeats", "0", "--json", str(again)], env=ENV,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    best = json.loads(first.read_text())["cost_after"]
+    assert json.loads(again.read_text())["cost_before"] == pytest.approx(best, rel=1e-9)
+    assert best < json.loads(first.read_text())["cost_before"]
 
 
 def _live_in_group(pgid: int) -> list[str]:

@@ -186,3 +186,38 @@ def test_generalise_reports_the_shapes_a_verdict_holds_for(tmp_path: Path) -> No
     assert [r["state"] for r in rules] == ["proved", "proved"]
     assert "generalised" in rules[0]["verdict_shapes"]
     assert "rank(?input_7) == 4" in rules[1]["verdict_shapes"]
+
+
+def test_a_checkpointed_run_resumes_without_verifying_finished_rules(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from superopt.verifier import prover
+
+    rules = _write(tmp_path, "mixed.rules", TRUE + FALSE + NOT_IMPLIED)
+    real = prover._verify_task
+    calls: list[int] = []
+
+    def counted(task, stop_after=None):
+        if len(calls) == stop_after:
+            raise KeyboardInterrupt  # Ctrl-C during the third rule
+        calls.append(task[0])
+        return real(task)
+
+    whole = tmp_path / "whole.json"
+    assert _verify(tmp_path, rules, "--json", str(whole)) == 1  # one rule is refuted
+    ckpt, out = tmp_path / "v.ckpt.jsonl", tmp_path / "v.json"
+    monkeypatch.setattr(prover, "_verify_task", lambda t: counted(t, stop_after=2))
+    assert _verify(tmp_path, rules, "--checkpoint", str(ckpt), "--json", str(out)) == 130
+    assert not out.exists() and len(ckpt.read_text().splitlines()) == 2
+    calls.clear()
+    monkeypatch.setattr(prover, "_verify_task", counted)
+    assert _verify(tmp_path, rules, "--checkpoint", str(ckpt), "--json", str(out)) == 1
+    assert calls == [2, 3]  # only the rules the interrupted run had not finished
+
+    def verdicts(path: Path) -> list[tuple[str, str, str, object]]:
+        return [(r["name"], r["state"], r["reason"], r["counterexample"])
+                for r in json.loads(path.read_text())["rules"]]
+
+    assert verdicts(out) == verdicts(whole)
+    calls.clear()  # other settings: nothing of the checkpoint applies
+    assert _verify(tmp_path, rules, "--checkpoint", str(ckpt), "--seed", "7") == 1
+    assert calls == [0, 1, 2, 3]

@@ -97,17 +97,32 @@ def validate_axioms_cached(axioms: Sequence[Axiom], samples: int = 8, seed: int 
                 progress(out[i])
         else:
             todo.append(i)
-    fresh = validate_axioms([axioms[i] for i in todo], samples, seed, jobs, shape_checks,
-                            progress, executor)
+    key_of = {axioms[i].name: keys[i] for i in todo}
+    added = [0]
+
+    def arrived(c: AxiomCheck) -> None:
+        if c.name in key_of:  # kept as it arrives: an interrupted validation keeps its part
+            store[key_of[c.name]] = check_to_json(c)
+            added[0] += 1
+        if progress is not None:
+            progress(c)
+
+    try:
+        fresh = validate_axioms([axioms[i] for i in todo], samples, seed, jobs, shape_checks,
+                                arrived, executor)
+    finally:
+        if added[0] and use_cache:
+            _save(path, store)
     for i, c in zip(todo, fresh, strict=True):
         out[i] = c
-        store[keys[i]] = check_to_json(c)
-    if todo and use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(store))
-            tmp.replace(path)
-        except OSError:
-            pass  # a read-only cache only costs time
     return [c for c in out if c is not None], len(axioms) - len(todo)
+
+
+def _save(path: Path, store: dict[str, Any]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(store))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache only costs time

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from superopt.executor import check_executor
+from superopt.ir.files import atomic_write_text
 from superopt.progress import console as progress_console
 from superopt.substitutions.readers import RuleProblem
 from superopt.substitutions.rule import Rule
@@ -50,6 +51,7 @@ from superopt.verifier.prover import (
     RuleResult,
     VerifyOptions,
     at_source_shapes,
+    axiom_data,
     verify_rules,
 )
 
@@ -321,8 +323,19 @@ def run(args: argparse.Namespace) -> int:
             done[r.state] += 1
             progress.update(task, advance=1, note="  ".join(f"{k} {v}" for k, v in done.items()))
 
-        results = verify_rules([r for r, _ in checked], usable, options, jobs, exclude, advance,
-                               args.executor)
+        log = None
+        if getattr(args, "checkpoint", None):
+            from superopt.verifier.checkpoint import VerdictLog
+
+            log = VerdictLog(args.checkpoint, (axiom_data(usable), options))
+        try:
+            results = verify_rules([r for r, _ in checked], usable, options, jobs, exclude,
+                                   advance, args.executor, log)
+        finally:
+            if log is not None:
+                log.close()
+        if log is not None and log.resumed:
+            console.print(f"{log.resumed} verdicts from {args.checkpoint} (an earlier run)")
         results = [replace(res, shapes=where) for res, (_, where) in zip(results, checked,
                                                                          strict=True)]
     if getattr(args, "generalise", False):
@@ -358,7 +371,7 @@ def run(args: argparse.Namespace) -> int:
             "summary": s,
             "rules": [{"file": f, **r.to_json()} for f, r in paired],
         }
-        Path(args.json).write_text(json.dumps(doc, indent=1, default=str) + "\n")
+        atomic_write_text(args.json, json.dumps(doc, indent=1, default=str) + "\n")
         console.print(f"wrote {args.json}")
     if args.save:
         from superopt.substitutions.library import save_library

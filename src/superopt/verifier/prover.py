@@ -31,13 +31,16 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import z3
 
 from superopt.ir.errors import IRError
 from superopt.substitutions.rule import ProofStatus, Rule
 from superopt.substitutions.text import format_rule, parse_rule
+
+if TYPE_CHECKING:
+    from superopt.verifier.checkpoint import VerdictLog
 from superopt.verifier.axioms import Axiom, Payload, compile_axioms, from_payload, payload
 from superopt.verifier.encoding import GroundRule, QAxiom, encode_rule
 from superopt.verifier.sampler import (
@@ -413,12 +416,14 @@ def verify_rules(rules: Sequence[Rule], axioms: Sequence[Axiom], options: Verify
                  VerifyOptions(), jobs: int = 1,
                  exclude: Callable[[Rule], Sequence[str]] | None = None,
                  progress: Callable[[RuleResult], None] | None = None,
-                 executor: str | None = None) -> list[RuleResult]:
+                 executor: str | None = None, log: VerdictLog | None = None
+                 ) -> list[RuleResult]:
     """Verify every rule (in parallel over `jobs` workers of `executor`, see
     `superopt.executor`); results in input order.
 
     `exclude(rule)` names axioms not to use for that rule (a library rule is not an
-    axiom for itself when checking redundancy)."""
+    axiom for itself when checking redundancy). `log` (a `VerdictLog`) supplies the
+    verdicts an earlier run reached and records each new one as it arrives."""
     from superopt.verifier.parallel import run_parallel
 
     data = axiom_data(axioms)
@@ -428,15 +433,32 @@ def verify_rules(rules: Sequence[Rule], axioms: Sequence[Axiom], options: Verify
     first: dict[tuple[str, tuple[str, ...]], int] = {}
     same: list[int] = []
     tasks = []
+    done: dict[int, RuleResult] = {}
+    keys: dict[int, str] = {}
     for i, r in enumerate(rules):
         ex = tuple(exclude(r)) if exclude else ()
         key = (format_rule(r).split(":", 1)[1], ex)
         if key not in first:
             first[key] = len(tasks)
             tasks.append((i, format_rule(r), data, options, ex, rule_location(r)))
+            if log is not None:
+                keys[i] = log.key(*key)
+                earlier = log.get(keys[i])
+                if earlier is not None:
+                    done[i] = replace(earlier, name=r.name, text=format_rule(r),
+                                      location=rule_location(r))
+                    if progress:
+                        progress(done[i])
         same.append(first[key])
-    done = dict(run_parallel(_verify_task, tasks, jobs,
-                             (lambda r: progress(r[1])) if progress else None, executor))
+
+    def arrived(item: tuple[int, RuleResult]) -> None:
+        if log is not None:
+            log.add(keys[item[0]], item[1])
+        if progress:
+            progress(item[1])
+
+    done.update(run_parallel(_verify_task, [t for t in tasks if t[0] not in done], jobs,
+                             arrived, executor))
     out = []
     for i, (r, k) in enumerate(zip(rules, same, strict=True)):
         res = done[tasks[k][0]]
