@@ -51,12 +51,13 @@ def register(name: str) -> Callable[[type[SearchStrategy]], type[SearchStrategy]
 
 
 def create(name: str, **opts: Any) -> SearchStrategy:
-    """A strategy by name: random, exhaustive, anneal, evolution, mbo, autotvm."""
+    """A strategy by name: random, exhaustive, anneal, evolution, mbo, autotvm, guided."""
     from superopt.xtat.strategies import (  # noqa: F401
         anneal,
         autotvm,
         evolution,
         exhaustive,
+        guided,
         mbo,
         random,
     )
