@@ -109,7 +109,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--model-file", help="eval: the saved model")
     p.add_argument("--models", help="dataset: comma-separated models (default: the zoo and "
                                     "two synthetic graphs)")
-    p.add_argument("--batches", default="1,8", help="dataset: batch sizes (default 1,8)")
+    p.add_argument("--batches", default="1,2,8,32",
+                   help="dataset: batch sizes of --models (default 1,2,8,32)")
     p.add_argument("--fusion", type=int, default=160, help="dataset: fusion candidates per "
                                                            "workload (default 160)")
     p.add_argument("--sites", type=int, default=16, help="dataset: tile groups per workload")
