@@ -45,17 +45,17 @@ def run_demo(out_dir: str | Path = "out/demo", model: str = "bert_small",
     """Run the five steps, print each result and the summary; 0 when every step is ok."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import numpy as np
-    from rich.console import Console
     from rich.table import Table
 
     import superopt
     from superopt.ir import interpret, random_feeds
+    from superopt.progress import console as make_console
     from superopt.rewrite import starter_rules
     from superopt.rewrite.check import check_values
     from superopt.substitutions.library import save_library
     from superopt.substitutions.text import format_rule, parse_rules
 
-    console = Console(highlight=False)
+    console = make_console(width=None)  # watched by the piped-progress heartbeat
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     reports: list[StepReport] = []

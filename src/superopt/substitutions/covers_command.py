@@ -67,15 +67,15 @@ def cover_files(lib_path: str, rules_path: str, budget: tuple[int, float, int], 
 
 
 def cmd_covers(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from superopt.progress import console as make_console
     from superopt.substitutions.covers import Budget, Coverage, compile_library, prune
     from superopt.substitutions.egraph import Step
     from superopt.substitutions.library import save_library
 
-    console = Console(highlight=False)
+    console = make_console(width=None)  # watched by the piped-progress heartbeat
     lib = _read(args.lib)  # both files read before any work: bad input costs nothing
     if args.rules:
         _read(args.rules)
@@ -84,8 +84,17 @@ def cmd_covers(args: argparse.Namespace) -> int:
     kept: list[Any] = []
     if args.rules:
         skipped = compile_library(lib).skipped
-        records = cover_files(args.lib, args.rules, budget, args.jobs,
-                              commutative=args.commutative)
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        with Progress(TextColumn("checking rules"), BarColumn(), MofNCompleteColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task("check", total=len(_read(args.rules)))
+
+            def advance(chunk: list[dict[str, Any]]) -> None:
+                bar.update(task, advance=len(chunk))
+
+            records = cover_files(args.lib, args.rules, budget, args.jobs, advance,
+                                  commutative=args.commutative)
     else:
         skipped = ()
         with console.status(f"pruning {len(lib)} rules"):
