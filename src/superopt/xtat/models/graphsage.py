@@ -18,8 +18,11 @@ feed-forward head on that embedding and the kernel's tile, flags and hand featur
   learns what the estimate leaves out, which carries over to models it never saw better
   than absolute times do.
 
-Options: `epochs` (30), `hidden` (64), `batch` (256 samples), `lr` (2e-3), `rank_weight`
-(1.0), `residual` (True), `seed` (0), `threads` (1: a pool thrashes a shared machine).
+Options: `epochs` (30), `hidden` (96), `batch` (256 samples), `lr` (2e-3), `rank_weight`
+(0.3), `residual` (True), `seed` (0), `threads` (1: a pool thrashes a shared machine).
+Hidden 96 and rank weight 0.3 won over 64 and 1.0 on a validation fold of training models
+(resnet50, bert_base, squeezenet1_0 held out): tile APE 0.29x the analytical model's
+either way, fusion MAPE 0.28x against 0.39x (the rank loss pulled absolute times off).
 """
 
 from __future__ import annotations
@@ -161,12 +164,12 @@ class GraphSAGE(CostModel):
         y = np.log(np.asarray([s.measured for s in samples])) - self._base(x)
         self.y_mu, self.y_sd = float(y.mean()), float(y.std() + 1e-6)
         yn = (y - self.y_mu) / self.y_sd
-        hidden = int(o.get("hidden", 64))
+        hidden = int(o.get("hidden", 96))
         self.net = _net(len(op_vocab()), hidden, self.pyg)
         opt = torch.optim.Adam(self.net.parameters(), lr=float(o.get("lr", 2e-3)))
         epochs = int(o.get("epochs", 30))
         bsz = int(o.get("batch", 256))
-        rank_w = float(o.get("rank_weight", 1.0))
+        rank_w = float(o.get("rank_weight", 0.3))
         # Units: a group's samples stay together in a batch (its pairs feed the rank loss).
         units: list[list[int]] = []
         by_group: dict[str, list[int]] = {}
@@ -247,7 +250,7 @@ class GraphSAGE(CostModel):
         self.node_mu, self.node_sd = state["node_mu"], state["node_sd"]
         self.y_mu, self.y_sd = state["y"]
         self.residual = bool(state["residual"])
-        self.net = _net(int(state["n_ops"]), int(self.opts.get("hidden", 64)), self.pyg)
+        self.net = _net(int(state["n_ops"]), int(self.opts.get("hidden", 96)), self.pyg)
         self.net.load_state_dict(_rename(state["net"], bool(state["pyg"]), self.pyg, torch))
         self.net.eval()
 
