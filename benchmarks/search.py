@@ -8,7 +8,15 @@ Sections (tables on stdout; figures to one JSON file and PNG curves):
    or `--cap` measurements, and the measurements they needed are reported (median, min,
    max and the interquartile range over the seeds; a run that never reaches it counts
    as "> cap"). The tuned passes are fusion, tiling and flags together (`custom`
-   schedule), rounds of 8 as `superopt tune` measures them. Budgets count measurements
+   schedule), rounds of 8 as `superopt tune` measures them. `guided` is the local-
+   advantage guided search with the shipped model (trained on resnet18, bert_small and
+   two synthetic graphs, none of the graphs here); `guided-none` the same search with
+   the sites in random order (no model). `--only guided,guided-none` runs just those
+   columns (and random again, which must reproduce the cached target) and merges them
+   into `--out`'s earlier runs; their curves go to `search_<graph>_<columns>.png`.
+   `--train-advantage` first collects the training flips (cached under
+   out/advantage_cache, resumable), fits the model, saves it (the shipped file unless
+   `--advantage-model`) and checks it on flips of the held-out graphs. Budgets count measurements
    (deterministic per seed), so the figures do not depend on the machine's load; the
    wall time per run is reported beside them with the load average.
 2. scheduler: the tiles and flags of a 4-model workload's kernels tuned as tasks
@@ -18,13 +26,16 @@ Sections (tables on stdout; figures to one JSON file and PNG curves):
    model's time at equal budgets, and the measurements needed to reach 95% of the final
    gain (each scheduler's own, and the larger of the two).
 
-Run: `.venv/bin/python benchmarks/search.py [--quick] [--graphs a,b] [--seeds N]`.
+Run: `.venv/bin/python benchmarks/search.py [--quick] [--graphs a,b] [--seeds N]`;
+the guided columns alone: `... --train-advantage --only guided,guided-none`, then `... --graphs nasnet_a --out benchmarks/results/search_nasnet.json
+--only guided,guided-none`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -36,7 +47,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 RESULTS = Path(__file__).parent / "results"
 PASSES = ("fusion", "tiling", "flags")
-STRATEGIES = ("anneal", "evolution", "mbo", "autotvm")
+STRATEGIES = ("anneal", "evolution", "mbo", "autotvm", "guided", "guided-none")
+# Columns that run a strategy with options: the guided search without its model (the
+# sites in random order), to show what the advantage model adds.
+COLUMNS: dict[str, tuple[str, dict[str, Any]]] = {"guided-none": ("guided", {"model": "none"})}
+ADVANTAGE_CACHE = Path(__file__).parent.parent / "out" / "advantage_cache"
+HELD_OUT = ("resnet50", "inception_v3", "bert_base", "nasnet_a")
 GRAPHS = ("resnet50", "inception_v3", "bert_base")
 WORKLOAD = ("resnet50", "inception_v3", "bert_base", "squeezenet")
 
@@ -45,14 +61,17 @@ class Reached(Exception):
     """Raised from the tuner's progress hook once the target is reached."""
 
 
-def search(model: str, strategy: str, seed: int, cap: int, target: float | None
-           ) -> dict[str, Any]:
-    """One tuning run; stops at `target` (best measured <= target) or `cap`."""
+def search(model: str, column: str, seed: int, cap: int, target: float | None,
+           opts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One tuning run of a column (a strategy, or one in `COLUMNS`); stops at `target`
+    (best measured <= target) or `cap`. `opts` add to the column's strategy options."""
     from superopt.xtat.session import open_session
     from superopt.xtat.tuner import Tuner, make_schedule
 
+    strategy, base = COLUMNS.get(column, (column, {}))
     s = open_session({"model": model, "batch": 1})
-    tuner = Tuner(s.pipeline, s.runner, s.default, seed=seed)
+    tuner = Tuner(s.pipeline, s.runner, s.default, seed=seed,
+                  strategy_opts=base | (opts or {}))
 
     def progress(t: Tuner, phase: str) -> None:
         if target is not None and t.ctx.best_time <= target:
@@ -69,7 +88,7 @@ def search(model: str, strategy: str, seed: int, cap: int, target: float | None
     hit = None if target is None else next(
         (i + 1 for i, b in enumerate(best) if b <= target), None)
     default = best[0]
-    return {"model": model, "strategy": strategy, "seed": seed, "measurements": len(best),
+    return {"model": model, "strategy": column, "seed": seed, "measurements": len(best),
             "reached_at": hit, "best": best[-1], "default": default,
             "curve": [default / b for b in best], "wall_s": wall}
 
@@ -81,20 +100,28 @@ def _stats(xs: list[float]) -> dict[str, float]:
             "q1": q[0], "q3": q[2]}
 
 
-def section_strategies(graphs: list[str], seeds: int, cap: int,
-                       runs: list[dict[str, Any]]) -> None:
-    """Append each graph's and seed's runs to `runs` (the caller saves as they come)."""
+def section_strategies(graphs: list[str], seeds: int, cap: int, runs: list[dict[str, Any]],
+                       columns: tuple[str, ...] = STRATEGIES,
+                       opts: dict[str, dict[str, Any]] | None = None,
+                       cached: dict[tuple[str, int], float] | None = None) -> None:
+    """Append each graph's and seed's runs to `runs` (the caller saves as they come).
+    `cached`: random's best per (graph, seed) from an earlier run; random is run again
+    (its curve is drawn) and must find the same best, since a run is fixed by its seed."""
     for g in graphs:
         for seed in range(seeds):
             r = search(g, "random", seed, cap, None)
             target = r["best"]
+            old = (cached or {}).get((g, seed))
+            if old is not None and old != target:
+                raise SystemExit(f"{g} seed {seed}: random search's best {target!r} differs "
+                                 f"from the cached run's {old!r}: rerun every column")
             r["reached_at"] = next(i + 1 for i, c in enumerate(r["curve"])
                                    if c >= r["default"] / target)
             runs.append(r)
             line = [f"  {g:13s} seed {seed}: random best {r['default'] / target:.4f}x "
                     f"(first at {r['reached_at']})"]
-            for st in STRATEGIES:
-                x = search(g, st, seed, cap, target)
+            for st in columns:
+                x = search(g, st, seed, cap, target, (opts or {}).get(st))
                 runs.append(x)
                 line.append(f"{st} {x['reached_at'] or f'>{cap}'} ({x['wall_s']:.0f} s)")
             print("; ".join(line), flush=True)
@@ -108,8 +135,15 @@ def summarise(runs: list[dict[str, Any]], cap: int) -> dict[str, Any]:
             continue
         # A run that never reached the target counts as cap + 1 (a lower bound).
         needed = [r["reached_at"] or cap + 1 for r in per]
+        # Per graph and seed, the measurements needed over random's own (the first
+        # measurement at which random found its best after `cap`).
+        own = {(r["model"], r["seed"]): r["reached_at"] for r in runs
+               if r["strategy"] == "random"}
+        paired = [(r["reached_at"] or cap + 1) / own[(r["model"], r["seed"])] for r in per
+                  if own.get((r["model"], r["seed"]))]
         table[st] = {"measurements": _stats(needed),
                      "ratio_to_random": _stats([n / cap for n in needed]),
+                     "ratio_to_randoms_own": _stats(paired) if paired else None,
                      "not_reached": sum(1 for r in per if r["reached_at"] is None),
                      "runs": len(per),
                      "wall_s_per_run": statistics.median(r["wall_s"] for r in per)}
@@ -168,17 +202,19 @@ def _reach(curve: list[float], f0: float, gain: float) -> int | None:
     return next((i + 1 for i, f in enumerate(curve) if f0 - f >= 0.95 * gain), None)
 
 
-def plot_strategies(res: dict[str, Any], out: Path) -> list[str]:
+def plot_strategies(res: dict[str, Any], out: Path, suffix: str = "",
+                    graphs: list[str] | None = None) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     paths = []
-    for g in res["graphs"]:
+    for g in graphs or res["graphs"]:
         fig, ax = plt.subplots(figsize=(7, 4))
         for k, st in enumerate(("random", *STRATEGIES)):
-            for r in (r for r in res["runs"] if r["model"] == g and r["strategy"] == st):
+            for r in (r for r in res["runs"] if r["model"] == g and r["strategy"] == st
+                      and "curve" in r):  # runs read back from the JSON have no curve
                 ax.plot(range(1, len(r["curve"]) + 1), r["curve"], color=f"C{k}",
                         alpha=0.6, lw=1, label=st if r["seed"] == 0 else None)
         ax.set_xscale("log")
@@ -187,7 +223,7 @@ def plot_strategies(res: dict[str, Any], out: Path) -> list[str]:
         ax.set_title(f"{g}: until random's best after {res['cap']} (each seed)")
         ax.legend()
         fig.tight_layout()
-        p = out / f"search_{g}.png"
+        p = out / f"search_{g}{suffix}.png"
         fig.savefig(p, dpi=110)
         plt.close(fig)
         paths.append(str(p))
@@ -216,13 +252,112 @@ def plot_scheduler(res: dict[str, Any], out: Path) -> str:
     return str(p)
 
 
-def _save(out: dict[str, Any], path: str, start: float) -> None:
-    out["wall_s"] = time.perf_counter() - start
-    out["load_end"] = os.getloadavg()
+def _save(out: dict[str, Any], path: str, start: float | None) -> None:
+    """Write `out` (with the wall time and load since `start`; None: an added column's
+    figures are kept by the caller, the earlier run's are left as they were)."""
+    if start is not None:
+        out["wall_s"] = time.perf_counter() - start
+        out["load_end"] = os.getloadavg()
     clean = json.loads(json.dumps(out, default=float))
     for r in clean.get("strategies", {}).get("runs", []):
         r.pop("curve", None)  # the curves are in the PNGs; the JSON keeps the figures
     Path(path).write_text(json.dumps(clean, indent=1) + "\n")
+
+
+def tabulate(res: dict[str, Any], cap: int) -> None:
+    """The table over all graphs and one per graph."""
+    runs = res["runs"]
+    res["table"] = summarise(runs, cap)
+    res["per_graph"] = {g: summarise([r for r in runs if r["model"] == g], cap)
+                        for g in res["graphs"]}
+
+
+def print_table(res: dict[str, Any]) -> None:
+    for title, table in [("all graphs", res["table"]), *res["per_graph"].items()]:
+        # /cap: measurements over random's budget; /random: over the measurements random
+        # itself needed to first reach its best (paired by graph and seed), the medians.
+        print(f"  {title}: {'strategy':11s} {'median':>7s} {'IQR':>13s} {'min-max':>11s} "
+              f"{'/cap':>6s} {'/random':>8s} {'missed':>6s}")
+        for st, v in table.items():
+            m = v["measurements"]
+            own = v.get("ratio_to_randoms_own") or {"median": math.nan}
+            print(f"  {'':{len(title)}s}  {st:11s} {m['median']:7.0f} "
+                  f"{m['q1']:6.0f}-{m['q3']:<6.0f} {m['min']:5.0f}-{m['max']:<5.0f} "
+                  f"{v['ratio_to_random']['median']:6.3f} {own['median']:8.3f} "
+                  f"{v['not_reached']:>3d}/{v['runs']}")
+
+
+def section_advantage(path: str) -> dict[str, Any]:
+    """Train the advantage model on the training graphs (flips cached under
+    `ADVANTAGE_CACHE`) and check it on flips of the held-out graphs (collected for the
+    check only, with another seed): rank correlation of predicted and true labels, and
+    how many of the top 5% predicted flips are faster, against the share of all."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from superopt.xtat.advantage import SHIPPED, graph_sigma, label
+    from superopt.xtat.advantage_data import TRAIN_GRAPHS, collect, train
+
+    load = os.getloadavg()
+    t = train(cache=ADVANTAGE_CACHE)
+    target = path or str(SHIPPED)
+    t.model.save(target)
+    held: dict[str, Any] = {}
+    for g in HELD_OUT:
+        f = collect(g, seed=100, chains=3, steps=200, cache=ADVANTAGE_CACHE / "check")
+        p = t.model.predict(f.X)
+        top = np.argsort(-p, kind="stable")[:max(1, len(p) // 20)]
+        held[g] = {"flips": len(f), "spearman": float(spearmanr(
+            p, label(f.a, graph_sigma(f.a))).statistic),
+            "faster_share_top5pct": float(np.mean(f.a[top] > 0)),
+            "faster_share_all": float(np.mean(f.a > 0))}
+        print(f"  advantage model on {g}: {len(f)} flips, rank correlation "
+              f"{held[g]['spearman']:.2f}, faster among the top 5% predicted "
+              f"{held[g]['faster_share_top5pct']:.2f} (of all {held[g]['faster_share_all']:.2f})",
+              flush=True)
+    out = {"train_graphs": list(TRAIN_GRAPHS), "rows": t.rows, "per_graph": t.per_graph,
+           "sigma": t.sigma, "collect_s": t.collect_s, "fit_s": t.fit_s, "model": target,
+           "model_bytes": Path(target).stat().st_size, "load_start": load,
+           "load_end": os.getloadavg(), "held_out_check": held}
+    print(f"advantage model: {t.rows} flips from {', '.join(TRAIN_GRAPHS)}, collected in "
+          f"{t.collect_s:.0f} s, fitted in {t.fit_s:.1f} s -> {target}", flush=True)
+    return out
+
+
+def main_only(a: argparse.Namespace, graphs: list[str], only: tuple[str, ...],
+              opts: dict[str, dict[str, Any]], advantage: dict[str, Any] | None) -> int:
+    """Run the `only` columns (and random) on `graphs` and merge them into `a.out`."""
+    start = time.perf_counter()
+    load = os.getloadavg()
+    out = json.loads(Path(a.out).read_text())
+    res = out["strategies"]
+    if res["cap"] != a.cap:
+        raise SystemExit(f"{a.out} was run with --cap {res['cap']}, not {a.cap}")
+    cached = {(r["model"], r["seed"]): r["best"] for r in res["runs"]
+              if r["strategy"] == "random"}
+    redo = {"random", *only}
+    runs = [r for r in res["runs"] if not (r["model"] in graphs and r["strategy"] in redo
+                                           and r["seed"] < a.seeds)]
+    res["runs"] = runs
+    res["graphs"] = list(dict.fromkeys([*res["graphs"], *graphs]))
+    if advantage is not None:
+        out["advantage"] = advantage
+    print(f"columns {', '.join(only)} on {', '.join(graphs)}, {a.seeds} seeds, target: "
+          f"random's best after {a.cap} (checked against {a.out})", flush=True)
+    for g in graphs:
+        section_strategies([g], a.seeds, a.cap, runs, only, opts, cached)
+        tabulate(res, a.cap)
+        res.setdefault("added", {}).update({c: {
+            "graphs": sorted({r["model"] for r in runs if r["strategy"] == c}),
+            "wall_s": time.perf_counter() - start, "load_start": load,
+            "load_end": os.getloadavg()} for c in only})
+        _save(out, a.out, None)
+    print_table(res)
+    res["added_png"] = plot_strategies(res, Path(a.out).parent, "_" + "_".join(only), graphs)
+    _save(out, a.out, None)
+    print(f"merged into {a.out} ({time.perf_counter() - start:.0f} s, load {load[0]:.1f} -> "
+          f"{os.getloadavg()[0]:.1f})")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,9 +369,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="1 graph, 2 seeds, cap 300")
     ap.add_argument("--skip", default="", help="sections to skip: strategies,scheduler")
     ap.add_argument("--out", default=str(RESULTS / "search.json"))
+    ap.add_argument("--only", default="",
+                    help="run only these strategy columns (and random again, which must "
+                         "find the cached best) and merge them into --out's runs")
+    ap.add_argument("--train-advantage", action="store_true",
+                    help="collect flips on the training graphs, fit the advantage model "
+                         "and save it to --advantage-model (first)")
+    ap.add_argument("--advantage-model", default="",
+                    help="the guided columns' model (default: the shipped one)")
     a = ap.parse_args(argv)
     if a.seeds < 1 or a.cap < 10 or a.sched_budget < 10:
         ap.error("--seeds >= 1, --cap >= 10 and --sched-budget >= 10")
+    only = tuple(c for c in a.only.split(",") if c)
+    bad = [c for c in only if c not in STRATEGIES]
+    if bad:
+        ap.error(f"--only: unknown column {bad[0]!r}: expected some of {', '.join(STRATEGIES)}")
+    if only and not Path(a.out).is_file():
+        ap.error(f"--only merges into an earlier run's {a.out}, which does not exist")
     graphs = [g for g in a.graphs.split(",") if g]
     if a.quick:
         graphs, a.seeds, a.cap, a.sched_budget = graphs[:1], 2, 300, 1000
@@ -245,6 +394,13 @@ def main(argv: list[str] | None = None) -> int:
                            "python": platform.python_version(), "quick": a.quick,
                            "load_start": os.getloadavg()}
     start = time.perf_counter()
+    if a.train_advantage:
+        out["advantage"] = section_advantage(a.advantage_model)
+    opts = {c: {"model": a.advantage_model} for c in ("guided",) if a.advantage_model}
+    if only:  # merged into the earlier run's file, which must not be replaced first
+        return main_only(a, graphs, only, opts, out.get("advantage"))
+    if a.train_advantage:
+        _save(out, a.out, start)
     if "scheduler" not in skip:
         print(f"scheduler: {', '.join(WORKLOAD)}, {a.sched_budget} measurements", flush=True)
         sched = section_scheduler(list(WORKLOAD), a.seeds, a.sched_budget)
@@ -265,17 +421,11 @@ def main(argv: list[str] | None = None) -> int:
                                "passes": list(PASSES), "runs": runs}
         out["strategies"] = res
         for g in graphs:
-            section_strategies([g], a.seeds, a.cap, runs)
-            res["table"] = summarise(runs, a.cap)
+            section_strategies([g], a.seeds, a.cap, runs, opts=opts)
+            tabulate(res, a.cap)
             res["done"] = sorted({r["model"] for r in runs})
             _save(out, a.out, start)  # a long run killed midway keeps its graphs
-        print(f"  {'strategy':10s} {'median':>7s} {'IQR':>13s} {'min-max':>11s} "
-              f"{'/random':>8s} {'missed':>6s}")
-        for st, v in res["table"].items():
-            m = v["measurements"]
-            print(f"  {st:10s} {m['median']:7.0f} {m['q1']:6.0f}-{m['q3']:<6.0f} "
-                  f"{m['min']:5.0f}-{m['max']:<5.0f} {v['ratio_to_random']['median']:8.3f} "
-                  f"{v['not_reached']:>3d}/{v['runs']}")
+        print_table(res)
         res["png"] = plot_strategies(res, Path(a.out).parent)
     _save(out, a.out, start)
     print(f"wrote {a.out} ({out['wall_s']:.0f} s, load {out['load_start'][0]:.1f} -> "

@@ -7,7 +7,9 @@
 - `pipeline`: rebuild from the first changed pass and XTAT-M repair; `store`: the best
   choice per site key;
 - `runner`: candidate time on the TPU simulator (exact, or measured with seeded noise);
-- `strategies`: random, exhaustive, anneal, evolution, mbo, autotvm behind `create(name)`;
+- `strategies`: random, exhaustive, anneal, evolution, mbo, autotvm, guided behind
+  `create(name)`; `advantage`: the local-advantage model of fusion flips that guides
+  `guided` (its training data: `advantage_data`);
   `scheduler`: kernel tuning tasks of several models by Ansor's gradient or round-robin;
 - `records`: the SQLite records database; `tuner`: schedules and the loop;
 - `session`: build everything from a model spec; `remote`: measuring on executors;

@@ -179,8 +179,8 @@ class Trained:
 
 
 def train(graphs: Sequence[str] = TRAIN_GRAPHS, seed: int = 0, chains: int = 6,
-          steps: int = 400, cache: str | Path | None = None, rounds: int = 200,
-          depth: int = 6) -> Trained:
+          steps: int = 400, cache: str | Path | None = None, rounds: int = 100,
+          depth: int = 4) -> Trained:
     """Collect (or read back) the flips of `graphs` and fit the advantage model on their
     labels, sigma per graph (`advantage.graph_sigma`)."""
     t0 = time.perf_counter()
