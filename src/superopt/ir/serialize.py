@@ -162,7 +162,8 @@ def _load_weights(wp: Path) -> dict[str, np.ndarray]:
         raise GraphFileError(f"{wp}: weight data file not found") from None
     except IsADirectoryError:
         raise GraphFileError(f"{wp}: is a directory, not a weight data file") from None
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error,
+            RuntimeError) as e:  # zipfile: NotImplementedError for flags it lacks, ...
         raise GraphFileError(f"{wp}: corrupt or truncated weight data "
                              f"({type(e).__name__}: {e})") from None
     except MemoryError:

@@ -104,6 +104,9 @@ class Term:
 
 _CONSTS = {"Imatmul": "const_imm", "const_imm": "const_imm", "Iewmul": "const_one",
            "const_one": "const_one"}
+# Ops of Tensat's language (its model.rs) that the reader has no superopt op for.
+_TENSAT_ONLY = frozenset({"dropout", "merge", "reshape", "noop", "batchnorm", "concat3",
+                          "concat4", "concat5"})
 
 
 class _Lexer:
@@ -326,7 +329,11 @@ class _SideBuilder:
             self._tensors(t, args, 0)
             op = _CONSTS[name]
             return ("node", self.add(SNode(op, (), (), _INFER[op])), 0)
-        raise self.error(t, f"unsupported op {name!r} (not in the superopt op set)")
+        if name in _TENSAT_ONLY:
+            raise self.error(t, f"unsupported op {name!r} (not in the superopt op set)")
+        # Not an op of Tensat's language either: a typo or a corrupt file, not a rule this
+        # op set cannot express (which would be an "unknown" verdict, not a failure).
+        raise self.error(t, f"unknown op {name!r} (neither a Tensat nor a superopt op)")
 
 
 _INFER = {"const_pool": ("channels",), "const_iconv": ("channels",), "const_imm": ("n",),

@@ -104,7 +104,7 @@ class RecordsDB:
             self.conn.execute("PRAGMA synchronous=NORMAL")
             tables = {r[0] for r in self.conn.execute(
                 "SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as e:  # a corrupt header
             raise RecordsError(f"{self.path}: not a records database ({e})") from None
         fresh = not tables
         if not fresh and not {"meta", "candidates", "measurements"} <= tables:
