@@ -130,8 +130,10 @@ def open_last_level(folder: Path) -> tuple[dict[str, np.ndarray], int]:
     out: dict[str, np.ndarray] = {}
     for name in COLUMNS:
         dt = np.dtype(meta["dtypes"].get(name, "<i8"))
-        out[name] = (np.memmap(_column_path(folder, name), dtype=dt, mode="r", shape=(total,))
-                     if total else np.zeros(0, dt))
+        # a plain ndarray view of the mapping: np.memmap's own __getitem__ is Python code,
+        # and TermStore reads single elements millions of times (most of a partition's time)
+        out[name] = (np.asarray(np.memmap(_column_path(folder, name), dtype=dt, mode="r",
+                                          shape=(total,))) if total else np.zeros(0, dt))
     with np.load(folder / "last-extra.npz") as z:
         out.update({k: z[k] for k in z.files})
     return out, int(meta["parts"])
@@ -199,6 +201,7 @@ def bucket_task(task: tuple[GeneratorConfig, str, int, int]) -> tuple[int, dict[
     ends = np.append(starts[1:], len(ids))
     multi = [(int(s), int(e)) for s, e in zip(starts, ends, strict=True) if e - s >= 2]
     members_all = [t for s, e in multi for t in ids[s:e].tolist()]
+    store.preload(members_all)
     fresh = store.fresh_hashes(members_all)
     classes: list[list[int]] = []
     fps: list[tuple[int, int]] = []
@@ -236,15 +239,52 @@ def _save(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 @dataclass(frozen=True)
 class Buckets:
-    """Every partition's result merged: classes in fingerprint order (members smallest
-    first), their fingerprints, single-output candidates in class order, stage counts."""
+    """Every partition's result merged: classes in fingerprint order as flat arrays (class
+    c's members, smallest first, are members[offsets[c]:offsets[c + 1]]; 3M classes at 4
+    ops, too many for Python lists), single-output candidates in class order, stage
+    counts."""
 
-    classes: list[list[int]]
-    class_fp: list[tuple[int, int]]
+    offsets: np.ndarray
+    members: np.ndarray
+    fp1: np.ndarray
+    fp2: np.ndarray
     candidates: list[tuple[tuple[int, ...], tuple[int, ...], int]]
     counts: dict[str, int]
     parts: int
     parts_resumed: int
+
+    def __len__(self) -> int:
+        return len(self.fp1)
+
+    def fingerprint(self, c: int) -> tuple[int, int]:
+        return int(self.fp1[c]), int(self.fp2[c])
+
+    def class_lists(self, below: int | None = None) -> list[Sequence[int]]:
+        """Each class's members as a list; with `below`, only members with a smaller id
+        (e.g. the table's terms), and an empty tuple for a class left with fewer than
+        two."""
+        out: list[Sequence[int]] = []
+        mem = self.members.tolist()
+        off = self.offsets.tolist()
+        for c in range(len(off) - 1):
+            m = mem[off[c]:off[c + 1]]
+            if below is not None:
+                m = [t for t in m if t < below]
+                if len(m) < 2:
+                    out.append(())
+                    continue
+            out.append(m)
+        return out
+
+
+class Fingerprints:
+    """`class_fp[c]` of the generator's rules, read from the merged arrays."""
+
+    def __init__(self, got: Buckets) -> None:
+        self.got = got
+
+    def __getitem__(self, c: int) -> tuple[int, int]:
+        return self.got.fingerprint(c)
 
 
 def bucket_and_pair(cfg: GeneratorConfig, folder: Path, workers: int,
@@ -315,20 +355,23 @@ def _merge(results: list[dict[str, np.ndarray]], parts: int, resumed: int) -> Bu
     h1 = np.concatenate([r["cls_h1"] for r in results])
     h2 = np.concatenate([r["cls_h2"] for r in results])
     base = np.cumsum([0] + [len(r["cls_h1"]) for r in results])
+    mbase = np.cumsum([0] + [len(r["cls_mem"]) for r in results])
     # equal fingerprints lie in one partition, in their order there: a stable sort keeps it
     order = np.lexsort((h2, h1))
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
-    classes: list[list[int]] = [[] for _ in range(len(order))]
-    for k, r in enumerate(results):
-        off, mem = r["cls_off"], r["cls_mem"].tolist()
-        for j in range(len(off) - 1):
-            classes[int(rank[base[k] + j])] = mem[off[j]:off[j + 1]]
-    class_fp = list(zip(h1[order].tolist(), h2[order].tolist(), strict=True))
+    start = np.concatenate([mbase[k] + r["cls_off"][:-1] for k, r in enumerate(results)])
+    length = np.concatenate([np.diff(r["cls_off"]) for r in results])
+    members_in = np.concatenate([r["cls_mem"] for r in results])
+    offsets = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(length[order], out=offsets[1:])
+    # member i of the merged list comes from start[class] + (i - offsets[class])
+    members = members_in[np.repeat(start[order] - offsets[:-1], length[order])
+                         + np.arange(offsets[-1])]
     src = np.concatenate([r["cand_src"] for r in results])
     tgt = np.concatenate([r["cand_tgt"] for r in results])
     ci = np.concatenate([rank[base[k] + r["cand_ci"]] for k, r in enumerate(results)])
     by_class = np.argsort(ci, kind="stable")  # within a class: the order pairing found them
     candidates = [((s,), (t,), c) for s, t, c in zip(
         src[by_class].tolist(), tgt[by_class].tolist(), ci[by_class].tolist(), strict=True)]
-    return Buckets(classes, class_fp, candidates, counts, parts, resumed)
+    return Buckets(offsets, members, h1[order], h2[order], candidates, counts, parts, resumed)

@@ -302,7 +302,8 @@ class TermTable:
     def release_values(self) -> None:
         """Drop the terms' values (most of the table's memory at 4 ops) once no level is
         left to enumerate from them; structure, hashes and split info stay."""
-        self.values = [v[:0] for v in self.values]
+        # a fresh empty array: a slice v[:0] would keep all of v's buffer alive
+        self.values = [np.zeros((0, *v.shape[1:]), dtype=v.dtype) for v in self.values]
         self.group_values = [[] for _ in self.group_values]
 
     # ---- planning -----------------------------------------------------------------

@@ -8,10 +8,11 @@ Stages (each reported with its count):
 3. confirm each bucket on fresh random inputs (a second, independent evaluation);
 4. pair each term with the earliest smaller member of its bucket that passes TASO's
    common-subgraph and common-supergraph pruning; terms equal to one of their inputs give
-   rules with a bare variable as target;
+   rules with a bare variable as target. Stages 2-4 run by partition of the fingerprints,
+   out of core, on workers (`buckets.py`);
 5. two-output rules: pairs of terms that share operators (e.g. two matmuls of one input vs
    one matmul on concatenated weights then split) against other pairs of the same two
-   buckets;
+   buckets, for graphs of up to TWO_OUTPUT_MAX_OPS ops;
 6. drop duplicates under renaming of interchangeable inputs;
 7. build rules with shape-dependent attributes as expressions (`symshape.py`) and check
    every one with the IR's interpreter: `differs` on fresh exact inputs and the float64
@@ -30,7 +31,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -55,9 +56,17 @@ from superopt.substitutions.prune import SideInfo, canonical, common_subgraph, c
 from superopt.substitutions.rule import Rule, differs
 from superopt.substitutions.symshape import SHAPE_ATTRS, RuleSpec, Side, SNode, build_rule
 
+if TYPE_CHECKING:
+    from superopt.substitutions.buckets import Fingerprints
+
 Progress = Callable[[str, int, int], None]
 NodeKey = tuple[int, int, int]
 LIST_TERMS = 2_000_000  # last-level terms that TermStore keeps as Python lists
+# Two-output graphs have at most this many ops. Linking two terms that share an operator
+# is quadratic in the terms holding it; at 4 ops 8.6M terms have an equal partner (3 ops:
+# 110k), beyond one process's memory and this machine's time. So a 4-op run adds no new
+# two-output rules to the 3-op ones (its single-output rules go up to 4 ops).
+TWO_OUTPUT_MAX_OPS = 3
 
 CONFIRM_SEED = 0xC0FFEE
 VERIFY_SEED = 1_000_003
@@ -107,6 +116,8 @@ class TermStore:
         self.fresh_inputs = random_inputs([s.shape for s in self.cfg.inputs],
                                           self.cfg.seed + CONFIRM_SEED)
         self._leaves: dict[int, frozenset[NodeKey]] = {}
+        self._pre: dict[int, tuple[int, int, int, int]] = {}
+        self._arity = [tp.arity for tp in self.templates]
 
     def __len__(self) -> int:
         return self.cbase + len(self.coll)
@@ -116,15 +127,30 @@ class TermStore:
             tb = self.table
             return tb.tmpl[t], tb.a0[t], tb.a1[t], tb.out[t]
         if t < self.cbase:
+            got = self._pre.get(t)
+            if got is not None:
+                return got
             i = t - self.n_table
             lt = self.last
             return int(lt["tmpl"][i]), int(lt["a0"][i]), int(lt["a1"][i]), int(lt["out"][i])
         c = self.coll[t - self.cbase]
         return c[0], c[1], c[2], c[3]
 
+    def preload(self, terms: Sequence[int]) -> None:
+        """Read the structure of these last-level terms in one vectorised gather: single
+        elements of the (memory-mapped) arrays cost ~2 us each, and pairing reads each
+        bucket member's several times."""
+        ids = np.asarray([t for t in terms if self.n_table <= t < self.cbase], dtype=np.int64)
+        rows = ids - self.n_table
+        cols = [np.asarray(self.last[k])[rows].tolist() for k in ("tmpl", "a0", "a1", "out")]
+        self._pre.update(zip(ids.tolist(), zip(*cols, strict=True), strict=True))
+
     def args(self, t: int) -> tuple[int, ...]:
         tmpl, a0, a1, _ = self.struct(t)
-        return tuple(a for a in (a0, a1) if a >= 0)[:self.templates[tmpl].arity]
+        if a0 < 0:  # an input or a constant
+            return ()
+        # the operands present, at most the template's arity (the hottest call of pairing)
+        return ((a0,) if a1 < 0 else (a0, a1))[:self._arity[tmpl]]
 
     def key(self, t: int) -> NodeKey:
         tmpl, a0, a1, _ = self.struct(t)
@@ -583,7 +609,7 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     store = TermStore(table, last, level)
     _WORKER.update(digest=config_digest(cfg), table=table, units=units, shards=shards)
     got = bk.bucket_and_pair(cfg, folder, workers, progress, executor)
-    classes, class_fp = got.classes, got.class_fp
+    class_fp = bk.Fingerprints(got)
     stages["distinct fingerprints"] = got.counts["distinct"]
     stages["candidate pairs (bucket hits)"] = got.counts["hits"]
     stages["collapse candidates (term equal to one of its inputs)"] = len(store.coll)
@@ -611,7 +637,12 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     # ---- two-output candidates ----------------------------------------------------
     multi_stats = {"linked": 0, "candidates": 0, "after_sub": 0}
     if cfg.max_outputs >= 2:
-        two = _two_output_candidates(store, classes, level, multi_stats)
+        two_ops = min(level, TWO_OUTPUT_MAX_OPS)
+        # at 4 ops only the table's terms (up to 3 ops) can be part of a two-output graph:
+        # the classes keep those members alone
+        classes = got.class_lists(None if two_ops == level else store.n_table)
+        two = _two_output_candidates(store, classes, two_ops, multi_stats)
+        del classes
         candidates.extend(two)
     stages["after common-subgraph pruning"] = after_sub
     stages["after common-supergraph pruning"] = single_after_super
@@ -685,7 +716,7 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
         scratch.cleanup()
     info = {"shards": len(shards), "shards_resumed": resumed, "table_terms": len(table),
             "bucket_partitions": got.parts, "bucket_partitions_resumed": got.parts_resumed,
-            "last_level_terms": store.m, "classes": len(classes),
+            "last_level_terms": store.m, "classes": len(got),
             "level_counts": {str(k): dict(v) for k, v in table.level_counts.items()},
             "last_level_counts": dict(zip(COUNT_KEYS, last["counts"].tolist(), strict=True)),
             "stages_resumed": []}
@@ -985,7 +1016,7 @@ def _single_output_candidates(store: TermStore, classes: list[list[int]]
     return candidates, after_sub
 
 
-def _two_output_candidates(store: TermStore, classes: list[list[int]], level: int,
+def _two_output_candidates(store: TermStore, classes: Sequence[Sequence[int]], level: int,
                            stats: dict[str, int]) -> list[tuple[tuple[int, ...], tuple[int, ...], int]]:
     """Two-output rules: a graph whose two outputs share operators (e.g. one matmul on
     concatenated weights, then split) against the smallest other graph computing the same
@@ -1089,7 +1120,7 @@ PARTNER_SIDE = 64  # members of each bucket tried as partners of a two-output gr
 
 
 def _make_rule(store: TermStore, src: tuple[int, ...], tgt: tuple[int, ...],
-               mapping: dict[int, int], ci: int, class_fp: list[tuple[int, int]], prefix: str
+               mapping: dict[int, int], ci: int, class_fp: Fingerprints, prefix: str
                ) -> tuple[Rule, dict[str, TensorType]]:
     cfg = store.cfg
     used: dict[int, None] = {}
