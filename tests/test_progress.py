@@ -4,6 +4,7 @@ long commands print a plain line every few seconds with what the live display ho
 from __future__ import annotations
 
 import os
+import re
 import selectors
 import subprocess
 import sys
@@ -25,8 +26,14 @@ def test_a_progress_bar_flattens_to_one_plain_line() -> None:
     assert line == "verifying rules 17/931"
 
 
+def _counted(line: str) -> bool:
+    """A line that says where the work is (a task with its count), not only that it runs."""
+    return re.search(r"\d+ ?/ ?(\d+|\?)( |$)|\d+%", line) is not None  # 3/931, 12 / 300, 93%
+
+
 def _progress_lines(argv: list[str], want: int, limit_s: float) -> list[str]:
-    """The command's progress lines (stdout a pipe) until `want` of them came; then stop it."""
+    """The command's progress lines (stdout a pipe) until `want` of them came, the last
+    with a count (a loaded machine may take seconds to start); then stop it."""
     env = {**os.environ, "SUPEROPT_PROGRESS_S": "0.5", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "superopt", *argv], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -36,7 +43,8 @@ def _progress_lines(argv: list[str], want: int, limit_s: float) -> list[str]:
     sel.register(proc.stdout, selectors.EVENT_READ)
     deadline = time.monotonic() + limit_s
     try:
-        while len(lines) < want and time.monotonic() < deadline:
+        while not (len(lines) >= want and _counted(lines[-1])) and \
+                time.monotonic() < deadline:
             if not sel.select(timeout=0.5):
                 continue
             raw = proc.stdout.readline()
@@ -53,10 +61,9 @@ def _progress_lines(argv: list[str], want: int, limit_s: float) -> list[str]:
 
 
 def test_verify_prints_progress_lines_into_a_pipe() -> None:
-    lines = _progress_lines(["verify", str(RULES), "--jobs", "1"], want=6, limit_s=60)
-    assert len(lines) == 6, lines
-    # A line says where the work is (a task with its count), not only that it runs.
-    assert any("/168" in line or "/931" in line for line in lines), lines
+    lines = _progress_lines(["verify", str(RULES), "--jobs", "1"], want=3, limit_s=90)
+    assert len(lines) >= 3 and _counted(lines[-1]), lines
+    assert "/168" in lines[-1] or "/931" in lines[-1], lines  # axioms, then rules
 
 
 @pytest.mark.slow
@@ -69,5 +76,5 @@ def test_verify_prints_progress_lines_into_a_pipe() -> None:
 def test_long_commands_print_progress_lines_into_a_pipe(argv: list[str], tmp_path: Path
                                                         ) -> None:
     args = [a.format(tmp=tmp_path) for a in argv]
-    lines = _progress_lines(args, want=4, limit_s=90)
-    assert len(lines) == 4, lines
+    lines = _progress_lines(args, want=3, limit_s=120)
+    assert len(lines) >= 3 and _counted(lines[-1]), lines

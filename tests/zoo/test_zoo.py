@@ -256,11 +256,13 @@ def test_batch_scaling(name: str, graphs: dict[str, Graph]) -> None:
 
 
 def test_build_times() -> None:
+    # CPU time, not wall time: on the shared 2-core machine at load 12 nasnet_a took 2.4 s
+    # of wall time (the only failure of a make test run) for about 0.04 s of CPU.
     times = {}
     for name in ALL:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         zoo.build(name, batch=8)
-        times[name] = time.perf_counter() - t0
+        times[name] = time.process_time() - t0
     print("\n" + "\n".join(f"{k:14s} {v * 1000:7.1f} ms" for k, v in times.items()))
     assert max(times.values()) < 2.0  # generous: each builds in well under a second
 
