@@ -140,12 +140,12 @@ def open_executor(spec: str | ExecutorSpec | None, workers: int,
             raise
         pool.shutdown(wait=True)
         return
+    probe(parsed)  # before importing Dask (seconds on a loaded machine)
     try:
         from distributed import Client, LocalCluster
     except ImportError as e:
         raise ExecutorError("the Dask executor needs dask[distributed]: "
                             "pip install 'superopt[dask]'") from e
-    probe(parsed)
     cluster = None
     try:
         if parsed.address is None:
