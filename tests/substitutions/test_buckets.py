@@ -75,3 +75,21 @@ def test_a_resumed_run_redoes_only_missing_partitions(tmp_path, monkeypatch, one
     assert done == [3]
     assert res.info["bucket_partitions_resumed"] == 7
     assert [rule_to_json(r) for r in res.rules] == one_partition[0]
+
+
+def test_two_output_graphs_are_capped_single_output_rules_are_not(monkeypatch) -> None:
+    """TWO_OUTPUT_MAX_OPS bounds both sides of every two-output rule (at 4 ops the linking
+    of terms sharing an operator would not fit); single-output rules keep every size."""
+    from superopt.substitutions import generator
+
+    cfg = make_config("small", max_ops=3)
+    full = generate(cfg, sample_check=False)
+    monkeypatch.setattr(generator, "TWO_OUTPUT_MAX_OPS", 2)
+    capped = generate(cfg, sample_check=False)
+    two_full = [r for r in full.rules if r.outputs == 2]
+    two_capped = [r for r in capped.rules if r.outputs == 2]
+    assert any(max(r.provenance["size"]) == 3 for r in two_full)  # something to cut
+    assert len(two_capped) < len(two_full)
+    assert all(max(r.provenance["size"]) <= 2 for r in two_capped)
+    single = [rule_to_json(r) for r in full.rules if r.outputs == 1]
+    assert single == [rule_to_json(r) for r in capped.rules if r.outputs == 1]

@@ -305,6 +305,7 @@ class TermTable:
         # a fresh empty array: a slice v[:0] would keep all of v's buffer alive
         self.values = [np.zeros((0, *v.shape[1:]), dtype=v.dtype) for v in self.values]
         self.group_values = [[] for _ in self.group_values]
+        _trim_heap()
 
     # ---- planning -----------------------------------------------------------------
 
@@ -629,3 +630,18 @@ def merge_arrays(parts: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray
 
 def iter_counts(arr: np.ndarray) -> Iterator[tuple[str, int]]:
     return zip(COUNT_KEYS, (int(x) for x in arr), strict=True)
+
+
+def _trim_heap() -> None:
+    """Hand freed heap memory back to the system. The table's values were built from one
+    small array per term, and glibc keeps the freed pieces: at 4 ops the process stayed at
+    2.5 GB after dropping them (3 ops: 59 MB, 14 MB once trimmed); forked workers would
+    start from that."""
+    import ctypes
+
+    try:
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # the process's own libc
+    except OSError:
+        trim = None
+    if trim is not None:  # glibc; elsewhere there is nothing to trim
+        trim(0)
