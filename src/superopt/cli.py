@@ -731,6 +731,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if status != 0:
             outputs.cleanup()
+        if real and status == 130:
+            from superopt.interrupts import exit_fast
+
+            exit_fast(130)  # what was finished is written; no slow interpreter teardown
 
 
 if __name__ == "__main__":

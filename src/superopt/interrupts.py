@@ -78,9 +78,23 @@ def _exit_now() -> None:
     try:
         sys.stderr.write("superopt: interrupted\n")
         sys.stderr.flush()
+    finally:
+        exit_fast(130)
+
+
+def exit_fast(status: int = 130) -> None:
+    """End an interrupted command now: its outputs are written, so skip the interpreter's
+    teardown (a second or more with torch and a large graph loaded, on a loaded machine),
+    which would break the 2 s promise."""
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
         _terminate_children()
     finally:
-        os._exit(130)
+        os._exit(status)
 
 
 def allow_finish(seconds: float) -> None:
@@ -110,6 +124,10 @@ def install() -> None:
         return
     # SIGTERM takes the same path as Ctrl-C: finished work kept, workers terminated.
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    # A pool stopped by an interrupt leaves its semaphores to multiprocessing's resource
+    # tracker, which unlinks them and warns in three lines of stderr ("leaked semaphore
+    # objects"); the tracker takes its -W options from ours, so it cleans up silently.
+    sys.warnoptions.append("ignore:resource_tracker:UserWarning")
     threading.Thread(target=_watch, args=(read_fd,), name="superopt-interrupts",
                      daemon=True).start()
 
@@ -128,8 +146,15 @@ def guard_worker(parent: int | None = None) -> None:
     killed while this worker was still starting (a spawned worker imports for ~1 s), and
     such a worker would never notice."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A forked worker inherits the parent's SIGTERM handler and wakeup fd: terminating it
+    # would raise KeyboardInterrupt in it and tell the parent's watcher of a second Ctrl-C.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:  # not the main thread: nothing was set here
+        pass
     threading.Thread(target=_poll_parent, args=(parent or os.getppid(),),
                      name="superopt-parent", daemon=True).start()
 
 
-__all__ = ["GRACE_S", "allow_finish", "guard_worker", "install", "interrupted"]
+__all__ = ["GRACE_S", "allow_finish", "exit_fast", "guard_worker", "install", "interrupted"]
