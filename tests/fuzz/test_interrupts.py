@@ -56,6 +56,7 @@ def test_verify_stops_on_ctrl_c_without_a_verdict(jobs: str, tmp_path: Path) -> 
     code, took, err = _interrupt(["verify", str(RULES), "--jobs", jobs, "--json", str(report)],
                                  after=5)
     assert code == 130 and took < 2.0, (code, took, err)
+    assert err.splitlines() == ["superopt: interrupted"], err  # no worker's traceback
     assert not report.exists()
 
 
@@ -64,18 +65,20 @@ def test_tune_stops_on_ctrl_c_and_keeps_its_records(tmp_path: Path) -> None:
     import sqlite3
 
     db = tmp_path / "r.sqlite"
-    code, took, _ = _interrupt(["tune", "resnet50", "--budget", "5000", "--db", str(db)],
-                               after=12)
+    code, took, err = _interrupt(["tune", "resnet50", "--budget", "5000", "--workers", "2",
+                                  "--db", str(db)], after=12)
     assert code == 130 and took < 2.0
+    assert err.splitlines() == ["superopt: interrupted"], err  # no worker's traceback
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM measurements").fetchone()[0] > 0
 
 
 @pytest.mark.slow
 def test_generate_stops_on_ctrl_c_and_keeps_its_checkpoint(tmp_path: Path) -> None:
     out, work = tmp_path / "g.json", tmp_path / "work"
-    code, took, _ = _interrupt(["generate", "--max-ops", "3", "--workers", "2", "--workdir",
-                                str(work), "--out", str(out)], after=10)
+    code, took, err = _interrupt(["generate", "--max-ops", "3", "--workers", "2", "--workdir",
+                                  str(work), "--out", str(out)], after=10)
     assert code == 130 and took < 2.0
+    assert err.splitlines() == ["superopt: interrupted"], err  # no worker's traceback
     assert not out.exists() and (work / "run.json").exists()
 
 
