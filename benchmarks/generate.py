@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 TASO_SIZE3 = {"graphs": 16_400_000, "wall_s": 197.0, "cpu_s": 106.0, "peak_mb": 7.1 * 1024,
@@ -37,23 +38,72 @@ TASO_SIZE3 = {"graphs": 16_400_000, "wall_s": 197.0, "cpu_s": 106.0, "peak_mb": 
 _CHILD = """
 import json, sys
 from superopt.substitutions.generator import generate
+from superopt.substitutions.library import save_library
 from superopt.substitutions.presets import make_config
 cfg = make_config(sys.argv[1], max_ops=int(sys.argv[2]))
-res = generate(cfg, workers=int(sys.argv[3]))
+workdir, lib = (sys.argv[4] or None), (sys.argv[5] or None)
+res = generate(cfg, workers=int(sys.argv[3]), workdir=workdir, executor=sys.argv[6] or None)
+if lib:
+    save_library(res.rules, lib, meta={"stages": res.stages})
 print(json.dumps({"stages": res.stages, "times": res.times, "info": res.info}))
 """
 
 
-def run(preset: str, size: int, workers: int) -> dict:
-    load0 = os.getloadavg()[0]
+def run(preset: str, size: int, workers: int, workdir: str | None = None,
+        lib: str | None = None, executor: str | None = None) -> dict:
+    """One generate run in a fresh process. With a work directory (the 4-op row) the run
+    resumes from whatever an earlier, killed one left there, and runs under
+    /usr/bin/time -v when present, for the maximum resident set of any process of it."""
+    load0 = os.getloadavg()
+    cmd = [sys.executable, "-c", _CHILD, preset, str(size), str(workers), workdir or "",
+           lib or "", executor or ""]
+    timed = workdir is not None and Path("/usr/bin/time").exists()
+    if timed:
+        cmd = ["/usr/bin/time", "-v", *cmd]
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _CHILD, preset, str(size), str(workers)],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     wall = time.perf_counter() - t0
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     out["process_wall_s"] = wall
-    out["load"] = [load0, os.getloadavg()[0]]
+    out["load"] = [load0[0], os.getloadavg()[0]]
+    out["load_1_5_15_before"] = list(load0)
+    if timed:
+        out["time_v"] = _time_v(proc.stderr)
     return out
+
+
+def _time_v(text: str) -> dict:
+    """Wall, CPU and the largest process's peak memory from /usr/bin/time -v."""
+    got: dict = {}
+    for line in text.splitlines():
+        key, _, val = line.strip().rpartition(": ")
+        if key == "User time (seconds)":
+            got["user_s"] = float(val)
+        elif key == "System time (seconds)":
+            got["sys_s"] = float(val)
+        elif key == "Maximum resident set size (kbytes)":
+            got["max_rss_mb"] = round(int(val) / 1024, 1)
+        elif key.startswith("Elapsed (wall clock) time"):
+            parts = [float(x) for x in val.split(":")]
+            got["wall_s"] = sum(x * 60 ** k for k, x in enumerate(reversed(parts)))
+    return got
+
+
+def collect(workdir: str, logs: list[str]) -> dict:
+    """A 4-op row from a run done in pieces (killed and resumed, longer than one sitting):
+    the stage counts and times its work directory's checkpoint holds, how many rules the
+    test at other shapes has finished, and each piece's /usr/bin/time -v figures."""
+    wd = Path(workdir)
+    saved = json.loads((wd / "checked.json").read_text())
+    tested = 0
+    shapes = wd / "shapes.jsonl"
+    if shapes.exists():
+        tested = sum(1 for line in shapes.read_text().splitlines() if line.endswith("}"))
+    pieces = [{"log": log, **_time_v(Path(log).read_text())} for log in logs]
+    return {"stages": saved["stages"], "times": saved["times"],
+            "info": {k: v for k, v in saved["info"].items() if k != "level_counts"},
+            "complete": False, "tested_at_other_shapes": tested,
+            "pieces": pieces, "load": [os.getloadavg()[0]] * 2}
 
 
 TENSAT = "benchmarks/data/tensat_taso_rules.txt"
@@ -242,7 +292,16 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="taso")
-    parser.add_argument("--sizes", default="2,3")
+    parser.add_argument("--sizes", default="2,3",
+                        help="2,3,4: the 4-op row runs with --workdir (resumable) and keeps "
+                             "rows of sizes not measured this time from --out")
+    parser.add_argument("--workdir", default="out/generate_taso4",
+                        help="work directory of the 4-op run (shards, bucket partitions, "
+                             "checkpoints); a killed run resumes from it")
+    parser.add_argument("--executor", help="superopt.executor spec for the 4-op run")
+    parser.add_argument("--collect", nargs="*", metavar="TIME_V_LOG",
+                        help="record the 4-op row from --workdir's checkpoints and these "
+                             "/usr/bin/time -v logs of its pieces, without running")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", default="benchmarks/results/generate.json")
     parser.add_argument("--coverage", action="store_true",
@@ -264,9 +323,21 @@ def main() -> None:
         coverage(args)
         return
 
-    runs = {}
-    for size in (int(s) for s in args.sizes.split(",")):
-        runs[size] = run(args.preset, size, args.workers)
+    out = Path(args.out)
+    runs: dict[int, dict] = {}
+    if out.exists():  # rows not re-measured this time stay
+        runs = {int(k): v for k, v in json.loads(out.read_text()).get("runs", {}).items()}
+    for size in ([] if args.collect is not None else (int(s) for s in args.sizes.split(","))):
+        if size >= 4:
+            Path(args.workdir).mkdir(parents=True, exist_ok=True)
+            runs[size] = run(args.preset, size, args.workers, args.workdir,
+                             str(Path(args.workdir) / f"{args.preset}{size}.json"),
+                             args.executor)
+        else:
+            runs[size] = run(args.preset, size, args.workers)
+    if args.collect is not None:
+        runs[4] = collect(args.workdir, args.collect)
+    runs = dict(sorted(runs.items()))
 
     table = Table(title=f"superopt generate --preset {args.preset} --workers {args.workers} "
                         "(TASO's C++ generator, size 3, for reference)")
@@ -274,39 +345,65 @@ def main() -> None:
     for size in runs:
         table.add_column(f"{size} ops", justify="right")
     table.add_column("TASO, 3 ops", justify="right")
-    keys = list(next(iter(runs.values()))["stages"])
+    keys = list(dict.fromkeys(k for r in runs.values() for k in r["stages"]))
     taso_for = {"graphs enumerated (terms evaluated)": TASO_SIZE3["graphs"],
                 "rules written": TASO_SIZE3["rules"], "single-output rules": TASO_SIZE3["single"],
                 "two-output rules": TASO_SIZE3["two_output"]}
     for k in keys:
-        table.add_row(k, *(f"{r['stages'].get(k, 0):,}" for r in runs.values()),
+        table.add_row(k, *(f"{r['stages'][k]:,}" if k in r["stages"] else "-"
+                           for r in runs.values()),
                       f"{taso_for[k]:,}" if k in taso_for else "")
     table.add_section()
 
     def row(label: str, fn, taso: str) -> None:
         table.add_row(label, *(fn(r) for r in runs.values()), taso)
 
-    row("wall time (s)", lambda r: f"{r['times']['total']:.1f}", f"{TASO_SIZE3['wall_s']:.0f}")
+    def fig(fn) -> Callable[[dict], str]:
+        """A figure that a row measured in pieces (see collect) may not have."""
+        def get(r: dict) -> str:
+            try:
+                return fn(r)
+            except (KeyError, TypeError):
+                return "-"
+        return get
+
+    def pieces(r: dict, key: str) -> float:
+        return sum(p[key] for p in r["pieces"])
+
+    row("wall time (s)", fig(lambda r: f"{r['times']['total']:.1f}"),
+        f"{TASO_SIZE3['wall_s']:.0f}")
     row("CPU time, parent + workers (s)",
-        lambda r: f"{r['times']['cpu_parent'] + r['times']['cpu_workers']:.1f}",
+        fig(lambda r: f"{r['times']['cpu_parent'] + r['times']['cpu_workers']:.1f}"),
         f"{TASO_SIZE3['cpu_s']:.0f}")
-    row("peak memory, parent (MB)", lambda r: f"{r['info']['peak_rss_mb']['parent']:.0f}",
+    row("peak memory, parent (MB)", fig(lambda r: f"{r['info']['peak_rss_mb']['parent']:.0f}"),
         f"{TASO_SIZE3['peak_mb']:.0f}")
     row("peak memory, largest worker (MB)",
-        lambda r: f"{r['info']['peak_rss_mb']['largest_worker']:.0f}", "")
-    for stage in ("enumerate", "bucket+confirm", "pair+prune", "dedup", "build+verify",
-                  "test at other shapes"):
-        row(f"  {stage} (s)", lambda r, s=stage: f"{r['times'].get(s, 0.0):.1f}", "")
+        fig(lambda r: f"{r['info']['peak_rss_mb']['largest_worker']:.0f}"), "")
+    row("max RSS of any process, /usr/bin/time -v (MB)",
+        fig(lambda r: f"{r['time_v']['max_rss_mb']:.0f}" if "time_v" in r else
+            f"{max(p['max_rss_mb'] for p in r['pieces']):.0f}"), "")
+    row("run in pieces: wall / user+sys CPU, summed (s)",
+        fig(lambda r: f"{pieces(r, 'wall_s'):.0f} / "
+            f"{pieces(r, 'user_s') + pieces(r, 'sys_s'):.0f}"), "")
+    row("rules tested at other shapes so far", fig(
+        lambda r: f"{r['tested_at_other_shapes']:,}" if not r.get("complete", True) else ""), "")
+    row("bucket partitions (resumed)", lambda r: f"{r['info'].get('bucket_partitions', '')} "
+        f"({r['info'].get('bucket_partitions_resumed', '')})", "")
+    # older rows name the stages before bucketing was partitioned
+    for stage in ("enumerate", "bucket+confirm", "pair+prune", "bucket+confirm+pair",
+                  "two-output pair+prune", "dedup", "build+verify", "test at other shapes"):
+        row(f"  {stage} (s)", lambda r, s=stage: f"{r['times'][s]:.1f}" if s in r["times"]
+            else "", "")
     # Other work on the machine stretches wall times; the load says how much there was.
-    row("load average before / after", lambda r: f"{r['load'][0]:.1f} / {r['load'][1]:.1f}", "")
+    row("load average before / after",
+        fig(lambda r: f"{r['load'][0]:.1f} / {r['load'][1]:.1f}"), "")
     Console(width=140).print(table)
-    if 3 in runs:
+    if 3 in runs and "pieces" not in runs[3]:
         r = runs[3]
         print(f"size 3 vs TASO: {r['stages']['rules written'] / TASO_SIZE3['rules']:.2f}x the "
               f"rules in {r['times']['total'] / TASO_SIZE3['wall_s']:.2f}x the wall time, "
               f"{max(r['info']['peak_rss_mb'].values()) / TASO_SIZE3['peak_mb']:.2f}x the peak "
               "memory (largest process)")
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": platform.machine(), "cpus": os.cpu_count(),
                                "preset": args.preset, "workers": args.workers,
