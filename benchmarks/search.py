@@ -62,7 +62,8 @@ class Reached(Exception):
 
 
 def search(model: str, column: str, seed: int, cap: int, target: float | None,
-           opts: dict[str, Any] | None = None) -> dict[str, Any]:
+           opts: dict[str, Any] | None = None, passes: tuple[str, ...] = PASSES
+           ) -> dict[str, Any]:
     """One tuning run of a column (a strategy, or one in `COLUMNS`); stops at `target`
     (best measured <= target) or `cap`. `opts` add to the column's strategy options."""
     from superopt.xtat.session import open_session
@@ -80,7 +81,7 @@ def search(model: str, column: str, seed: int, cap: int, target: float | None,
     tuner.progress = progress
     start = time.perf_counter()
     try:
-        tuner.run(make_schedule("custom", PASSES, strategy), cap)
+        tuner.run(make_schedule("custom", passes, strategy), cap)
     except Reached:
         pass
     wall = time.perf_counter() - start
@@ -103,13 +104,14 @@ def _stats(xs: list[float]) -> dict[str, float]:
 def section_strategies(graphs: list[str], seeds: int, cap: int, runs: list[dict[str, Any]],
                        columns: tuple[str, ...] = STRATEGIES,
                        opts: dict[str, dict[str, Any]] | None = None,
-                       cached: dict[tuple[str, int], float] | None = None) -> None:
+                       cached: dict[tuple[str, int], float] | None = None,
+                       passes: tuple[str, ...] = PASSES) -> None:
     """Append each graph's and seed's runs to `runs` (the caller saves as they come).
     `cached`: random's best per (graph, seed) from an earlier run; random is run again
     (its curve is drawn) and must find the same best, since a run is fixed by its seed."""
     for g in graphs:
         for seed in range(seeds):
-            r = search(g, "random", seed, cap, None)
+            r = search(g, "random", seed, cap, None, passes=passes)
             target = r["best"]
             old = (cached or {}).get((g, seed))
             if old is not None and old != target:
@@ -121,7 +123,7 @@ def section_strategies(graphs: list[str], seeds: int, cap: int, runs: list[dict[
             line = [f"  {g:13s} seed {seed}: random best {r['default'] / target:.4f}x "
                     f"(first at {r['reached_at']})"]
             for st in columns:
-                x = search(g, st, seed, cap, target, (opts or {}).get(st))
+                x = search(g, st, seed, cap, target, (opts or {}).get(st), passes)
                 runs.append(x)
                 line.append(f"{st} {x['reached_at'] or f'>{cap}'} ({x['wall_s']:.0f} s)")
             print("; ".join(line), flush=True)
@@ -220,7 +222,8 @@ def plot_strategies(res: dict[str, Any], out: Path, suffix: str = "",
         ax.set_xscale("log")
         ax.set_xlabel("measurements")
         ax.set_ylabel("best measured speedup over the default")
-        ax.set_title(f"{g}: until random's best after {res['cap']} (each seed)")
+        ax.set_title(f"{g} ({'+'.join(res['passes'])}): until random's best after "
+                     f"{res['cap']} (each seed)")
         ax.legend()
         fig.tight_layout()
         p = out / f"search_{g}{suffix}.png"
@@ -262,6 +265,31 @@ def _save(out: dict[str, Any], path: str, start: float | None) -> None:
     for r in clean.get("strategies", {}).get("runs", []):
         r.pop("curve", None)  # the curves are in the PNGs; the JSON keeps the figures
     Path(path).write_text(json.dumps(clean, indent=1) + "\n")
+
+
+def section_equal_budget(graphs: list[str], seeds: int, budget: int,
+                         columns: tuple[str, ...], passes: tuple[str, ...],
+                         opts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each column (random included) run for `budget` measurements with no target: the
+    best measured speedup over the default it ends with (median and spread over seeds),
+    per graph. Shows whether the fewer measurements buy an equally good result."""
+    rows: list[dict[str, Any]] = []
+    table: dict[str, dict[str, Any]] = {}
+    for g in graphs:
+        table[g] = {}
+        for col in ("random", *columns):
+            got = []
+            for seed in range(seeds):
+                r = search(g, col, seed, budget, None, opts.get(col), passes)
+                got.append(r["default"] / r["best"])
+                rows.append({"model": g, "strategy": col, "seed": seed,
+                             "speedup": got[-1], "wall_s": r["wall_s"]})
+            table[g][col] = _stats(got)
+            print(f"  {g:13s} {col:11s} best speedup after {budget}: median "
+                  f"{table[g][col]['median']:.4f} [{table[g][col]['q1']:.4f}-"
+                  f"{table[g][col]['q3']:.4f}]", flush=True)
+    return {"graphs": graphs, "seeds": seeds, "budget": budget, "passes": list(passes),
+            "table": table, "runs": rows}
 
 
 def tabulate(res: dict[str, Any], cap: int) -> None:
@@ -325,14 +353,16 @@ def section_advantage(path: str) -> dict[str, Any]:
 
 
 def main_only(a: argparse.Namespace, graphs: list[str], only: tuple[str, ...],
-              opts: dict[str, dict[str, Any]], advantage: dict[str, Any] | None) -> int:
+              opts: dict[str, dict[str, Any]], advantage: dict[str, Any] | None,
+              passes: tuple[str, ...]) -> int:
     """Run the `only` columns (and random) on `graphs` and merge them into `a.out`."""
     start = time.perf_counter()
     load = os.getloadavg()
     out = json.loads(Path(a.out).read_text())
     res = out["strategies"]
-    if res["cap"] != a.cap:
-        raise SystemExit(f"{a.out} was run with --cap {res['cap']}, not {a.cap}")
+    if res["cap"] != a.cap or tuple(res["passes"]) != passes:
+        raise SystemExit(f"{a.out} was run with --cap {res['cap']} --passes "
+                         f"{','.join(res['passes'])}, not {a.cap} {','.join(passes)}")
     cached = {(r["model"], r["seed"]): r["best"] for r in res["runs"]
               if r["strategy"] == "random"}
     redo = {"random", *only}
@@ -345,7 +375,7 @@ def main_only(a: argparse.Namespace, graphs: list[str], only: tuple[str, ...],
     print(f"columns {', '.join(only)} on {', '.join(graphs)}, {a.seeds} seeds, target: "
           f"random's best after {a.cap} (checked against {a.out})", flush=True)
     for g in graphs:
-        section_strategies([g], a.seeds, a.cap, runs, only, opts, cached)
+        section_strategies([g], a.seeds, a.cap, runs, only, opts, cached, passes)
         tabulate(res, a.cap)
         res.setdefault("added", {}).update({c: {
             "graphs": sorted({r["model"] for r in runs if r["strategy"] == c}),
@@ -375,15 +405,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-advantage", action="store_true",
                     help="collect flips on the training graphs, fit the advantage model "
                          "and save it to --advantage-model (first)")
+    ap.add_argument("--passes", default=",".join(PASSES),
+                    help="the tuned passes (fusion alone: the local-advantage paper's setting)")
+    ap.add_argument("--columns", default=",".join(STRATEGIES),
+                    help="the strategy columns to run besides random")
+    ap.add_argument("--equal-budget", type=int, default=0,
+                    help="also run every column for this many measurements with no "
+                         "target and report the best speedups (0: skip)")
     ap.add_argument("--advantage-model", default="",
                     help="the guided columns' model (default: the shipped one)")
     a = ap.parse_args(argv)
     if a.seeds < 1 or a.cap < 10 or a.sched_budget < 10:
         ap.error("--seeds >= 1, --cap >= 10 and --sched-budget >= 10")
     only = tuple(c for c in a.only.split(",") if c)
-    bad = [c for c in only if c not in STRATEGIES]
+    columns = tuple(c for c in a.columns.split(",") if c)
+    passes = tuple(p for p in a.passes.split(",") if p)
+    bad = [c for c in only + columns if c not in STRATEGIES]
     if bad:
-        ap.error(f"--only: unknown column {bad[0]!r}: expected some of {', '.join(STRATEGIES)}")
+        ap.error(f"unknown column {bad[0]!r}: expected some of {', '.join(STRATEGIES)}")
     if only and not Path(a.out).is_file():
         ap.error(f"--only merges into an earlier run's {a.out}, which does not exist")
     graphs = [g for g in a.graphs.split(",") if g]
@@ -398,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         out["advantage"] = section_advantage(a.advantage_model)
     opts = {c: {"model": a.advantage_model} for c in ("guided",) if a.advantage_model}
     if only:  # merged into the earlier run's file, which must not be replaced first
-        return main_only(a, graphs, only, opts, out.get("advantage"))
+        return main_only(a, graphs, only, opts, out.get("advantage"), passes)
     if a.train_advantage:
         _save(out, a.out, start)
     if "scheduler" not in skip:
@@ -414,19 +453,25 @@ def main(argv: list[str] | None = None) -> int:
         sched["curves_median"] = {k: v[9::10] for k, v in sched["curves_median"].items()}
         out["scheduler"] = sched
     if "strategies" not in skip:
-        print(f"strategies on {', '.join(graphs)} ({'+'.join(PASSES)}), {a.seeds} seeds, "
+        print(f"strategies on {', '.join(graphs)} ({'+'.join(passes)}), {a.seeds} seeds, "
               f"target: random's best after {a.cap}", flush=True)
         runs: list[dict[str, Any]] = []
         res: dict[str, Any] = {"graphs": graphs, "seeds": a.seeds, "cap": a.cap,
-                               "passes": list(PASSES), "runs": runs}
+                               "passes": list(passes), "columns": list(columns), "runs": runs}
         out["strategies"] = res
         for g in graphs:
-            section_strategies([g], a.seeds, a.cap, runs, opts=opts)
+            section_strategies([g], a.seeds, a.cap, runs, columns, opts, None, passes)
             tabulate(res, a.cap)
             res["done"] = sorted({r["model"] for r in runs})
             _save(out, a.out, start)  # a long run killed midway keeps its graphs
         print_table(res)
-        res["png"] = plot_strategies(res, Path(a.out).parent)
+        # Another pass set than the default draws beside the default's curves, not over.
+        res["png"] = plot_strategies(res, Path(a.out).parent,
+                                     "" if passes == PASSES else "_" + "+".join(passes))
+    if a.equal_budget:
+        print(f"equal budget: {a.equal_budget} measurements, {a.seeds} seeds", flush=True)
+        out["equal_budget"] = section_equal_budget(graphs, a.seeds, a.equal_budget,
+                                                   columns, passes, opts)
     _save(out, a.out, start)
     print(f"wrote {a.out} ({out['wall_s']:.0f} s, load {out['load_start'][0]:.1f} -> "
           f"{out['load_end'][0]:.1f})")
