@@ -153,6 +153,18 @@ def test_residual_models_start_from_the_analytical_estimate(data: ds.KernelData)
     assert np.corrcoef(r_gs, np.log(ana))[0, 1] ** 2 < np.corrcoef(r_off, np.log(ana))[0, 1] ** 2
 
 
+def test_nonnegative_fit_drops_negative_terms() -> None:
+    from superopt.xtat.models.gbt import nonnegative_fit
+
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0.0, 1.0, (200, 3))
+    w = nonnegative_fit(a, a @ np.array([2.0, 0.5, 0.0]))
+    assert np.allclose(w, [2.0, 0.5, 0.0], atol=1e-9)
+    # A target that wants a negative coefficient gets 0 for it, not a negative one.
+    w = nonnegative_fit(a, a @ np.array([1.0, -1.0, 0.5]))
+    assert w[1] == 0.0 and (w >= 0).all()
+
+
 def test_extra_features_see_what_the_estimate_leaves_out() -> None:
     from superopt.tpu_sim import KernelCosts, get_hardware
     from superopt.tpu_sim.replay import load_tiles, prepare_all

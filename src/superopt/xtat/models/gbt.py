@@ -24,7 +24,32 @@ from typing import Any
 import numpy as np
 
 from superopt.xtat.models.base import CostModel, Item, items, register
-from superopt.xtat.models.features import ANALYTICAL
+from superopt.xtat.models.features import ANALYTICAL, FEATURES
+
+# The linear base's terms, in seconds or counts: the double-buffered estimate, grid steps,
+# contiguous DMA runs, and a constant (launch). The simulator's costs beyond the estimate
+# are per step and per run: a sum the trees, which add in log space, fit only piecewise.
+_STEPS, _RUNS, _PIPED = (FEATURES.index(n) for n in ("steps", "dma_runs", "double_buffered_s"))
+
+
+def _terms(x: np.ndarray) -> np.ndarray:
+    xd = x.astype(np.float64)
+    return np.stack([np.exp(xd[:, _PIPED]), np.exp2(xd[:, _STEPS]) - 1.0,
+                     np.exp2(xd[:, _RUNS]) - 1.0, np.ones(len(x))], 1)
+
+
+def nonnegative_fit(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Least squares with coefficients >= 0: terms whose coefficient comes out negative
+    are dropped and the rest refitted (few terms: a handful of solves)."""
+    keep = list(range(a.shape[1]))
+    w = np.zeros(a.shape[1])
+    while keep:
+        sol, *_ = np.linalg.lstsq(a[:, keep], b, rcond=None)
+        if (sol >= 0).all():
+            w[keep] = sol
+            break
+        keep = [k for k, v in zip(keep, sol, strict=True) if v >= 0]
+    return w
 
 
 def _xgb() -> Any:
@@ -58,6 +83,8 @@ class GBT(CostModel):
     def _margin(self, x: np.ndarray, sign: float) -> np.ndarray | None:
         if not self.opts.get("residual", True):
             return None
+        if self.linear is not None:
+            return sign * np.log(np.maximum(_terms(x) @ self.linear, 1e-9))
         return sign * x[:, ANALYTICAL].astype(np.float64)
 
     def _dmatrix(self, x: np.ndarray, sign: float, label: Any = None) -> Any:
@@ -72,7 +99,13 @@ class GBT(CostModel):
         rounds = int(self.opts.get("rounds", 600))
         samples = data.samples
         x = self.feat.matrix(items(samples))
-        y = np.log(np.asarray([s.measured for s in samples]))
+        t = np.asarray([s.measured for s in samples])
+        y = np.log(t)
+        self.linear = None
+        if self.opts.get("base") == "linear":
+            # Relative errors: each row divided by its measured time.
+            a = _terms(x)
+            self.linear = nonnegative_fit(a / t[:, None], np.ones(len(t)))
         self.reg = xgb.train(self._params() | {"objective": "reg:squarederror"},
                              self._dmatrix(x, 1.0, y), rounds)
         groups = data.groups()
@@ -108,11 +141,12 @@ class GBT(CostModel):
         return -self.rank.predict(self._dmatrix(self.feat.matrix(its), -1.0))
 
     def state(self) -> dict[str, Any]:
-        return {"reg": bytes(self.reg.save_raw("ubj")),
+        return {"reg": bytes(self.reg.save_raw("ubj")), "linear": self.linear,
                 "rank": bytes(self.rank.save_raw("ubj")) if self.rank is not None else None}
 
     def set_state(self, state: dict[str, Any]) -> None:
         xgb = _xgb()
+        self.linear = state.get("linear")
         self.reg = xgb.Booster(params={"nthread": self._threads()})
         self.reg.load_model(bytearray(state["reg"]))
         self.rank = None
