@@ -268,6 +268,40 @@ def tuner(model: Any, budget: int, seeds: int, models: list[str], done: dict[str
     return out
 
 
+def plot_tuner(tuned: dict[str, Any], budget: int, path: Path) -> None:
+    """Per held-out model and seed: measurements plain annealing needs to reach its best,
+    and the model-ranked search's (hollow at the measurements it ended with when it
+    never reached it, labelled with how far its best stayed above)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(tuned)
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for i, name in enumerate(names):
+        for r in tuned[name]["runs"]:
+            x = i + (r["seed"] - 2) * 0.07
+            ax.plot(x - 0.2, r["plain"], "o", color="C0", ms=5)
+            if r.get("model") is not None:
+                ax.plot(x + 0.2, r["model"], "o", color="C1", ms=5)
+            elif "model_measurements" in r:
+                ax.plot(x + 0.2, r["model_measurements"], "o", mfc="none", color="C1", ms=5)
+                gap = 100 * (r["model_best_s"] / r["target_s"] - 1)
+                ax.annotate(f"+{gap:.1f}%", (x + 0.2, r["model_measurements"]), fontsize=6,
+                            xytext=(3, 0), textcoords="offset points")
+    ax.plot([], [], "o", color="C0", label="plain annealing: reaches its best")
+    ax.plot([], [], "o", color="C1", label="gbt top-k: reaches that time")
+    ax.plot([], [], "o", mfc="none", color="C1", label="gbt top-k: ends short (gap to it)")
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("measurements")
+    ax.set_title(f"joint schedule, budget {budget}, 5 seeds per model (held-out models)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="/tmp/superopt_costmodel_data")
@@ -277,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", default="", help="sections to skip: validation,accuracy,transfer,tuner")
     ap.add_argument("--tuner-plain", action="store_true",
                     help="only the tuner's plain annealing runs (they need no data or model)")
+    ap.add_argument("--plot", action="store_true",
+                    help="only redraw the tuner figure from the JSON file")
     ap.add_argument("--out", default=str(RESULTS / "costmodel.json"))
     args = ap.parse_args(argv)
     skip = set(args.skip.split(","))
@@ -296,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
         result["tuner_settings"] = tuner_settings
         out.write_text(json.dumps(result, indent=1))
 
+    if args.plot:
+        plot_tuner(result["tuner"], args.budget, RESULTS / "costmodel_tuner.png")
+        return 0
     if args.tuner_plain:
         tuner(None, args.budget, args.seeds, list(ds.HELD_OUT), done, save_tuner)
         return 0
@@ -326,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         gbt = models.get("gbt") or create("gbt", data.hardware, **opts["gbt"]).fit(
             data.split("models")[0])
         tuner(gbt, args.budget, args.seeds, list(ds.HELD_OUT), done, save_tuner)
+        plot_tuner(result["tuner"], args.budget, RESULTS / "costmodel_tuner.png")
     out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out}")
     return 0
