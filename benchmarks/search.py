@@ -19,6 +19,9 @@ Sections (tables on stdout; figures to one JSON file and PNG curves):
    `--advantage-model`) and checks it on flips of the held-out graphs. Budgets count measurements
    (deterministic per seed), so the figures do not depend on the machine's load; the
    wall time per run is reported beside them with the load average.
+   `--passes fusion` tunes fusion alone (search_fusion.json); `--equal-budget B` also
+   runs every column for B measurements with no target and reports the best speedups
+   (search_budget.json: are the fewer measurements an equally good result?).
 2. scheduler: the tiles and flags of a 4-model workload's kernels tuned as tasks
    (`superopt.xtat.scheduler`) by Ansor's gradient scheduler and by round-robin, rounds
    of 4 measurements, `--sched-budget` measurements, `--seeds` seeds: the objective
