@@ -93,3 +93,17 @@ def test_two_output_graphs_are_capped_single_output_rules_are_not(monkeypatch) -
     assert all(max(r.provenance["size"]) <= 2 for r in two_capped)
     single = [rule_to_json(r) for r in full.rules if r.outputs == 1]
     assert single == [rule_to_json(r) for r in capped.rules if r.outputs == 1]
+
+
+def test_every_stage_after_buckets_reports_progress() -> None:
+    """At 4 ops dedup and build take minutes each: a live display must show them move
+    instead of a pairing bar stuck at 0/1."""
+    seen: list[tuple[str, int, int]] = []
+    generate(make_config("taso", max_ops=2), sample_check=False,
+             progress=lambda stage, done, total: seen.append((stage, done, total)))
+    stages = [s for s, _, _ in seen]
+    assert ("candidates", 1, 1) in seen
+    for stage in ("bucket+pair", "dedup", "build", "verify"):
+        assert stage in stages
+    assert stages.index("candidates") < stages.index("dedup") < stages.index("build") \
+        < stages.index("verify")

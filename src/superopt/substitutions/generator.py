@@ -67,6 +67,7 @@ LIST_TERMS = 2_000_000  # last-level terms that TermStore keeps as Python lists
 # 110k), beyond one process's memory and this machine's time. So a 4-op run adds no new
 # two-output rules to the 3-op ones (its single-output rules go up to 4 ops).
 TWO_OUTPUT_MAX_OPS = 3
+PROGRESS_EVERY = 5_000  # dedup and build report every this many candidates
 
 CONFIRM_SEED = 0xC0FFEE
 VERIFY_SEED = 1_000_003
@@ -651,6 +652,8 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     stages["two-output: after common-supergraph pruning"] = multi_stats["candidates"]
     stages["all candidates (single + collapse + two-output)"] = len(candidates)
     times["two-output pair+prune"] = time.perf_counter() - t0
+    if progress:
+        progress("candidates", 1, 1)
 
     # ---- duplicates under renaming ------------------------------------------------
     t0 = time.perf_counter()
@@ -659,7 +662,9 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     tkeys = [t.key for t in cfg.templates]
     seen: dict[str, int] = {}
     unique: list[tuple[tuple[int, ...], tuple[int, ...], int, dict[int, int]]] = []
-    for src, tgt, ci in candidates:
+    for n, (src, tgt, ci) in enumerate(candidates):
+        if progress and n % PROGRESS_EVERY == 0:  # minutes at 4 ops (850k candidates)
+            progress("dedup", n, len(candidates))
         key, mapping = canonical([store.expr(t) for t in src], [store.expr(t) for t in tgt],
                                  groups, tkeys.__getitem__, commutative.__contains__)
         if key in seen:
@@ -674,7 +679,9 @@ def generate(cfg: GeneratorConfig, workers: int = 1, workdir: str | Path | None 
     t0 = time.perf_counter()
     built: list[tuple[Rule, dict[str, TensorType]]] = []
     build_failed = 0
-    for src, tgt, ci, mapping in unique:
+    for n, (src, tgt, ci, mapping) in enumerate(unique):
+        if progress and n % PROGRESS_EVERY == 0:
+            progress("build", n, len(unique))
         try:
             rule, types = _make_rule(store, src, tgt, mapping, ci, class_fp, prefix)
         except IRError:
