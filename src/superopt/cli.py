@@ -624,9 +624,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="joint (default): rewrite+layout+fusion by the strategy, then tiles "
                         "and flags exhaustively per kernel; sequential: one pass at a time; "
                         "custom: the given passes together by the strategy")
+    from superopt.xtat.strategies import CATALOGUE
+
     p.add_argument("--strategy", default="anneal",
-                   help="random, exhaustive, anneal (default), evolution, mbo (ensemble "
-                        "model-based) or autotvm (ranking model + annealing on it)")
+                   help="the search strategy (default anneal): " + "; ".join(
+                       f"{name} ({what})" for name, what in CATALOGUE.items()))
     p.add_argument("--budget", type=int, default=200,
                    help="measurements in all, the default candidate included (default 200)")
     p.add_argument("--round", type=int, default=8,

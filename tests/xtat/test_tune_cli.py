@@ -132,3 +132,20 @@ def test_worker_processes_measure_what_the_driver_would(tmp_path: Path) -> None:
     assert main(["tune", "squeezenet", "--budget", "24", "--db", str(pool), "--seed", "5",
                  "--no-check", "--workers", "2"]) == 0
     assert _rows(here) == _rows(pool)
+
+
+def test_strategy_help_lists_every_registered_strategy(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # The help is built from the catalogue, the catalogue's modules are what registers
+    # strategies: every strategy `create` knows is listed, and only those.
+    from superopt.xtat.strategies import CATALOGUE, STRATEGIES, create
+
+    create("random")  # imports every strategy module
+    assert sorted(STRATEGIES) == sorted(CATALOGUE)
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    start = text.rindex("--strategy STRATEGY")  # its entry, after the usage line
+    entry = text[start:text.index("--budget BUDGET", start)]
+    for name in STRATEGIES:
+        assert f" {name} (" in entry, name

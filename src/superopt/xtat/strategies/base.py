@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from importlib import import_module
 from typing import Any
 
 from superopt.ir.errors import IRError
@@ -51,17 +52,12 @@ def register(name: str) -> Callable[[type[SearchStrategy]], type[SearchStrategy]
 
 
 def create(name: str, **opts: Any) -> SearchStrategy:
-    """A strategy by name: random, exhaustive, anneal, evolution, mbo, autotvm, guided."""
-    from superopt.xtat.strategies import (  # noqa: F401
-        anneal,
-        autotvm,
-        evolution,
-        exhaustive,
-        guided,
-        mbo,
-        random,
-    )
+    """A strategy by name, one of `superopt.xtat.strategies.CATALOGUE` (whose modules are
+    imported here, registering them)."""
+    from superopt.xtat.strategies import CATALOGUE
 
+    for module in CATALOGUE:
+        import_module(f"superopt.xtat.strategies.{module}")
     cls = STRATEGIES.get(name)
     if cls is None:
         raise IRError(f"unknown strategy {name!r}: expected one of {', '.join(sorted(STRATEGIES))}")
