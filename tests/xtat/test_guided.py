@@ -145,3 +145,74 @@ def test_guided_beats_random_and_unguided_at_equal_small_budget(tiny_model: str)
     rand = sum(run_fusion(g, "random", s, 80)[-1] for s in range(3))
     assert guided <= rand
     assert guided <= unguided
+
+
+
+def test_incremental_ranking_equals_full_rescoring() -> None:
+    # Rankings of a chain of candidates, each 1-60 random fusion changes from the last
+    # (large jumps move the program's total estimated time, so share features cross
+    # split thresholds of sites whose neighbourhood did not change): the incremental
+    # ranking must equal a full rescoring of every site, predictions included.
+    from superopt.xtat.context import TuneContext
+    from superopt.xtat.strategies.guided import Scores, full_ranking, load_model
+
+    g = synthetic_graph(500, seed=5)
+    s = open_session({"model": g.name}, g)
+    ctx = TuneContext(s.pipeline, s.default, np.random.default_rng(0))
+    j = s.pipeline.index("fusion")
+    scores = Scores(load_model(""), ctx, j, s.default.stages[j], {})
+    cand = s.default
+    by_share = 0
+    for step in range(40):
+        cand = ctx.mutate(cand, ["fusion"], [1, 3, 60][step % 3])
+        got = scores.rank(cand)
+        full = full_ranking(scores.model, ctx, cand, j, {})
+        assert [(x.key, o) for x, o in got] == [(scores.sites[i].key, o) for i, o, _ in full]
+        assert [float(scores.best[i]) for i, _, _ in full] == [p for _, _, p in full]
+        if step:
+            assert scores.rescored[0] < len(scores.sites)
+        by_share += scores.rescored[1]
+    assert by_share > 0  # the share-threshold path was exercised
+
+
+def test_guided_run_is_the_same_incremental_or_not(monkeypatch) -> None:
+    # Every time the guided search ranks the sites of a new best, the incremental ranking
+    # must be the one a full rescoring of every site gives (same sites, same order, same
+    # predicted best options); the run's measurements must then be the same too.
+    from superopt.xtat.strategies import guided
+
+    g = synthetic_graph(400, seed=3)
+    checked: list[tuple[int, int]] = []
+    rank = guided.Scores.rank
+    predict = guided.AdvantageModel.predict
+    predicted: list[int] = []
+
+    def counting_predict(self, X):
+        predicted.append(len(X))
+        return predict(self, X)
+
+    def checked_rank(self, cand):
+        predicted.clear()
+        got = rank(self, cand)
+        rows = sum(predicted)
+        full = guided.full_ranking(self.model, self.ctx, cand, self.j, {})
+        assert [(s.key, o) for s, o in got] == [(self.sites[i].key, o) for i, o, _ in full]
+        checked.append((rows, len(self.X)))
+        return got
+
+    monkeypatch.setattr(guided.AdvantageModel, "predict", counting_predict)
+    monkeypatch.setattr(guided.Scores, "rank", checked_rank)
+    passes = ("fusion", "tiling", "flags")
+
+    def run(incremental: int) -> list[float]:
+        s = open_session({"model": g.name}, g)
+        tuner = Tuner(s.pipeline, s.runner, s.default, seed=2,
+                      strategy_opts={"incremental": incremental, "fusion_share": 0.8})
+        tuner.run(make_schedule("custom", passes, "guided"), 150)
+        return [p.measured for p in tuner.history]
+
+    inc = run(1)
+    assert len(checked) >= 10  # new bests, each ranked both ways
+    # After the first ranking, a new best re-predicts a small part of the rows.
+    assert all(rows < total / 4 for rows, total in checked[1:])
+    assert inc == run(0)

@@ -120,9 +120,10 @@ class FlipFeatures:
         for key, sig in zip(after.sig_keys, after.signatures, strict=True):
             if key not in est:
                 est[key] = kernel_estimate(sim, sig)
-        total = sum(est[k] for k in after.sig_keys) or 1.0
-        # Per kernel root: (nodes, has an MXU hero, share of the program's estimated time).
-        self.kernels = {k.root: (len(k.nodes), k.hero is not None, est[key] / total)
+        # The program's estimated time: the kernel shares' denominator.
+        self.total = sum(est[k] for k in after.sig_keys) or 1.0
+        # Per kernel root: (nodes, has an MXU hero, its estimated time).
+        self.kernels = {k.root: (len(k.nodes), k.hero is not None, est[key])
                         for k, key in zip(part.kernels, after.sig_keys, strict=True)}
         self.ops, self.traits = _vocab()
         self.op_col = {o: i for i, o in enumerate(self.ops)}
@@ -147,12 +148,26 @@ class FlipFeatures:
             dec[3 if got is None else _decision_code(got)] += 1.0
         return tr + dec
 
-    def _kernel_part(self, roots: Sequence[int]) -> tuple[float, float, float]:
+    def _kernel_part(self, roots: Sequence[int]) -> tuple[float, float, tuple[float, ...]]:
+        """(most nodes, any MXU hero, the estimated times) of the kernels `roots`."""
         ks = [self.kernels[r] for r in roots if r in self.kernels]
         if not ks:
-            return 0.0, 0.0, 0.0
+            return 0.0, 0.0, ()
         return (float(max(k[0] for k in ks)), float(any(k[1] for k in ks)),
-                sum(k[2] for k in ks))
+                tuple(k[2] for k in ks))
+
+    def around(self, node: int) -> tuple[tuple[int, ...], list[int]]:
+        """The roots of the kernels computing `node`, and those of its consumers' other
+        kernels."""
+        roots = self.kernel_of[node]
+        croots = sorted({r for c in self.eff[node] for r in self.kernel_of[c]} - set(roots))
+        return roots, croots
+
+    def estimates(self, node: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The estimated times behind `node`'s two share features (`share_feature`):
+        its own kernels' and its consumers' other kernels'."""
+        roots, croots = self.around(node)
+        return self._kernel_part(roots)[2], self._kernel_part(croots)[2]
 
     def row(self, node: int, site: Site, current: Choice, target: Choice) -> list[float]:
         n = self.graph.node(node)
@@ -170,13 +185,24 @@ class FlipFeatures:
         row += [float(cur == d) for d in range(3)] + [float(tgt == d) for d in range(3)]
         row += [float(bool(site.default)), float(current == site.default)]
         row += self._side(producers) + self._side(consumers)
-        roots = self.kernel_of[node]
-        size, hero, share = self._kernel_part(roots)
-        croots = sorted({r for c in consumers for r in self.kernel_of[c]} - set(roots))
-        csize, _, cshare = self._kernel_part(croots)
-        row += [float(len(roots)), _lg(size), hero, float(node in roots), _lg(1e4 * share),
-                float(len(croots)), _lg(csize), _lg(1e4 * cshare)]
+        roots, croots = self.around(node)
+        size, hero, ests = self._kernel_part(roots)
+        csize, _, cests = self._kernel_part(croots)
+        row += [float(len(roots)), _lg(size), hero, float(node in roots),
+                share_feature(ests, self.total), float(len(croots)), _lg(csize),
+                share_feature(cests, self.total)]
         return row
+
+
+def share_feature(estimates: Sequence[float], total: float) -> float:
+    """The `kernel_share` / `cons_kernel_share` feature of kernels with these estimated
+    times in a program estimated at `total`: the log of their share (in 1e-4 units). The
+    only features that depend on the whole program (through `total`); the guided search
+    recomputes them alone for the nodes whose neighbourhood did not change."""
+    share = 0.0
+    for e in estimates:  # in order, one rounding per term (as sum() on Python 3.11)
+        share += e / total
+    return _lg(1e4 * share)
 
 
 def label(a: np.ndarray | float, sigma: float) -> np.ndarray:
@@ -208,6 +234,7 @@ class AdvantageModel:
         self.rounds = rounds
         self.booster: Any = None
         self.meta: dict[str, Any] = {}
+        self._splits: dict[int, np.ndarray] = {}
 
     def fit(self, X: np.ndarray, y: np.ndarray, meta: dict[str, Any] | None = None
             ) -> AdvantageModel:
@@ -217,6 +244,7 @@ class AdvantageModel:
         if X.shape[1] != len(FEATURES):
             raise AdvantageError(f"expected {len(FEATURES)} feature columns, found {X.shape[1]}")
         self.booster = xgb.train(self.params, xgb.DMatrix(X, label=y), self.rounds)
+        self._splits = {}
         self.meta = dict(meta or {})
         return self
 
@@ -228,6 +256,30 @@ class AdvantageModel:
         if len(X) == 0:
             return np.zeros(0)
         return np.asarray(self.booster.predict(xgb.DMatrix(np.asarray(X, dtype=np.float32))))
+
+    def split_points(self, column: int) -> np.ndarray:
+        """Every threshold the trees compare feature `column` with (sorted float32),
+        each with its float32 neighbours (a threshold read back from the model's JSON
+        may be one rounding off the one the booster compares with). Two values with as
+        many of these points at or below them (`np.searchsorted(..., side="right")`)
+        take the same branch at every split on `column` (xgboost goes left when
+        value < threshold)."""
+        got = self._splits.get(column)
+        if got is None:
+            if self.booster is None:
+                raise AdvantageError("the advantage model is not fitted")
+            doc = json.loads(self.booster.save_raw("json").decode())
+            pts = []
+            for tree in doc["learner"]["gradient_booster"]["model"]["trees"]:
+                for left, idx, cond in zip(tree["left_children"], tree["split_indices"],
+                                           tree["split_conditions"], strict=True):
+                    if left != -1 and idx == column:  # an inner node splitting on it
+                        pts.append(cond)
+            t = np.asarray(pts, dtype=np.float32)
+            inf = np.float32(np.inf)
+            got = np.unique(np.concatenate([t, np.nextafter(t, -inf), np.nextafter(t, inf)]))
+            self._splits[column] = got
+        return got
 
     def save(self, path: str | Path) -> None:
         raw = self.booster.save_raw("json").decode()
@@ -262,4 +314,4 @@ class AdvantageModel:
 
 
 __all__ = ["FEATURES", "SCHEMA", "SHIPPED", "AdvantageError", "AdvantageModel",
-           "FlipFeatures", "graph_sigma", "kernel_estimate", "label"]
+           "FlipFeatures", "graph_sigma", "kernel_estimate", "label", "share_feature"]
