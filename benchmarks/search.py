@@ -19,6 +19,10 @@ Sections (tables on stdout; figures to one JSON file and PNG curves):
    `--advantage-model`) and checks it on flips of the held-out graphs. Budgets count measurements
    (deterministic per seed), so the figures do not depend on the machine's load; the
    wall time per run is reported beside them with the load average.
+   `--graphs synthetic:100000 --columns guided --skip scheduler --out
+   benchmarks/results/search_100k.json`: the issue's unseen 100k-node synthetic graph
+   (the generator's seed 0; the model's synthetic training graphs have 300 and 600 nodes);
+   the guided search ranks its ~59k fusion sites incrementally (`guided.Scores`).
    `--passes fusion` tunes fusion alone (search_fusion.json); `--equal-budget B` also
    runs every column for B measurements with no target and reports the best speedups
    (search_budget.json: are the fewer measurements an equally good result?).
@@ -27,7 +31,8 @@ Sections (tables on stdout; figures to one JSON file and PNG curves):
    of 4 measurements, `--sched-budget` measurements, `--seeds` seeds: the objective
    (sum over models of end-to-end simulated time / default) after each measurement, each
    model's time at equal budgets, and the measurements needed to reach 95% of the final
-   gain (each scheduler's own, and the larger of the two).
+   gain (each scheduler's own, and the larger of the two). `--skip strategies` with an
+   existing `--out` replaces that file's scheduler section only.
 
 Run: `.venv/bin/python benchmarks/search.py [--quick] [--graphs a,b] [--seeds N]`;
 the guided columns alone: `... --train-advantage --only guided,guided-none`, then `... --graphs nasnet_a --out benchmarks/results/search_nasnet.json
@@ -43,6 +48,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +79,8 @@ def search(model: str, column: str, seed: int, cap: int, target: float | None,
     from superopt.xtat.tuner import Tuner, make_schedule
 
     strategy, base = COLUMNS.get(column, (column, {}))
-    s = open_session({"model": model, "batch": 1})
+    # A synthetic graph ("synthetic:N") has no batch dimension to set.
+    s = open_session({"model": model, "batch": None if model.startswith("synthetic:") else 1})
     tuner = Tuner(s.pipeline, s.runner, s.default, seed=seed,
                   strategy_opts=base | (opts or {}))
 
@@ -108,8 +115,10 @@ def section_strategies(graphs: list[str], seeds: int, cap: int, runs: list[dict[
                        columns: tuple[str, ...] = STRATEGIES,
                        opts: dict[str, dict[str, Any]] | None = None,
                        cached: dict[tuple[str, int], float] | None = None,
-                       passes: tuple[str, ...] = PASSES) -> None:
-    """Append each graph's and seed's runs to `runs` (the caller saves as they come).
+                       passes: tuple[str, ...] = PASSES,
+                       saved: Callable[[], None] | None = None) -> None:
+    """Append each graph's and seed's runs to `runs` (`saved` is called after each
+    seed: the caller saves as they come).
     `cached`: random's best per (graph, seed) from an earlier run; random is run again
     (its curve is drawn) and must find the same best, since a run is fixed by its seed."""
     for g in graphs:
@@ -130,6 +139,8 @@ def section_strategies(graphs: list[str], seeds: int, cap: int, runs: list[dict[
                 runs.append(x)
                 line.append(f"{st} {x['reached_at'] or f'>{cap}'} ({x['wall_s']:.0f} s)")
             print("; ".join(line), flush=True)
+            if saved is not None:
+                saved()
 
 
 def summarise(runs: list[dict[str, Any]], cap: int) -> dict[str, Any]:
@@ -162,7 +173,8 @@ def section_scheduler(models: list[str], seeds: int, budget: int) -> dict[str, A
     f0 = w.objective({t.key: t.default for t in w.tasks})
     out: dict[str, Any] = {"models": models, "tasks": len(w.tasks), "budget": budget,
                            "per_round": 4, "seeds": seeds, "default_objective": f0,
-                           "options": {"alpha": 0.2, "beta": 2.0, "window": 3},
+                           "options": {"alpha": 0.2, "beta": 2.0, "window": 3,
+                                       "epsilon": 0.05, "similar": "same unit and fused ops"},
                            "kinds": {}}
     marks = [m for m in (500, 1000, 2000, 4000, budget) if m <= budget]
     curves: dict[str, list[list[float]]] = {}
@@ -170,7 +182,8 @@ def section_scheduler(models: list[str], seeds: int, budget: int) -> dict[str, A
         curves[kind] = []
         rows = []
         for seed in range(seeds):
-            steps, states = tune_tasks(w, create(kind), budget, seed=seed)
+            sched = create(kind, seed=seed) if kind == "gradient" else create(kind)
+            steps, states = tune_tasks(w, sched, budget, seed=seed)
             curve = [s.objective for s in steps]
             curves[kind].append(curve)
             configs = {s.task.key: (s.best[0], s.best[1]) if s.best else s.task.default
@@ -229,7 +242,7 @@ def plot_strategies(res: dict[str, Any], out: Path, suffix: str = "",
                      f"{res['cap']} (each seed)")
         ax.legend()
         fig.tight_layout()
-        p = out / f"search_{g}{suffix}.png"
+        p = out / f"search_{g.replace(':', '')}{suffix}.png"
         fig.savefig(p, dpi=110)
         plt.close(fig)
         paths.append(str(p))
@@ -293,6 +306,49 @@ def section_equal_budget(graphs: list[str], seeds: int, budget: int,
                   f"{table[g][col]['q3']:.4f}]", flush=True)
     return {"graphs": graphs, "seeds": seeds, "budget": budget, "passes": list(passes),
             "table": table, "runs": rows}
+
+
+def section_ranking(graph: str, steps: int, changes: int, seed: int = 0) -> dict[str, Any]:
+    """The guided search's ranking of a new best, incremental (`guided.Scores`) against a
+    full rescoring of every fusion site (`guided.full_ranking`, the strategy before
+    it ranked incrementally): a chain of `steps` candidates, each `changes` random fusion
+    changes from the last (as a new best differs from the one before), ranked both ways;
+    the rankings must be equal. Wall seconds per ranking (the first, which builds every
+    row, apart)."""
+    import numpy as np
+
+    from superopt.xtat.context import TuneContext
+    from superopt.xtat.session import open_session
+    from superopt.xtat.strategies.guided import Scores, full_ranking, load_model
+
+    s = open_session({"model": graph, "batch": None if graph.startswith("synthetic:") else 1})
+    ctx = TuneContext(s.pipeline, s.default, np.random.default_rng(seed))
+    j = s.pipeline.index("fusion")
+    model = load_model("")
+    scores = Scores(model, ctx, j, s.default.stages[j], {})
+    cand = s.default
+    inc, full, rescored = [], [], []
+    for _ in range(steps + 1):
+        t0 = time.perf_counter()
+        got = scores.rank(cand)
+        inc.append(time.perf_counter() - t0)
+        rescored.append(scores.rescored[0])
+        t0 = time.perf_counter()
+        ref = full_ranking(model, ctx, cand, j, {})
+        full.append(time.perf_counter() - t0)
+        if [(x.key, o) for x, o in got] != [(scores.sites[i].key, o) for i, o, _ in ref]:
+            raise SystemExit(f"{graph}: the incremental ranking differs from a full rescoring")
+        cand = ctx.mutate(cand, ["fusion"], changes)
+    out = {"graph": graph, "sites": len(scores.sites), "rows": len(scores.X),
+           "steps": steps, "changes": changes, "first_s": inc[0],
+           "incremental_s": _stats(inc[1:]), "full_s": _stats(full[1:]),
+           "sites_rescored": _stats([float(x) for x in rescored[1:]]),
+           "load": os.getloadavg()}
+    print(f"  ranking {graph} ({out['sites']} sites): incremental median "
+          f"{out['incremental_s']['median']:.3f} s (first {inc[0]:.1f} s), full rescoring "
+          f"{out['full_s']['median']:.2f} s, sites rescored median "
+          f"{out['sites_rescored']['median']:.0f}; equal rankings", flush=True)
+    return out
 
 
 def tabulate(res: dict[str, Any], cap: int) -> None:
@@ -415,6 +471,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--equal-budget", type=int, default=0,
                     help="also run every column for this many measurements with no "
                          "target and report the best speedups (0: skip)")
+    ap.add_argument("--ranking", type=int, default=0,
+                    help="time this many re-rankings of the first graph's fusion sites, "
+                         "incremental against full, and check they agree (0: skip); with "
+                         "--skip strategies,scheduler and an existing --out, merged into it")
     ap.add_argument("--advantage-model", default="",
                     help="the guided columns' model (default: the shipped one)")
     a = ap.parse_args(argv)
@@ -443,6 +503,16 @@ def main(argv: list[str] | None = None) -> int:
         return main_only(a, graphs, only, opts, out.get("advantage"), passes)
     if a.train_advantage:
         _save(out, a.out, start)
+    if a.ranking:
+        print(f"ranking: {graphs[0]}, {a.ranking} new bests of 2 fusion changes", flush=True)
+        ranking = section_ranking(graphs[0], a.ranking, 2)
+        if {"strategies", "scheduler"} <= skip and Path(a.out).is_file():
+            earlier = json.loads(Path(a.out).read_text())
+            earlier["ranking"] = ranking
+            Path(a.out).write_text(json.dumps(earlier, indent=1) + "\n")
+            print(f"merged into {a.out}")
+            return 0
+        out["ranking"] = ranking
     if "scheduler" not in skip:
         print(f"scheduler: {', '.join(WORKLOAD)}, {a.sched_budget} measurements", flush=True)
         sched = section_scheduler(list(WORKLOAD), a.seeds, a.sched_budget)
@@ -455,6 +525,15 @@ def main(argv: list[str] | None = None) -> int:
         sched["png"] = plot_scheduler(sched, Path(a.out).parent)
         sched["curves_median"] = {k: v[9::10] for k, v in sched["curves_median"].items()}
         out["scheduler"] = sched
+        if "strategies" in skip and Path(a.out).is_file():
+            # The scheduler alone replaces that section of an earlier run's file.
+            earlier = json.loads(Path(a.out).read_text())
+            sched["wall_s"] = time.perf_counter() - start
+            sched["load"] = [out["load_start"], os.getloadavg()]
+            earlier["scheduler"] = json.loads(json.dumps(sched, default=float))
+            Path(a.out).write_text(json.dumps(earlier, indent=1) + "\n")
+            print(f"merged the scheduler section into {a.out}")
+            return 0
     if "strategies" not in skip:
         print(f"strategies on {', '.join(graphs)} ({'+'.join(passes)}), {a.seeds} seeds, "
               f"target: random's best after {a.cap}", flush=True)
@@ -462,11 +541,13 @@ def main(argv: list[str] | None = None) -> int:
         res: dict[str, Any] = {"graphs": graphs, "seeds": a.seeds, "cap": a.cap,
                                "passes": list(passes), "columns": list(columns), "runs": runs}
         out["strategies"] = res
-        for g in graphs:
-            section_strategies([g], a.seeds, a.cap, runs, columns, opts, None, passes)
+        def saved() -> None:  # a long run killed midway keeps the seeds it finished
             tabulate(res, a.cap)
             res["done"] = sorted({r["model"] for r in runs})
-            _save(out, a.out, start)  # a long run killed midway keeps its graphs
+            _save(out, a.out, start)
+
+        for g in graphs:
+            section_strategies([g], a.seeds, a.cap, runs, columns, opts, None, passes, saved)
         print_table(res)
         # Another pass set than the default draws beside the default's curves, not over.
         res["png"] = plot_strategies(res, Path(a.out).parent,

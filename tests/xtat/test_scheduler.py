@@ -47,7 +47,7 @@ def test_gradient_matches_the_paper_formula_by_hand() -> None:
 
 
 def test_gradient_picks_warm_up_first_then_the_steepest() -> None:
-    g = create("gradient")
+    g = create("gradient", epsilon=0.0)
     heavy = state(10.0, [1.0, 1.0])  # 10 * 0.8 * -0.5 = -4
     light = state(1.0, [1.0])  # 1 * 0.8 * -1 = -0.8
     fresh = state(0.1, [])
@@ -55,6 +55,35 @@ def test_gradient_picks_warm_up_first_then_the_steepest() -> None:
     assert g.pick([heavy, light]) == 0
     assert g.pick([state(1.0, [1.0], done=True), light]) == 1
     assert g.pick([state(1.0, [1.0], done=True)]) is None
+
+
+def test_epsilon_greedy_draws_live_tasks_by_seed() -> None:
+    heavy = state(10.0, [1.0, 1.0])
+    states = [heavy, state(1.0, [1.0]), state(1.0, [1.0], done=True), state(1.0, [1.0])]
+
+    def picks(**opts: object) -> list[int]:
+        g = create("gradient", **opts)
+        return [g.pick(states) for _ in range(60)]
+
+    always = picks(epsilon=1.0, seed=3)
+    assert set(always) == {0, 1, 3}  # every live task, never the done one
+    assert always == picks(epsilon=1.0, seed=3) != picks(epsilon=1.0, seed=4)
+    assert set(picks(epsilon=0.0)) == {0}
+    some = picks(epsilon=0.2, seed=1)
+    assert 0 < sum(1 for i in some if i != 0) < 30  # mostly the steepest
+
+
+def test_similar_tasks_are_the_same_computation(small) -> None:
+    # Ansor's N(i): the same fused ops on the same unit, at any shape. Kernels with
+    # another op list are not similar even on the same unit.
+    seen: dict[str, tuple] = {}
+    units: dict[str, set] = {}
+    for t in small.tasks:
+        st = small.sim.kernels.stats(t.sig)
+        unit = (st.gemm is not None, st.reduction)
+        assert seen.setdefault(t.kind, (unit, st.ops)) == (unit, st.ops)
+        units.setdefault(unit, set()).add(t.kind)
+    assert any(len(kinds) > 1 for kinds in units.values())
 
 
 def test_round_robin_takes_live_tasks_in_turn() -> None:
@@ -67,6 +96,7 @@ def test_round_robin_takes_live_tasks_in_turn() -> None:
     ("ansor", {}, "unknown task scheduler 'ansor'"),
     ("gradient", {"alpha": 1.5}, "'alpha' must be in [0.0, 1.0]"),
     ("gradient", {"window": 0}, "'window' must be >= 1"),
+    ("gradient", {"epsilon": -0.1}, "'epsilon' must be in [0.0, 1.0]"),
     ("gradient", {"gamma": 1}, "unknown option 'gamma'"),
     ("round-robin", {"alpha": 0.2}, "unknown option 'alpha'"),
 ])

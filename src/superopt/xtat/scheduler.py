@@ -22,10 +22,13 @@ Schedulers (`create(kind, **opts)`):
                    + (1 - alpha) * min(-g_i(t_i) / t_i, beta * C_i / max V_k - g_i(t_i))),
   g_i the task's best measured time after t_i rounds, C_i its work (FLOPs for kernels
   with an MXU product, bytes moved for the others: what bounds them), V_k = C_k / g_k
-  over the tasks of the same kind (MXU or vector, reducing or not) including i. The
-  first term is the recent gain per round, the second what is left: the optimistic
-  guess that each round would gain as much as all rounds so far did on average, or that
-  the task could run at `beta` times slower than the best speed its kind reaches.
+  over the tasks similar to i, i included. The first term is the recent gain per round,
+  the second what is left: the optimistic guess that each round would gain as much as
+  all rounds so far did on average, or that the task could run at `beta` times slower
+  than the best speed a similar task reaches. Similar tasks (Ansor's N(i), its tasks'
+  "tag") are kernels of the same computation at other shapes: the same fused ops, on the
+  same unit (MXU or vector), reducing or not. With probability `epsilon` (Ansor's
+  eps_random, 0.05) a step goes to a live task drawn at random (seeded by `seed`).
   Paper values: alpha 0.2, beta 2, window 3. Tasks whose options are all measured drop
   out of both schedulers.
 """
@@ -33,6 +36,7 @@ Schedulers (`create(kind, **opts)`):
 from __future__ import annotations
 
 import math
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -140,7 +144,13 @@ class Gradient(TaskScheduler):
         "alpha": (float, 0.0, 1.0, 0.2),
         "beta": (float, 1e-9, None, 2.0),
         "window": (int, 1, None, 3),
+        "epsilon": (float, 0.0, 1.0, 0.05),
+        "seed": (int, 0, None, 0),
     }
+
+    def __init__(self, **opts: Any) -> None:
+        super().__init__(**opts)
+        self.rng = random.Random(self.o["seed"])
 
     def gradient(self, i: int, states: Sequence[TaskState]) -> float:
         s = states[i]
@@ -165,14 +175,21 @@ class Gradient(TaskScheduler):
         fresh = [i for i in live if states[i].rounds == 0]
         if fresh:  # the warm-up: one round each, in order
             return fresh[0]
+        if self.rng.random() < self.o["epsilon"]:
+            return live[self.rng.randrange(len(live))]
         return min(live, key=lambda i: (self.gradient(i, states), i))
 
 
 # -- the workload -------------------------------------------------------------------------
 
 def _kind(stats: Any) -> str:
-    return ("mxu" if stats.gemm is not None else "vpu") + ("-reduce" if stats.reduction
+    """Which tasks are similar (Ansor's N(i)): the same fused ops on the same unit. A
+    coarser grouping (the unit alone) compared a small kernel, far from peak speed at any
+    tile, with the fastest large one, so its bound promised a many-fold gain that no
+    round delivered and the scheduler kept returning to it."""
+    unit = ("mxu" if stats.gemm is not None else "vpu") + ("-reduce" if stats.reduction
                                                            else "")
+    return f"{unit}:{'+'.join(stats.ops)}"
 
 
 def _work(stats: Any) -> float:
