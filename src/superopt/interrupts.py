@@ -110,6 +110,21 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _unraisable(hook: object) -> object:
+    """A KeyboardInterrupt raised inside a finalizer (z3's AstRef.__del__ runs often during
+    a proof) cannot propagate: Python printed "Exception ignored in ..." with a traceback
+    after the user's Ctrl-C. Say nothing: the interrupt is swallowed like the ones z3's
+    callbacks swallow, and the watcher ends the command within GRACE_S as for those.
+    (Raising it again in the main thread was tried: it could land after the command had
+    handled the first interrupt, e.g. while optimize saved its interrupted search.)"""
+
+    def handle(unraisable: object) -> None:
+        if not isinstance(getattr(unraisable, "exc_value", None), KeyboardInterrupt):
+            hook(unraisable)  # type: ignore[operator]
+
+    return handle
+
+
 def install() -> None:
     """In the main thread of the command-line process, before any work."""
     if threading.current_thread() is not threading.main_thread():
@@ -124,6 +139,7 @@ def install() -> None:
         return
     # SIGTERM takes the same path as Ctrl-C: finished work kept, workers terminated.
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    sys.unraisablehook = _unraisable(sys.unraisablehook)  # type: ignore[assignment]
     # A pool stopped by an interrupt leaves its semaphores to multiprocessing's resource
     # tracker, which unlinks them and warns in three lines of stderr ("leaked semaphore
     # objects"); the tracker takes its -W options from ours, so it cleans up silently.

@@ -21,10 +21,18 @@ from fuzz_corpus import ENV
 RULES = Path(__file__).parents[2] / "benchmarks" / "data" / "tensat_taso_rules.txt"
 
 
+def _default_sigint() -> None:
+    # A job started in the background by a non-interactive shell (nohup ... &, some CI
+    # runners) inherits SIGINT ignored, and Python then keeps ignoring it: the command
+    # would run to the end and the test would blame it. A terminal's Ctrl-C reaches a
+    # foreground job, whose SIGINT is at its default, so the child gets that here.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(argv: list[str], after: float, limit: float = 2.0) -> tuple[int, float, str]:
     proc = subprocess.Popen([sys.executable, "-m", "superopt", *argv], env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
     time.sleep(after)
     assert proc.poll() is None, "finished before the interrupt: give it more work"
     t0 = time.monotonic()

@@ -7,6 +7,7 @@ import math
 import pickle
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -246,19 +247,43 @@ def test_costmodel_cli_and_tune_with_a_model(tmp_path: Path, capsys: pytest.Capt
     assert "trained for TPU v4, used for v3" in capsys.readouterr().err
 
 
-def test_topk_measures_only_the_models_picks() -> None:
+def test_topk_goes_down_the_models_ranking_until_the_budget_is_spent() -> None:
     from superopt.xtat.models.topk import wrapper
     from superopt.xtat.session import open_session
     from superopt.xtat.tuner import Tuner, make_schedule
 
     s = open_session({"model": "squeezenet", "batch": 1})
-    wrap = wrapper(create("analytical"), k_graph=4, k_kernel=2)
-    t = Tuner(s.pipeline, s.runner, s.default, seed=0, wrap=wrap)
-    r = t.run(make_schedule("custom", ("tiling",), "exhaustive"), 400)
-    t = s.pipeline.index("tiling")
-    sites = s.pipeline.passes[t].sites(s.default.stages[t]).tunable
-    # At most 2 tiles measured per kernel (the default counts as measured), all the
-    # sites visited, and the analytical ranking's first pick is the default tile itself.
-    assert r.evaluations <= 1 + 2 * len(sites)
-    assert r.evaluations > len(sites)
+    model = create("analytical")
+    ti = s.pipeline.index("tiling")
+    sites = s.pipeline.passes[ti].sites(s.default.stages[ti]).tunable
+    f = s.default.final
+    seen: dict[str, set] = {site.key: set() for site in sites}  # tiles measured per kernel
+
+    class Recording:
+        def measure(self, c: Any, seed: int) -> float:
+            for key, tiles in seen.items():
+                tiles.add(c.final.tiles[key])
+            return s.runner.measure(c, seed)
+
+        def time(self, c: Any) -> float:
+            return s.runner.time(c)
+
+    budget = 1 + 4 * len(sites)  # the default, then two passes of 2 tiles per kernel
+    wrap = wrapper(model, k_graph=4, k_kernel=2)
+    r = Tuner(s.pipeline, Recording(), s.default, seed=0, wrap=wrap).run(  # type: ignore[arg-type]
+        make_schedule("custom", ("tiling",), "exhaustive"), budget)
+    # The first pass measures the model's 2 best tiles of each kernel; the budget left
+    # then goes to a second pass over the next 2 (it used to end after the first pass).
+    assert r.evaluations == budget
+    assert r.phases == [("tiling", 2 * len(sites)), ("tiling", 2 * len(sites))]
+    for site in sites:
+        sig = f.signatures[f.sig_keys.index(site.key)]
+        others = [o for o in site.options if o != f.tiles[site.key]]
+        order = np.argsort(model.score_items([(sig, o, f.flags[site.key]) for o in others]),
+                           kind="stable")
+        assert seen[site.key] == {f.tiles[site.key], *(others[i] for i in order[:4])}
     assert r.best_time <= r.default_time
+    # Without a model the schedule runs once: one exhaustive pass over every tile.
+    plain = Tuner(s.pipeline, s.runner, s.default, seed=0).run(
+        make_schedule("custom", ("tiling",), "exhaustive"), 10_000)
+    assert plain.phases == [("tiling", sum(len(site.options) - 1 for site in sites))]

@@ -149,3 +149,25 @@ def test_strategy_help_lists_every_registered_strategy(
     entry = text[start:text.index("--budget BUDGET", start)]
     for name in STRATEGIES:
         assert f" {name} (" in entry, name
+
+
+def test_interrupted_tuning_exits_130_with_its_records_and_no_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # The tuner turns Ctrl-C into a result stopped 'interrupted'; the command must then end
+    # with 130 at once, not report and exit 0 when the report beats the watcher's timer.
+    import dataclasses
+
+    from superopt.xtat import command
+
+    search = command._search
+
+    def interrupted_search(*a: object, **k: object) -> object:
+        return dataclasses.replace(search(*a, **k), stopped="interrupted")
+
+    monkeypatch.setattr(command, "_search", interrupted_search)
+    db, js = tmp_path / "r.sqlite", tmp_path / "t.json"
+    assert main(["tune", "squeezenet", "--budget", "6", "--db", str(db),
+                 "--json", str(js)]) == 130
+    assert capsys.readouterr().err.strip() == "superopt: interrupted"
+    assert len(_rows(db)) == 6 and not js.exists()

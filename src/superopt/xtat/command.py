@@ -138,6 +138,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
             pool_cm.__exit__(None, None, None)
         if db is not None:
             db.close()
+    if result.stopped == "interrupted":
+        # Ctrl-C means exit 130 within 2 s with the records kept (--resume goes on from
+        # them). Reporting takes longer (compile, attribution, values check), and a report
+        # that came in under the watcher's grace period exited 0, as if tuning had finished.
+        raise KeyboardInterrupt
     return _report(session, result, args, console)
 
 

@@ -16,6 +16,9 @@ share of the budget:
 Budgets count measurements (distinct candidates); the default candidate is measurement 0,
 so the tuned result is never worse than the default compiler's. A phase that finishes
 early leaves its budget to the next. Candidates proposed again are not measured again.
+With a cost model ranking the proposals (`wrap`), budget left at the end of the
+schedule goes to the schedule again, from the best candidate so far; without one the
+schedule runs once.
 
 Every measurement goes to the records database as it arrives. A resumed run replays the
 search from the same seed and reads the recorded measurements in order instead of
@@ -242,41 +245,49 @@ class Tuner:
         self.phase, self.strategy = "default", "default"
         self.evaluate([self.ctx.default], budget)
         try:
-            for k, ph in enumerate(phases):
-                remaining = budget - self.step
-                if remaining <= 0:
+            while True:
+                cycle_start = self.step
+                for k, ph in enumerate(phases):
+                    remaining = budget - self.step
+                    if remaining <= 0:
+                        break
+                    shares = sum(p.share for p in phases[k:])
+                    limit = self.step + (remaining if k == len(phases) - 1
+                                         else max(1, round(remaining * ph.share / shares)))
+                    self.phase, self.strategy = ph.name, ph.strategy
+                    first = self.step
+                    strat = create(ph.strategy, **(self.strategy_opts | dict(ph.options)))
+                    if self.wrap is not None:
+                        strat = self.wrap(strat, ph)
+                    strat.start(self.ctx, ph.passes, limit - self.step)
+                    idle = 0
+                    # Patience only when a later phase can use the budget left.
+                    wait = None if ph.patience is None or k == len(phases) - 1 else max(
+                        8, round(ph.patience * (limit - first)))
+                    best_at, best = self.step, self.ctx.best_time
+                    while self.step < limit:
+                        cands = strat.ask(self.batch)
+                        if not cands:
+                            break
+                        before = self.step
+                        done, times = self.evaluate(cands, limit)
+                        strat.tell(done, times)
+                        if self.progress is not None:
+                            self.progress(self, ph.name)
+                        idle = idle + 1 if self.step == before else 0
+                        if idle > 200:  # only repeats for a long while: the space is exhausted
+                            break
+                        if self.ctx.best_time < best:
+                            best_at, best = self.step, self.ctx.best_time
+                        elif wait is not None and self.step - best_at >= wait:
+                            break
+                    per_phase.append((ph.name, self.step - first))
+                # With a cost model, budget left after the schedule goes to it again from
+                # the best so far (the kernel phases then offer the model's next-ranked
+                # options); until a whole pass measures nothing new. Without one, the
+                # schedule runs once.
+                if self.wrap is None or self.step >= budget or self.step == cycle_start:
                     break
-                shares = sum(p.share for p in phases[k:])
-                limit = self.step + (remaining if k == len(phases) - 1
-                                     else max(1, round(remaining * ph.share / shares)))
-                self.phase, self.strategy = ph.name, ph.strategy
-                first = self.step
-                strat = create(ph.strategy, **(self.strategy_opts | dict(ph.options)))
-                if self.wrap is not None:
-                    strat = self.wrap(strat, ph)
-                strat.start(self.ctx, ph.passes, limit - self.step)
-                idle = 0
-                # Patience only when a later phase can use the budget left.
-                wait = None if ph.patience is None or k == len(phases) - 1 else max(
-                    8, round(ph.patience * (limit - first)))
-                best_at, best = self.step, self.ctx.best_time
-                while self.step < limit:
-                    cands = strat.ask(self.batch)
-                    if not cands:
-                        break
-                    before = self.step
-                    done, times = self.evaluate(cands, limit)
-                    strat.tell(done, times)
-                    if self.progress is not None:
-                        self.progress(self, ph.name)
-                    idle = idle + 1 if self.step == before else 0
-                    if idle > 200:  # only repeats for a long while: the space is exhausted
-                        break
-                    if self.ctx.best_time < best:
-                        best_at, best = self.step, self.ctx.best_time
-                    elif wait is not None and self.step - best_at >= wait:
-                        break
-                per_phase.append((ph.name, self.step - first))
         except KeyboardInterrupt:
             stopped = "interrupted"
             if self.phase != "default" and (not per_phase or per_phase[-1][0] != self.phase):

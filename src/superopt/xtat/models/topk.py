@@ -9,6 +9,14 @@ that kernel's configuration and the `k_kernel` best are measured (top 5); the op
 left out are told to the strategy as not worth measuring (an infinite time), so it
 settles the kernel on what was measured. The wrapped strategy is told only the times it
 would have been told, so its behaviour otherwise is unchanged.
+
+The phases of one tuning run share a `Memory`: the candidates measured so far (a graph
+round takes the k best-ranked among the proposals not measured yet: a repeat costs no
+measurement but would take one of the k places) and, per kernel, the options already
+offered. When the tuner goes through its schedule again with budget left (`Tuner.run`
+with a cost model), a kernel phase offers each kernel the next k options in the model's
+order, not those measured in an earlier round: the budget goes deeper into the model's
+ranking instead of ending with the first k.
 """
 
 from __future__ import annotations
@@ -78,14 +86,34 @@ def _changed_key(base: Candidate, cands: Sequence[Candidate]) -> str | None:
     return next(iter(keys)) if keys else None
 
 
+class Memory:
+    """What the ranked phases of one tuning run measured and offered (see the module
+    docstring)."""
+
+    def __init__(self) -> None:
+        self.measured: set[str] = set()  # candidate keys
+        self.offered: set[tuple[str, str, Any]] = set()  # (kernel, "tile"|"flags", option)
+
+
+def _option(base: Candidate, cand: Candidate, key: str) -> tuple[str, str, Any]:
+    """Kernel `key`'s option in `cand`: its tile when that differs from `base`'s, else its
+    flags (a kernel-level site changes one of them)."""
+    f = cand.final
+    if f.tiles[key] != base.final.tiles[key]:
+        return (key, "tile", f.tiles[key])
+    return (key, "flags", f.flags[key])
+
+
 class ModelTopK(SearchStrategy):
     def __init__(self, inner: SearchStrategy, costs: CandidateCosts, k_graph: int = K_GRAPH,
-                 k_kernel: int = K_KERNEL, pool: int = POOL) -> None:
+                 k_kernel: int = K_KERNEL, pool: int = POOL, memory: Memory | None = None
+                 ) -> None:
         super().__init__()
         self.inner = inner
         self.name = f"{inner.name}+model"
         self.costs = costs
         self.k_graph, self.k_kernel, self.pool = k_graph, k_kernel, pool
+        self.memory = memory if memory is not None else Memory()
         self.rejected: list[Candidate] = []
         self.proposed = 0
 
@@ -102,28 +130,45 @@ class ModelTopK(SearchStrategy):
         self.inner.start(ctx, passes, budget)
 
     def ask(self, n: int) -> list[Candidate]:
-        if self.site_wise:
-            props = self.inner.ask(1 << 30)  # the current site's every option
-            k = self.k_kernel if self.kernel_level else self.k_graph
-        else:
-            props = self.inner.ask(max(self.pool, n))
-            k = max(1, min(self.k_graph, len(props)))
-        if not props:
-            return []
-        uniq = list({c.key: c for c in props}.values())
-        self.proposed += len(uniq)
-        base = self.ctx.best or self.ctx.default
-        key = _changed_key(base, uniq) if self.site_wise else None
-        pred = self.costs.scores(uniq, key) if key is not None else self.costs.times(uniq)
-        order = sorted(range(len(uniq)), key=lambda i: (pred[i], i))
-        chosen = [uniq[i] for i in order[:k]]
-        if self.site_wise:
-            picked = {c.key for c in chosen}
-            self.rejected = [c for c in props if c.key not in picked]
-        return chosen
+        while True:
+            if self.site_wise:
+                props = self.inner.ask(1 << 30)  # the current site's every option
+                k = self.k_kernel if self.kernel_level else self.k_graph
+            else:
+                props = self.inner.ask(max(self.pool, n))
+                k = max(1, min(self.k_graph, len(props)))
+            if not props:
+                return []
+            uniq = list({c.key: c for c in props}.values())
+            self.proposed += len(uniq)
+            base = self.ctx.best or self.ctx.default
+            key = _changed_key(base, uniq) if self.site_wise else None
+            if key is not None and self.kernel_level:
+                # Options offered in an earlier pass over this kernel are left out, and so
+                # is the one it has now (measured with the best candidate).
+                kind = _option(base, uniq[0], key)[1]
+                now = base.final.tiles[key] if kind == "tile" else base.final.flags[key]
+                self.memory.offered.add((key, kind, now))
+                uniq = [c for c in uniq if _option(base, c, key) not in self.memory.offered]
+                if not uniq:  # every option of this kernel offered: the next site
+                    self.inner.tell(props, [math.inf] * len(props))
+                    continue
+            elif not self.site_wise:
+                fresh = [c for c in uniq if c.key not in self.memory.measured]
+                uniq = fresh or uniq
+            pred = self.costs.scores(uniq, key) if key is not None else self.costs.times(uniq)
+            order = sorted(range(len(uniq)), key=lambda i: (pred[i], i))
+            chosen = [uniq[i] for i in order[:k]]
+            if key is not None and self.kernel_level:
+                self.memory.offered.update(_option(base, c, key) for c in chosen)
+            if self.site_wise:
+                picked = {c.key for c in chosen}
+                self.rejected = [c for c in props if c.key not in picked]
+            return chosen
 
     def tell(self, candidates: Sequence[Candidate], times: Sequence[float]) -> None:
         cands, ts = list(candidates), list(times)
+        self.memory.measured.update(c.key for c in cands)
         if self.rejected:
             cands += self.rejected
             ts += [math.inf] * len(self.rejected)
@@ -133,14 +178,17 @@ class ModelTopK(SearchStrategy):
 
 def wrapper(model: Any, k_graph: int = K_GRAPH, k_kernel: int = K_KERNEL, pool: int = POOL
             ) -> Any:
-    """A `Tuner(wrap=...)` hook ranking every phase's proposals by `model`."""
+    """A `Tuner(wrap=...)` hook ranking every phase's proposals by `model` (its phases
+    share one `Memory`)."""
     costs = CandidateCosts(model)
+    memory = Memory()
 
     def wrap(strategy: SearchStrategy, phase: Any) -> SearchStrategy:
-        return ModelTopK(strategy, costs, k_graph, k_kernel, pool)
+        return ModelTopK(strategy, costs, k_graph, k_kernel, pool, memory)
 
     wrap.costs = costs  # type: ignore[attr-defined]
+    wrap.memory = memory  # type: ignore[attr-defined]
     return wrap
 
 
-__all__ = ["K_GRAPH", "K_KERNEL", "POOL", "CandidateCosts", "ModelTopK", "wrapper"]
+__all__ = ["K_GRAPH", "K_KERNEL", "POOL", "CandidateCosts", "Memory", "ModelTopK", "wrapper"]
