@@ -4,8 +4,9 @@ Sections (tables on stdout; every figure in one JSON file; a scatter PNG):
 
 1. validation: gbt settings on folds of the training models (whole training models held
    out; the test models never enter), the earlier settings next to the chosen ones, which
-   every later section uses;
-2. accuracy: gbt and graphsage trained on the simulator data (`superopt costmodel
+   every later section uses; `kinds`: on the same folds, gbt, graphsage and their
+   ensemble (log-space average), the choice of the model to report made there only;
+2. accuracy: gbt, graphsage and the ensemble trained on the simulator data (`superopt costmodel
    dataset`: the zoo at batch 1, 2, 8 and 32 plus two synthetic graphs), tested on the
    random split and on the held-out-model split (resnet18, squeezenet, bert_small, at
    every batch, never in training): tile APE, fusion MAPE, Kendall tau and OPA, next to
@@ -49,6 +50,7 @@ import numpy as np
 
 from superopt.xtat.models import create
 from superopt.xtat.models import dataset as ds
+from superopt.xtat.models.ensemble import Ensemble
 from superopt.xtat.models.metrics import evaluate, kendall_tau
 
 RESULTS = Path(__file__).parent / "results"
@@ -62,6 +64,8 @@ GBT_EARLIER: dict[str, Any] = {"rounds": 300, "depth": 6, "eta": 0.1, "min_child
                                "colsample": 1.0}
 GBT_OPTS: dict[str, Any] = {"rounds": 600, "depth": 8, "eta": 0.05, "min_child_weight": 10.0,
                             "colsample": 0.7}
+LEARNED = ("gbt", "graphsage", "ensemble")
+KINDS = ("analytical", *LEARNED)
 V3_WORKLOADS = [("resnet50", 1), ("inception_v3", 1), ("bert_small", 8), ("vgg19", 1),
                 ("synthetic:400", None)]
 
@@ -75,9 +79,14 @@ def accuracy(data: ds.KernelData, opts: dict[str, dict[str, Any]]) -> dict[str, 
     for split in ("random", "models"):
         train, test = data.split(split, seed=0)
         rows: dict[str, Any] = {"train": len(train), "test": len(test)}
-        for name in ("analytical", "gbt", "graphsage"):
-            model = create(name, data.hardware, **opts.get(name, {}))
-            model.fit(train)
+        fitted: dict[str, Any] = {}
+        for name in KINDS:
+            if name == "ensemble":  # its members, trained above (fit_s: the two together)
+                model = Ensemble.of(fitted["gbt"], fitted["graphsage"])
+            else:
+                model = create(name, data.hardware, **opts.get(name, {}))
+                model.fit(train)
+            fitted[name] = model
             start = time.perf_counter()
             # A fresh model's featurizer has no cache: throughput includes features.
             fresh = create(name, data.hardware, **opts.get(name, {}))
@@ -93,7 +102,7 @@ def accuracy(data: ds.KernelData, opts: dict[str, dict[str, Any]]) -> dict[str, 
             if split == "models":
                 out.setdefault("_models", {})[name] = model
         base = rows["analytical"]
-        for name in ("gbt", "graphsage"):
+        for name in LEARNED:
             r = rows[name]
             r["ape_ratio"] = r["tile"]["ape"] / base["tile"]["ape"]
             r["mape_ratio"] = r["fusion"]["mape"] / base["fusion"]["mape"]
@@ -102,7 +111,7 @@ def accuracy(data: ds.KernelData, opts: dict[str, dict[str, Any]]) -> dict[str, 
         print(f"\n{split} split: {len(train)} training samples, {len(test)} test samples")
         print(f"{'model':>11} {'tile APE':>9} {'x ana':>6} {'fus MAPE':>9} {'x ana':>6} "
               f"{'tau':>6} {'OPA':>6} {'flg APE':>8} {'fit s':>7} {'kern/s':>8}")
-        for name in ("analytical", "gbt", "graphsage"):
+        for name in KINDS:
             r = rows[name]
             print(f"{name:>11} {r['tile']['ape']:9.2f} {_fmt(r.get('ape_ratio')):>6} "
                   f"{r['fusion']['mape']:9.2f} {_fmt(r.get('mape_ratio')):>6} "
@@ -132,6 +141,39 @@ def validation(data: ds.KernelData, candidates: dict[str, dict[str, Any]]) -> di
     return out
 
 
+def validation_kinds(data: ds.KernelData, opts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """gbt, graphsage and their ensemble on `VALIDATION_FOLDS` (training models only):
+    ratios to analytical per fold and their means. The ensemble is the model to report
+    when its mean fusion MAPE ratio is below both members' (decided here, before the
+    held-out test models are scored)."""
+    train, _ = data.split("models")
+    out: dict[str, Any] = {"folds": {}}
+    print("\nvalidation of model kinds (training models only): x analytical")
+    for fold in VALIDATION_FOLDS:
+        tr, va = train.split("models", test=fold)
+        base = evaluate(create("analytical", data.hardware), va)
+        row: dict[str, Any] = {"analytical": base}
+        fitted = {n: create(n, data.hardware, **opts[n]).fit(tr) for n in LEARNED[:2]}
+        fitted["ensemble"] = Ensemble.of(fitted["gbt"], fitted["graphsage"])
+        for name, model in fitted.items():
+            r = evaluate(model, va)
+            r["ape_ratio"] = r["tile"]["ape"] / base["tile"]["ape"]
+            r["mape_ratio"] = r["fusion"]["mape"] / base["fusion"]["mape"]
+            row[name] = r
+            print(f"  {'+'.join(fold):>34} {name:>9}: tile {r['ape_ratio']:.3f}x, fusion "
+                  f"{r['mape_ratio']:.3f}x, tau {r['tile']['tau']:.3f}", flush=True)
+        out["folds"]["+".join(fold)] = row
+    mean = {n: {k: statistics.mean(f[n][k] for f in out["folds"].values())
+                for k in ("ape_ratio", "mape_ratio")} for n in LEARNED}
+    out["mean"] = mean
+    out["ensemble_chosen"] = all(mean["ensemble"]["mape_ratio"] < mean[n]["mape_ratio"]
+                                 for n in LEARNED[:2])
+    print("  mean: " + ", ".join(f"{n} tile {m['ape_ratio']:.3f}x fusion {m['mape_ratio']:.3f}x"
+                                  for n, m in mean.items())
+          + f"; ensemble chosen: {out['ensemble_chosen']}")
+    return out
+
+
 def scatter(data: ds.KernelData, models: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -141,8 +183,8 @@ def scatter(data: ds.KernelData, models: dict[str, Any], path: Path) -> None:
     _, test = data.split("models")
     fus = test.task("fusion").samples
     meas = np.asarray([s.measured for s in fus]) * 1e6
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharey=True)
-    for ax, name in zip(axes, ("analytical", "gbt", "graphsage"), strict=True):
+    fig, axes = plt.subplots(1, len(KINDS), figsize=(4.3 * len(KINDS), 4.2), sharey=True)
+    for ax, name in zip(axes, KINDS, strict=True):
         pred = models[name].predict(fus) * 1e6
         ax.loglog(meas, pred, ".", ms=2, alpha=0.4)
         lo, hi = meas.min(), meas.max()
@@ -314,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=2000)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=30)
-    ap.add_argument("--skip", default="", help="sections to skip: validation,accuracy,transfer,tuner")
+    ap.add_argument("--skip", default="", help="sections to skip: validation,kinds,accuracy,transfer,tuner")
     ap.add_argument("--tuner-plain", action="store_true",
                     help="only the tuner's plain annealing runs (they need no data or model)")
     ap.add_argument("--tuner-model-again", action="store_true",
@@ -361,9 +403,13 @@ def main(argv: list[str] | None = None) -> int:
                       "load_s": time.perf_counter() - start}
     print(f"data: {len(data)} kernel samples ({result['data']['tasks']}), hash {data.data_hash}")
     opts = {"gbt": dict(GBT_OPTS), "graphsage": {"epochs": args.epochs}}
+    opts["ensemble"] = {"gbt": opts["gbt"], "graphsage": opts["graphsage"]}
     models: dict[str, Any] = {}
     if "validation" not in skip:
         result["validation"] = validation(data, {"earlier": GBT_EARLIER, "chosen": GBT_OPTS})
+        out.write_text(json.dumps(result, indent=1))
+    if "kinds" not in skip:
+        result["validation_kinds"] = validation_kinds(data, opts)
         out.write_text(json.dumps(result, indent=1))
     if "accuracy" not in skip:
         acc = accuracy(data, opts)

@@ -194,6 +194,29 @@ def test_graphsage_trains_in_seconds(data: ds.KernelData, tmp_path: Path) -> Non
     assert np.allclose(again.predict(data.samples[:50]), pred[:50], rtol=1e-5)
 
 
+def test_ensemble_averages_its_members_in_log_space(data: ds.KernelData,
+                                                    tmp_path: Path) -> None:
+    opts = {"gbt": {"rounds": 20}, "graphsage": {"epochs": 2, "hidden": 16}}
+    ens = create("ensemble", **opts).fit(data)
+    gbt = create("gbt", **opts["gbt"]).fit(data)
+    sage = create("graphsage", **opts["graphsage"]).fit(data)
+    some = data.samples[:60]
+    # The geometric mean of the members' times (trained alone on the same data).
+    assert np.allclose(ens.predict(some), np.sqrt(gbt.predict(some) * sage.predict(some)),
+                       rtol=1e-5)
+    # One kernel's configurations: ordered by the mean of the members' standardised scores.
+    group = max(data.task("tile").groups().values(), key=len)
+    z = [(sc - sc.mean()) / sc.std() for sc in (gbt.score(group), sage.score(group))]
+    assert np.allclose(ens.score(group), (z[0] + z[1]) / 2, atol=1e-5)
+    again = load_model(ens.save(tmp_path / "ens.model"), "v4")
+    assert np.allclose(again.predict(some), ens.predict(some), rtol=1e-5)
+    assert again.data_hash == data.data_hash
+    # Made of members trained already: the same model.
+    from superopt.xtat.models.ensemble import Ensemble
+
+    assert np.allclose(Ensemble.of(gbt, sage).predict(some), ens.predict(some), rtol=1e-5)
+
+
 def test_saved_model_mismatches_are_one_line_errors(data: ds.KernelData,
                                                     tmp_path: Path) -> None:
     path = create("gbt", rounds=5).fit(data).save(tmp_path / "m")

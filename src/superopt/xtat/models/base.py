@@ -136,11 +136,12 @@ def register(name: str) -> Callable[[type[CostModel]], type[CostModel]]:
 
 
 def _register_all() -> None:
-    from superopt.xtat.models import analytical, gbt, graphsage  # noqa: F401
+    from superopt.xtat.models import analytical, ensemble, gbt, graphsage  # noqa: F401
 
 
 def create(name: str, hardware: str = "v4", **opts: Any) -> CostModel:
-    """A cost model by name: analytical, gbt or graphsage."""
+    """A cost model by name: analytical, gbt, graphsage or ensemble (gbt and graphsage
+    averaged in log space)."""
     _register_all()
     cls = MODELS.get(name)
     if cls is None:

@@ -61,6 +61,9 @@ def run(args: argparse.Namespace, console: Any) -> int:
             opts["epochs"] = args.epochs
         if args.rounds is not None:
             opts["rounds"] = args.rounds
+        if args.model == "ensemble":  # each member takes its own options
+            opts = {"gbt": {k: v for k, v in opts.items() if k == "rounds"},
+                    "graphsage": {k: v for k, v in opts.items() if k == "epochs"}}
         model = create(args.model, data.hardware, **opts).fit(train)
         path = model.save(args.out)
         console.print(f"trained {model.describe()} on {len(train)} samples in "
@@ -105,7 +108,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", help="dataset: output folder; train: model file")
     p.add_argument("--data", action="append", help="dataset folder or records file (repeatable)")
     p.add_argument("--db", action="append", help="tuning records to train on too (repeatable)")
-    p.add_argument("--model", default="gbt", help="train: gbt (default) or graphsage")
+    p.add_argument("--model", default="gbt", help="train: gbt (default), graphsage or ensemble "
+                                                 "(the two averaged in log space)")
     p.add_argument("--model-file", help="eval: the saved model")
     p.add_argument("--models", help="dataset: comma-separated models (default: the zoo and "
                                     "two synthetic graphs)")
