@@ -13,7 +13,8 @@ library is `--lib FILE` when given (a cached `superopt generate --preset taso --
 --out FILE`), otherwise generated first. TASO's own 619-rule `graph_subst.pb` is binary
 and could not be fetched here (see benchmarks/data/README.md), so its row is not measured.
 
-Run: `.venv/bin/python benchmarks/generate.py [--sizes 2,3] [--workers 2] [--out FILE]`,
+Run: `.venv/bin/python benchmarks/generate.py [--sizes 2,3] [--workers 2] [--out FILE]`
+(`--prune-derived --out benchmarks/results/generate_pruned.json`: with pruning by derivation),
 `.venv/bin/python benchmarks/generate.py --coverage [--lib LIB.json] [--workers 2]`,
 `.venv/bin/python benchmarks/generate.py --profile` (where the 3-op run's CPU goes).
 """
@@ -42,7 +43,8 @@ from superopt.substitutions.library import save_library
 from superopt.substitutions.presets import make_config
 cfg = make_config(sys.argv[1], max_ops=int(sys.argv[2]))
 workdir, lib = (sys.argv[4] or None), (sys.argv[5] or None)
-res = generate(cfg, workers=int(sys.argv[3]), workdir=workdir, executor=sys.argv[6] or None)
+res = generate(cfg, workers=int(sys.argv[3]), workdir=workdir, executor=sys.argv[6] or None,
+               prune_derived=sys.argv[7] == "1")
 if lib:
     save_library(res.rules, lib, meta={"stages": res.stages})
 print(json.dumps({"stages": res.stages, "times": res.times, "info": res.info}))
@@ -50,13 +52,14 @@ print(json.dumps({"stages": res.stages, "times": res.times, "info": res.info}))
 
 
 def run(preset: str, size: int, workers: int, workdir: str | None = None,
-        lib: str | None = None, executor: str | None = None) -> dict:
+        lib: str | None = None, executor: str | None = None,
+        prune_derived: bool = False) -> dict:
     """One generate run in a fresh process. With a work directory (the 4-op row) the run
     resumes from whatever an earlier, killed one left there, and runs under
     /usr/bin/time -v when present, for the maximum resident set of any process of it."""
     load0 = os.getloadavg()
     cmd = [sys.executable, "-c", _CHILD, preset, str(size), str(workers), workdir or "",
-           lib or "", executor or ""]
+           lib or "", executor or "", "1" if prune_derived else "0"]
     timed = workdir is not None and Path("/usr/bin/time").exists()
     if timed:
         cmd = ["/usr/bin/time", "-v", *cmd]
@@ -303,6 +306,9 @@ def main() -> None:
                         help="record the 4-op row from --workdir's checkpoints and these "
                              "/usr/bin/time -v logs of its pieces, without running")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--prune-derived", action="store_true",
+                        help="generate --prune-derived (the largest rules that smaller ones "
+                             "derive are left out before their test); use another --out")
     parser.add_argument("--out", default="benchmarks/results/generate.json")
     parser.add_argument("--coverage", action="store_true",
                         help="measure rule coverage instead of the generator")
@@ -332,9 +338,9 @@ def main() -> None:
             Path(args.workdir).mkdir(parents=True, exist_ok=True)
             runs[size] = run(args.preset, size, args.workers, args.workdir,
                              str(Path(args.workdir) / f"{args.preset}{size}.json"),
-                             args.executor)
+                             args.executor, args.prune_derived)
         else:
-            runs[size] = run(args.preset, size, args.workers)
+            runs[size] = run(args.preset, size, args.workers, prune_derived=args.prune_derived)
     if args.collect is not None:
         runs[4] = collect(args.workdir, args.collect)
     runs = dict(sorted(runs.items()))
@@ -407,7 +413,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": platform.machine(), "cpus": os.cpu_count(),
                                "preset": args.preset, "workers": args.workers,
-                               "taso_size3": TASO_SIZE3,
+                               "prune_derived": args.prune_derived, "taso_size3": TASO_SIZE3,
                                "runs": {str(k): v for k, v in runs.items()}}, indent=1) + "\n")
     print(f"wrote {out}")
 

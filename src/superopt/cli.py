@@ -250,7 +250,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
         result = generate(cfg, workers=workers, workdir=args.workdir, progress=report,
                           verify=not args.no_verify, drop_instances=args.drop_instances,
-                          executor=args.executor)
+                          executor=args.executor, prune_derived=args.prune_derived)
     meta = {"config": cfg.key(), "stages": result.stages,
             "times_s": {k: round(v, 3) for k, v in result.times.items()},
             "peak_rss_mb": result.info["peak_rss_mb"]}
@@ -450,6 +450,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the final check of every rule with the IR's interpreter")
     p.add_argument("--drop-instances", action="store_true",
                    help="leave out rules another rule yields by substituting a variable")
+    p.add_argument("--prune-derived", action="store_true",
+                   help="leave out the largest rules that the smaller ones, tested first, "
+                        "derive by rewriting (superopt covers), before testing them at "
+                        "other shapes (TASO's pruning, decided by derivation)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_generate)
     p = sub.add_parser("covers", help="which rules a library derives by rewriting",

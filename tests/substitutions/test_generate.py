@@ -342,3 +342,47 @@ def test_a_rank_two_rule_is_strengthened_not_dropped() -> None:
     assert out.level == "rank" and out.rule is not None
     assert "rank(?w1) == 2" in (out.rule.condition or "")
     assert not counterexample(out.rule, seeds=(5,))
+
+
+# ---- pruning by derivation (generate --prune-derived) ------------------------------------
+
+_PRUNE_OPS = ["ewadd", "ewmul", "concat2d_0", "concat2d_1", "split_0", "split_1"]
+_DERIVED = "3-op rules derived by smaller ones (pruned before their test)"
+
+
+def test_prune_derived_leaves_out_only_rules_the_kept_smaller_ones_derive(tmp_path: Path) -> None:
+    from superopt.substitutions.covers import Budget, check, compile_library
+
+    cfg = make_config("taso", max_ops=3, ops=_PRUNE_OPS, max_outputs=1)
+    full = generate(cfg)
+    pruned = generate(cfg, prune_derived=True, workdir=tmp_path / "wd")
+    n = pruned.stages[_DERIVED]
+    assert n > 0
+    # The same rules with the same tested conditions, less exactly the derived ones.
+    kept, every = _texts(pruned), _texts(full)
+    assert kept <= every and len(every) - len(kept) == n
+    # Each rule left out is derived, at the shapes it was found at, by the kept rules of
+    # fewer ops (with ewadd/ewmul commutativity, which the generator never states).
+    smaller = compile_library([r for r in pruned.rules if max(r.size) < 3], commutative=True)
+    dropped = [r for r in full.rules if format_rule(r).split(": ", 1)[1] not in kept]
+    assert len(dropped) == n
+    assert all(check(smaller, r, Budget(2000, 5.0, 12), count=1).verdict == "covered"
+               for r in dropped)
+    # Resumed from its work directory (a verdict line cut short by a kill is ignored), the
+    # run checks nothing again and writes the same library.
+    log = tmp_path / "wd" / "derived.jsonl"
+    lines = log.read_text().splitlines()
+    assert len(lines) == sum(1 for r in full.rules if max(r.size) >= 3)
+    log.write_text("\n".join(lines) + '\n{"k": 3, "verd')
+    again = generate(cfg, prune_derived=True, workdir=tmp_path / "wd")
+    assert _texts(again) == kept and again.stages[_DERIVED] == n
+    assert log.read_text().count("\n") == len(lines) + 1  # nothing appended but a newline
+
+
+def test_cli_generate_prune_derived(tmp_path: Path) -> None:
+    out = tmp_path / "lib.json"
+    assert main(["generate", "--preset", "taso", "--max-ops", "2", "--prune-derived",
+                 "--out", str(out), "--quiet"]) == 0
+    lib = load_library(out)
+    assert lib and json.loads(out.read_text())["meta"]["stages"].get(
+        "2-op rules derived by smaller ones (pruned before their test)") is not None
