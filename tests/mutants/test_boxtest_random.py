@@ -6,6 +6,8 @@ programs."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -44,7 +46,9 @@ def matmul_programs(draw: st.DrawFn) -> Graph:
 
 def _check(g: Graph, limit: int) -> tuple[int, int, int]:
     muts = family_mutants(g)
-    more, _ = dfs_mutants(g, depth=4, max_states=800, time_budget=2.0)
+    # Bounded by states only: a time budget made the count depend on the load (198 < 200
+    # once in a make test loop with a benchmark beside it).
+    more, _ = dfs_mutants(g, depth=4, max_states=800, time_budget=math.inf)
     full = partial = none = 0
     for m in (muts + more)[:limit]:
         report = box_test(g, m.graph)
