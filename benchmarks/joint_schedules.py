@@ -84,6 +84,11 @@ def main() -> None:
         rows = [(m, int(b)) for m, b in (r.split(":") for r in args.rows.split(","))]
     except ValueError:
         raise SystemExit(f"--rows: expected model:batch,..., found {args.rows!r}") from None
+    for m, _ in rows:
+        try:
+            zoo.get(m)  # an unknown name fails before any work
+        except zoo.ZooError as e:
+            raise SystemExit(f"--rows: {e}") from None
     table = {(r["model"], r["batch"]): r for r in json.loads(Path(args.table).read_text())["rows"]}
     out = Path(args.out)
     res: dict = json.loads(out.read_text()) if args.resume and out.exists() else {

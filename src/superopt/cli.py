@@ -231,6 +231,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
                       ops=[o for o in (args.ops or "").split(",") if o] or None,
                       inputs=args.inputs, max_outputs=args.max_outputs, seed=args.seed)
     workers = args.workers or (os.cpu_count() or 1)
+    if args.prune_derived and args.no_verify:
+        from superopt.ir.errors import IRError
+
+        # Pruning reads the tested smaller rules; without the test it would do nothing.
+        raise IRError("--prune-derived needs the rules' test at other shapes, which "
+                      "--no-verify skips")
     if args.executor is not None:
         from superopt.executor import check_executor
 

@@ -379,10 +379,16 @@ def test_prune_derived_leaves_out_only_rules_the_kept_smaller_ones_derive(tmp_pa
     assert log.read_text().count("\n") == len(lines) + 1  # nothing appended but a newline
 
 
-def test_cli_generate_prune_derived(tmp_path: Path) -> None:
+def test_cli_generate_prune_derived(tmp_path: Path, capsys) -> None:
     out = tmp_path / "lib.json"
     assert main(["generate", "--preset", "taso", "--max-ops", "2", "--prune-derived",
                  "--out", str(out), "--quiet"]) == 0
     lib = load_library(out)
     assert lib and json.loads(out.read_text())["meta"]["stages"].get(
         "2-op rules derived by smaller ones (pruned before their test)") is not None
+    # Without the test at other shapes there is nothing to prune by: refused, nothing written.
+    other = tmp_path / "other.json"
+    assert main(["generate", "--max-ops", "2", "--prune-derived", "--no-verify",
+                 "--out", str(other), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--no-verify" in err[0] and not other.exists()

@@ -761,8 +761,8 @@ def _finish(checked: list[tuple[Rule, dict[str, TensorType]]], rules: list[Rule]
         # shared subterm counts twice, so a few smaller graphs join them; any split is
         # sound, the smaller rules alone being the library). Two-output rules come from
         # graphs of at most TWO_OUTPUT_MAX_OPS ops and stay with the smaller ones.
-        top = level
-        largest = [k for k, (r, _) in enumerate(checked) if r.outputs == 1 and max(r.size) >= top]
+        largest = [k for k, (r, _) in enumerate(checked)
+                   if r.outputs == 1 and max(r.size) >= level]
         smaller = sorted(set(range(len(checked))) - set(largest))
         t0 = time.perf_counter()
         rules = _test_at_other_shapes(checked, workers, stages, progress, executor, wd, info,
@@ -770,7 +770,7 @@ def _finish(checked: list[tuple[Rule, dict[str, TensorType]]], rules: list[Rule]
         times["test at other shapes: smaller rules"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         left = _prune_derived(checked, largest, rules, workers, progress, executor, wd)
-        stages[f"{top}-op rules derived by smaller ones (pruned before their test)"] = (
+        stages[f"{level}-op rules derived by smaller ones (pruned before their test)"] = (
             len(largest) - len(left))
         times["prune by derivation"] = time.perf_counter() - t0
         t0 = time.perf_counter()
