@@ -13,6 +13,11 @@ library is `--lib FILE` when given (a cached `superopt generate --preset taso --
 --out FILE`), otherwise generated first. TASO's own 619-rule `graph_subst.pb` is binary
 and could not be fetched here (see benchmarks/data/README.md), so its row is not measured.
 
+The 4-op row: `--sizes 4 --workdir DIR --prune-derived --out
+benchmarks/results/generate4_pruned.json` (its library is DIR/taso4.json); its coverage:
+`--coverage --lib DIR/taso4.json --ops 4 --no-prune --coverage-out
+benchmarks/results/generate_coverage4.json`.
+
 Run: `.venv/bin/python benchmarks/generate.py [--sizes 2,3] [--workers 2] [--out FILE]`
 (`--prune-derived --out benchmarks/results/generate_pruned.json`: with pruning by derivation),
 `.venv/bin/python benchmarks/generate.py --coverage [--lib LIB.json] [--workers 2]`,
@@ -189,31 +194,34 @@ def coverage(args: argparse.Namespace) -> None:
     alone = _side(lib, TENSAT, budget, args.workers, False)
     ours = _side(lib, TENSAT, budget, args.workers, True)
     new = _side(TENSAT, lib, budget, args.workers, True)
-    pruned = _prune(lib, budget)
+    # A library written with --prune-derived is pruned already (`--no-prune`).
+    pruned = None if args.no_prune else _prune(lib, budget)
     # The pruned library must still derive what the whole one did (a check of the pruning).
-    after_prune = _side(pruned["file"], TENSAT, budget, args.workers, True)
+    after_prune = None if pruned is None else _side(pruned["file"], TENSAT, budget,
+                                                     args.workers, True)
     texts = {r.name: format_rule(r) for r in read_any(lib)}
+    name = f"our {args.ops}-op library"
     table = Table(title=f"rule coverage by derivation (superopt covers; budget {budget[0]} "
                         f"e-nodes, {budget[1]:g} s, {budget[2]} rounds per rule; "
                         f"{args.workers} workers)")
     for col in ("rules", "by", *VERDICTS, "wall (s)", "median / max per rule (s)",
                 "load before / after"):
         table.add_column(col, justify="right" if col not in ("rules", "by") else "left")
-    for label, by, r in (("Tensat's 931 TASO equations", "our 3-op library", alone),
-                         ("Tensat's 931 TASO equations", "our 3-op library + commutativity",
-                          ours),
-                         ("our 3-op library", "Tensat's 931 equations + commutativity", new),
-                         ("our 3-op library", "its own smaller rules (pruning)", pruned),
-                         ("Tensat's 931 TASO equations",
-                          f"the pruned library ({pruned['kept']} rules) + commutativity",
-                          after_prune)):
+    rows = [("Tensat's 931 TASO equations", name, alone),
+            ("Tensat's 931 TASO equations", f"{name} + commutativity", ours),
+            (name, "Tensat's 931 equations + commutativity", new)]
+    if pruned is not None and after_prune is not None:
+        rows += [(name, "its own smaller rules (pruning)", pruned),
+                 ("Tensat's 931 TASO equations",
+                  f"the pruned library ({pruned['kept']} rules) + commutativity", after_prune)]
+    for label, by, r in rows:
         c = r["counts"]
         table.add_row(f"{label} ({r['total']})", by, *(f"{c[k]} ({100 * c[k] / r['total']:.1f}%)"
                                                        for k in VERDICTS),
                       f"{r['wall_s']:.1f}", f"{r['time_per_rule_s']['median']:.3f} / "
                       f"{r['time_per_rule_s']['max']:.2f}",
                       f"{r['load'][0]:.1f} / {r['load'][1]:.1f}")
-    table.add_row("TASO's 619-rule graph_subst.pb", "our 3-op library", *([""] * 4),
+    table.add_row("TASO's 619-rule graph_subst.pb", name, *([""] * 4),
                   "not measured: the binary file could not be fetched", "", "")
     console = Console(width=160)
     console.print(table)
@@ -235,7 +243,7 @@ def coverage(args: argparse.Namespace) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "machine": platform.machine(), "cpus": os.cpu_count(), "workers": args.workers,
-        "library": {"file": lib, "generate_wall_s": gen_s},
+        "library": {"file": lib, "ops": args.ops, "rules": len(texts), "generate_wall_s": gen_s},
         "budget": {"max_nodes": budget[0], "time_s": budget[1], "max_iters": budget[2]},
         "tensat_by_ours": alone, "tensat_by_ours_commutative": ours, "ours_by_tensat": new,
         "prune": pruned, "tensat_by_pruned_commutative": after_prune,
@@ -312,7 +320,12 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/generate.json")
     parser.add_argument("--coverage", action="store_true",
                         help="measure rule coverage instead of the generator")
-    parser.add_argument("--lib", help="with --coverage: the 3-op library (else generated)")
+    parser.add_argument("--lib", help="with --coverage: the library (else a 3-op one generated)")
+    parser.add_argument("--ops", type=int, default=3,
+                        help="with --coverage --lib: its largest rule size, for the labels")
+    parser.add_argument("--no-prune", action="store_true",
+                        help="with --coverage: skip pruning the library by its smaller rules "
+                             "(for one written with --prune-derived)")
     parser.add_argument("--max-nodes", type=int, default=4000)
     parser.add_argument("--time-limit", type=float, default=2.0)
     parser.add_argument("--max-iters", type=int, default=12)

@@ -43,6 +43,9 @@ from superopt.substitutions.presets import GeneratorConfig, Template
 
 SplitInfo = tuple[tuple[int, ...], ...]  # per axis: concat boundaries, the last is the top one
 
+# Residues mod P (< 2**31) are stored in 32 bits, half of what the evaluation's int64 takes:
+# the table's values are most of the 4-op run's peak memory.
+VALUE_DTYPE = np.int32
 CHUNK_ELEMS = 1 << 21  # operand elements per evaluated chunk (bounds peak memory)
 SHARD_COST = 6e7  # output elements per shard before a template's work is cut in parts
 
@@ -196,7 +199,7 @@ class TermTable:
             self.group_of[shape] = g
             self.shapes.append(shape)
             self.group_values.append([])
-            self.values.append(np.zeros((0, self.samples, *shape), dtype=np.int64))
+            self.values.append(np.zeros((0, self.samples, *shape), dtype=VALUE_DTYPE))
         return g
 
     def _append(self, tmpl: int, a0: int, a1: int, out: int, size: int, g: int, value: np.ndarray,
@@ -224,7 +227,13 @@ class TermTable:
     def _finish_level(self) -> None:
         for g, pending in enumerate(self.group_values):
             if pending:
-                self.values[g] = np.concatenate([self.values[g], np.stack(pending)])
+                # Stacked straight into the grown array: a stack then a concatenation would
+                # hold the level's values three times over at the peak.
+                old = self.values[g]
+                grown = np.empty((len(old) + len(pending), *old.shape[1:]), dtype=VALUE_DTYPE)
+                grown[:len(old)] = old
+                np.stack(pending, out=grown[len(old):], casting="same_kind")
+                self.values[g] = grown
                 self.group_values[g] = []
         n = len(self.tmpl)
         w = self.width
@@ -444,7 +453,7 @@ class TermTable:
     def _gather(self, ids: np.ndarray) -> np.ndarray:
         """Operand values with the draws folded into the batch: (n * samples, *shape)."""
         g = self.group_arr[ids[0]]
-        v = self.values[g][self.row_arr[ids]]
+        v = self.values[g][self.row_arr[ids]].astype(np.int64)
         return v.reshape(-1, *v.shape[2:])
 
     def run_unit(self, unit: Unit, level: int, res: LevelResult, store: bool) -> None:
@@ -549,7 +558,7 @@ class TermTable:
                 res.out.append(np.full(int(clean.sum()), o))
                 res.h1.append(h1[clean])
                 res.h2.append(h2[clean])
-                res.values.append(values[o][clean] if store else None)
+                res.values.append(_stored(values[o][clean]) if store else None)
             cm = collapsed & (coll[o] >= 0)
             if cm.any():
                 res.c_tmpl.append(np.full(int(cm.sum()), t))
@@ -558,6 +567,13 @@ class TermTable:
                 res.c_out.append(np.full(int(cm.sum()), o))
                 res.c_inp.append(coll[o][cm])
 
+
+
+def _stored(v: np.ndarray) -> np.ndarray:
+    """`v` (exact residues, int64) in the table's 32-bit storage, checked to fit."""
+    if v.size and (v.min() < np.iinfo(VALUE_DTYPE).min or v.max() > np.iinfo(VALUE_DTYPE).max):
+        raise ValueError("a residue does not fit the table's 32-bit storage")
+    return v.astype(VALUE_DTYPE)
 
 
 # ---- the last level, sharded ---------------------------------------------------------
