@@ -392,3 +392,16 @@ def test_cli_generate_prune_derived(tmp_path: Path, capsys) -> None:
                  "--out", str(other), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--no-verify" in err[0] and not other.exists()
+
+
+def test_prune_derived_is_on_by_default_from_four_ops() -> None:
+    from superopt.cli import PRUNE_DERIVED_FROM, prune_derived_default
+    from superopt.ir.errors import IRError
+
+    assert PRUNE_DERIVED_FROM == 4
+    assert prune_derived_default(4, False, None) and not prune_derived_default(3, False, None)
+    assert not prune_derived_default(4, True, None)  # --no-verify: nothing to prune by
+    assert not prune_derived_default(4, False, False)  # --no-prune-derived
+    assert prune_derived_default(2, False, True)
+    with pytest.raises(IRError, match="--no-verify"):
+        prune_derived_default(4, True, True)
