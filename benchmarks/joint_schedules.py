@@ -12,7 +12,12 @@ compared with the current one and with the XTAT-only figure kept in joint.json:
 - `lf_first`: layout + fusion annealing first (35%), then the greedy rewrite phase (15%)
   measured on top of those layouts (XTAT-M repair keeps them by key), then tiles, flags;
 - `lf_rw_rlf`: layout + fusion (30%), greedy rewrites (10%), then rewrite + layout +
-  fusion annealing (10%), then tiles, flags.
+  fusion annealing (10%), then tiles, flags;
+- `rw_lf`: greedy rewrites (15%), then layout + fusion annealing without rewrite moves
+  (35%), then tiles, flags;
+- `two_starts`: greedy rewrites (15%), rewrite + layout + fusion annealing from there
+  (15%), then layout + fusion annealing from the default compiler's candidate (20%, XTAT's
+  path: no rewrites), then tiles and flags on the best of all.
 
 Prints a table and writes JSON (`--out`), saved after every row and resumed with
 `--resume`. Run: `.venv/bin/python benchmarks/joint_schedules.py [--rows vgg19:16,...]`.
@@ -34,7 +39,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).parent))
 
 ROWS = "vgg19:16,csrnet:16,bert-small:16,resnet18:1,squeezenet:1,squeezenet:16,bert-base:16"
-VARIANTS = ("current", "lf_first", "lf_rw_rlf")
+VARIANTS = ("current", "lf_first", "lf_rw_rlf", "rw_lf", "two_starts")
 
 
 def schedule(name: str) -> list:
@@ -43,8 +48,11 @@ def schedule(name: str) -> list:
     def rewrite(share: float) -> Phase:
         return Phase("rewrite", ("plan", "rewrite"), "exhaustive", share, patience=PATIENCE)
 
-    def graph(name: str, passes: tuple[str, ...], share: float) -> Phase:
-        return Phase(name, passes, "anneal", share, patience=PATIENCE)
+    def graph(name: str, passes: tuple[str, ...], share: float, **opts: str) -> Phase:
+        # A second start has to climb back from the default before it can beat the
+        # best so far: patience (counted from the last new best) would end it first.
+        return Phase(name, passes, "anneal", share, tuple(opts.items()),
+                     patience=None if opts else PATIENCE)
 
     if name == "current":
         return make_schedule("joint")
@@ -55,6 +63,14 @@ def schedule(name: str) -> list:
         return [graph("layout+fusion", ("layout", "fusion"), 0.3), rewrite(0.1),
                 graph("rewrite+layout+fusion", ("rewrite", "layout", "fusion"), 0.1),
                 *KERNEL_PHASES]
+    if name == "rw_lf":
+        return [rewrite(0.15), graph("layout+fusion", ("layout", "fusion"), 0.35),
+                *KERNEL_PHASES]
+    if name == "two_starts":
+        return [rewrite(0.15), graph("rewrite+layout+fusion", ("rewrite", "layout", "fusion"),
+                                     0.15),
+                graph("layout+fusion from default", ("layout", "fusion"), 0.2,
+                      start="default"), *KERNEL_PHASES]
     raise SystemExit(f"unknown variant {name!r}: expected one of {', '.join(VARIANTS)}")
 
 

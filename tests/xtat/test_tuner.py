@@ -112,3 +112,38 @@ def test_exhaustive_min_gain_keeps_the_incumbent_below_the_threshold() -> None:
     # are one-site changes of the default only.
     assert all(sum(c.changed().values()) <= 1 for _, _, c in tuner.finalists)
     assert strict.evaluations == 40
+
+
+@pytest.mark.parametrize("start", ["best", "default"])
+def test_anneal_starts_from_the_best_or_from_the_default(start: str) -> None:
+    import numpy as np
+
+    from superopt.xtat.context import TuneContext
+
+    s = open_session({"model": "resnet18"})
+    ctx = TuneContext(s.pipeline, s.default, np.random.default_rng(0))
+    moved = ctx.mutate(s.default, ("layout",), 2)
+    assert moved.config("layout").choices  # the best so far has other layouts
+    ctx.observe(s.default, 2.0)
+    ctx.observe(moved, 1.0)
+    strat = create("anneal", start=start)
+    strat.start(ctx, ("fusion",), 20)
+    cands = strat.ask(4)
+    base = s.default if start == "default" else moved
+    # Fusion moves never touch the layouts: each proposal keeps its start's layouts.
+    assert all(c.config("layout").choices == base.config("layout").choices for c in cands)
+    if start == "default":
+        assert cands[0].key == s.default.key  # proposed again (a free repeat) for its time
+        strat.tell(cands, [2.0, 3.0, 3.0, 3.0])
+        assert strat.current_time == 2.0  # then only accepted uphill by the temperature
+
+
+def test_anneal_refuses_an_unknown_start() -> None:
+    s = open_session({"model": "resnet18"})
+    import numpy as np
+
+    from superopt.xtat.context import TuneContext
+
+    with pytest.raises(IRError, match="start must be best or default"):
+        create("anneal", start="middle").start(
+            TuneContext(s.pipeline, s.default, np.random.default_rng(0)), ("fusion",), 5)

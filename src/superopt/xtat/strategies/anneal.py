@@ -2,13 +2,16 @@
 candidate (1..`changes` random choices changed); they are taken in order, each accepted
 when faster or with probability exp(-(log t - log t_cur) / T). T falls geometrically from
 `t0` to `t1` over the strategy's budget (defaults: 1% to 0.01% slower accepted at even
-odds, i.e. small steps across plateaus early, greedy at the end)."""
+odds, i.e. small steps across plateaus early, greedy at the end). It starts from the best
+candidate so far, or from the default one with `start="default"` (a second start in a
+schedule, away from where an earlier phase led)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
+from superopt.ir.errors import IRError
 from superopt.xtat.context import TuneContext
 from superopt.xtat.stage import Candidate
 from superopt.xtat.strategies.base import SearchStrategy, register
@@ -18,8 +21,14 @@ from superopt.xtat.strategies.base import SearchStrategy, register
 class Anneal(SearchStrategy):
     def start(self, ctx: TuneContext, passes: Sequence[str], budget: int) -> None:
         super().start(ctx, passes, budget)
-        self.current = ctx.best or ctx.default
-        self.current_time = ctx.best_time
+        if self.opts.get("start", "best") not in ("best", "default"):
+            raise IRError(f"anneal: start must be best or default, found {self.opts['start']!r}")
+        if self.opts.get("start") == "default" and ctx.best is not None:
+            # Its time is not kept here: the first ask proposes it again (a repeat costs no
+            # measurement) and tell reads the time back.
+            self.current, self.current_time = ctx.default, math.inf
+        else:
+            self.current, self.current_time = ctx.best or ctx.default, ctx.best_time
         self.t0 = float(self.opts.get("t0", 0.01 / math.log(2)))
         self.t1 = float(self.opts.get("t1", 0.0001 / math.log(2)))
         self.changes = int(self.opts.get("changes", 2))
@@ -31,8 +40,10 @@ class Anneal(SearchStrategy):
 
     def ask(self, n: int) -> list[Candidate]:
         ctx = self.ctx
-        return [ctx.mutate(self.current, self.passes, 1 + int(ctx.rng.integers(self.changes)))
-                for _ in range(n)]
+        again = [] if math.isfinite(self.current_time) else [self.current]
+        return again + [ctx.mutate(self.current, self.passes,
+                                   1 + int(ctx.rng.integers(self.changes)))
+                        for _ in range(n - len(again))]
 
     def tell(self, candidates: Sequence[Candidate], times: Sequence[float]) -> None:
         for cand, t in zip(candidates, times, strict=True):
