@@ -251,7 +251,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                       ops=[o for o in (args.ops or "").split(",") if o] or None,
                       inputs=args.inputs, max_outputs=args.max_outputs, seed=args.seed)
     workers = args.workers or (os.cpu_count() or 1)
-    prune = prune_derived_default(args.max_ops, args.no_verify, args.prune_derived)
+    prune = prune_derived_default(cfg.max_ops, args.no_verify, args.prune_derived)
     if args.executor is not None:
         from superopt.executor import check_executor
 
