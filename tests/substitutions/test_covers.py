@@ -186,3 +186,27 @@ def test_a_rule_that_does_not_type_check_is_an_error() -> None:
     rule = one("m: (matmul ?a ?b) => (matmul ?b ?a) if shape(?a) == (2, 3) and "
                "shape(?b) == (3, 2)")
     assert check(lib(), rule).verdict == "error"
+
+
+def test_matching_a_several_source_direction_stops_at_the_deadline() -> None:
+    """A two-output library rule is matched over pairs of classes, which may find nothing
+    for a long while: the time budget must stop that search, not only the match cap."""
+    import time
+
+    from superopt.ir.types import TensorType
+    from superopt.substitutions.covers import _matches
+    from superopt.substitutions.egraph import BudgetExceeded, EGraph, build
+
+    two = lib("m: (split.0 1 [4,4] (concat 1 ?a ?b)) ; (split.1 1 [4,4] (concat 1 ?a ?b)) "
+              "=> ?a ; ?b")
+    (d,) = [d for d in two.directions if len(d.sources) == 2]
+    src = one("s: (split.0 1 [4,4] (concat 1 ?a ?b)) ; (split.1 1 [4,4] (concat 1 ?a ?b)) "
+              "=> ?a ; ?b if shape(?a) == (2, 4) and shape(?b) == (2, 4)")
+    eg = EGraph(1000)
+    leaves = {v: eg.var(v, TensorType((2, 4))) for v in ("a", "b")}
+    for p in src.source:
+        build(eg, p, leaves, {}, {"a": TensorType((2, 4)), "b": TensorType((2, 4))})
+    assert _matches(eg, d, eg.by_op(), 400)  # without a deadline the pair matches
+    eg.deadline = time.perf_counter() - 1.0
+    with pytest.raises(BudgetExceeded):
+        _matches(eg, d, eg.by_op(), 400)

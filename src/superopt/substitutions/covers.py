@@ -241,6 +241,10 @@ def _matches(eg: EGraph, d: Direction, by_op: Mapping[str, list[tuple[int, int]]
         cp = d.sources[k]
         seen: set[int] = set()
         for cls, _ in by_op.get(cp.op, ()):
+            # A direction with several sources (a two-output rule) searches a product of
+            # classes that may yield nothing for a long while: the cap on matches does not
+            # bound that work, the deadline does.
+            eg.check_deadline()
             cls = eg.find(cls)
             if cls in seen:
                 continue
