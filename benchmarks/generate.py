@@ -186,14 +186,15 @@ def coverage(args: argparse.Namespace) -> None:
     from superopt.substitutions.readers import read_any
     from superopt.substitutions.text import format_rule
 
+    # Checked before any work: without --lib the library is generated first.
+    sides = set(args.sides.split(","))
+    if sides - {"alone", "commutative", "new"}:
+        raise SystemExit(f"--sides: expected some of alone,commutative,new, found {args.sides!r}")
     lib, gen_s = _library(args.lib, args.workers)
     budget = (args.max_nodes, args.time_limit, args.max_iters)
     # Tensat's equations by our library, alone and with ewadd/ewmul commutativity (which
     # the generator leaves out: its rules hold modulo it); our rules by Tensat's equations
     # (TASO's verifier has commutativity as an axiom, so it is added there too).
-    sides = set(args.sides.split(","))
-    if sides - {"alone", "commutative", "new"}:
-        raise SystemExit(f"--sides: expected some of alone,commutative,new, found {args.sides!r}")
     skipped = {"total": 0, "counts": dict.fromkeys(VERDICTS, 0), "not_covered": [],
                "skipped": True}
     alone = _side(lib, TENSAT, budget, args.workers, False) if "alone" in sides else skipped
