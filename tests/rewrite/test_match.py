@@ -262,3 +262,39 @@ def test_the_starter_library_matches_a_100k_node_graph_in_seconds() -> None:
     m = Matcher(starter_rules()).match(g)
     assert len(g) >= 100_000 and len(m) > 1000
     assert m.seconds < 20
+
+
+def test_cycle_check_follows_long_paths_and_spares_independent_pairs() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (8, 8))
+    y1 = b.matmul(x, b.weight("w", (8, 8)))
+    chain = b.relu(b.relu(b.relu(y1)))  # y1 reaches the second weight three nodes later
+    y2 = b.matmul(x, chain)
+    y3 = b.matmul(x, b.weight("v", (8, 8)))  # independent of y1 and y2
+    g = b.build([y2, y3])
+    m = match(g, [MERGE])
+    pairs = {frozenset(v.node for v in s.roots) for s in m.sites}
+    assert pairs == {frozenset({y1.node, y3.node}), frozenset({y2.node, y3.node})}
+    assert m.rejected["merge"]["cycle"] == 2  # (y1, y2) in either order
+
+
+def test_rules_with_equal_sources_match_as_each_would_alone() -> None:
+    # Matched once for both rules; the second's condition keeps the pairs whose second
+    # weight has 4 columns: of the 3 pairs of matmuls reading x, those with w1.
+    square = parse_rule(
+        "merge_sq: (matmul ?a ?x ?w1) ; (matmul ?a ?x ?w2) => "
+        "(split.0 -1 {[dim(?w1,1), dim(?w2,1)]} (matmul ?a ?x (concat 1 ?w1 ?w2))) ; "
+        "(split.1 -1 {[dim(?w1,1), dim(?w2,1)]} (matmul ?a ?x (concat 1 ?w1 ?w2))) "
+        "if dim(?w2, 1) == 4")
+    b = GraphBuilder()
+    x = b.input("x", (8, 8))
+    outs = [b.matmul(x, b.weight(f"w{i}", (8, n))) for i, n in enumerate((8, 4, 8))]
+    outs.append(b.relu(b.matmul(outs[0], b.weight("v", (8, 8)))))
+    g = b.build(outs)
+    both = Matcher([MERGE, square, FUSE]).match(g)
+    for rule in (MERGE, square, FUSE):
+        alone = Matcher([rule]).match(g)
+        assert [s for s in both.sites if s.rule == rule.name] == list(alone.sites)
+        assert both.per_rule[rule.name] == alone.per_rule[rule.name]
+        assert both.rejected.get(rule.name) == alone.rejected.get(rule.name)
+    assert both.per_rule["merge"] == 3 and both.per_rule["merge_sq"] == 2
