@@ -17,7 +17,13 @@ compared with the current one and with the XTAT-only figure kept in joint.json:
   (35%), then tiles, flags;
 - `two_starts`: greedy rewrites (15%), rewrite + layout + fusion annealing from there
   (15%), then layout + fusion annealing from the default compiler's candidate (20%, XTAT's
-  path: no rewrites), then tiles and flags on the best of all.
+  path: no rewrites), then tiles and flags on the best of all;
+- `plan_lf_rw`: the rewrite plan alone (TASO's search result: one measurement, kept if
+  faster), then layout + fusion annealing (35%), then the greedy rewrite points (15%)
+  measured on top of those layouts, then tiles, flags. The plan's folds and merges change
+  which kernels exist (layouts tuned before them would be lost), PET's points change
+  what the layouts then fix (judged after them, a point that overlaps a layout gain is
+  not taken).
 
 Prints a table and writes JSON (`--out`), saved after every row and resumed with
 `--resume`. Run: `.venv/bin/python benchmarks/joint_schedules.py [--rows vgg19:16,...]`.
@@ -39,14 +45,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).parent))
 
 ROWS = "vgg19:16,csrnet:16,bert-small:16,resnet18:1,squeezenet:1,squeezenet:16,bert-base:16"
-VARIANTS = ("current", "lf_first", "lf_rw_rlf", "rw_lf", "two_starts")
+VARIANTS = ("current", "lf_first", "lf_rw_rlf", "rw_lf", "two_starts", "plan_lf_rw")
 
 
 def schedule(name: str) -> list:
     from superopt.xtat.tuner import KERNEL_PHASES, PATIENCE, Phase, make_schedule
 
-    def rewrite(share: float) -> Phase:
-        return Phase("rewrite", ("plan", "rewrite"), "exhaustive", share, patience=PATIENCE)
+    def rewrite(share: float, passes: tuple[str, ...] = ("plan", "rewrite")) -> Phase:
+        return Phase(passes[-1], passes, "exhaustive", share, patience=PATIENCE)
 
     def graph(name: str, passes: tuple[str, ...], share: float, **opts: str) -> Phase:
         # A second start has to climb back from the default before it can beat the
@@ -71,6 +77,10 @@ def schedule(name: str) -> list:
                                      0.15),
                 graph("layout+fusion from default", ("layout", "fusion"), 0.2,
                       start="default"), *KERNEL_PHASES]
+    if name == "plan_lf_rw":
+        return [Phase("plan", ("plan",), "exhaustive", 0.0),
+                graph("layout+fusion", ("layout", "fusion"), 0.35),
+                rewrite(0.15, ("rewrite",)), *KERNEL_PHASES]
     raise SystemExit(f"unknown variant {name!r}: expected one of {', '.join(VARIANTS)}")
 
 
