@@ -71,6 +71,32 @@ def test_multi_output_site_with_a_late_weight_is_applied_after_reordering() -> N
     assert res.applied == (site,)
 
 
+def test_reordering_for_one_site_keeps_every_other_sites_variables_before_its_outputs() -> None:
+    # Site A's late variable v delays A's first output a1, and with it x0 = relu(a1), which
+    # site B reads. B's second output b2 reads neither, so a reordering that only looked
+    # at each site's late variables put b2 (B's trigger) before x0: applying B then read
+    # x0 before it existed (a KeyError while tuning inception_v3 with PET's mutants).
+    pair = Matcher(parse_rules(
+        "pair: (matmul ?a ?x ?w1) ; (matmul ?a ?y ?w2) => "
+        "(matmul ?a ?x ?w1) ; (matmul ?a ?y ?w2)"))
+    b = GraphBuilder()
+    x = b.input("x", (4, 4))
+    w = [b.weight(f"w{i}", (4, 4)) for i in range(4)]
+    a1 = b.matmul(x, w[0])
+    x0 = b.relu(a1)
+    b1 = b.matmul(x0, w[1])
+    b2 = b.matmul(x, w[2])
+    v = b.relu(b.relu(x))
+    a2 = b.matmul(v, w[3])
+    g = b.build([b1, b2, a2])
+    site_a = pair.site_at(g, "pair", (a1, a2))
+    site_b = pair.site_at(g, "pair", (b1, b2))
+    assert site_a is not None and site_b is not None
+    res = apply_sites(g, [site_a, site_b], pair, check=False)
+    assert len(res.applied) == 2
+    _same_values(g, res.graph)
+
+
 def test_bare_variable_target_and_hash_consing() -> None:
     b = GraphBuilder()
     x = b.input("x", (3, 4))

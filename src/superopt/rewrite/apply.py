@@ -76,15 +76,18 @@ def select_disjoint(sites: Sequence[Site]) -> tuple[list[Site], list[tuple[Site,
 
 def _reorder(graph: Graph, sites: Sequence[Site]) -> tuple[Graph, dict[int, int]] | None:
     """A renumbering that puts each site's bound variables before its outputs, or None if
-    the graph's own order already does."""
+    the graph's own order already does. Once any site needs it, every site's variables are
+    constrained, not only the late ones: moving one site's outputs later can move a
+    variable of another site after that site's outputs."""
     extra: dict[int, set[int]] = {}
+    needed = False
     for s in sites:
         first = min(v.node for v in s.roots)
-        late = [v.node for _, v in s.tensors if v.node > first]
-        if late:
-            for r in {v.node for v in s.roots}:
-                extra.setdefault(r, set()).update(late)
-    if not extra:
+        bound = {v.node for _, v in s.tensors}
+        needed = needed or any(n > first for n in bound)
+        for r in {v.node for v in s.roots}:
+            extra.setdefault(r, set()).update(bound)
+    if not needed:
         return None
     n = len(graph.nodes)
     indeg = [0] * n
