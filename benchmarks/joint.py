@@ -126,6 +126,22 @@ def torch_ratio(before: Graph, after: Graph) -> dict:
     return out
 
 
+def parse_rows(text: str) -> list[tuple[str, int]]:
+    """`model:batch,...` (the other joint benchmarks' --rows), checked before any work."""
+    from superopt import zoo
+
+    try:
+        rows = [(m, int(b)) for m, b in (r.split(":") for r in text.split(","))]
+    except ValueError:
+        raise SystemExit(f"--rows: expected model:batch,..., found {text!r}") from None
+    for m, _ in rows:
+        try:
+            zoo.get(m)
+        except zoo.ZooError as e:
+            raise SystemExit(f"--rows: {e}") from None
+    return rows
+
+
 def schedule_key() -> str:
     """The joint schedule's phases, hashed: a --joint-only run skips the rows already
     measured with this schedule, so a killed run resumes where it stopped."""

@@ -23,7 +23,9 @@ compared with the current one and with the XTAT-only figure kept in joint.json:
   measured on top of those layouts, then tiles, flags. The plan's folds and merges change
   which kernels exist (layouts tuned before them would be lost), PET's points change
   what the layouts then fix (judged after them, a point that overlaps a layout gain is
-  not taken).
+  not taken);
+- `plan_lf_rw_rlf`: as `plan_lf_rw` with shares 25% / 12%, then rewrite + layout + fusion
+  annealing (13%), so that layouts can follow the rewrites taken.
 
 Prints a table and writes JSON (`--out`), saved after every row and resumed with
 `--resume`. Run: `.venv/bin/python benchmarks/joint_schedules.py [--rows vgg19:16,...]`.
@@ -45,7 +47,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).parent))
 
 ROWS = "vgg19:16,csrnet:16,bert-small:16,resnet18:1,squeezenet:1,squeezenet:16,bert-base:16"
-VARIANTS = ("current", "lf_first", "lf_rw_rlf", "rw_lf", "two_starts", "plan_lf_rw")
+VARIANTS = ("current", "lf_first", "lf_rw_rlf", "rw_lf", "two_starts", "plan_lf_rw",
+            "plan_lf_rw_rlf")
 
 
 def schedule(name: str) -> list:
@@ -81,6 +84,12 @@ def schedule(name: str) -> list:
         return [Phase("plan", ("plan",), "exhaustive", 0.0),
                 graph("layout+fusion", ("layout", "fusion"), 0.35),
                 rewrite(0.15, ("rewrite",)), *KERNEL_PHASES]
+    if name == "plan_lf_rw_rlf":
+        return [Phase("plan", ("plan",), "exhaustive", 0.0),
+                graph("layout+fusion", ("layout", "fusion"), 0.25),
+                rewrite(0.12, ("rewrite",)),
+                graph("rewrite+layout+fusion", ("rewrite", "layout", "fusion"), 0.13),
+                *KERNEL_PHASES]
     raise SystemExit(f"unknown variant {name!r}: expected one of {', '.join(VARIANTS)}")
 
 
@@ -106,15 +115,7 @@ def main() -> None:
     variants = args.variants.split(",")
     for v in variants:
         schedule(v)  # an unknown name fails before any work
-    try:
-        rows = [(m, int(b)) for m, b in (r.split(":") for r in args.rows.split(","))]
-    except ValueError:
-        raise SystemExit(f"--rows: expected model:batch,..., found {args.rows!r}") from None
-    for m, _ in rows:
-        try:
-            zoo.get(m)  # an unknown name fails before any work
-        except zoo.ZooError as e:
-            raise SystemExit(f"--rows: {e}") from None
+    rows = joint.parse_rows(args.rows)
     table = {(r["model"], r["batch"]): r for r in json.loads(Path(args.table).read_text())["rows"]}
     out = Path(args.out)
     res: dict = json.loads(out.read_text()) if args.resume and out.exists() else {
