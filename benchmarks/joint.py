@@ -20,7 +20,9 @@ graphs expanded (`--taso-budget`) and its evaluation count is reported beside it
 and joint run with `--seeds` seeds (median, min, max). Prints a table, writes JSON and a
 bar chart PNG.
 
-Run: `.venv/bin/python benchmarks/joint.py [--models a,b] [--batches 1,16] [--budget N]`.
+Run: `.venv/bin/python benchmarks/joint.py [--models a,b] [--batches 1,16] [--budget N]
+[--schedule joint|layout_first]` (`--resume --joint-only` with another `--schedule` and a
+copy of the result file measures only the joint column again).
 """
 
 from __future__ import annotations
@@ -142,18 +144,19 @@ def parse_rows(text: str) -> list[tuple[str, int]]:
     return rows
 
 
-def schedule_key() -> str:
-    """The joint schedule's phases, hashed: a --joint-only run skips the rows already
-    measured with this schedule, so a killed run resumes where it stopped."""
+def schedule_key(kind: str = "joint") -> str:
+    """The joint column's schedule's phases, hashed: a --joint-only run skips the rows
+    already measured with this schedule, so a killed run resumes where it stopped."""
     import hashlib
 
     from superopt.xtat.tuner import make_schedule
 
-    return hashlib.sha256(repr(make_schedule("joint")).encode()).hexdigest()[:12]
+    return hashlib.sha256(repr(make_schedule(kind)).encode()).hexdigest()[:12]
 
 
 def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
-          tmp: Path, torch: bool = True, row: dict | None = None) -> dict:
+          tmp: Path, torch: bool = True, row: dict | None = None,
+          schedule: str = "joint") -> dict:
     """One table row. Given `row` (a row measured before), only the joint column is
     measured again and the others are kept: they do not depend on the joint schedule."""
     from superopt import zoo
@@ -180,9 +183,10 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
                          f"{row['pet_rules']}; measure the whole row again")
     sources = ["starter", path] if path else ["starter"]
     best: dict = {}
-    row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, "joint", "anneal",
+    row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, schedule, "anneal",
                              budget, range(seeds), keep=best, plan_budget=taso_budget)
-    row["joint_schedule"] = schedule_key()
+    row["joint_schedule"] = schedule_key(schedule)
+    row["joint_schedule_name"] = schedule
     row.pop("joint_torch", None)
     if torch:
         row["joint_torch"] = torch_ratio(graph, best["graph"])
@@ -247,8 +251,16 @@ def main() -> None:
     ap.add_argument("--joint-only", action="store_true",
                     help="with --resume: measure only the joint column again in the kept "
                          "rows of --models (after a change to the joint schedule)")
+    ap.add_argument("--schedule", default="joint",
+                    help="the joint column's schedule (superopt.xtat.tuner.SCHEDULES; XTAT-only "
+                         "always runs joint's phases without the rewrite passes)")
     args = ap.parse_args()
     from superopt import zoo
+    from superopt.xtat.tuner import SCHEDULES
+
+    if args.schedule not in SCHEDULES or args.schedule == "custom":
+        raise SystemExit(f"--schedule: expected one of {', '.join(SCHEDULES[:-1])}, "
+                         f"found {args.schedule!r}")
 
     models = args.models.split(",") if args.models else [
         m for m in zoo.names() if m != "squeezenet1_0"]
@@ -286,14 +298,14 @@ def main() -> None:
             for b in batches:
                 if args.joint_only and (m, b) in done:
                     if next(r for r in rows if (r["model"], r["batch"]) == (m, b)).get(
-                            "joint_schedule") == schedule_key():
+                            "joint_schedule") == schedule_key(args.schedule):
                         continue
                     i = next(i for i, r in enumerate(rows) if (r["model"], r["batch"]) == (m, b))
                     rows[i] = bench(m, b, args.budget, args.taso_budget, args.seeds, Path(tmp),
-                                    not args.no_torch, rows[i])
+                                    not args.no_torch, rows[i], args.schedule)
                 elif (m, b) not in done:
                     rows.append(bench(m, b, args.budget, args.taso_budget, args.seeds,
-                                      Path(tmp), not args.no_torch))
+                                      Path(tmp), not args.no_torch, schedule=args.schedule))
                 else:
                     continue
                 write(False)

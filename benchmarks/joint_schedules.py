@@ -18,7 +18,7 @@ compared with the current one and with the XTAT-only figure kept in joint.json:
 - `two_starts`: greedy rewrites (15%), rewrite + layout + fusion annealing from there
   (15%), then layout + fusion annealing from the default compiler's candidate (20%, XTAT's
   path: no rewrites), then tiles and flags on the best of all;
-- `plan_lf_rw`: the rewrite plan alone (TASO's search result: one measurement, kept if
+- `plan_lf_rw` (the tuner's `layout_first` schedule): the rewrite plan alone (TASO's search result: one measurement, kept if
   faster), then layout + fusion annealing (35%), then the greedy rewrite points (15%)
   measured on top of those layouts, then tiles, flags. The plan's folds and merges change
   which kernels exist (layouts tuned before them would be lost), PET's points change
@@ -81,9 +81,7 @@ def schedule(name: str) -> list:
                 graph("layout+fusion from default", ("layout", "fusion"), 0.2,
                       start="default"), *KERNEL_PHASES]
     if name == "plan_lf_rw":
-        return [Phase("plan", ("plan",), "exhaustive", 0.0),
-                graph("layout+fusion", ("layout", "fusion"), 0.35),
-                rewrite(0.15, ("rewrite",)), *KERNEL_PHASES]
+        return make_schedule("layout_first")
     if name == "plan_lf_rw_rlf":
         return [Phase("plan", ("plan",), "exhaustive", 0.0),
                 graph("layout+fusion", ("layout", "fusion"), 0.25),

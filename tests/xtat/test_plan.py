@@ -72,6 +72,17 @@ def test_joint_schedule_measures_the_plan_first_and_keeps_it(setup) -> None:
     assert check.ok, check.summary()
 
 
+def test_layout_first_measures_the_plan_then_layouts_then_rewrite_points(setup) -> None:
+    pipe, runner, graph, default = setup
+    r = Tuner(pipe, runner, default, seed=0).run(make_schedule("layout_first"), 40)
+    assert r.history[1].phase == "plan" and r.phases[0] == ("plan", 1)
+    assert [n for n, _ in r.phases][:3] == ["plan", "layout+fusion", "rewrite"]
+    assert r.best.config("plan").choices.get(PLAN_SITE) is not None
+    assert r.best_time < runner.time(default)
+    check = check_values(graph, rewritten_graph(pipe, r.best))
+    assert check.ok, check.summary()
+
+
 def test_no_plan_site_without_a_budget() -> None:
     sim = Simulator("v4")
     pipe = make_pipeline(sim, plan_budget=0)

@@ -74,6 +74,15 @@ def test_schedules() -> None:
                                          ("tiling",), ("flags",)]
     assert [p.strategy for p in joint] == ["exhaustive", "anneal", "exhaustive", "exhaustive"]
     assert math.isclose(sum(p.share for p in joint), 1.0)
+    first = make_schedule("layout_first")
+    assert [p.passes for p in first] == [("plan",), ("layout", "fusion"), ("rewrite",),
+                                         ("tiling",), ("flags",)]
+    assert [p.strategy for p in first] == ["exhaustive", "anneal", "exhaustive",
+                                           "exhaustive", "exhaustive"]
+    assert math.isclose(sum(p.share for p in first), 1.0)
+    # Without the rewrite passes both schedules are XTAT's: the same phases.
+    compiler = ("layout", "fusion", "tiling", "flags")
+    assert make_schedule("layout_first", compiler) == make_schedule("joint", compiler)
     seq = make_schedule("sequential", ("layout", "flags"), "evolution")
     assert [p.passes for p in seq] == [("layout",), ("flags",)]
     assert make_schedule("custom", ("flags", "rewrite"))[0].passes == ("rewrite", "flags")
