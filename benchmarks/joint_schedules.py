@@ -25,7 +25,10 @@ compared with the current one and with the XTAT-only figure kept in joint.json:
   what the layouts then fix (judged after them, a point that overlaps a layout gain is
   not taken);
 - `plan_lf_rw_rlf`: as `plan_lf_rw` with shares 25% / 12%, then rewrite + layout + fusion
-  annealing (13%), so that layouts can follow the rewrites taken.
+  annealing (13%), so that layouts can follow the rewrites taken;
+- `plan_lf_rw_lf`: the plan, layout + fusion (20%), the rewrite points judged on those
+  layouts (15%), then layout + fusion again (15%, no rewrite moves) to fit the layouts to
+  the rewrites taken, then tiles, flags.
 
 Prints a table and writes JSON (`--out`), saved after every row and resumed with
 `--resume`. Run: `.venv/bin/python benchmarks/joint_schedules.py [--rows vgg19:16,...]`.
@@ -48,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 ROWS = "vgg19:16,csrnet:16,bert-small:16,resnet18:1,squeezenet:1,squeezenet:16,bert-base:16"
 VARIANTS = ("current", "lf_first", "lf_rw_rlf", "rw_lf", "two_starts", "plan_lf_rw",
-            "plan_lf_rw_rlf")
+            "plan_lf_rw_rlf", "plan_lf_rw_lf")
 
 
 def schedule(name: str) -> list:
@@ -88,6 +91,11 @@ def schedule(name: str) -> list:
                 rewrite(0.12, ("rewrite",)),
                 graph("rewrite+layout+fusion", ("rewrite", "layout", "fusion"), 0.13),
                 *KERNEL_PHASES]
+    if name == "plan_lf_rw_lf":
+        return [Phase("plan", ("plan",), "exhaustive", 0.0),
+                graph("layout+fusion", ("layout", "fusion"), 0.2),
+                rewrite(0.15, ("rewrite",)),
+                graph("layout+fusion again", ("layout", "fusion"), 0.15), *KERNEL_PHASES]
     raise SystemExit(f"unknown variant {name!r}: expected one of {', '.join(VARIANTS)}")
 
 
