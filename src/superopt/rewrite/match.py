@@ -25,6 +25,7 @@ import weakref
 from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -228,11 +229,23 @@ class GraphFacts:
     by_op: Mapping[str, tuple[int, ...]]
     output_nodes: frozenset[int]
     consumers: tuple[tuple[int, ...], ...]
-    # Per node, its ancestors and itself as a bit set (bit i: node i). A two-output rule
-    # with unrelated outputs (PET's mutants of two parallel convolutions) is tried on every
-    # pair of nodes with the op; walking the graph for each pair's cycle check took 80% of
-    # matching PET's 920 rules on NasNet-A (288 s per match of the whole graph).
-    reach: tuple[int, ...]
+    inputs: tuple[tuple[int, ...], ...]  # per node, the nodes it reads
+
+    @cached_property
+    def reach(self) -> tuple[int, ...]:
+        """Per node, its ancestors and itself as a bit set (bit i: node i). A two-output
+        rule with unrelated outputs (PET's mutants of two parallel convolutions) is tried
+        on every pair of nodes with the op; walking the graph for each pair's cycle check
+        took 80% of matching PET's 920 rules on NasNet-A (288 s per whole-graph match).
+        Built on first use: the sets grow with the graph (quadratic bits), and graphs
+        matched by single-output rules only never need them."""
+        reach: list[int] = []
+        for i, preds in enumerate(self.inputs):  # node ids are topological
+            bits = 1 << i
+            for p in preds:
+                bits |= reach[p]
+            reach.append(bits)
+        return tuple(reach)
 
 
 # A binding of a rule's source: its outputs, the state, why it cannot be a site (or None).
@@ -247,15 +260,9 @@ def graph_facts(graph: Graph) -> GraphFacts:
         by_op: dict[str, list[int]] = {}
         for n in graph.nodes:
             by_op.setdefault(n.op, []).append(n.id)
-        reach: list[int] = []
-        for n in graph.nodes:  # node ids are topological: inputs come first
-            bits = 1 << n.id
-            for v in n.inputs:
-                bits |= reach[v.node]
-            reach.append(bits)
         facts = GraphFacts(MappingProxyType({k: tuple(v) for k, v in by_op.items()}),
                            frozenset(v.node for v in graph.outputs), graph.consumers,
-                           tuple(reach))
+                           tuple(tuple(v.node for v in n.inputs) for n in graph.nodes))
         _FACTS[graph] = facts
     return facts
 
@@ -481,7 +488,7 @@ class Matcher:
             bindings = shared.get(key)
             if bindings is None:
                 bindings = shared[key] = self._bindings(graph, facts, cr)
-            found = list(self._sites(graph, facts, cr, bindings, reasons))
+            found = list(self._sites(graph, cr, bindings, reasons))
             sites.extend(found)
             per_rule[cr.name] = len(found)
             if reasons:
@@ -512,10 +519,6 @@ class Matcher:
 
     # -- one rule ------------------------------------------------------------------------
 
-    def _match_rule(self, graph: Graph, facts: GraphFacts, cr: CompiledRule,
-                    reasons: Counter[str]) -> Iterator[Site]:
-        return self._sites(graph, facts, cr, self._bindings(graph, facts, cr), reasons)
-
     def _bindings(self, graph: Graph, facts: GraphFacts, cr: CompiledRule) -> list[Binding]:
         """Every binding of `cr`'s source in `graph`, with why it cannot be a site (None:
         it can, if the rule's conditions and types allow; "": rejected uncounted). Only
@@ -533,8 +536,8 @@ class Matcher:
                 out.append((roots, full, self._structure(graph, facts, roots, full)))
         return out
 
-    def _sites(self, graph: Graph, facts: GraphFacts, cr: CompiledRule,
-               bindings: list[Binding], reasons: Counter[str]) -> Iterator[Site]:
+    def _sites(self, graph: Graph, cr: CompiledRule, bindings: list[Binding],
+               reasons: Counter[str]) -> Iterator[Site]:
         seen_roots: set[frozenset[Value]] = set()
         for roots, full, why in bindings:
             if len(cr.sources) > 1:
