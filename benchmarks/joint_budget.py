@@ -55,6 +55,7 @@ def main() -> None:
     from superopt.xtat.tuner import KERNEL_PASSES, PASS_NAMES, Tuner, make_schedule
 
     out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     settings = {"taso_budget": args.taso_budget, "seeds": args.seeds, "hardware": "v4",
                 "schedule": joint.schedule_key()}
     res: dict = json.loads(out.read_text()) if args.resume and out.exists() else {}
@@ -106,4 +107,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        # Each finished cell is already in --out.
+        raise SystemExit("interrupted: the cells measured so far are in --out; "
+                         "--resume continues") from None
