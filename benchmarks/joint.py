@@ -9,7 +9,8 @@ Per model and batch, the simulated time of:
 3. PET-only: PET's corrected mutants of the model (`mutants`, transformation families),
    applied greedily by the simulator (one rewrite point at a time, each option measured,
    the best kept), then the default compiler;
-4. XTAT-only: layout + fusion + tiles + flags tuned (joint schedule), no rewrites;
+4. XTAT-only: layout + fusion + tiles + flags tuned (joint schedule without the rewrite
+   passes: kernels, layout + fusion, kernels), no rewrites;
 5. joint: everything (starter + PET rules: the rewrite plan, i.e. TASO's search with the
    same cost model and budget as 2 offered as one choice, and the rewrite points of the
    graph it leaves), joint schedule; the best seed's graph is checked for equal values
@@ -21,7 +22,7 @@ and joint run with `--seeds` seeds (median, min, max). Prints a table, writes JS
 bar chart PNG.
 
 Run: `.venv/bin/python benchmarks/joint.py [--models a,b] [--batches 1,16] [--budget N]
-[--schedule joint|layout_first]` (`--resume --joint-only` with another `--schedule` and a
+[--schedule joint|rewrite_first]` (`--resume --joint-only` with another `--schedule` and a
 copy of the result file measures only the joint column again).
 """
 

@@ -646,13 +646,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--passes", default="plan,rewrite,layout,fusion,tiling,flags",
                    help="passes to tune, comma-separated (default: all six; plan: TASO's "
                         "cost-model search's result as one choice, refined by rewrite)")
-    p.add_argument("--schedule", choices=("joint", "layout_first", "sequential", "custom"),
+    p.add_argument("--schedule", choices=("joint", "rewrite_first", "sequential", "custom"),
                    default="joint",
-                   help="joint (default): rewrite+layout+fusion by the strategy, then tiles "
-                        "and flags exhaustively per kernel; layout_first: the rewrite plan, "
-                        "layout+fusion, then rewrite points judged on those layouts, then "
-                        "tiles and flags; sequential: one pass at a time; custom: the given "
-                        "passes together by the strategy")
+                   help="joint (default): every kernel's tiles and flags from profiled runs, "
+                        "the rewrite plan, layout+fusion by the strategy, kernels again, "
+                        "rewrite points judged on those, kernels again; rewrite_first: "
+                        "kernels, rewrite points, rewrite+layout+fusion, kernels; "
+                        "sequential: one pass at a time; custom: the given passes together "
+                        "by the strategy")
     from superopt.xtat.strategies import CATALOGUE
 
     p.add_argument("--strategy", default="anneal",

@@ -62,21 +62,26 @@ def test_plan_is_tasos_search_result(setup) -> None:
     assert check.ok, check.summary()
 
 
-def test_joint_schedule_measures_the_plan_first_and_keeps_it(setup) -> None:
+def test_rewrite_first_measures_the_plan_after_the_kernels_and_keeps_it(setup) -> None:
     pipe, runner, graph, default = setup
-    r = Tuner(pipe, runner, default, seed=0).run(make_schedule("joint"), 30)
-    assert r.history[1].phase == "plan+rewrite"
+    r = Tuner(pipe, runner, default, seed=0).run(make_schedule("rewrite_first"), 60)
+    names = [n for n, _ in r.phases]
+    assert names[:3] == ["tiling", "flags", "plan+rewrite"]
+    first = next(p for p in r.history if p.phase == "plan+rewrite")
+    assert first.step == sum(k for _, k in r.phases[:2]) + 1  # the plan, measured first
     assert r.best.config("plan").choices.get(PLAN_SITE) is not None
     assert r.best_time < runner.time(default)
     check = check_values(graph, rewritten_graph(pipe, r.best))
     assert check.ok, check.summary()
 
 
-def test_layout_first_measures_the_plan_then_layouts_then_rewrite_points(setup) -> None:
+def test_joint_measures_kernels_plan_layouts_then_rewrite_points(setup) -> None:
     pipe, runner, graph, default = setup
-    r = Tuner(pipe, runner, default, seed=0).run(make_schedule("layout_first"), 40)
-    assert r.history[1].phase == "plan" and r.phases[0] == ("plan", 1)
-    assert [n for n, _ in r.phases][:3] == ["plan", "layout+fusion", "rewrite"]
+    r = Tuner(pipe, runner, default, seed=0).run(make_schedule("joint"), 60)
+    names = [n for n, _ in r.phases]
+    assert names[:4] == ["tiling", "flags", "plan", "layout+fusion"]
+    assert "rewrite" in names[4:]
+    assert dict(r.phases[:3])["plan"] == 1
     assert r.best.config("plan").choices.get(PLAN_SITE) is not None
     assert r.best_time < runner.time(default)
     check = check_values(graph, rewritten_graph(pipe, r.best))

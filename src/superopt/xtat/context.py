@@ -1,9 +1,10 @@
 """What a search strategy sees: the pipeline, the candidates measured so far, the best
-one, the global config store, a seeded random generator and the moves on candidates."""
+one, the global config store, a seeded random generator, the moves on candidates and,
+where the runner profiles its runs, each kernel configuration's measured time."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +23,12 @@ class TuneContext:
     store: ConfigStore = field(default_factory=ConfigStore)
     best: Candidate | None = None
     best_time: float = float("inf")
+    # (signature key, tile, flags) -> the kernel's measured time, from the profiles of
+    # the measured candidates (filled by the tuner; empty when its runner has none).
+    kernel_times: dict[tuple, float] = field(default_factory=dict)
+    profiled: bool = False  # the runner reports per-kernel times
+    # The kernels of a candidate the compiler rejects before running it (None: unknown).
+    rejected: Callable[[Candidate], frozenset[str]] | None = None
 
     def tunable(self, candidate: Candidate, passes: Sequence[str]) -> list[tuple[str, Site]]:
         """(pass, site) for every site with a choice to make, in the given passes."""
@@ -76,6 +83,12 @@ class TuneContext:
                                         if k in sites and v in sites[k].options
                                         and v != sites[k].default})
         return self.pipeline.build(a, configs, self.store)
+
+    def kernel_time(self, candidate: Candidate, key: str) -> float | None:
+        """The measured time of kernel `key` as `candidate` configures it (None: that
+        configuration was never measured)."""
+        f = candidate.final
+        return self.kernel_times.get((key, f.tiles[key], f.flags[key]))
 
     def observe(self, candidate: Candidate, time: float) -> None:
         if time < self.best_time:

@@ -8,11 +8,13 @@ time is known, only the changed signatures are re-costed.
 
 `measure` is what a profiled run reports: the sum of the kernels' measured times, each
 the exact time times log-normal noise (sigma about 1.5%, as `tpu_sim.measure`) drawn from
-the seed and the kernel's signature, tile and flags. A kernel configuration is measured
-once per seed and its time reused wherever it recurs (XTAT caches kernel measurements by
-kernel the same way), so two candidates that differ in one kernel differ by that
-kernel's measured change, not by the whole program's noise; the same seed and candidate
-always give the same number.
+the seed and the kernel's signature, tile and flags; `profile` is the per-kernel report
+of the same run (a TPU profile names each kernel's time). A kernel configuration is
+measured once per seed and its time reused wherever it recurs (XTAT caches kernel
+measurements by kernel the same way), so two candidates that differ in one kernel differ
+by that kernel's measured change, not by the whole program's noise; the same seed and
+candidate always give the same number. `rejected` is what the compiler says before
+anything runs: the kernels whose tile does not fit.
 """
 
 from __future__ import annotations
@@ -67,21 +69,33 @@ class SimRunner:
             got = self._noise[k] = math.exp(self.sigma * z)
         return got
 
-    def measure(self, candidate: Candidate, seed: int) -> float:
-        """The profiled time of the candidate (module docstring)."""
+    def profile(self, candidate: Candidate, seed: int) -> dict[str, float] | None:
+        """What the profiler reports with the measurement: the measured time of one kernel
+        of each signature (None when a kernel does not compile: nothing ran)."""
         if not math.isfinite(self.time(candidate)):
-            return math.inf
+            return None
         final = candidate.final
         per = final.memo["kernel_times"]
+        return {key: t * self.noise(seed, key, final.tiles[key], final.flags[key])
+                for key, t in per.items()}
+
+    def measure(self, candidate: Candidate, seed: int) -> float:
+        """The profiled time of the candidate (module docstring): its kernels' measured
+        times summed in kernel order."""
+        noisy = self.profile(candidate, seed)
+        if noisy is None:
+            return math.inf
         total = 0.0
-        noisy: dict[str, float] = {}
-        for key in final.sig_keys:
-            t = noisy.get(key)
-            if t is None:
-                t = noisy[key] = per[key] * self.noise(seed, key, final.tiles[key],
-                                                       final.flags[key])
-            total += t
+        for key in candidate.final.sig_keys:
+            total += noisy[key]
         return total
+
+    def rejected(self, candidate: Candidate) -> frozenset[str]:
+        """The signatures whose kernel the compiler rejects (its tile does not fit VMEM
+        under its flags): known when compiling, before anything runs."""
+        self.time(candidate)
+        return frozenset(k for k, t in candidate.final.memo["kernel_times"].items()
+                         if not math.isfinite(t))
 
     def config(self, candidate: Candidate) -> Config:
         """The candidate as a `tpu_sim.Config` of its rewritten graph."""

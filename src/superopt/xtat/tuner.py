@@ -3,30 +3,35 @@
 A *schedule* is a list of phases, each a set of passes searched by one strategy with a
 share of the budget:
 
-- `joint` (XTAT's default): a greedy pass over the rewrite plan (TASO's search result as
-  one choice) and the rewrite points of the graph it leaves (each point's options
-  measured in turn, the best kept: 15% of the budget), then rewrite + layout +
-  fusion together by annealing from there (35%, ended early after 40% of it without a
-  new best), then tiles per kernel (30%: the `TILE_TOP_K` first in the analytical model's
-  order, heaviest kernels first), then flags exhaustively per kernel (20%);
-- `layout_first`: the rewrite plan alone (one measurement, kept if faster), then layout +
-  fusion by annealing (35%, same patience), then the greedy pass over the rewrite points
-  of the graph it leaves, measured on top of those layouts (15%), then tiles and flags as
-  in `joint`. PET's corrected mutants and layout choices often fix the same inefficiency
-  (a conv with few channels: vgg19 and csrnet at batch 16); judged after the layouts, a
-  point whose gain the layouts already took is not adopted. At budget 1000 it beat
-  `joint` by 3.2% on resnet18 and 1.7% on vgg19 at batch 16; at 300, on 7 rows of
-  benchmarks/joint.py, by 0.3% in geomean (benchmarks/joint_schedules.py, `plan_lf_rw`);
+- *kernel phases* (K below): tiles, then flags, every kernel at once (`parallel`: one
+  measurement per option round, each kernel's time read from the run's profile; the
+  `TILE_TOP_K` first tiles in the analytical model's order, every flags setting). A
+  kernel configuration measured once is never measured again, so a later K phase only
+  tunes the kernels that graph changes made. Graph choices are then judged on tuned
+  kernels: on benchmarks/joint.py's rows, K before the graph phases as well as after them
+  took XTAT-only from 1.287 to 1.426 on csrnet b1 and 1.113 to 1.142 on vgg19 b1;
+- `joint` (the default): K; the rewrite plan alone (TASO's search result: one
+  measurement, kept if faster); layout + fusion by annealing (35% of the budget, ended
+  early after 40% of it without a new best); K; the greedy pass over the rewrite points
+  of the graph it leaves (each point's options measured in turn on top of those layouts
+  and kernels, the best kept: 15%, same patience); K. PET's corrected mutants and layout
+  choices often fix the same inefficiency (a conv with few channels: vgg19 and csrnet at
+  batch 16); judged after the layouts and tiles, a point whose gain they already took is
+  not adopted (vgg19 b16: 1.071 against 1.048 for `rewrite_first`, 3 seeds, budget 300);
+- `rewrite_first`: K; the greedy pass over the plan and the rewrite points first (15%),
+  then rewrite + layout + fusion together by annealing (35%, same patience); K;
 - `sequential`: each pass alone, in pipeline order (the plan measured once, the other
-  graph passes by the chosen strategy, kernel passes exhaustively);
+  graph passes by the chosen strategy), then K;
 - `custom`: the given passes together, by the given strategy, with the whole budget.
 
-Budgets count measurements (distinct candidates); the default candidate is measurement 0,
-so the tuned result is never worse than the default compiler's. A phase that finishes
-early leaves its budget to the next. Candidates proposed again are not measured again.
-With a cost model ranking the proposals (`wrap`), budget left at the end of the
-schedule goes to the schedule again, from the best candidate so far; without one the
-schedule runs once.
+Without the rewrite passes `joint` and `rewrite_first` are the same: XTAT-only's K,
+layout + fusion, K. Budgets count measurements (distinct candidates); the default
+candidate is measurement 0, so the tuned result is never worse than the default
+compiler's. A phase that finishes early leaves its budget to the next. Candidates proposed
+again are not measured again. Budget left at the end of the schedule goes to the
+schedule again, from the best candidate so far (with a cost model ranking the proposals,
+`wrap`, the kernel phases then offer the model's next-ranked options), until a whole
+pass measures nothing new.
 
 Every measurement goes to the records database as it arrives. A resumed run replays the
 search from the same seed and reads the recorded measurements in order instead of
@@ -59,11 +64,11 @@ from superopt.xtat.strategies.base import SearchStrategy
 GRAPH_PASSES = ("plan", "rewrite", "layout", "fusion")
 KERNEL_PASSES = ("tiling", "flags")
 PASS_NAMES = GRAPH_PASSES + KERNEL_PASSES
-SCHEDULES = ("joint", "layout_first", "sequential", "custom")
+SCHEDULES = ("joint", "rewrite_first", "sequential", "custom")
 FINALISTS = 5
 
 
-TILE_TOP_K = 12  # tiles measured per kernel, in the analytical model's order
+TILE_TOP_K = 12  # tiles tried per kernel, in the analytical model's order
 
 
 @dataclass(frozen=True)
@@ -81,8 +86,12 @@ class Phase:
 GRAPH_SHARE = 0.5
 REWRITE_SHARE = 0.15
 PATIENCE = 0.4
-KERNEL_PHASES = (Phase("tiling", ("tiling",), "exhaustive", 0.3, (("top_k", TILE_TOP_K),)),
-                 Phase("flags", ("flags",), "exhaustive", 0.2))
+# Every kernel at once from the run's profile: a round per option (at most TILE_TOP_K
+# tiles, every flags setting), so the shares are caps that are seldom reached.
+KERNEL_SHARE = 0.1
+KERNEL_PHASES = (Phase("tiling", ("tiling",), "parallel", KERNEL_SHARE,
+                       (("top_k", TILE_TOP_K),)),
+                 Phase("flags", ("flags",), "parallel", KERNEL_SHARE))
 
 
 def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES, strategy: str = "anneal"
@@ -96,21 +105,20 @@ def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES, strategy: str =
     if kind == "custom":
         return [Phase("+".join(p for p in PASS_NAMES if p in passes),
                       tuple(p for p in PASS_NAMES if p in passes), strategy, 1.0)]
+    graph = Phase("graph", ("layout", "fusion"), strategy, GRAPH_SHARE - REWRITE_SHARE,
+                  patience=PATIENCE)
     if kind == "joint":
+        phases = [*KERNEL_PHASES, Phase("plan", ("plan",), "exhaustive", 0.0), graph,
+                  *KERNEL_PHASES,
+                  Phase("rewrite", ("rewrite",), "exhaustive", REWRITE_SHARE,
+                        patience=PATIENCE), *KERNEL_PHASES]
+    elif kind == "rewrite_first":
         # The plan is one all-or-nothing site: measured once in the greedy phase, then
         # left out of annealing (a move that swaps the whole rewritten graph).
-        # The greedy rewrite phase also ends early once it stops finding better graphs:
-        # on resnet18/inception_v3 at batch 16 the budget it leaves to the graph anneal
-        # gained 2% and 1%, and it changed nothing on resnet50 and bert_small (3 seeds).
-        phases = [Phase("rewrite", ("plan", "rewrite"), "exhaustive", REWRITE_SHARE,
+        phases = [*KERNEL_PHASES,
+                  Phase("rewrite", ("plan", "rewrite"), "exhaustive", REWRITE_SHARE,
                         patience=PATIENCE),
                   Phase("graph", GRAPH_PASSES[1:], strategy, GRAPH_SHARE - REWRITE_SHARE,
-                        patience=PATIENCE), *KERNEL_PHASES]
-    elif kind == "layout_first":
-        phases = [Phase("plan", ("plan",), "exhaustive", 0.0),
-                  Phase("graph", ("layout", "fusion"), strategy, GRAPH_SHARE - REWRITE_SHARE,
-                        patience=PATIENCE),
-                  Phase("rewrite", ("rewrite",), "exhaustive", REWRITE_SHARE,
                         patience=PATIENCE), *KERNEL_PHASES]
     elif kind == "sequential":
         phases = [Phase("plan", ("plan",), "exhaustive", 0.0)] + [
@@ -118,13 +126,24 @@ def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES, strategy: str =
             for p in GRAPH_PASSES[1:]] + list(KERNEL_PHASES)
     else:
         raise IRError(f"unknown schedule {kind!r}: expected one of {', '.join(SCHEDULES)}")
-    out = []
+    out: list[Phase] = []
     for ph in phases:
         kept = tuple(p for p in ph.passes if p in passes)
         if kept:
             out.append(Phase("+".join(kept), kept, ph.strategy, ph.share, ph.options,
                              ph.patience))
-    return out
+    # A kernel phase repeated with no graph phase between (one left out) has nothing new
+    # to measure.
+    kept_phases: list[Phase] = []
+    since: set[Phase] = set()
+    for ph in out:
+        if ph.strategy != "parallel":
+            since.clear()
+        elif ph in since:
+            continue
+        since.add(ph)
+        kept_phases.append(ph)
+    return kept_phases
 
 
 @dataclass(frozen=True)
@@ -176,6 +195,11 @@ class Tuner:
         self.measure = measure
         self.wrap = wrap
         self.ctx = TuneContext(pipeline, default, np.random.default_rng(seed))
+        # The runner's profile of each measurement feeds per-kernel strategies; it is
+        # recomputed from the seed for a replayed measurement (the same numbers: the
+        # simulator's noise is a function of the seed and the kernel's configuration).
+        self.ctx.profiled = callable(getattr(runner, "profile", None))
+        self.ctx.rejected = getattr(runner, "rejected", None)
         self.recorded = {m.step: m for m in db.measurements()} if db is not None else {}
         self.times: dict[str, float] = {}
         self.step = 0
@@ -191,6 +215,12 @@ class Tuner:
     def _record(self, cand: Candidate, t: float) -> None:
         self.step += 1
         self.times[cand.key] = t
+        if self.ctx.profiled and math.isfinite(t):
+            prof = self.runner.profile(cand, self.seed)
+            if prof is not None:
+                f = cand.final
+                for key, kt in prof.items():
+                    self.ctx.kernel_times[(key, f.tiles[key], f.flags[key])] = kt
         self.ctx.observe(cand, t)
         self.history.append(Point(self.step - 1, t, self.ctx.best_time, self.phase))
         entry = (-t, -(self.step - 1), cand)
@@ -255,7 +285,7 @@ class Tuner:
         start = time.perf_counter()
         stopped = "budget"
         per_phase: list[tuple[str, int]] = []
-        first = 0
+        first = cycle = 0
         self.phase, self.strategy = "default", "default"
         self.evaluate([self.ctx.default], budget)
         try:
@@ -295,12 +325,13 @@ class Tuner:
                             best_at, best = self.step, self.ctx.best_time
                         elif wait is not None and self.step - best_at >= wait:
                             break
-                    per_phase.append((ph.name, self.step - first))
-                # With a cost model, budget left after the schedule goes to it again from
-                # the best so far (the kernel phases then offer the model's next-ranked
-                # options); until a whole pass measures nothing new. Without one, the
-                # schedule runs once.
-                if self.wrap is None or self.step >= budget or self.step == cycle_start:
+                    if not cycle or self.step > first:  # a repeat that measured something
+                        per_phase.append((ph.name, self.step - first))
+                cycle += 1
+                # Budget left after the schedule goes to it again, from the best so far
+                # (with a cost model the kernel phases then offer the model's next-ranked
+                # options); until a whole pass measures nothing new.
+                if self.step >= budget or self.step == cycle_start:
                     break
         except KeyboardInterrupt:
             stopped = "interrupted"

@@ -8,7 +8,10 @@
   origin of its graph's nodes in `stage.graph`'s (identity when the graph is unchanged),
   and a report of what the configuration did;
 - `requires(stage)` / `ensures(stage)`: checks run between passes by `check=True`
-  pipelines and in tests (`lint()` of the stage graph and the pass's own invariants).
+  pipelines and in tests (`lint()` of the stage graph and the pass's own invariants);
+- `per_kernel`: a trait, True when each site is one kernel signature whose choice
+  changes that kernel's time only (tiles, flags): a profiled run then measures every
+  site's option at once (the `parallel` strategy).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class TunablePass(ABC):
     """Base of the six passes (plan, rewrite, layout, fusion, tiling, flags)."""
 
     name: str = "pass"
+    per_kernel: bool = False  # see the module docstring
 
     def sites(self, stage: Stage) -> Sites:
         got = stage.memo.get(("sites", self.name))

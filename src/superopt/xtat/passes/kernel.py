@@ -44,7 +44,10 @@ def flags_from_short(text: str) -> Flags:
 class _KernelPass(TunablePass):
     """Sites per distinct kernel signature. What a site offers depends only on its
     signature (and, for flags, the tile), so it is kept per key in the pass object and a
-    new stage (after any fusion change) only counts its kernels."""
+    new stage (after any fusion change) only counts its kernels. A site's choice changes
+    its kernels' time and nothing else (`per_kernel`)."""
+
+    per_kernel = True
 
     def __init__(self, sim: Simulator) -> None:
         self.sim = sim

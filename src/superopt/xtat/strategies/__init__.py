@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 CATALOGUE: dict[str, str] = {
     "random": "the default with 1-4 random changes",
     "exhaustive": "every option of one site at a time, best kept",
+    "parallel": "per-kernel sites: every kernel's next option in one profiled run",
     "anneal": "simulated annealing",
     "evolution": "evolutionary search",
     "mbo": "model-based: an ensemble of regressors, its acquisition optimised by evolution",

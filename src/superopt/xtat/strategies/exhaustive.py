@@ -4,7 +4,9 @@ option of a site is measured on the best candidate so far, the best option is ke
 the next site. With the kernel passes, whose sites are independent kernels, this is the
 per-kernel exhaustive tile and flag search of XTAT. With `top_k`, only the first k
 options of a site (in the order its pass gives them: tiles by the analytical model) are
-measured, as XTAT measures a cost model's top candidates per kernel."""
+measured, as XTAT measures a cost model's top candidates per kernel. On a per-kernel
+pass (tiles, flags) an option whose kernel configuration a profile already timed is not
+measured again (only the fastest such, where it beats the current choice)."""
 
 from __future__ import annotations
 
@@ -44,14 +46,32 @@ class Exhaustive(SearchStrategy):
         current = ctx.choice(base, name, site)
         k = self.opts.get("top_k")
         options = site.options if k is None else site.options[:int(k)]
-        return [ctx.pipeline.with_choice(base, name, site.key, o, ctx.store)
-                for o in options if o != current]
+        cands = [ctx.pipeline.with_choice(base, name, site.key, o, ctx.store)
+                 for o in options if o != current]
+        if ctx.profiled and ctx.pipeline.passes[ctx.pipeline.index(name)].per_kernel:
+            cands = self._unmeasured(site.key, cands)
+        return cands
+
+    def _unmeasured(self, key: str, cands: list[Candidate]) -> list[Candidate]:
+        """A per-kernel site's options whose kernel configuration no profile has timed,
+        and the fastest timed one if it beats the current choice: the kernel's time does
+        not depend on the rest of the candidate, so what was measured holds here."""
+        ctx = self.ctx
+        known = [(t, i) for i, c in enumerate(cands)
+                 if (t := ctx.kernel_time(c, key)) is not None]
+        fresh = [c for c in cands if ctx.kernel_time(c, key) is None]
+        now = ctx.kernel_time(self.base, key)
+        if known and now is not None and min(known)[0] < now:
+            fresh.append(cands[min(known)[1]])
+        return fresh
 
     def ask(self, n: int) -> list[Candidate]:
         while not self.queue:
             got = self._next_site()
             if got is None:
                 return []
+            if not got:  # nothing of this site to measure
+                continue
             self.queue = got
             self.open = len(got)
             self.site_best = None
