@@ -129,6 +129,9 @@ def torch_ratio(before: Graph, after: Graph) -> dict:
     return out
 
 
+TIE = 1 - 1e-3  # joint within 0.1% of the best single system
+
+
 def parse_rows(text: str) -> list[tuple[str, int]]:
     """`model:batch,...` (the other joint benchmarks' --rows), checked before any work."""
     from superopt import zoo
@@ -287,12 +290,17 @@ def main() -> None:
         summary = {c: geomean([r["speedup"][c] for r in rows])
                    for c in ("taso", "pet", "xtat", "joint")}
         wins = sum(r["joint_beats_best_single"] for r in rows)
+        # Also within 0.1% of it (the simulator's measurement noise is 1.5% per kernel):
+        # a row where joint and XTAT-only end on the same choices up to noise is a tie.
+        ties = sum(r["speedup"]["joint"] >= TIE * max(
+            r["speedup"][c] for c in ("taso", "pet", "xtat")) for r in rows)
         out.write_text(json.dumps({"budget": args.budget, "taso_budget": args.taso_budget,
                                    "seeds": args.seeds, "hardware": "v4", "complete": done,
                                    "rows": rows, "geomean": summary,
                                    "joint_beats_best_single": wins,
+                                   "joint_within_0.1pct_of_best_single": ties,
                                    "wall_s": time.perf_counter() - t0}, indent=1) + "\n")
-        return summary, wins
+        return summary, wins, ties
 
     with tempfile.TemporaryDirectory() as tmp:
         for m in models:
@@ -310,9 +318,10 @@ def main() -> None:
                 else:
                     continue
                 write(False)
-    summary, wins = write(True)
+    summary, wins, ties = write(True)
     print("geomean speedups: " + "  ".join(f"{k} {v:.3f}x" for k, v in summary.items())
-          + f"; joint >= best single on {wins}/{len(rows)}")
+          + f"; joint >= best single on {wins}/{len(rows)}, within 0.1% of it on "
+          f"{ties}/{len(rows)}")
     png = out.with_suffix(".png")
     bar_chart(rows, png)
     print(f"wrote {out} and {png}")
