@@ -648,8 +648,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "cost-model search's result as one choice, refined by rewrite)")
     p.add_argument("--schedule", choices=("joint", "rewrite_first", "sequential", "custom"),
                    default="joint",
-                   help="joint (default): every kernel's tiles and flags from profiled runs, "
-                        "the rewrite plan, layout+fusion by the strategy, kernels again, "
+                   help="joint (default): the rewrite plan, every kernel's tiles and flags "
+                        "from profiled runs, layout+fusion by the strategy, kernels again, "
                         "rewrite points judged on those, kernels again; rewrite_first: "
                         "kernels, rewrite points, rewrite+layout+fusion, kernels; "
                         "sequential: one pass at a time; custom: the given passes together "

@@ -71,9 +71,9 @@ def test_exhaustive_tiles_reach_each_kernels_best_option() -> None:
 def test_schedules() -> None:
     joint = make_schedule("joint")
     kernels = [("tiling",), ("flags",)]
-    assert [p.passes for p in joint] == [*kernels, ("plan",), ("layout", "fusion"), *kernels,
+    assert [p.passes for p in joint] == [("plan",), *kernels, ("layout", "fusion"), *kernels,
                                          ("rewrite",), *kernels]
-    assert [p.strategy for p in joint] == ["parallel", "parallel", "exhaustive", "anneal",
+    assert [p.strategy for p in joint] == ["exhaustive", "parallel", "parallel", "anneal",
                                            "parallel", "parallel", "exhaustive", "parallel",
                                            "parallel"]
     first = make_schedule("rewrite_first")
