@@ -75,9 +75,14 @@ class SimRunner:
         if not math.isfinite(self.time(candidate)):
             return None
         final = candidate.final
-        per = final.memo["kernel_times"]
-        return {key: t * self.noise(seed, key, final.tiles[key], final.flags[key])
+        # Kept with the candidate: the tuner reads the profile of what it just measured.
+        got = final.memo.get(("profile", seed))
+        if got is None:
+            per = final.memo["kernel_times"]
+            got = final.memo[("profile", seed)] = {
+                key: t * self.noise(seed, key, final.tiles[key], final.flags[key])
                 for key, t in per.items()}
+        return got
 
     def measure(self, candidate: Candidate, seed: int) -> float:
         """The profiled time of the candidate (module docstring): its kernels' measured

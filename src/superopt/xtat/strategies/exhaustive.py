@@ -57,9 +57,9 @@ class Exhaustive(SearchStrategy):
         and the fastest timed one if it beats the current choice: the kernel's time does
         not depend on the rest of the candidate, so what was measured holds here."""
         ctx = self.ctx
-        known = [(t, i) for i, c in enumerate(cands)
-                 if (t := ctx.kernel_time(c, key)) is not None]
-        fresh = [c for c in cands if ctx.kernel_time(c, key) is None]
+        times = [ctx.kernel_time(c, key) for c in cands]
+        known = [(t, i) for i, t in enumerate(times) if t is not None]
+        fresh = [c for c, t in zip(cands, times, strict=True) if t is None]
         now = ctx.kernel_time(self.base, key)
         if known and now is not None and min(known)[0] < now:
             fresh.append(cands[min(known)[1]])
