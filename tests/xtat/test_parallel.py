@@ -20,26 +20,6 @@ def _exact(model: str):
     return s, SimRunner(s.sim, sigma=0.0)
 
 
-def _per_kernel_best(s, runner, base) -> tuple[float, dict[str, object]]:
-    """Independently of the strategy: per signature, the least simulator cost over its
-    tile options under the flags the default compiler gives that tile."""
-    p = s.pipeline
-    t = p.index("tiling")
-    stage = base.stages[t]
-    total, best = 0.0, {}
-    for key in base.final.sig_keys:
-        site = p.passes[t].sites(stage)[key]
-        timed = []
-        for o in site.options:
-            c = p.with_choice(base, "tiling", key, o)
-            kt = runner.time(c) and c.final.memo["kernel_times"][key]
-            timed.append((kt, o))
-        kt, o = min(timed, key=lambda e: e[0])
-        best[key] = o
-        total += kt
-    return total, best
-
-
 def test_profile_is_the_measurement_per_kernel() -> None:
     s = open_session({"model": "squeezenet"})
     prof = s.runner.profile(s.default, 3)
@@ -53,7 +33,7 @@ def test_profile_is_the_measurement_per_kernel() -> None:
     assert s.runner.profile(s.default, 4) != prof
 
 
-def test_parallel_tiles_reach_each_kernels_best_in_few_measurements() -> None:
+def test_parallel_tiles_reach_each_kernels_best_in_few_measurements(per_kernel_best) -> None:
     s, runner = _exact("squeezenet")
     p = s.pipeline
     t = p.index("tiling")
@@ -61,7 +41,7 @@ def test_parallel_tiles_reach_each_kernels_best_in_few_measurements() -> None:
     widest = max(len(x.options) for x in sites)
     r = Tuner(p, runner, s.default, seed=0).run(
         make_schedule("custom", ("tiling",), "parallel"), 1000)
-    want, _ = _per_kernel_best(s, runner, s.default)
+    want, _ = per_kernel_best(s.pipeline, runner, s.default)
     # One measurement per round (at most the widest site's options, the current one
     # included), the default, and the combination of the bests.
     assert r.evaluations <= widest + 2
@@ -80,10 +60,11 @@ def test_parallel_with_noise_is_reproducible_and_not_worse_than_exhaustive() -> 
     assert a.best_time < ex.best_time  # same budget: every kernel against a few
 
 
-def test_a_rejected_kernel_keeps_its_choice_and_the_others_are_tuned() -> None:
+def test_a_rejected_kernel_keeps_its_choice_and_the_others_are_tuned(per_kernel_best
+                                                                    ) -> None:
     s, runner = _exact("squeezenet")
     p = s.pipeline
-    _, best = _per_kernel_best(s, runner, s.default)
+    _, best = per_kernel_best(s.pipeline, runner, s.default)
     moved = sorted(k for k, o in best.items()
                    if o != p.passes[p.index("tiling")].sites(
                        s.default.stages[p.index("tiling")])[k].default)

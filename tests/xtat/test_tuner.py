@@ -71,16 +71,17 @@ def test_exhaustive_tiles_reach_each_kernels_best_option() -> None:
 def test_schedules() -> None:
     joint = make_schedule("joint")
     kernels = [("tiling",), ("flags",)]
+    rewrites = ("plan", "rewrite")
     assert [p.passes for p in joint] == [("plan",), *kernels, ("layout", "fusion"), *kernels,
-                                         ("rewrite",), *kernels]
+                                         ("rewrite",), *kernels, rewrites]
     assert [p.strategy for p in joint] == ["exhaustive", "parallel", "parallel", "anneal",
                                            "parallel", "parallel", "exhaustive", "parallel",
-                                           "parallel"]
+                                           "parallel", "revisit"]
     first = make_schedule("rewrite_first")
-    assert [p.passes for p in first] == [*kernels, ("plan", "rewrite"),
-                                         ("rewrite", "layout", "fusion"), *kernels]
+    assert [p.passes for p in first] == [*kernels, rewrites,
+                                         ("rewrite", "layout", "fusion"), *kernels, rewrites]
     assert [p.strategy for p in first] == ["parallel", "parallel", "exhaustive", "anneal",
-                                           "parallel", "parallel"]
+                                           "parallel", "parallel", "revisit"]
     # Without the rewrite passes both schedules are XTAT's: the same phases, the kernel
     # phases that would repeat with nothing between them left out.
     compiler = ("layout", "fusion", "tiling", "flags")

@@ -9,8 +9,9 @@ that kernel's configuration and the `k_kernel` best are measured (top 5); the op
 left out are told to the strategy as not worth measuring (an infinite time), so it
 settles the kernel on what was measured. The wrapped strategy is told only the times it
 would have been told, so its behaviour otherwise is unchanged. The `parallel` strategy
-is not ranked: each of its rounds measures an option of every kernel at once, so leaving
-a round out saves one measurement and loses every kernel's option in it.
+(and `revisit`, which runs it) is not ranked: each of its rounds measures an option of
+every kernel at once, so leaving a round out saves one measurement and loses every
+kernel's option in it.
 
 The phases of one tuning run share a `Memory`: the candidates measured so far (a graph
 round takes the k best-ranked among the proposals not measured yet: a repeat costs no
@@ -132,7 +133,7 @@ class ModelTopK(SearchStrategy):
         self.inner.start(ctx, passes, budget)
 
     def ask(self, n: int) -> list[Candidate]:
-        if self.inner.name == "parallel":  # module docstring
+        if not self.inner.rankable:  # module docstring
             return self.inner.ask(n)
         while True:
             if self.site_wise:

@@ -17,6 +17,7 @@ CATALOGUE: dict[str, str] = {
     "random": "the default with 1-4 random changes",
     "exhaustive": "every option of one site at a time, best kept",
     "parallel": "per-kernel sites: every kernel's next option in one profiled run",
+    "revisit": "each changed graph choice reverted, its kernels tuned, then compared",
     "anneal": "simulated annealing",
     "evolution": "evolutionary search",
     "mbo": "model-based: an ensemble of regressors, its acquisition optimised by evolution",

@@ -20,6 +20,10 @@ from superopt.xtat.stage import Candidate
 
 class SearchStrategy(ABC):
     name = "strategy"
+    # Whether a cost model may rank its proposals and measure only the best few
+    # (`superopt.xtat.models.topk`): not for strategies whose every proposal carries
+    # information the next ones rely on (per-kernel rounds read from profiles).
+    rankable = True
 
     def __init__(self, **opts: Any) -> None:
         self.opts = opts

@@ -30,7 +30,15 @@ from superopt.xtat.strategies.base import SearchStrategy, register
 
 @register("parallel")
 class Parallel(SearchStrategy):
+    rankable = False  # a round measures an option of every kernel at once
+
     def start(self, ctx: TuneContext, passes: Sequence[str], budget: int) -> None:
+        self.start_from(ctx, passes, budget, ctx.best or ctx.default, ctx.best_time)
+
+    def start_from(self, ctx: TuneContext, passes: Sequence[str], budget: int,
+                   base: Candidate, base_time: float) -> None:
+        """Tune the kernels of `base` (measured at `base_time`), which need not be the
+        best candidate so far (`revisit` tunes a graph change's kernels this way)."""
         super().start(ctx, passes, budget)
         for name in passes:
             if not ctx.pipeline.passes[ctx.pipeline.index(name)].per_kernel:
@@ -40,7 +48,7 @@ class Parallel(SearchStrategy):
             raise IRError("strategy 'parallel' needs a runner that reports each kernel's "
                           "time (a profile): use 'exhaustive'")
         self.todo = list(passes)
-        self.base = ctx.best or ctx.default
+        self.base, self.base_time = base, base_time
         self.queue: list[Candidate] = []
         self.pass_name = ""
         self.tried: dict[str, dict[object, Candidate]] = {}  # site -> option -> round
@@ -119,6 +127,6 @@ class Parallel(SearchStrategy):
     def tell(self, candidates: Sequence[Candidate], times: Sequence[float]) -> None:
         for cand, t in zip(candidates, times, strict=True):
             if self.final is not None and cand.key == self.final.key:
-                if t <= self.ctx.best_time or cand is self.ctx.best:
-                    self.base = cand
+                if t <= self.base_time:
+                    self.base, self.base_time = cand, t
                 self.final = None

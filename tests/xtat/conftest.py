@@ -1,0 +1,32 @@
+"""Helpers shared by the tuner's tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+
+def _per_kernel_best(p, runner, base) -> tuple[float, dict[str, object]]:
+    """Independently of any strategy: per signature of `base`, the least simulator cost
+    over its tile options (each with the flags the default compiler gives that tile),
+    summed over `base`'s kernels, and the tile reaching it."""
+    t = p.index("tiling")
+    stage = base.stages[t]
+    total, best = 0.0, {}
+    for key in base.final.sig_keys:
+        site = p.passes[t].sites(stage)[key]
+        timed = []
+        for o in site.options:
+            c = p.with_choice(base, "tiling", key, o)
+            kt = runner.time(c) and c.final.memo["kernel_times"][key]
+            timed.append((kt, o))
+        kt, o = min(timed, key=lambda e: e[0])
+        best[key] = o
+        total += kt
+    return total, best
+
+
+@pytest.fixture
+def per_kernel_best() -> Callable:
+    return _per_kernel_best
