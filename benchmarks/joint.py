@@ -266,8 +266,13 @@ def main() -> None:
         raise SystemExit(f"--schedule: expected one of {', '.join(SCHEDULES[:-1])}, "
                          f"found {args.schedule!r}")
 
-    models = args.models.split(",") if args.models else [
-        m for m in zoo.names() if m != "squeezenet1_0"]
+    # Rows are keyed by the zoo's canonical name ("bert-small" and "bert_small" are one
+    # model: a row kept under one spelling must not be measured again under the other).
+    try:
+        models = [zoo.get(m).name for m in args.models.split(",")] if args.models else [
+            m for m in zoo.names() if m != "squeezenet1_0"]
+    except zoo.ZooError as e:
+        raise SystemExit(f"--models: {e}") from None
     batches = [int(b) for b in args.batches.split(",")]
     rows: list[dict] = []
     t0 = time.perf_counter()
@@ -279,6 +284,8 @@ def main() -> None:
         if {k: prev.get(k) for k in settings} != settings:
             raise SystemExit(f"{f}: made with other settings "
                              f"({ {k: prev.get(k) for k in settings} }), not {settings}")
+        for r in prev["rows"]:
+            r["model"] = zoo.get(r["model"]).name
         rows.extend(r for r in prev["rows"]
                     if (r["model"], r["batch"]) not in {(q["model"], q["batch"]) for q in rows})
     done = {(r["model"], r["batch"]) for r in rows}
