@@ -130,7 +130,7 @@ def generate(preset: str = "taso", max_ops: int | None = None,
 
 
 def tune(graph: Graph | str, passes: Sequence[str] | None = None, budget: int = 200,
-         schedule: str = "joint", strategy: str = "anneal", seed: int = 0,
+         schedule: str = "joint", strategy: str = "sweep", seed: int = 0,
          hardware: str | None = None) -> TuneResult:
     """XTAT's joint tuner (`superopt tune`) on the TPU simulator: rewrite, layout, fusion,
     tile and flag choices searched together for `budget` measurements. `graph` is a Graph

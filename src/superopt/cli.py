@@ -654,10 +654,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "kernels, rewrite points, rewrite+layout+fusion, kernels; "
                         "sequential: one pass at a time; custom: the given passes together "
                         "by the strategy")
-    from superopt.xtat.strategies import CATALOGUE
+    from superopt.xtat.strategies import CATALOGUE, DEFAULT_STRATEGY
 
-    p.add_argument("--strategy", default="anneal",
-                   help="the search strategy (default anneal): " + "; ".join(
+    p.add_argument("--strategy", default=DEFAULT_STRATEGY,
+                   help=f"the search strategy (default {DEFAULT_STRATEGY}): " + "; ".join(
                        f"{name} ({what})" for name, what in CATALOGUE.items()))
     p.add_argument("--budget", type=int, default=200,
                    help="measurements in all, the default candidate included (default 200)")

@@ -74,13 +74,13 @@ def test_schedules() -> None:
     rewrites = ("plan", "rewrite")
     assert [p.passes for p in joint] == [("plan",), *kernels, ("layout", "fusion"), *kernels,
                                          ("rewrite",), *kernels, rewrites]
-    assert [p.strategy for p in joint] == ["exhaustive", "parallel", "parallel", "anneal",
+    assert [p.strategy for p in joint] == ["exhaustive", "parallel", "parallel", "sweep",
                                            "parallel", "parallel", "exhaustive", "parallel",
                                            "parallel", "revisit"]
     first = make_schedule("rewrite_first")
     assert [p.passes for p in first] == [*kernels, rewrites,
                                          ("rewrite", "layout", "fusion"), *kernels, rewrites]
-    assert [p.strategy for p in first] == ["parallel", "parallel", "exhaustive", "anneal",
+    assert [p.strategy for p in first] == ["parallel", "parallel", "exhaustive", "sweep",
                                            "parallel", "parallel", "revisit"]
     # Without the rewrite passes both schedules are XTAT's: the same phases, the kernel
     # phases that would repeat with nothing between them left out.
@@ -106,7 +106,10 @@ def test_joint_schedule_spends_the_budget_in_phases(resnet) -> None:
     assert r.evaluations == 60
     assert sum(n for _, n in r.phases) == 59  # plus the default
     names = [p.name for p in make_schedule("joint")]
-    assert [n for n, _ in r.phases][:len(names)] == names
+    # In schedule order; the revisit, last with no share of its own, takes what the
+    # others leave (here nothing: the last kernel phase may use all that is left).
+    first = [n for n, _ in r.phases][:len(names)]
+    assert first == names[:len(first)] and len(first) >= names.index("rewrite") + 1
     # Budget left after the schedule goes to it again (phases that measured nothing new
     # are not listed).
     assert all(n in names and k > 0 for n, k in r.phases[len(names):])

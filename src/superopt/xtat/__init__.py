@@ -30,7 +30,7 @@ def open_session(spec: dict[str, Any], graph: Any = None) -> Any:
 
 
 def tune(model: str, budget: int = 200, schedule: str = "joint", passes: Any = None,
-         strategy: str = "anneal", seed: int = 0, batch: int | None = None,
+         strategy: str = "sweep", seed: int = 0, batch: int | None = None,
          hardware: str | None = None, rules: str | None = None, db: str | None = None,
          graph: Any = None) -> Any:
     """Tune a model on the simulator; returns a `TuneResult` (see `superopt.xtat.tuner`)."""

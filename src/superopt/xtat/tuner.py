@@ -11,8 +11,9 @@ share of the budget:
   kernels: on benchmarks/joint.py's rows, K before the graph phases as well as after them
   took XTAT-only from 1.287 to 1.426 on csrnet b1 and 1.113 to 1.142 on vgg19 b1;
 - `joint` (the default): the rewrite plan alone (TASO's search result: one measurement
-  against the default compiler, kept if faster); K; layout + fusion by annealing (35% of
-  the budget, ended early after 40% of it without a new best); K; the greedy pass over
+  against the default compiler, kept if faster); K; layout + fusion by the graph
+  strategy (`sweep` unless named: single-site moves; 35% of the budget, ended early
+  after 40% of it without a new best); K; the greedy pass over
   the rewrite points
   of the graph it leaves (each point's options measured in turn on top of those layouts
   and kernels, the best kept: 15%, same patience); K. PET's corrected mutants and layout
@@ -27,7 +28,8 @@ share of the budget:
   kernels tuned as K tunes them, then compared): resnet18 b16 keeps the plan judged
   untuned (1.220x) and leaves it judged tuned (1.249x, XTAT-only's);
 - `rewrite_first`: K; the greedy pass over the plan and the rewrite points first (15%),
-  then rewrite + layout + fusion together by annealing (35%, same patience); K; revisit;
+  then rewrite + layout + fusion together by the graph strategy (35%, same patience); K;
+  revisit;
 - `sequential`: each pass alone, in pipeline order (the plan measured once, the other
   graph passes by the chosen strategy), then K, then revisit;
 - `custom`: the given passes together, by the given strategy, with the whole budget.
@@ -66,7 +68,7 @@ from superopt.xtat.pipeline import Pipeline
 from superopt.xtat.records import RecordsDB, RecordsError
 from superopt.xtat.runner import SimRunner
 from superopt.xtat.stage import Candidate
-from superopt.xtat.strategies import create
+from superopt.xtat.strategies import DEFAULT_STRATEGY, create
 from superopt.xtat.strategies.base import SearchStrategy
 
 GRAPH_PASSES = ("plan", "rewrite", "layout", "fusion")
@@ -105,8 +107,8 @@ KERNEL_PHASES = (Phase("tiling", ("tiling",), "parallel", KERNEL_SHARE,
                  Phase("flags", ("flags",), "parallel", KERNEL_SHARE))
 
 
-def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES, strategy: str = "anneal"
-                  ) -> list[Phase]:
+def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES,
+                  strategy: str = DEFAULT_STRATEGY) -> list[Phase]:
     """The phases of schedule `kind` restricted to `passes` (see the module docstring)."""
     unknown = [p for p in passes if p not in PASS_NAMES]
     if unknown:
@@ -130,7 +132,7 @@ def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES, strategy: str =
                         patience=PATIENCE), *KERNEL_PHASES, revisit]
     elif kind == "rewrite_first":
         # The plan is one all-or-nothing site: measured once in the greedy phase, then
-        # left out of annealing (a move that swaps the whole rewritten graph).
+        # left out of the graph search (a move that swaps the whole rewritten graph).
         phases = [*KERNEL_PHASES,
                   Phase("rewrite", ("plan", "rewrite"), "exhaustive", REWRITE_SHARE,
                         patience=PATIENCE),

@@ -19,11 +19,15 @@ CATALOGUE: dict[str, str] = {
     "parallel": "per-kernel sites: every kernel's next option in one profiled run",
     "revisit": "each changed graph choice reverted, its kernels tuned, then compared",
     "anneal": "simulated annealing",
+    "sweep": "every single-site move in random order, the first faster one kept",
     "evolution": "evolutionary search",
     "mbo": "model-based: an ensemble of regressors, its acquisition optimised by evolution",
     "autotvm": "AutoTVM-style: a ranking model, annealing on it",
     "guided": "fusion moves where a learned local-advantage model predicts gains",
 }
+
+# The graph phases' strategy unless one is named (`superopt tune --strategy`).
+DEFAULT_STRATEGY = "sweep"
 
 _LAZY = ("STRATEGIES", "SearchStrategy", "create", "register")
 
@@ -36,4 +40,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CATALOGUE", "STRATEGIES", "SearchStrategy", "create", "register"]
+__all__ = ["CATALOGUE", "DEFAULT_STRATEGY", "STRATEGIES", "SearchStrategy", "create", "register"]
