@@ -23,7 +23,9 @@ bar chart PNG.
 
 Run: `.venv/bin/python benchmarks/joint.py [--models a,b] [--batches 1,16] [--budget N]
 [--schedule joint|rewrite_first]` (`--resume --joint-only` with another `--schedule` and a
-copy of the result file measures only the joint column again).
+copy of the result file measures only the joint column again; `--resume --remeasure
+xtat,joint` both tuner columns, after a change to the tuner, keeping TASO-only and
+PET-only).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ if TYPE_CHECKING:
     from superopt.xtat.session import Session
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+STRATEGY = "sweep"  # the graph phases' strategy, XTAT-only's and joint's
+COMPILER = ("layout", "fusion", "tiling", "flags")  # XTAT-only's passes: no rewriting
 
 
 def geomean(xs: list[float]) -> float:
@@ -148,31 +153,41 @@ def parse_rows(text: str) -> list[tuple[str, int]]:
     return rows
 
 
-def schedule_key(kind: str = "joint") -> str:
-    """The joint column's schedule's phases, hashed: a --joint-only run skips the rows
-    already measured with this schedule, so a killed run resumes where it stopped."""
+def schedule_key(kind: str = "joint", passes: tuple | None = None) -> str:
+    """A column's schedule's phases (strategies and their options), hashed: a
+    --remeasure run skips the rows already measured with this schedule, so a killed run
+    resumes where it stopped."""
     import hashlib
 
-    from superopt.xtat.tuner import make_schedule
+    from superopt.xtat.tuner import PASS_NAMES, make_schedule
 
-    return hashlib.sha256(repr(make_schedule(kind)).encode()).hexdigest()[:12]
+    phases = make_schedule(kind, passes or PASS_NAMES, STRATEGY)
+    return hashlib.sha256(repr(phases).encode()).hexdigest()[:12]
+
+
+def stale(row: dict, columns: set[str], schedule: str) -> set[str]:
+    """The columns of `columns` that `row` measured with another schedule than now."""
+    want = {"joint": schedule_key(schedule), "xtat": schedule_key("joint", COMPILER)}
+    return {c for c in columns if row.get(f"{c}_schedule") != want[c]}
 
 
 def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
           tmp: Path, torch: bool = True, row: dict | None = None,
-          schedule: str = "joint") -> dict:
-    """One table row. Given `row` (a row measured before), only the joint column is
-    measured again and the others are kept: they do not depend on the joint schedule."""
+          schedule: str = "joint", again: frozenset[str] = frozenset({"joint"})) -> dict:
+    """One table row. Given `row` (a row measured before), only the columns in `again`
+    (xtat, joint) are measured again and the others are kept: TASO-only and PET-only do
+    not depend on the tuner's schedules."""
     from superopt import zoo
-    from superopt.xtat.tuner import KERNEL_PASSES, PASS_NAMES
+    from superopt.xtat.tuner import PASS_NAMES
 
     graph = zoo.build(model, batch=batch)
-    if row is None:
-        row = {"model": model, "batch": batch}
-        compiler = ("layout", "fusion", *KERNEL_PASSES)  # XTAT: no rewriting at all
-        row["xtat"] = run_tuner(model, batch, graph, None, compiler, "joint", "anneal",
+    if row is None or "xtat" in again:
+        row = row or {"model": model, "batch": batch}
+        row["xtat"] = run_tuner(model, batch, graph, None, COMPILER, "joint", STRATEGY,
                                 budget, range(seeds))
+        row["xtat_schedule"] = schedule_key("joint", COMPILER)
         row["default_s"] = row["xtat"][0]["default_s"]
+    if "taso" not in row:
         row["taso"] = taso_only(graph, taso_budget)
     path, n_pet, pet_s = pet_rules(graph, batch, tmp / f"pet_{model}_{batch}.json")
     if "pet" not in row:
@@ -187,7 +202,7 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
                          f"{row['pet_rules']}; measure the whole row again")
     sources = ["starter", path] if path else ["starter"]
     best: dict = {}
-    row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, schedule, "anneal",
+    row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, schedule, STRATEGY,
                              budget, range(seeds), keep=best, plan_budget=taso_budget)
     row["joint_schedule"] = schedule_key(schedule)
     row["joint_schedule_name"] = schedule
@@ -254,7 +269,12 @@ def main() -> None:
                          "model run in another process), repeatable")
     ap.add_argument("--joint-only", action="store_true",
                     help="with --resume: measure only the joint column again in the kept "
-                         "rows of --models (after a change to the joint schedule)")
+                         "rows of --models (after a change to the joint schedule); the "
+                         "same as --remeasure joint")
+    ap.add_argument("--remeasure", default=None,
+                    help="with --resume: measure these columns (xtat, joint; comma-"
+                         "separated) again in the kept rows of --models whose schedule "
+                         "differs from now (after a change to the tuner)")
     ap.add_argument("--schedule", default="joint",
                     help="the joint column's schedule (superopt.xtat.tuner.SCHEDULES; XTAT-only "
                          "always runs joint's phases without the rewrite passes)")
@@ -289,8 +309,14 @@ def main() -> None:
         rows.extend(r for r in prev["rows"]
                     if (r["model"], r["batch"]) not in {(q["model"], q["batch"]) for q in rows})
     done = {(r["model"], r["batch"]) for r in rows}
-    if args.joint_only and not args.resume:
-        raise SystemExit("--joint-only re-measures rows kept by --resume: add --resume")
+    again = set(args.remeasure.split(",")) if args.remeasure else set()
+    if args.joint_only:
+        again.add("joint")
+    if again - {"xtat", "joint"}:
+        raise SystemExit(f"--remeasure: expected some of xtat,joint, found {args.remeasure!r}")
+    if again and not args.resume:
+        raise SystemExit("--joint-only/--remeasure re-measure rows kept by --resume: "
+                         "add --resume")
 
     def write(done: bool) -> tuple[dict, int]:
         # Written after every row, so an interrupted run keeps what it measured.
@@ -312,13 +338,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for m in models:
             for b in batches:
-                if args.joint_only and (m, b) in done:
-                    if next(r for r in rows if (r["model"], r["batch"]) == (m, b)).get(
-                            "joint_schedule") == schedule_key(args.schedule):
-                        continue
+                if again and (m, b) in done:
                     i = next(i for i, r in enumerate(rows) if (r["model"], r["batch"]) == (m, b))
+                    cols = stale(rows[i], again, args.schedule)
+                    if not cols:
+                        continue
+                    # The joint column is compared with the XTAT-only one: measured again
+                    # with it (a joint result is never kept beside a newer XTAT-only one).
                     rows[i] = bench(m, b, args.budget, args.taso_budget, args.seeds, Path(tmp),
-                                    not args.no_torch, rows[i], args.schedule)
+                                    not args.no_torch, rows[i], args.schedule,
+                                    frozenset(cols | {"joint"}))
                 elif (m, b) not in done:
                     rows.append(bench(m, b, args.budget, args.taso_budget, args.seeds,
                                       Path(tmp), not args.no_torch, schedule=args.schedule))
