@@ -39,6 +39,11 @@ class TuneContext:
                 out.append((name, s))
         return out
 
+    def per_kernel(self, pass_name: str) -> bool:
+        """Whether each site of the pass is one kernel whose choice changes only that
+        kernel's time (`TunablePass.per_kernel`: tiles, flags)."""
+        return self.pipeline.passes[self.pipeline.index(pass_name)].per_kernel
+
     def choice(self, candidate: Candidate, pass_name: str, site: Site) -> object:
         return candidate.config(pass_name).choices.get(site.key, site.default)
 

@@ -48,7 +48,7 @@ class Exhaustive(SearchStrategy):
         options = site.options if k is None else site.options[:int(k)]
         cands = [ctx.pipeline.with_choice(base, name, site.key, o, ctx.store)
                  for o in options if o != current]
-        if ctx.profiled and ctx.pipeline.passes[ctx.pipeline.index(name)].per_kernel:
+        if ctx.profiled and ctx.per_kernel(name):
             cands = self._unmeasured(site.key, cands)
         return cands
 

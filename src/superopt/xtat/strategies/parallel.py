@@ -41,7 +41,7 @@ class Parallel(SearchStrategy):
         best candidate so far (`revisit` tunes a graph change's kernels this way)."""
         super().start(ctx, passes, budget)
         for name in passes:
-            if not ctx.pipeline.passes[ctx.pipeline.index(name)].per_kernel:
+            if not ctx.per_kernel(name):
                 raise IRError(f"strategy 'parallel' tunes per-kernel passes (tiling, flags), "
                               f"not {name!r}: its sites' times are not read from a profile")
         if not ctx.profiled:

@@ -50,11 +50,11 @@ class Revisit(SearchStrategy):
         self.both = frozenset(self.opts.get("both_ways", ()))
         self.slack = float(self.opts.get("slack", SLACK))
         for name in passes:
-            if ctx.pipeline.passes[ctx.pipeline.index(name)].per_kernel:
+            if ctx.per_kernel(name):
                 raise IRError(f"strategy 'revisit' flips graph choices, not {name!r}: "
                               f"its kernel passes are the option 'kernels'")
         for name in self.kernels:
-            if not ctx.pipeline.passes[ctx.pipeline.index(name)].per_kernel:
+            if not ctx.per_kernel(name):
                 raise IRError(f"strategy 'revisit' tunes per-kernel passes (tiling, flags) "
                               f"after a flip, not {name!r}")
         if not ctx.profiled:

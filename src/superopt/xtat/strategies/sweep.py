@@ -1,9 +1,9 @@
 """Local search by single moves: every single-site move of the best candidate (one site
 of the tuned passes set to another option), in a seeded random order, each measured once;
 the first one faster than the base becomes the base and the sweep goes on over the moves
-left and those the change opened (a move measured on an earlier base is not tried again). When no single move is left it goes on with random
-double moves (two sites at once, as `anneal` proposes them), still taking only faster
-ones.
+left and those the change opened (a move measured on an earlier base is not tried
+again). When no single move is left it goes on with random double moves (two sites at
+once, as `anneal` proposes them), still taking only faster ones.
 
 Why not annealing alone: on csrnet at batch 1, with the kernels tuned, one layout site
 out of 17 (two of its four options) makes the program 3.7% faster and no other single
