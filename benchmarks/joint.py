@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from superopt.ir.graph import Graph
     from superopt.xtat.session import Session
+    from superopt.xtat.tuner import TuneResult
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -96,13 +97,21 @@ def run_tuner(model: str, batch: int, graph: Graph, rules: list[str] | None, pas
             for seed in seeds]
 
 
+def finished(r: TuneResult) -> TuneResult:
+    """`r`, unless Ctrl-C stopped it: the tuner returns its best so far then (what `tune`
+    reports), which a benchmark must not record as a measurement at the full budget."""
+    if r.stopped == "interrupted":
+        raise KeyboardInterrupt
+    return r
+
+
 def tune_once(s: Session, graph: Graph, passes: tuple, schedule: str, strategy: str,
               budget: int, seed: int, keep: dict | None) -> dict:
     from superopt.xtat.session import applied_rewrites, rewritten_graph
     from superopt.xtat.tuner import Tuner, make_schedule
 
-    r = Tuner(s.pipeline, s.runner, s.default, seed=seed).run(
-        make_schedule(schedule, passes, strategy), budget)
+    r = finished(Tuner(s.pipeline, s.runner, s.default, seed=seed).run(
+        make_schedule(schedule, passes, strategy), budget))
     plan = s.pipeline.passes[s.pipeline.index("plan")].plan(graph) \
         if "plan" in passes and r.best.config("plan").choices else None
     if keep is not None and (not keep or r.best_time < keep["time_s"]):
@@ -364,4 +373,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        # Each finished row is already in --out (written after every row).
+        raise SystemExit("interrupted: the rows measured so far are in --out; --resume "
+                         "continues") from None

@@ -82,8 +82,9 @@ def main() -> None:
                 for c, passes in columns.items():
                     s = sessions[c]
                     t0 = time.perf_counter()
-                    runs = [Tuner(s.pipeline, s.runner, s.default, seed=seed).run(
-                        make_schedule("joint", passes), n) for seed in range(args.seeds)]
+                    runs = [joint.finished(Tuner(s.pipeline, s.runner, s.default,
+                                                 seed=seed).run(make_schedule("joint", passes), n))
+                            for seed in range(args.seeds)]
                     sp = [r.default_time / r.best_time for r in runs]
                     cell[c] = {"speedups": sp, "median": statistics.median(sp),
                                "phases": [r.phases for r in runs],

@@ -154,8 +154,8 @@ def main() -> None:
                 if v in res["rows"].get(key, {}):
                     continue
                 t0 = time.perf_counter()
-                runs = [Tuner(s.pipeline, s.runner, s.default, seed=seed).run(
-                    schedule(v), args.budget) for seed in range(args.seeds)]
+                runs = [joint.finished(Tuner(s.pipeline, s.runner, s.default, seed=seed).run(
+                    schedule(v), args.budget)) for seed in range(args.seeds)]
                 sp = [r.default_time / r.best_time for r in runs]
                 res["rows"].setdefault(key, {})[v] = {
                     "speedups": sp, "median": statistics.median(sp),
@@ -176,4 +176,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        raise SystemExit("interrupted: the variants measured so far are in --out; "
+                         "--resume continues") from None
