@@ -124,6 +124,14 @@ CASES: dict[str, list[Case]] = {
     "concat_single": [({"x": T((2, 3))}, {"a": 1}), ({"x": T((4,))}, {"a": 0})],
     "concat_split": [({"x": T((2, 5))}, {"a": 1, "s": (2, 3)}),
                      ({"x": T((4, 3, 2))}, {"a": 0, "s": (1, 3)})],
+    # ResNeXt's shape (several channels and outputs per group), two groups with a stride
+    # and explicit pads, and three groups of one output each.
+    "group_conv_dense": [({"x": T((1, 8, 5, 5)), "w": T((8, 2, 3, 3))},
+                          {"s": (1, 1), "p": "same", "d": (1, 1), "g": 4, "a": "relu"}),
+                         ({"x": T((2, 4, 7, 5)), "w": T((6, 2, 3, 1))},
+                          {"s": (2, 1), "p": (1, 0, 0, 1), "d": (1, 2), "g": 2, "a": "none"}),
+                         ({"x": T((1, 6, 4, 4)), "w": T((3, 2, 1, 1))},
+                          {"s": (1, 1), "p": "valid", "d": (1, 1), "g": 3, "a": "none"})],
     "split_concat0": [({"x": T((2, 3)), "y": T((2, 4))}, {"a": 1}),
                       ({"x": T((1, 3)), "y": T((2, 3))}, {"a": 0})],
 }
@@ -188,6 +196,7 @@ def test_matcher_finds_each_rule_on_its_own_source_and_rewrites_it(name: str) ->
     ("inception_v3", {"image_size": 75}),
     ("nasnet_a", {"image_size": 64}),
     ("bert-small", {"seq_len": 16}),
+    ("resnext50", {"image_size": 32}),
 ])
 def test_rewriting_real_models_keeps_their_values(model: str, options: dict[str, Any]) -> None:
     from superopt import zoo

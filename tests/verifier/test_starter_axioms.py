@@ -6,12 +6,15 @@ starter library verifies with nothing refuted or unknown."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from superopt.rewrite import starter_rules
 from superopt.substitutions import parse_rules
 from superopt.verifier.axioms import Axiom, axioms_from_rules, builtin_axioms, validate_axiom
 from superopt.verifier.prover import PROVED, Prover, VerifyOptions
+from superopt.verifier.sampler import Sampler
 
 AXIOMS = {a.name: a for a in builtin_axioms()}
 
@@ -30,6 +33,7 @@ NEEDS = {
     "fuse_bias_matmul": {"linear_def"},
     "fuse_linear_relu": {"fuse_linear_relu"},
     "merge_dense": {"linear_concat_w"},
+    "group_conv_dense": {"conv_group_dense"},
 }
 NEW = sorted({*set().union(*NEEDS.values()), "conv_col_scale", "concat_ewmul_bcast",
               "concat_matmul_w", "matmul_concat_inner_w", "concat_matmul_inner_w",
@@ -95,3 +99,39 @@ def test_every_starter_rule_is_proved_with_the_laws_it_needs(prover: Prover) -> 
             problems[rule.name] = f"proved without {NEEDS[rule.name] - set(res.axioms)}"
     assert problems == {}
     assert set(NEEDS) <= {r.name for r in starter_rules()}
+
+
+# A grouped conv as a dense one: all-ones in place of the identity on groups mixes the
+# groups; the kernel viewed as (O/groups, groups, ...) assigns outputs to groups
+# interleaved, which only agrees when each group has one output.
+BAD_GROUPED = """\
+group_dense_ones: (conv2d ?s ?p ?d ?g ?act ?x ?w) => (conv2d ?s ?p ?d 1 ?act ?x (reshape {(dim(?w,0), dim(?x,1), dim(?w,2), dim(?w,3))} (ewmul (reshape {(?g, dim(?w,0) // ?g, 1, dim(?w,1) * dim(?w,2) * dim(?w,3))} ?w) (const_one {(?g, 1, ?g, 1)})))) if ?g > 1
+group_dense_interleaved: (conv2d ?s ?p ?d ?g ?act ?x ?w) => (conv2d ?s ?p ?d 1 ?act ?x (reshape {(dim(?w,0), dim(?x,1), dim(?w,2), dim(?w,3))} (ewmul (reshape {(dim(?w,0) // ?g, ?g, 1, dim(?w,1) * dim(?w,2) * dim(?w,3))} ?w) (reshape {(1, ?g, ?g, 1)} (const_imm ?g))))) if ?g > 1
+"""
+
+
+@pytest.mark.parametrize("axiom", axioms_from_rules(parse_rules(BAD_GROUPED), "test"),
+                         ids=lambda a: a.name)
+def test_broken_grouped_conv_law_is_rejected_with_its_sampler_bounds(axiom: Axiom) -> None:
+    check = validate_axiom(replace(axiom, spec=AXIOMS["conv_group_dense"].spec), samples=16)
+    assert not check.ok
+    assert [d for d in check.directions if d.kind == "differs"], check
+
+
+def test_grouped_conv_law_is_sampled_with_several_channels_and_outputs_per_group() -> None:
+    ax = AXIOMS["conv_group_dense"]
+    sampler = Sampler(ax.rule, ax.spec, seed=0)
+    drawn = [sampler.draw() for _ in range(12)]
+    wide = [i for i in drawn if i is not None and i.types["w"].shape[1] > 1
+            and i.types["w"].shape[0] > i.attrs["g"]]
+    assert wide, [i.describe() for i in drawn if i is not None]
+
+
+def test_sampler_widens_reshape_bounds_when_they_admit_no_instance() -> None:
+    # Two channels per group need four channels: more than the bound of 3 that rules
+    # with a reshape are first sampled under.
+    rule = next(r for r in starter_rules() if r.name == "group_conv_dense")
+    sampler = Sampler(rule, seed=0)
+    got = sampler.draw()
+    assert got is not None
+    assert got.types["x"].shape[1] >= 4 and got.types["w"].shape[1] >= 2

@@ -167,6 +167,14 @@ def _core_axioms() -> list[str]:
         "conv_pooled_iconv: (conv2d ?s ?p ?d 1 ?act ?x (pool2d_avg ?k [1,1] same none true "
         "(const_iconv ?c ?kh ?kw 1))) => (conv2d ?s ?p ?d ?c ?act ?x (const_pool ?c ?kh ?kw)) "
         "if ?k == (?kh, ?kw) and ?c == dim(?x,1)",
+        # A grouped conv is the dense conv whose kernel is block diagonal: output group i
+        # reads input group i only. The kernel, viewed as (groups, O/groups, 1, rest), times
+        # the identity on groups viewed as (groups, 1, groups, 1), flattens to (O, C, kh, kw)
+        # (XLA's TPU compiler expands narrow grouped convs the same way for the MXU).
+        "conv_group_dense: (conv2d ?s ?p ?d ?g ?act ?x ?w) => (conv2d ?s ?p ?d 1 ?act ?x "
+        "(reshape {(dim(?w,0), dim(?x,1), dim(?w,2), dim(?w,3))} (ewmul (reshape "
+        "{(?g, dim(?w,0) // ?g, 1, dim(?w,1) * dim(?w,2) * dim(?w,3))} ?w) "
+        "(reshape {(?g, 1, ?g, 1)} (const_imm ?g))))) if ?g > 1",
         "matmul_imm_r: (matmul ?x (const_imm ?n)) => ?x if ?n == dim(?x,-1)",
         "matmul_imm_l: (matmul (const_imm ?n) ?x) => ?x if ?n == dim(?x,-2)",
         "transpose_imm: (transpose [1,0] (const_imm ?n)) => (const_imm ?n)",
@@ -460,6 +468,9 @@ SPECS: dict[str, SamplerSpec] = {
     **{name: SamplerSpec(dims={"sc": (2, 4)}, attrs={f"{z}q": _ZERO_PADS
                                                       for z in ("za", "zb", "zc")}) for name in (
         "bn_affine2", "bn_affine", "bn_scale_conv", "bn_scale_matmul")},
+    # Two channels per group and two outputs per group need 4 channels (the bounds for
+    # reshape's products would keep every dim at most 3: one channel per group).
+    "conv_group_dense": SamplerSpec(dims={"x": (1, 4), "w": (1, 4)}),
     # Axes of 3 to 6 cells: more than one cell has the interior count (reshape would
     # otherwise keep every dim at most 3).
     **{name: SamplerSpec(dims={"x": (1, 6)}) for name in (

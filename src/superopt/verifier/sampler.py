@@ -144,15 +144,16 @@ _PREPARED: dict[tuple[Any, ...], _Prepared] = {}
 _PREPARED_KEEP = 8
 
 
-def _prepare(rule: Rule, spec: SamplerSpec) -> _Prepared:
+def _prepare(rule: Rule, spec: SamplerSpec, narrow: bool = True) -> _Prepared:
     try:
-        key: tuple[Any, ...] | None = (rule.source, rule.target, rule.condition, repr(spec))
+        key: tuple[Any, ...] | None = (rule.source, rule.target, rule.condition, repr(spec),
+                                       narrow)
         hash(key)
     except TypeError:  # an unhashable attribute value: prepare afresh
         key = None
     got = _PREPARED.get(key) if key is not None else None
     if got is None:
-        got = _build_prepared(rule, spec)
+        got = _build_prepared(rule, spec, narrow)
         if key is not None:
             if len(_PREPARED) >= _PREPARED_KEEP:
                 del _PREPARED[next(iter(_PREPARED))]
@@ -160,7 +161,7 @@ def _prepare(rule: Rule, spec: SamplerSpec) -> _Prepared:
     return got
 
 
-def _build_prepared(rule: Rule, spec: SamplerSpec) -> _Prepared:
+def _build_prepared(rule: Rule, spec: SamplerSpec, narrow: bool = True) -> _Prepared:
     e = env()
     g = encode_rule(rule, e, prefix="smp:")
     facts: list[z3.BoolRef] = []
@@ -170,7 +171,8 @@ def _build_prepared(rule: Rule, spec: SamplerSpec) -> _Prepared:
     nonlinear = any((e.key_of(t) or ("",))[0] == "reshape" for t in terms)
     if nonlinear:
         facts += smooth_tables(e)
-        spec = replace(spec, max_rank=min(spec.max_rank, 4), max_dim=min(spec.max_dim, 3))
+        if narrow:
+            spec = replace(spec, max_rank=min(spec.max_rank, 4), max_dim=min(spec.max_dim, 3))
     for t in terms:
         if e.key_of(t) is not None:
             facts += ground_facts(e, t, sampling=True)
@@ -268,9 +270,17 @@ class Sampler:
 
     def __init__(self, rule: Rule, spec: SamplerSpec | None = None, seed: int = 0) -> None:
         self.rule = rule
+        self.seed = seed
+        self.given = spec or SamplerSpec()
+        self.drawn = 0
+        self._setup(narrow=True)
+
+    def _setup(self, narrow: bool) -> None:
+        rule, seed = self.rule, self.seed
         self.e = env()
         self.rng = random.Random(seed)
-        prep = _prepare(rule, spec or SamplerSpec())
+        self.narrowed = narrow
+        prep = _prepare(rule, self.given, narrow)
         self.spec = prep.spec
         self.g: GroundRule = prep.g
         self.int_vars = _int_vars(rule)
@@ -337,6 +347,18 @@ class Sampler:
 
     def draw(self, target: bool = True) -> Instance | None:
         """One proposal from Z3 (None when the constraints have no model)."""
+        got = self._draw(target)
+        if got is None and self.exhausted and not self.drawn and self.nonlinear \
+                and self.narrowed and self.spec != self.given:
+            # The bounds narrowed for reshape's products admit no instance (a grouped
+            # conv with two channels per group needs four channels): the spec's own bounds.
+            self._setup(narrow=False)
+            got = self._draw(target)
+        if got is not None:
+            self.drawn += 1
+        return got
+
+    def _draw(self, target: bool) -> Instance | None:
         fixed = [self.target_lit.as_ast()] if target else []
         # Pin most variables to random values; on a conflict, first re-draw the values in
         # the unsat core (keeps non-linear constraints ground and fast), then free them.
