@@ -586,10 +586,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rules", metavar="LIB", default=None,
                    help="a rule file (.rules text) or library (.json/.jsonl); default: the "
                         "starter library shipped with superopt")
-    p.add_argument("--cost", choices=("sim", "torch", "flops"), default="sim",
+    p.add_argument("--cost", choices=("sim", "simop", "torch", "flops"), default="sim",
                    help="search cost: the TPU simulator's default-compiled time (sim, default),"
-                        " the sum of per-op torch CPU times as in TASO (torch), or an "
-                        "analytical FLOP/byte count (flops)")
+                        " the sum of each op's simulated time alone (simop), the sum of "
+                        "per-op torch CPU times as in TASO (torch), or an analytical "
+                        "FLOP/byte count (flops)")
     p.add_argument("--alpha", type=float, default=1.05,
                    help="keep graphs costing less than alpha x the best (default 1.05)")
     p.add_argument("--budget", type=int, default=100, help="graphs to expand at most (default 100)")
@@ -600,7 +601,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "independent sites may also be applied together in one step")
     p.add_argument("--screen", type=int, default=16,
                    help="with a whole-graph cost (sim): evaluate only the N most promising "
-                        "single rewrites per graph (by FLOPs), plus the batches")
+                        "single rewrites per graph by FLOPs and the N by each op's simulated "
+                        "time, plus the batches")
     p.add_argument("--hardware", default="v4", help="TPU preset for --cost sim")
     p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
     p.add_argument("--out", metavar="OUT.json|OUT.onnx",

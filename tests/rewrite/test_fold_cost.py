@@ -54,6 +54,11 @@ def test_fold_without_materialising_keeps_ops_over_weights_without_data() -> Non
 def test_costs_by_name_and_their_errors() -> None:
     assert create_cost("flops").name == "flops"
     assert create_cost("sim").name == "sim"
+    # One op alone: its per-op simulated cost is the simulator's time of the graph.
+    b = GraphBuilder("one")
+    one = b.build([b.conv2d(b.input("x", (2, 8, 16, 16)), b.weight("w", (16, 8, 3, 3)))])
+    assert create_cost("simop", hardware="v4").cost(one) == pytest.approx(
+        create_cost("sim", hardware="v4").cost(one), rel=1e-12)
     with pytest.raises(CostError, match="unknown cost"):
         create_cost("nope")
     with pytest.raises(CostError, match="unexpected"):

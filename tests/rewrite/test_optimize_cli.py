@@ -52,3 +52,14 @@ def test_optimize_with_a_rule_file_and_bad_input(conv_bn: Path, tmp_path: Path, 
     assert main(["optimize", str(conv_bn), "--rules", str(tmp_path / "none.rules")]) == 2
     assert "no such rule file" in capsys.readouterr().err
     assert main(["optimize", str(conv_bn), "--budget", "0", "--cost", "flops"]) == 2
+
+
+def test_optimize_with_the_per_op_simulated_cost(conv_bn: Path, tmp_path: Path,
+                                                 capsys) -> None:
+    res = tmp_path / "res.json"
+    code = main(["optimize", str(conv_bn), "--cost", "simop", "--budget", "4", "--repeats",
+                 "1", "--warmup", "0", "--json", str(res)])
+    assert code == 0
+    assert "simop (TPU v4 simulator, each op alone)" in capsys.readouterr().out
+    figures = json.loads(res.read_text())
+    assert figures["cost_after"] <= figures["cost_before"] and figures["max_rel_err"] < 1e-5

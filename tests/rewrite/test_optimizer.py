@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from superopt.ir import Graph, GraphBuilder
-from superopt.rewrite import Matcher, optimize, starter_rules
+from superopt.rewrite import Matcher, apply_sites, optimize, starter_rules
 from superopt.rewrite.check import check_values
 from superopt.rewrite.cost import FlopsCost, SimCost
 from superopt.substitutions import parse_rules
@@ -144,3 +144,52 @@ def test_every_dense_layer_of_bert_becomes_one_linear_op() -> None:
                 and any(r.graph.type_of(v).rank == 1 for v in n.inputs)]
     check = check_values(g, r.graph, rtol=1e-9)
     assert check.ok, check.summary()
+
+
+def _grouped_block(batch: int) -> Graph:
+    """ResNeXt-50's first-stage 3x3 convolution (32 groups of 4 channels), then a 1x1
+    convolution with a batch norm to fold."""
+    b = GraphBuilder("resnext_block")
+    x = b.input("x", (batch, 128, 56, 56))
+    y = b.relu(b.conv2d(x, b.weight("wg", (128, 4, 3, 3)), padding="same", groups=32))
+    y = b.conv2d(y, b.weight("w1", (256, 128, 1, 1)))
+    y = b.batch_norm(y, b.weight("s", (256,), init="positive"), b.weight("bb", (256,)),
+                     b.weight("m", (256,)), b.weight("v", (256,), init="positive"))
+    return b.build([b.relu(y)])
+
+
+def test_the_simulated_proxy_prices_a_grouped_conv_as_the_simulator_does() -> None:
+    """Flops rank the dense form of a grouped convolution as 32 times the work; on the
+    simulated chip it moves from the vector unit to the matrix unit and gets faster. The
+    per-op simulated proxy must agree in sign with the whole-graph simulated time."""
+    from superopt.rewrite.cost import SimOpCost
+    from superopt.rewrite.effect import site_effect
+
+    g = _grouped_block(16)
+    rules = Matcher(starter_rules())
+    site = next(s for s in rules.match(g).sites if s.rule == "group_conv_dense")
+    effect = site_effect(g, site, rules.rule(site.rule))
+    sim = SimCost()
+    whole = sim.cost(apply_sites(g, [site], rules).graph) - sim.cost(g)
+    assert whole < 0
+    assert effect.cost_delta(g, SimOpCost()) < 0 < effect.cost_delta(g, FlopsCost())
+    assert [type(p) for p in sim.proxies()] == [FlopsCost, SimOpCost]
+
+
+def test_screening_keeps_the_best_rewrites_of_each_proxy() -> None:
+    """With one single rewrite screened per graph and two graphs expanded, a search whose
+    only proxy is flops spends both on the rewrites flops prefer (the batch-norm fold and
+    the relu fusion) and never tries the grouped convolution's dense form; with the
+    simulated proxy beside it, it tries and keeps it."""
+
+    class FlopsOnly(SimCost):
+        def proxies(self) -> tuple:
+            return (FlopsCost(),)
+
+    g = _grouped_block(16)
+    kw = {"budget": 2, "screen": 1, "batch": False}
+    old = optimize(g, starter_rules(), FlopsOnly(), **kw)
+    new = optimize(g, starter_rules(), SimCost(), **kw)
+    assert "group_conv_dense" not in old.applied
+    assert new.applied["group_conv_dense"] == 1
+    assert new.cost_after < old.cost_after

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
     matcher = Matcher(rules)
     threads = args.threads or None  # 0: torch's default
     options: dict[str, Any] = {}
-    if args.cost == "sim":
+    if args.cost in ("sim", "simop"):
         options["hardware"] = args.hardware
     elif args.cost == "torch":
         options["threads"] = threads

@@ -16,12 +16,13 @@ Two practical departures, both optional:
   proposal is priced from what it adds and removes (`superopt.rewrite.effect`), and a graph
   is only built when taken from the queue. With a whole-graph cost (`sim`) every proposal
   must be built and evaluated; `screen` then limits a graph's proposals to the `screen`
-  best single rewrites under the analytical `flops` cost, plus the batches below.
+  best single rewrites under each of the cost's additive proxies (the analytical `flops`
+  cost, and for `sim` also each op simulated alone), plus the batches below.
 - Batches (`batch=True`). Besides every single rewrite, each graph proposes, per rule, all
-  of that rule's non-overlapping sites applied at once (for an additive cost, both all of
-  its *improving* sites and all of its sites). Models repeat layers, so many independent improvements exist
-  (190 batch norms to fold in NasNet-A); one step per site would spend the budget walking
-  through them one by one.
+  of that rule's non-overlapping sites applied at once: both all of its sites and those
+  that each look like a gain (under the cost, or each of a whole-graph cost's proxies).
+  Models repeat layers, so many independent improvements exist (190 batch norms to fold
+  in NasNet-A); one step per site would spend the budget walking through them one by one.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph
 from superopt.ir.passes import Origin, compose, identity_origin
 from superopt.rewrite.apply import apply_sites, select_disjoint
-from superopt.rewrite.cost import AdditiveCost, CostFunction, FlopsCost, create_cost
+from superopt.rewrite.cost import AdditiveCost, CostFunction, create_cost
 from superopt.rewrite.effect import site_effect
 from superopt.rewrite.fold import runtime_ops
 from superopt.rewrite.match import Matcher, Site
@@ -142,7 +143,7 @@ class _Search:
     batch: bool
     screen: int | None
     deadline: float
-    proxy: AdditiveCost | None
+    proxies: tuple[AdditiveCost, ...]
     progress: Progress | None = None
     seen: set[str] = field(default_factory=set)
     seen_moves: set[int] = field(default_factory=set)
@@ -192,35 +193,46 @@ class _Search:
         self.match_seconds += time.perf_counter() - t0
         graph = state.graph
         additive = isinstance(self.cost, AdditiveCost)
-        pricer = self.cost if additive else self.proxy
-        priced: list[tuple[float, int, Site]] = []
+        pricers: tuple[AdditiveCost, ...] = (self.cost,) if isinstance(
+            self.cost, AdditiveCost) else self.proxies
+        # Per site: its cost delta under each pricer (nan, from inf - inf when a proxy
+        # cannot compile an op, counts as no gain), and its change in runtime ops.
+        priced: list[tuple[tuple[float, ...], int, Site]] = []
         for s in found.sites:
-            if pricer is None:
-                priced.append((0.0, 0, s))
+            if not pricers:
+                priced.append(((), 0, s))
                 continue
             effect = site_effect(graph, s, self.matcher.rule(s.rule))
-            assert isinstance(pricer, AdditiveCost)
-            priced.append((effect.cost_delta(graph, pricer), effect.runtime_delta(graph), s))
+            deltas = tuple(effect.cost_delta(graph, p) for p in pricers)
+            priced.append((tuple(d if d == d else math.inf for d in deltas),
+                           effect.runtime_delta(graph), s))
         out: list[tuple[float | None, tuple[Site, ...], str]] = []
         singles = priced
-        if not additive and self.screen is not None:
-            singles = sorted(priced, key=lambda t: t[0])[:self.screen]
+        if not additive and self.screen is not None and pricers:
+            # The best `screen` under each proxy: proxies err in different places (flops
+            # misses what runs faster on another unit, per-op simulation misses fusion).
+            keep_keys: set[str] = set()
+            for j in range(len(pricers)):
+                ranked = sorted(priced, key=lambda t, j=j: t[0][j])
+                keep_keys.update(t[2].key for t in ranked[:self.screen])
+            singles = [t for t in priced if t[2].key in keep_keys]
         ops = runtime_ops(graph)
-        for delta, grow, s in singles:
+        for deltas, grow, s in singles:
             if additive and ops + grow > self.max_nodes:
                 continue
-            out.append((state.cost + delta if additive else None, (s,), s.rule))
+            out.append((state.cost + deltas[0] if additive else None, (s,), s.rule))
         if self.batch:
-            by_rule: dict[str, list[tuple[float, int, Site]]] = {}
+            by_rule: dict[str, list[tuple[tuple[float, ...], int, Site]]] = {}
             for item in priced:
                 by_rule.setdefault(item[2].rule, []).append(item)
             for rule, items in by_rule.items():
-                # Two batches per rule: the sites that each look like a gain, and all of
-                # them. The second takes a step whose first half is cost-neutral (the first
-                # of two pairwise merges of three matmuls) in one move instead of one site
-                # at a time; it is priced, and kept only under the threshold, like any move.
-                candidates = [items] if not additive else \
-                    [[t for t in items if t[0] < 0], items]
+                # Per rule: the sites that each look like a gain (under each pricer), and
+                # all of them. The last takes a step whose first half is cost-neutral (the
+                # first of two pairwise merges of three matmuls) in one move instead of one
+                # site at a time; it is priced, and kept only under the threshold, like
+                # any move.
+                candidates = [[t for t in items if t[0][j] < 0]
+                              for j in range(len(pricers))] + [items]
                 batches: set[tuple[str, ...]] = set()
                 for chosen in candidates:
                     kept, _ = select_disjoint([t[2] for t in chosen])
@@ -229,8 +241,10 @@ class _Search:
                         continue
                     batches.add(keys)
                     keep = set(keys)
-                    delta = sum(t[0] for t in chosen if t[2].key in keep)
-                    out.append((state.cost + delta if additive else None, tuple(kept), rule))
+                    est = None
+                    if additive:
+                        est = state.cost + sum(t[0][0] for t in chosen if t[2].key in keep)
+                    out.append((est, tuple(kept), rule))
         self.proposed += len(out)
         return out
 
@@ -305,9 +319,9 @@ def optimize(graph: Graph, rules: Iterable[Rule] | Matcher, cost: str | CostFunc
     t0 = time.perf_counter()
     matcher = rules if isinstance(rules, Matcher) else Matcher(rules)
     cost_fn = create_cost(cost) if isinstance(cost, str) else cost
-    proxy = None if isinstance(cost_fn, AdditiveCost) else FlopsCost(fold=cost_fn.fold)
+    proxies = () if isinstance(cost_fn, AdditiveCost) else cost_fn.proxies()
     search = _Search(matcher, cost_fn, alpha, budget, max_growth * max(runtime_ops(graph), 1), batch,
-                     screen, t0 + time_limit if time_limit is not None else math.inf, proxy,
+                     screen, t0 + time_limit if time_limit is not None else math.inf, proxies,
                      progress)
     initial = matcher.match(graph)
     start = _State(graph, cost_fn.cost(graph), identity_origin(graph))
