@@ -25,7 +25,7 @@ Run: `.venv/bin/python benchmarks/joint.py [--models a,b] [--batches 1,16] [--bu
 [--schedule joint|rewrite_first]` (`--resume --joint-only` with another `--schedule` and a
 copy of the result file measures only the joint column again; `--resume --remeasure
 xtat,joint` both tuner columns, after a change to the tuner, keeping TASO-only and
-PET-only).
+PET-only; `--remeasure taso,joint` after a change to the starter library).
 """
 
 from __future__ import annotations
@@ -174,18 +174,35 @@ def schedule_key(kind: str = "joint", passes: tuple | None = None) -> str:
     return hashlib.sha256(repr(phases).encode()).hexdigest()[:12]
 
 
+def library_key() -> str:
+    """The verified starter library's rules (names, patterns, conditions), hashed: the
+    TASO-only and joint columns use it, so a row measured with an older library is stale
+    for both (re-proving the rules, which changes only their timings, is not)."""
+    import hashlib
+
+    from superopt.xtat.rules import rule_set
+
+    rules = sorted((r.name, repr(r.source), repr(r.target), r.condition, r.bidirectional)
+                   for r in rule_set(None).rules)
+    return hashlib.sha256(repr(rules).encode()).hexdigest()[:12]
+
+
 def stale(row: dict, columns: set[str], schedule: str) -> set[str]:
-    """The columns of `columns` that `row` measured with another schedule than now."""
+    """The columns of `columns` that `row` measured with another schedule or starter
+    library than now."""
     want = {"joint": schedule_key(schedule), "xtat": schedule_key("joint", COMPILER)}
-    return {c for c in columns if row.get(f"{c}_schedule") != want[c]}
+    lib = library_key()
+    return {c for c in columns
+            if (c in want and row.get(f"{c}_schedule") != want[c])
+            or (c in ("taso", "joint") and row.get(f"{c}_library") != lib)}
 
 
 def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
           tmp: Path, torch: bool = True, row: dict | None = None,
           schedule: str = "joint", again: frozenset[str] = frozenset({"joint"})) -> dict:
     """One table row. Given `row` (a row measured before), only the columns in `again`
-    (xtat, joint) are measured again and the others are kept: TASO-only and PET-only do
-    not depend on the tuner's schedules."""
+    (xtat, taso, joint) are measured again and the others are kept: PET-only depends on
+    neither the tuner's schedules nor the starter library."""
     from superopt import zoo
     from superopt.xtat.tuner import PASS_NAMES
 
@@ -196,8 +213,9 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
                                 budget, range(seeds))
         row["xtat_schedule"] = schedule_key("joint", COMPILER)
         row["default_s"] = row["xtat"][0]["default_s"]
-    if "taso" not in row:
+    if "taso" not in row or "taso" in again:
         row["taso"] = taso_only(graph, taso_budget)
+        row["taso_library"] = library_key()
     path, n_pet, pet_s = pet_rules(graph, batch, tmp / f"pet_{model}_{batch}.json")
     if "pet" not in row:
         row["pet_rules"], row["pet_search_s"] = n_pet, pet_s
@@ -214,6 +232,7 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
     row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, schedule, STRATEGY,
                              budget, range(seeds), keep=best, plan_budget=taso_budget)
     row["joint_schedule"] = schedule_key(schedule)
+    row["joint_library"] = library_key()
     row["joint_schedule_name"] = schedule
     row.pop("joint_torch", None)
     if torch:
@@ -281,9 +300,10 @@ def main() -> None:
                          "rows of --models (after a change to the joint schedule); the "
                          "same as --remeasure joint")
     ap.add_argument("--remeasure", default=None,
-                    help="with --resume: measure these columns (xtat, joint; comma-"
-                         "separated) again in the kept rows of --models whose schedule "
-                         "differs from now (after a change to the tuner)")
+                    help="with --resume: measure these columns (xtat, taso, joint; comma-"
+                         "separated) again in the kept rows of --models whose schedule or "
+                         "starter library differs from now (after a change to the tuner "
+                         "or the library)")
     ap.add_argument("--schedule", default="joint",
                     help="the joint column's schedule (superopt.xtat.tuner.SCHEDULES; XTAT-only "
                          "always runs joint's phases without the rewrite passes)")
@@ -321,8 +341,9 @@ def main() -> None:
     again = set(args.remeasure.split(",")) if args.remeasure else set()
     if args.joint_only:
         again.add("joint")
-    if again - {"xtat", "joint"}:
-        raise SystemExit(f"--remeasure: expected some of xtat,joint, found {args.remeasure!r}")
+    if again - {"xtat", "taso", "joint"}:
+        raise SystemExit(f"--remeasure: expected some of xtat,taso,joint, found "
+                         f"{args.remeasure!r}")
     if again and not args.resume:
         raise SystemExit("--joint-only/--remeasure re-measure rows kept by --resume: "
                          "add --resume")
