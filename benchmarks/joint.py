@@ -31,6 +31,7 @@ PET-only; `--remeasure taso,joint` after a change to the starter library).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -174,6 +175,7 @@ def schedule_key(kind: str = "joint", passes: tuple | None = None) -> str:
     return hashlib.sha256(repr(phases).encode()).hexdigest()[:12]
 
 
+@functools.cache
 def library_key() -> str:
     """The verified starter library's rules (names, patterns, conditions), hashed: the
     TASO-only and joint columns use it, so a row measured with an older library is stale

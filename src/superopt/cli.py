@@ -603,7 +603,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with a whole-graph cost (sim): evaluate only the N most promising "
                         "single rewrites per graph by FLOPs and the N by each op's simulated "
                         "time, plus the batches")
-    p.add_argument("--hardware", default="v4", help="TPU preset for --cost sim")
+    p.add_argument("--hardware", default="v4", help="TPU preset for --cost sim and simop")
     p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
     p.add_argument("--out", metavar="OUT.json|OUT.onnx",
                    help="save the optimized graph: .json (weights in a side .npz) or .onnx")

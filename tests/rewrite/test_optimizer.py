@@ -174,6 +174,7 @@ def test_the_simulated_proxy_prices_a_grouped_conv_as_the_simulator_does() -> No
     assert whole < 0
     assert effect.cost_delta(g, SimOpCost()) < 0 < effect.cost_delta(g, FlopsCost())
     assert [type(p) for p in sim.proxies()] == [FlopsCost, SimOpCost]
+    assert sim.proxies() is sim.proxies()  # per-op prices kept across searches
 
 
 def test_screening_keeps_the_best_rewrites_of_each_proxy() -> None:

@@ -386,6 +386,7 @@ class SimCost(CostFunction):
         self.simulator = Simulator(hardware)
         self.hardware = self.simulator.hw
         self.evaluations = 0
+        self._proxies: tuple[AdditiveCost, ...] | None = None
 
     def cost(self, graph: Graph) -> float:
         if self.fold:
@@ -398,7 +399,12 @@ class SimCost(CostFunction):
         return f"sim (TPU {self.hardware.name} simulator, default compiler)"
 
     def proxies(self) -> tuple[AdditiveCost, ...]:
-        return (*super().proxies(), SimOpCost(fold=self.fold, simulator=self.simulator))
+        # Kept: a search run again with this cost (the tuner's plan, per input graph)
+        # reuses the per-op times priced before.
+        if self._proxies is None:
+            self._proxies = (*super().proxies(),
+                             SimOpCost(fold=self.fold, simulator=self.simulator))
+        return self._proxies
 
 
 class SimOpCost(AdditiveCost):

@@ -193,8 +193,7 @@ class _Search:
         self.match_seconds += time.perf_counter() - t0
         graph = state.graph
         additive = isinstance(self.cost, AdditiveCost)
-        pricers: tuple[AdditiveCost, ...] = (self.cost,) if isinstance(
-            self.cost, AdditiveCost) else self.proxies
+        pricers = (self.cost,) if isinstance(self.cost, AdditiveCost) else self.proxies
         # Per site: its cost delta under each pricer (nan, from inf - inf when a proxy
         # cannot compile an op, counts as no gain), and its change in runtime ops.
         priced: list[tuple[tuple[float, ...], int, Site]] = []
