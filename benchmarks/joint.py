@@ -164,15 +164,17 @@ def parse_rows(text: str) -> list[tuple[str, int]]:
 
 
 def schedule_key(kind: str = "joint", passes: tuple | None = None) -> str:
-    """A column's schedule's phases (strategies and their options), hashed: a
-    --remeasure run skips the rows already measured with this schedule, so a killed run
-    resumes where it stopped."""
+    """A column's schedule's phases (strategies and their options) and the order the
+    kernel phases try tiles in, hashed: a --remeasure run skips the rows already measured
+    with this schedule, so a killed run resumes where it stopped."""
     import hashlib
 
+    from superopt.xtat.passes.kernel import TileSites
     from superopt.xtat.tuner import PASS_NAMES, make_schedule
 
     phases = make_schedule(kind, passes or PASS_NAMES, STRATEGY)
-    return hashlib.sha256(repr(phases).encode()).hexdigest()[:12]
+    # The kernel phases try each kernel's first tiles: their order is part of the schedule.
+    return hashlib.sha256(repr((phases, TileSites.ORDER)).encode()).hexdigest()[:12]
 
 
 @functools.cache
