@@ -12,19 +12,19 @@ from superopt.xtat.session import open_session
 
 
 def _tile_sites(model: str, batch: int):
+    """(kernel costs, [(signature, tiling site)]) of the model's default candidate."""
     s = open_session({"model": model, "batch": batch})
     p = s.pipeline
     t = p.index("tiling")
-    return s, p.passes[t].sites(s.default.stages[t]), s.default.stages[t]
+    stage = s.default.stages[t]
+    sig_of = dict(zip(stage.sig_keys, stage.signatures, strict=True))
+    return s.sim.kernels, [(sig_of[x.key], x) for x in p.passes[t].sites(stage).tunable]
 
 
 def test_tiles_come_in_analytical_order_with_fewer_steps_first_on_ties() -> None:
-    s, sites, stage = _tile_sites("vgg19", 16)
-    kc = s.sim.kernels
-    sig_of = dict(zip(stage.sig_keys, stage.signatures, strict=True))
+    kc, sites = _tile_sites("vgg19", 16)
     ties = 0
-    for site in sites.tunable:
-        sig = sig_of[site.key]
+    for sig, site in sites:
         assert site.options[0] == site.default  # the default compiler's pick first
         rest = site.options[1:]
         keys = [(round(kc.analytical_time(sig, t) * 1e12), kc.cost(sig, t, DEFAULT_FLAGS).steps)
@@ -34,17 +34,13 @@ def test_tiles_come_in_analytical_order_with_fewer_steps_first_on_ties() -> None
     assert ties > 0  # the model ties often: the tie-break is exercised
 
 
-
 def test_among_equally_priced_tiles_the_fewest_steps_come_before_the_tiniest() -> None:
     # vgg19 b16's convs over 256+ channels: every tm from 8 rows up ties in the model
     # (the weights are read once whatever tm is); the 8-row tile takes the most grid
     # steps and is many times slower in the simulator, so it comes late in its tie.
-    s, sites, stage = _tile_sites("vgg19", 16)
-    kc = s.sim.kernels
-    sig_of = dict(zip(stage.sig_keys, stage.signatures, strict=True))
+    kc, sites = _tile_sites("vgg19", 16)
     checked = 0
-    for site in sites.tunable:
-        sig = sig_of[site.key]
+    for sig, site in sites:
         g = kc.stats(sig).gemm
         if g is None or g.k_pad < 2304:
             continue
