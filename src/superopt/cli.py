@@ -648,11 +648,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--passes", default="plan,rewrite,layout,fusion,tiling,flags",
                    help="passes to tune, comma-separated (default: all six; plan: TASO's "
                         "cost-model search's result as one choice, refined by rewrite)")
-    p.add_argument("--schedule", choices=("joint", "rewrite_first", "sequential", "custom"),
+    p.add_argument("--schedule", choices=("joint", "plan_last", "rewrite_first", "sequential",
+                                          "custom"),
                    default="joint",
                    help="joint (default): the rewrite plan, every kernel's tiles and flags "
                         "from profiled runs, layout+fusion by the strategy, kernels again, "
-                        "rewrite points judged on those, kernels again; rewrite_first: "
+                        "rewrite points judged on those, kernels again; plan_last: the "
+                        "same without the first plan phase (the plan judged last, "
+                        "kernels tuned); rewrite_first: "
                         "kernels, rewrite points, rewrite+layout+fusion, kernels; "
                         "sequential: one pass at a time; custom: the given passes together "
                         "by the strategy")

@@ -88,6 +88,20 @@ def test_joint_measures_plan_kernels_layouts_then_rewrite_points(setup) -> None:
     assert check.ok, check.summary()
 
 
+def test_plan_last_judges_the_plan_in_the_revisit_with_kernels_tuned(setup) -> None:
+    pipe, runner, graph, default = setup
+    r = Tuner(pipe, runner, default, seed=0).run(make_schedule("plan_last"), 300)
+    names = [n for n, _ in r.phases]
+    assert names[:3] == ["tiling", "flags", "layout+fusion"] and "plan" not in names
+    # No candidate before the revisit has the plan: it is flipped on there only.
+    before = [p for p in r.history if p.phase != "plan+rewrite"]
+    assert len(before) < r.evaluations
+    assert r.best.config("plan").choices.get(PLAN_SITE) is not None
+    assert r.best_time < runner.time(default)
+    check = check_values(graph, rewritten_graph(pipe, r.best))
+    assert check.ok, check.summary()
+
+
 def test_no_plan_site_without_a_budget() -> None:
     sim = Simulator("v4")
     pipe = make_pipeline(sim, plan_budget=0)

@@ -82,7 +82,7 @@ def test_sites_at_their_default_are_left_unless_both_ways(squeezenet) -> None:
 
 
 def test_revisit_closes_the_rewrite_schedules_with_the_kernel_passes_tuned() -> None:
-    for kind in ("joint", "rewrite_first", "sequential"):
+    for kind in ("joint", "plan_last", "rewrite_first", "sequential"):
         last = make_schedule(kind)[-1]
         assert (last.strategy, last.passes) == ("revisit", ("plan", "rewrite"))
         assert dict(last.options)["kernels"] == ("tiling", "flags")

@@ -86,6 +86,9 @@ def test_schedules() -> None:
     # phases that would repeat with nothing between them left out.
     compiler = ("layout", "fusion", "tiling", "flags")
     assert make_schedule("rewrite_first", compiler) == make_schedule("joint", compiler)
+    # plan_last: joint without its first phase (the plan judged by the revisit only).
+    assert make_schedule("plan_last") == joint[1:]
+    assert make_schedule("plan_last", compiler) == make_schedule("joint", compiler)
     assert [p.passes for p in make_schedule("joint", compiler)] == [
         *kernels, ("layout", "fusion"), *kernels]
     assert [p.passes for p in make_schedule("joint", ("tiling",))] == [("tiling",)]
