@@ -22,7 +22,7 @@ and joint run with `--seeds` seeds (median, min, max). Prints a table, writes JS
 bar chart PNG.
 
 Run: `.venv/bin/python benchmarks/joint.py [--models a,b] [--batches 1,16] [--budget N]
-[--schedule joint|rewrite_first]` (`--resume --joint-only` with another `--schedule` and a
+[--schedule joint|plan_last|rewrite_first]` (`--resume --joint-only` with another `--schedule` and a
 copy of the result file measures only the joint column again; `--resume --remeasure
 xtat,joint` both tuner columns, after a change to the tuner, keeping TASO-only and
 PET-only; `--remeasure taso,joint` after a change to the starter library).
