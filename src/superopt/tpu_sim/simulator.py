@@ -115,6 +115,12 @@ class KernelCosts:
         return analytical(analytical_compute(stats, self.hw), moved / self.hw.hbm_bytes_per_s,
                           self.hw)
 
+    def tile_rank(self, sig: Signature, tile: tuple[int, ...]) -> tuple:
+        """The default compiler's order of a kernel's (tm, tn, tk) or (rows,) tiles
+        (`tiling.tile_rank`): analytical time, then fewer grid steps, then larger."""
+        return tiling.tile_rank(self.analytical_time(sig, tile),
+                                grid(self.stats(sig), tile).steps, tile)
+
     def default_choice(self, sig: Signature, tiles: Sequence[Tile], flags: Flags) -> Tile:
         """The default compiler's pick among candidate tiles (`tiling.default_choice`)."""
         return tiling.default_choice(tiles, lambda t: self.cost(sig, t, flags),

@@ -23,6 +23,13 @@ from superopt.tpu_sim.kernel_time import (
 )
 
 
+def tile_rank(analytical_s: float, steps: int, tile: Tile) -> tuple:
+    """How the default compiler orders tiles: the analytical time (whole picoseconds:
+    float noise must not break ties between equal tiles), then fewer grid steps, then the
+    larger tile."""
+    return round(analytical_s * 1e12), steps, tuple(-x for x in tile)
+
+
 def default_tile(stats: KernelStats, flags: Flags, hw: Hardware) -> Tile:
     """Argmin of the analytical model over the tiles that fit VMEM (ties: fewer steps,
     then the larger tile); the smallest tile when none fits."""
@@ -34,9 +41,8 @@ def default_tile(stats: KernelStats, flags: Flags, hw: Hardware) -> Tile:
         gr = grid(stats, tile)
         if grid_vmem(gr, flags, hw) > hw.vmem_bytes:
             continue
-        t = analytical(compute, (gr.in_bytes + gr.out_bytes) / bw, hw)
-        # Whole picoseconds: float noise must not break ties between equal tiles.
-        score = (round(t * 1e12), gr.steps, tuple(-x for x in tile))
+        score = tile_rank(analytical(compute, (gr.in_bytes + gr.out_bytes) / bw, hw),
+                          gr.steps, tile)
         if best is None or score < best:
             best = score
     return tuple(-x for x in best[2]) if best is not None else options[0]

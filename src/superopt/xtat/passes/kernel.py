@@ -101,14 +101,11 @@ class TileSites(_KernelPass):
                     if t == default or kc.cost(sig, t, SINGLE_BUFFER).valid]
             # In the default compiler's analytical order (its pick first): a search with
             # a budget per site (`exhaustive` with top_k) measures the likeliest first.
-            # Ties as the default compiler breaks them (`tiling.default_tile`): fewer
+            # Ties broken as the default compiler breaks them (`tiling.tile_rank`): fewer
             # grid steps, then the larger tile. The model prices every step alike, so
             # ties are common; broken in ladder order, the tiniest tiles (8 rows: 15x
             # slower on vgg19 b16's convs) took most of a kernel's top 12.
-            rank = {t: (round(kc.analytical_time(sig, t) * 1e12),
-                        kc.cost(sig, t, DEFAULT_FLAGS).steps, tuple(-x for x in t))
-                    for t in opts}
-            opts = tuple(sorted(opts, key=lambda t: (t != default, rank[t])))
+            opts = tuple(sorted(opts, key=lambda t: (t != default, kc.tile_rank(sig, t))))
             # Weight: the kernel's time under its default tile (most expensive first).
             return (opts if default in opts else (default,), default,
                     kc.cost(sig, default, DEFAULT_FLAGS).time)
