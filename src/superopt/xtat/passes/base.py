@@ -9,6 +9,8 @@
   and a report of what the configuration did;
 - `requires(stage)` / `ensures(stage)`: checks run between passes by `check=True`
   pipelines and in tests (`lint()` of the stage graph and the pass's own invariants);
+- `alternatives(stage, site, now)`: the other options of a site, nearest first (the
+  order in which the revisit strategy tries them);
 - `per_kernel`: a trait, True when each site is one kernel signature whose choice
   changes that kernel's time only (tiles, flags): a profiled run then measures every
   site's option at once (the `parallel` strategy).
@@ -66,6 +68,11 @@ class TunablePass(ABC):
 
     def ensures(self, stage: Stage) -> None:
         stage.graph.lint()
+
+    def alternatives(self, stage: Stage, site: Site, now: Any) -> list[Any]:
+        """The options of `site` other than `now`, nearest first (a revisit flips a site
+        to them in this order): in the site's order, the default first."""
+        return [o for o in site.options if o != now]
 
     def choice(self, stage: Stage, config: PassConfig, key: str) -> Any:
         """The complete configuration's choice at site `key`."""

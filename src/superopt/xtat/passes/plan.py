@@ -11,6 +11,19 @@ rewrite pass after it then refines the planned graph point by point, and layout,
 tiles and flags are tuned on whatever the two produce (XTAT-M repairs their choices when
 the plan is switched).
 
+A plan is one path of rewrites: a few may pay under the default compiler and lose once
+kernels are tuned, while the rest still pay (csrnet b1: PET's pad-conv-slice mutants of
+three 512-channel convs, 25% faster at the default tile and 25% slower than the original
+convs at their tuned tiles, beside mutants that pay either way). So the site also offers
+the plan without each group of its rules (`<plan>-<group>`: the path replayed with that
+group's steps left out, a step whose sites the shorter path no longer has skipped): a
+group is one PET transformation family (its mutants of several subprograms: their
+correction kernels cost alike) or one other rule; and without each pair of the
+`PAIRED` most applied groups (csrnet b1 loses on both its pad-conv-slice and its
+stack-height mutants). The revisit tries them with their kernels tuned, nearest the
+current choice first (`alternatives`: from the whole plan, one group left out, then no
+plan, then two); the plan phase measures the whole plan only (`top_k` 2), as before.
+
 The planned graph is handed on unfolded (the value check needs it runnable); the
 rewrite pass folds the weight-only computations the plan created (the stage memo's
 `fold_skip` names what the source graph already computed, which stays as it was).
@@ -18,12 +31,15 @@ rewrite pass folds the weight-only computations the plan created (the stage memo
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from superopt.ir.graph import Graph
-from superopt.ir.passes import Origin, compose
+from superopt.ir.passes import Origin, compose, identity_origin
+from superopt.rewrite.apply import apply_sites
 from superopt.rewrite.fold import foldable_values
 from superopt.rewrite.match import Matcher
 from superopt.xtat.passes.base import PassResult, TunablePass
@@ -31,6 +47,10 @@ from superopt.xtat.space import PassConfig, Site, digest
 from superopt.xtat.stage import Stage
 
 PLAN_SITE = "plan"
+# The plan without one group of its rules, for at most this many groups (the most applied
+# first): each is a replay of the path, and a revisit flip costs measurements.
+MAX_VARIANTS = 8
+PAIRED = 4  # variants without two groups: each pair of this many most applied groups
 
 
 @dataclass(frozen=True)
@@ -45,6 +65,8 @@ class Plan:
     cost_after: float
     evaluations: int  # graphs the search priced with its cost model (not measurements)
     seconds: float
+    steps: tuple[tuple[str, tuple[str, ...]], ...] = ()  # the path: (rule, site keys)
+    dropped: tuple[str, ...] = ()  # a variant: the plan without these groups' steps
 
 
 class RewritePlan(TunablePass):
@@ -63,6 +85,8 @@ class RewritePlan(TunablePass):
         self.alpha = alpha
         self._cost: object | None = None
         self._plans: dict[str, Plan | None] = {}  # graph structural hash -> plan
+        # graph structural hash -> the plan's variants, by option
+        self._variants: dict[str, dict[str, Plan]] = {}
 
     def plan(self, graph: Graph) -> Plan | None:
         """The plan for `graph` (None: no search configured, or it found nothing)."""
@@ -81,9 +105,95 @@ class RewritePlan(TunablePass):
                 steps = [[s.rule, list(s.sites)] for s in res.steps]
                 got = Plan(f"taso:{digest(str(steps), 12)}", res.graph, res.origin,
                            tuple(s.rule for s in res.steps for _ in s.sites),
-                           res.cost_before, res.cost_after, res.evaluated, res.seconds)
+                           res.cost_before, res.cost_after, res.evaluated, res.seconds,
+                           tuple((s.rule, tuple(s.sites)) for s in res.steps))
         self._plans[key] = got
         return got
+
+    def variants(self, graph: Graph) -> dict[str, Plan]:
+        """The plan for `graph` without each of its rules (module docstring), by option;
+        a variant whose graph is the source's or another option's is left out."""
+        key = graph.structural_hash
+        got = self._variants.get(key)
+        if got is not None:
+            return got
+        got = {}
+        p = self.plan(graph)
+        if p is not None:
+            counts = Counter(self.group(r) for r in p.rules)
+            order = list(dict.fromkeys(self.group(r) for r in p.rules))
+            seen = {key, p.graph.structural_hash}
+            groups = sorted(counts, key=lambda g: (-counts[g], order.index(g)))
+            if len(groups) > 1:
+                drops = [(g,) for g in groups[:MAX_VARIANTS]] + list(
+                    itertools.combinations(groups[:PAIRED], 2) if len(groups) > 2 else [])
+                for drop in drops:
+                    v = self._replay(graph, p, drop)
+                    if v is not None and v.graph.structural_hash not in seen:
+                        seen.add(v.graph.structural_hash)
+                        got[v.option] = v
+        self._variants[key] = got
+        return got
+
+    def group(self, rule: str) -> str:
+        """The group a variant leaves out together: a PET rule's family, else the rule."""
+        fam = self.matcher.rule(rule).provenance.get("family")
+        return f"pet:{fam}" if isinstance(fam, str) else rule
+
+    def _replay(self, graph: Graph, p: Plan, drop: tuple[str, ...]) -> Plan | None:
+        """`p`'s path on `graph` without the steps of the groups `drop`. Site keys are
+        structural, so a later step finds its sites in the shorter path's graph unless
+        they were made by a dropped step (then it is skipped too)."""
+        g, origin = graph, identity_origin(graph)
+        rules: list[str] = []
+        for rule, keys in p.steps:
+            if self.group(rule) in drop:
+                continue
+            wanted = set(keys)
+            sites = [s for s in self.matcher.match(g, [rule]).sites if s.key in wanted]
+            if not sites:
+                continue
+            res = apply_sites(g, sites, self.matcher, check=False)
+            if not res.applied:
+                continue
+            g, origin = res.graph, compose(origin, res.origin)
+            rules += [rule] * len(res.applied)
+        if not rules:
+            return None
+        cost = self._cost.cost(g) if self._cost is not None else math.nan
+        return Plan(f"{p.option}-{'+'.join(drop)}", g, origin, tuple(rules), p.cost_before,
+                    cost, 0, 0.0, (), drop)
+
+    def chosen(self, graph: Graph, option: str) -> Plan | None:
+        """The plan or variant behind `option` on `graph` (None: not one of its options)."""
+        p = self.plan(graph)
+        if p is not None and option == p.option:
+            return p
+        return self.variants(graph).get(option)
+
+    def alternatives(self, stage: Stage, site: Site, now: object) -> list[object]:
+        """From the whole plan or a variant: the variants one group away first, then no
+        plan, then the rest by how many groups they differ in (the site's order within)."""
+        p = self.plan(stage.graph)
+        if p is None:
+            return super().alternatives(stage, site, now)
+        variants = self.variants(stage.graph)
+
+        def dropped(o: object) -> frozenset[str] | None:
+            if o is None:
+                return None
+            v = variants.get(o)  # type: ignore[call-overload]
+            return frozenset(v.dropped) if v is not None else frozenset()
+
+        cur = dropped(now)
+
+        def distance(o: object) -> float:
+            d = dropped(o)
+            if d is None or cur is None:
+                return 1.5  # no plan, or any plan from no plan
+            return float(len(d ^ cur))
+        return sorted((o for o in site.options if o != now),
+                      key=lambda o: (distance(o), site.options.index(o)))
 
     def list_sites(self, stage: Stage) -> list[Site]:
         p = self.plan(stage.graph)
@@ -91,7 +201,7 @@ class RewritePlan(TunablePass):
             return []
         counts = ", ".join(f"{r} x{n}" for r, n in Counter(p.rules).items())
         # Weight: visited before any single rewrite point by the greedy strategies.
-        return [Site(PLAN_SITE, (None, p.option), None, (),
+        return [Site(PLAN_SITE, (None, p.option, *self.variants(stage.graph)), None, (),
                      f"TASO plan: {len(p.rules)} rewrites ({counts})",
                      weight=float(len(stage.graph.nodes)))]
 
@@ -99,8 +209,8 @@ class RewritePlan(TunablePass):
         self.check_config(stage, config)
         if config.choices.get(PLAN_SITE) is None:
             return PassResult(stage, None, {"applied": [], "plan": None})
-        p = self.plan(stage.graph)
-        assert p is not None  # check_config found the site
+        p = self.chosen(stage.graph, config.choices[PLAN_SITE])
+        assert p is not None  # check_config found the option
         to_source = p.origin if stage.to_source is None else compose(stage.to_source,
                                                                      p.origin)
         out = stage.evolve(graph=p.graph, to_source=to_source)
@@ -108,7 +218,8 @@ class RewritePlan(TunablePass):
         out.memo["fold_skip"] = frozenset(hashes[v.node] for v in foldable_values(stage.graph))
         return PassResult(out, p.origin, {
             "applied": list(p.rules), "plan": p.option, "plan_cost_before": p.cost_before,
-            "plan_cost_after": p.cost_after, "plan_evaluations": p.evaluations})
+            "plan_cost_after": p.cost_after, "plan_evaluations": p.evaluations,
+            "plan_without": list(p.dropped)})
 
 
 __all__ = ["PLAN_SITE", "Plan", "RewritePlan"]

@@ -9,15 +9,19 @@ favour the graph it replaced: on resnet18 at batch 16 the rewrite plan is 4% fas
 the default graph untuned and 2% slower once both are tuned). This strategy runs after the
 kernel phases: for each graph site of its passes whose choice in the best candidate
 differs from the site's default (and each site of the `both_ways` passes whichever way
-it is set: an all-or-nothing choice such as the plan, judged once before anything was
-tuned), the best candidate with that one choice flipped is first screened (both graphs
+it is set, to each of its other options: a choice such as the plan, judged once before
+anything was tuned, and its variants without one rule), the best candidate with that one
+choice flipped is first screened (both graphs
 with every kernel at its default configuration, times read from kernels measured before
 where known: a flip more than `slack` slower is left), then measured, its kernels are
 tuned as the `parallel` strategy tunes them (`kernels`: the per-kernel passes, `top_k`
-tiles; the kernels measured before cost nothing, so a flip that brings back the kernels
+tiles, `flags_top_k` flag settings; the kernels measured before cost nothing, so a flip that brings back the kernels
 of an earlier candidate costs about one measurement), and the tuned flip is measured. If
 it beats the best so far the tuner takes it as its best (as any measurement); the next
-flip starts from whatever is then the best, each site flipped at most once.
+flip starts from whatever is then the best, each site flipped to each option at most
+once: every site's first flip (back to its default, or a `both_ways` site's first other
+option) comes before any site's second, so the plan's variants do not starve the rewrite
+points of budget.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ class Revisit(SearchStrategy):
             raise IRError("strategy 'revisit' needs a runner that reports each kernel's "
                           "time (a profile)")
         self.n = 8
-        self.flipped: set[tuple[str, str]] = set()
+        self.flipped: set[tuple[str, str, object]] = set()
         self.flow = self._flow()
         self.out: list[Candidate] | None = next(self.flow, None)
 
@@ -69,18 +73,27 @@ class Revisit(SearchStrategy):
         """The best candidate with its next unflipped site flipped (None: none left)."""
         ctx = self.ctx
         base = ctx.best or ctx.default
+        flips: list[list[tuple[str, str, object]]] = []
         for name, site in ctx.tunable(base, self.passes):
-            if (name, site.key) in self.flipped:
-                continue
             now = ctx.choice(base, name, site)
-            if now != site.default:
-                to = site.default
-            elif name in self.both and len(site.options) == 2:
-                to = next(o for o in site.options if o != now)
+            # What a site holds now was judged (a flip away from it was adopted): no flip
+            # back to it.
+            self.flipped.add((name, site.key, now))
+            if name in self.both:
+                # Every other option, nearest first as the pass orders them.
+                j = ctx.pipeline.index(name)
+                tos = ctx.pipeline.passes[j].alternatives(base.stages[j], site, now)
+            elif now != site.default:
+                tos = [site.default]
             else:
                 continue
-            self.flipped.add((name, site.key))
-            return ctx.pipeline.with_choice(base, name, site.key, to, ctx.store)
+            flips.append([(name, site.key, to) for to in tos])
+        for rank in range(max((len(f) for f in flips), default=0)):
+            for f in flips:
+                if rank < len(f) and f[rank] not in self.flipped:
+                    self.flipped.add(f[rank])
+                    name, key, to = f[rank]
+                    return ctx.pipeline.with_choice(base, name, key, to, ctx.store)
         return None
 
     def _untuned(self, cand: Candidate) -> Candidate:
@@ -125,8 +138,8 @@ class Revisit(SearchStrategy):
             if not math.isfinite(cur_t):
                 continue
             for name in self.kernels:
-                tuner = Parallel(**({"top_k": self.opts["top_k"]}
-                                    if name == "tiling" and "top_k" in self.opts else {}))
+                key = "top_k" if name == "tiling" else f"{name}_top_k"
+                tuner = Parallel(**({"top_k": self.opts[key]} if key in self.opts else {}))
                 tuner.start_from(self.ctx, (name,), self.budget, cur, cur_t)
                 while cands := tuner.ask(self.n):
                     done, times = yield cands
