@@ -1,21 +1,26 @@
 """The rewrite-plan pass: TASO's search result as one choice, refined by the rewrite pass.
 On two convolutions with batch norms reading the same input, the plan is exactly what
 the search finds on its own, costs what the search says it costs once folded, and the
-tuned graph computes the same values as the source."""
+tuned graph computes the same values as the source. On a graph whose plan applies three
+rules, the plan is also offered without each rule and each pair, each such variant keeps
+the other rules' rewrites (counted on the graph), computes the source's values, and the
+revisit, tuning every option, ends on the best of them."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 
 from superopt.ir.graph import Graph, GraphBuilder
 from superopt.rewrite import Matcher, create_cost, optimize
 from superopt.rewrite.check import check_values
-from superopt.tpu_sim import Simulator
+from superopt.tpu_sim import Simulator, all_flags
 from superopt.xtat.passes.plan import PLAN_SITE
 from superopt.xtat.rules import rule_set
 from superopt.xtat.runner import SimRunner
 from superopt.xtat.session import applied_rewrites, make_pipeline, rewritten_graph
-from superopt.xtat.tuner import Tuner, make_schedule
+from superopt.xtat.tuner import REVISIT_FLAGS_TOP_K, Phase, Tuner, make_schedule
 
 
 def two_branches() -> Graph:
@@ -107,3 +112,126 @@ def test_no_plan_site_without_a_budget() -> None:
     pipe = make_pipeline(sim, plan_budget=0)
     default = pipe.initial(two_branches())
     assert len(pipe.passes[0].sites(default.stages[0])) == 0
+
+
+def three_parts() -> Graph:
+    """Three independent places for three rules: two convs reading one input (merged),
+    two matmuls reading one input and added (one matmul of the sum), a conv and its batch
+    norm (folded)."""
+    b = GraphBuilder("three_parts")
+    x = b.input("x", (8, 64, 28, 28))
+    convs = [b.op("relu", b.op("conv2d", x, b.weight(f"w{i}", (64, 64, 3, 3)),
+                               padding="same")) for i in range(2)]
+    z = b.input("z", (256, 512))
+    mms = [b.op("matmul", z, b.weight(f"m{i}", (512, 512))) for i in range(2)]
+    u = b.input("u", (8, 32, 14, 14))
+    y = b.op("conv2d", u, b.weight("wu", (32, 32, 3, 3)), padding="same")
+    c = (32,)
+    y = b.batch_norm(y, b.weight("s", c, init="normal"), b.weight("b", c, init="normal"),
+                     b.weight("m", c, init="normal"), b.weight("v", c, init="positive"),
+                     eps=1e-5)
+    return b.build([b.op("ewadd", *convs), b.op("ewadd", *mms), y])
+
+
+def _ops(graph: Graph, op: str) -> int:
+    return sum(n.op == op for n in graph.nodes)
+
+
+@pytest.fixture(scope="module")
+def parts():
+    sim = Simulator("v4")
+    pipe = make_pipeline(sim)
+    graph = three_parts()
+    default = pipe.initial(graph)
+    plan = pipe.passes[pipe.index("plan")]
+    return pipe, SimRunner(sim, sigma=0.0), graph, default, plan
+
+
+def test_the_plan_is_offered_without_each_group_and_each_pair(parts) -> None:
+    pipe, _, graph, default, plan = parts
+    p = plan.plan(graph)
+    assert sorted(p.rules) == ["fold_conv_bn", "matmul_add_rhs", "merge_conv"]
+    # What each rule leaves on the (unfolded) graph, and what is there without it: the
+    # merged convs' split, one matmul for two, the folded batch norm's padded bias.
+    effect = {"merge_conv": ("split", 1, 0), "matmul_add_rhs": ("matmul", 1, 2),
+              "fold_conv_bn": ("pad", 1, 0)}
+    for op, _, without in effect.values():
+        assert _ops(graph, op) == without
+    site = plan.sites(default.stages[0])[PLAN_SITE]
+    variants = plan.variants(graph)
+    assert site.options == (None, p.option, *variants)
+    assert {frozenset(v.dropped) for v in variants.values()} == {
+        frozenset(d) for d in itertools.chain(itertools.combinations(effect, 1),
+                                              itertools.combinations(effect, 2))}
+    for option, v in variants.items():
+        assert option == f"{p.option}-{'+'.join(v.dropped)}"
+        assert sorted(v.rules) == sorted(r for r in p.rules if r not in v.dropped)
+        for rule, (op, applied, without) in effect.items():
+            assert _ops(v.graph, op) == (without if rule in v.dropped else applied), rule
+        cand = pipe.with_choice(default, "plan", PLAN_SITE, option)
+        assert applied_rewrites(cand) == list(v.rules)
+        check = check_values(graph, rewritten_graph(pipe, cand))
+        assert check.ok, check.summary()
+
+
+def test_a_plan_of_one_rule_has_no_variant(setup) -> None:
+    pipe, _, _, default = setup
+    site = pipe.passes[pipe.index("plan")].sites(default.stages[0])[PLAN_SITE]
+    assert len(site.options) == 2
+
+
+def test_plan_alternatives_are_nearest_first(parts) -> None:
+    _, _, graph, default, plan = parts
+    p = plan.plan(graph)
+    site = plan.sites(default.stages[0])[PLAN_SITE]
+    by_drop = {v.dropped: o for o, v in plan.variants(graph).items()}
+    singles = [o for o in site.options[2:] if len(plan.variants(graph)[o].dropped) == 1]
+    pairs = [o for o in site.options[2:] if len(plan.variants(graph)[o].dropped) == 2]
+    stage = default.stages[0]
+    # From the whole plan: one rule fewer, then no plan, then two fewer.
+    assert plan.alternatives(stage, site, p.option) == [*singles, None, *pairs]
+    # From the plan without merge_conv: the whole plan and the pairs with merge_conv (one
+    # group away), no plan, the other singles (two away), the pair without it (three).
+    a = by_drop[("merge_conv",)]
+    near = [p.option, by_drop[("merge_conv", "matmul_add_rhs")],
+            by_drop[("merge_conv", "fold_conv_bn")]]
+    far = [by_drop[("matmul_add_rhs",)], by_drop[("fold_conv_bn",)]]
+    assert plan.alternatives(stage, site, a) == [
+        *near, None, *far, by_drop[("matmul_add_rhs", "fold_conv_bn")]]
+    # From no plan: every plan, in the site's order.
+    assert plan.alternatives(stage, site, None) == list(site.options[1:])
+
+
+def test_the_revisit_tunes_every_plan_option_and_ends_on_the_best(parts, per_kernel_best
+                                                                   ) -> None:
+    pipe, runner, graph, default, plan = parts
+    phases = [Phase("plan", ("plan",), "exhaustive", 0.0, (("top_k", 2),)),
+              Phase("tiling", ("tiling",), "parallel", 0.1),
+              Phase("revisit", ("plan",), "revisit", 0.1,
+                    (("kernels", ("tiling",)), ("both_ways", ("plan",)), ("slack", 10.0)))]
+    r = Tuner(pipe, runner, default, seed=0).run(phases, 2000)
+    site = plan.sites(default.stages[0])[PLAN_SITE]
+    tuned = {o: per_kernel_best(pipe, runner,
+                                pipe.with_choice(default, "plan", PLAN_SITE, o))[0]
+             for o in site.options}
+    assert r.evaluations < 2000  # every option was flipped to, then the revisit ended
+    # Each option but the plan the tiling phase tuned (the variants included) was
+    # measured in the revisit with its kernels at their best.
+    revisit = [p.measured for p in r.history if p.phase == "revisit"]
+    for o, t in tuned.items():
+        if o != plan.plan(graph).option:
+            assert any(m == pytest.approx(t, rel=1e-9) for m in revisit), o
+    assert r.best_time == pytest.approx(min(tuned.values()), rel=1e-9)
+    assert tuned[r.best.config("plan").choices.get(PLAN_SITE)] == pytest.approx(
+        r.best_time, rel=1e-9)
+
+
+def test_the_revisit_tries_the_double_buffered_flag_settings() -> None:
+    # The revisit's flags rounds are the first REVISIT_FLAGS_TOP_K settings: for a kernel
+    # with an MXU op, the double-buffered ones; one without has fewer, all tried.
+    flags = all_flags(True)
+    assert all(f.double_buffer for f in flags[:REVISIT_FLAGS_TOP_K])
+    assert not any(f.double_buffer for f in flags[REVISIT_FLAGS_TOP_K:])
+    assert len(all_flags(False)) <= REVISIT_FLAGS_TOP_K
+    last = make_schedule("joint")[-1]
+    assert dict(last.options)["flags_top_k"] == REVISIT_FLAGS_TOP_K
