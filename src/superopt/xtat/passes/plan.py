@@ -111,8 +111,9 @@ class RewritePlan(TunablePass):
         return got
 
     def variants(self, graph: Graph) -> dict[str, Plan]:
-        """The plan for `graph` without each of its rules (module docstring), by option;
-        a variant whose graph is the source's or another option's is left out."""
+        """The plan for `graph` without each group of its rules, and without each pair
+        of its `PAIRED` most applied groups (module docstring), by option; a variant
+        whose graph is the source's or another option's is left out."""
         key = graph.structural_hash
         got = self._variants.get(key)
         if got is not None:

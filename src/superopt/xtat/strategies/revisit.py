@@ -9,17 +9,18 @@ favour the graph it replaced: on resnet18 at batch 16 the rewrite plan is 4% fas
 the default graph untuned and 2% slower once both are tuned). This strategy runs after the
 kernel phases: for each graph site of its passes whose choice in the best candidate
 differs from the site's default (and each site of the `both_ways` passes whichever way
-it is set, to each of its other options: a choice such as the plan, judged once before
-anything was tuned, and its variants without one rule), the best candidate with that one
-choice flipped is first screened (both graphs
-with every kernel at its default configuration, times read from kernels measured before
-where known: a flip more than `slack` slower is left), then measured, its kernels are
-tuned as the `parallel` strategy tunes them (`kernels`: the per-kernel passes, `top_k`
-tiles, `flags_top_k` flag settings; the kernels measured before cost nothing, so a flip that brings back the kernels
-of an earlier candidate costs about one measurement), and the tuned flip is measured. If
+it is set, to each of its other options in the pass's `alternatives` order: a choice
+such as the plan, judged once before anything was tuned, and its variants without some
+of its rules), the best candidate with that one choice flipped is first screened (both
+graphs with every kernel at its default configuration, times read from kernels measured
+before where known: a flip more than `slack` slower is left), then measured, its kernels
+are tuned as the `parallel` strategy tunes them (`kernels`: the per-kernel passes,
+`top_k` tiles, `flags_top_k` flag settings; the kernels measured before cost nothing, so
+a flip that brings back the kernels of an earlier candidate costs about one
+measurement), and the tuned flip is measured. If
 it beats the best so far the tuner takes it as its best (as any measurement); the next
 flip starts from whatever is then the best, each site flipped to each option at most
-once: every site's first flip (back to its default, or a `both_ways` site's first other
+once and never back to an option it held: every site's first flip (back to its default, or a `both_ways` site's first other
 option) comes before any site's second, so the plan's variants do not starve the rewrite
 points of budget.
 """
