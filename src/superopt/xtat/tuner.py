@@ -26,9 +26,11 @@ share of the budget:
   the default tile against tuned ones: on inception_v3 b1 the plan measured after K was
   left (1.363x) and measured first it was kept (1.545x). Measured first, it is judged
   against the untuned default graph, so last comes the *revisit* (`revisit`: the best
-  candidate with the plan flipped, and with each adopted rewrite point reverted, its
+  candidate with the plan switched to each other option: off, or the plan without some
+  of its rules (`passes.plan`), and with each adopted rewrite point reverted, its
   kernels tuned as K tunes them, then compared): resnet18 b16 keeps the plan judged
-  untuned (1.220x) and leaves it judged tuned (1.249x, XTAT-only's);
+  untuned (1.220x) and leaves it judged tuned (1.249x, XTAT-only's); csrnet b1 keeps
+  it without PET's pad-conv-slice mutants (1.477x against 1.402x for the whole plan);
 - `rewrite_first`: K; the greedy pass over the plan and the rewrite points first (15%),
   then rewrite + layout + fusion together by the graph strategy (35%, same patience); K;
   revisit;
