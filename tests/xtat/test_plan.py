@@ -16,6 +16,7 @@ from superopt.ir.graph import Graph, GraphBuilder
 from superopt.rewrite import Matcher, create_cost, optimize
 from superopt.rewrite.check import check_values
 from superopt.tpu_sim import Simulator, all_flags
+from superopt.xtat import explain
 from superopt.xtat.passes.plan import PLAN_SITE
 from superopt.xtat.rules import rule_set
 from superopt.xtat.runner import SimRunner
@@ -235,3 +236,22 @@ def test_the_revisit_tries_the_double_buffered_flag_settings() -> None:
     assert len(all_flags(False)) <= REVISIT_FLAGS_TOP_K
     last = make_schedule("joint")[-1]
     assert dict(last.options)["flags_top_k"] == REVISIT_FLAGS_TOP_K
+
+
+def test_the_explain_table_names_a_variant_by_the_rules_it_leaves_out(parts) -> None:
+    pipe, runner, graph, default, plan = parts
+    p = plan.plan(graph)
+    stage = default.stages[0]
+    site = plan.sites(stage)[PLAN_SITE]
+    assert plan.describe(stage, site, p.option) == site.label
+    assert "without" not in site.label and f"{len(p.rules)} rewrites" in site.label
+    for option, v in plan.variants(graph).items():
+        text = plan.describe(stage, site, option)
+        kept = [r for r in p.rules if r not in v.dropped]
+        assert text.startswith(f"TASO plan without {', '.join(v.dropped)}: "
+                               f"{len(kept)} rewrites"), text
+        # Only the rules the variant applies are counted.
+        assert all((r in text.split(":", 1)[1]) == (r in kept) for r in p.rules), text
+        cand = pipe.with_choice(default, "plan", PLAN_SITE, option)
+        labels = {d.key: d.label for d in explain.decisions(pipe, runner, cand)}
+        assert labels[PLAN_SITE] == text

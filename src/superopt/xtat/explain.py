@@ -39,7 +39,8 @@ def decisions(pipeline: Pipeline, runner: SimRunner, best: Candidate) -> list[De
             site = sites[key]
             reverted = pipeline.build(best, [c.with_choice(site, site.default) if i == j else c
                                              for i, c in enumerate(best.configs)])
-            out.append(Decision(name, key, site.label, choice, runner.time(reverted) - base))
+            out.append(Decision(name, key, p.describe(best.stages[j], site, choice), choice,
+                                runner.time(reverted) - base))
     out.sort(key=lambda d: (-d.gain_s if math.isfinite(d.gain_s) else -math.inf,
                             d.pass_name, d.key))
     return out

@@ -74,6 +74,11 @@ class TunablePass(ABC):
         to them in this order): in the site's order, the default first."""
         return [o for o in site.options if o != now]
 
+    def describe(self, stage: Stage, site: Site, choice: Any) -> str:
+        """What `site` set to `choice` does, for the explain table (the site's label
+        unless the pass says more)."""
+        return site.label
+
     def choice(self, stage: Stage, config: PassConfig, key: str) -> Any:
         """The complete configuration's choice at site `key`."""
         return config.choices.get(key, self.sites(stage)[key].default)

@@ -196,15 +196,25 @@ class RewritePlan(TunablePass):
         return sorted((o for o in site.options if o != now),
                       key=lambda o: (distance(o), site.options.index(o)))
 
+    @staticmethod
+    def _label(p: Plan) -> str:
+        counts = ", ".join(f"{r} x{n}" for r, n in Counter(p.rules).items())
+        without = f" without {', '.join(p.dropped)}" if p.dropped else ""
+        return f"TASO plan{without}: {len(p.rules)} rewrites ({counts})"
+
     def list_sites(self, stage: Stage) -> list[Site]:
         p = self.plan(stage.graph)
         if p is None:
             return []
-        counts = ", ".join(f"{r} x{n}" for r, n in Counter(p.rules).items())
         # Weight: visited before any single rewrite point by the greedy strategies.
         return [Site(PLAN_SITE, (None, p.option, *self.variants(stage.graph)), None, (),
-                     f"TASO plan: {len(p.rules)} rewrites ({counts})",
-                     weight=float(len(stage.graph.nodes)))]
+                     self._label(p), weight=float(len(stage.graph.nodes)))]
+
+    def describe(self, stage: Stage, site: Site, choice: object) -> str:
+        """A variant is named by the groups it leaves out and counts only its rewrites
+        (the site's label describes the whole plan)."""
+        p = self.chosen(stage.graph, choice) if isinstance(choice, str) else None
+        return self._label(p) if p is not None else site.label
 
     def apply(self, stage: Stage, config: PassConfig) -> PassResult:
         self.check_config(stage, config)
