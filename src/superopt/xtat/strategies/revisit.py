@@ -17,12 +17,12 @@ before where known: a flip more than `slack` slower is left), then measured, its
 are tuned as the `parallel` strategy tunes them (`kernels`: the per-kernel passes,
 `top_k` tiles, `flags_top_k` flag settings; the kernels measured before cost nothing, so
 a flip that brings back the kernels of an earlier candidate costs about one
-measurement), and the tuned flip is measured. If
-it beats the best so far the tuner takes it as its best (as any measurement); the next
-flip starts from whatever is then the best, each site flipped to each option at most
-once and never back to an option it held: every site's first flip (back to its default, or a `both_ways` site's first other
-option) comes before any site's second, so the plan's variants do not starve the rewrite
-points of budget.
+measurement), and the tuned flip is measured. If it beats the best so far the tuner takes
+it as its best (as any measurement); the next flip starts from whatever is then the best,
+each site flipped to each option at most once and never back to an option it held: every
+site's first flip (back to its default, or a `both_ways` site's first other option) comes
+before any site's second, so the plan's variants do not starve the rewrite points of
+budget.
 """
 
 from __future__ import annotations
