@@ -1,6 +1,7 @@
 """What a search strategy sees: the pipeline, the candidates measured so far, the best
 one, the global config store, a seeded random generator, the moves on candidates and,
-where the runner profiles its runs, each kernel configuration's measured time."""
+where the runner profiles its runs, each kernel configuration's measured time (and, where
+it has one, its analytical estimate of a candidate)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ class TuneContext:
     profiled: bool = False  # the runner reports per-kernel times
     # The kernels of a candidate the compiler rejects before running it (None: unknown).
     rejected: Callable[[Candidate], frozenset[str]] | None = None
+    # The default compiler's analytical estimate of a candidate: free, for ranking
+    # proposals only (None: the runner has none).
+    estimate: Callable[[Candidate], float] | None = None
 
     def tunable(self, candidate: Candidate, passes: Sequence[str]) -> list[tuple[str, Site]]:
         """(pass, site) for every site with a choice to make, in the given passes."""

@@ -14,7 +14,10 @@ measured once per seed and its time reused wherever it recurs (XTAT caches kerne
 measurements by kernel the same way), so two candidates that differ in one kernel differ
 by that kernel's measured change, not by the whole program's noise; the same seed and
 candidate always give the same number. `rejected` is what the compiler says before
-anything runs: the kernels whose tile does not fit.
+anything runs: the kernels whose tile does not fit. `estimate` is what the default
+compiler's analytical model predicts, with nothing run: a search may rank its proposals by
+it at no cost in measurements (it ignores DMA efficiency and MXU shape, so it ranks, it
+does not judge).
 """
 
 from __future__ import annotations
@@ -94,6 +97,22 @@ class SimRunner:
         for key in candidate.final.sig_keys:
             total += noisy[key]
         return total
+
+    def estimate(self, candidate: Candidate) -> float:
+        """The default compiler's analytical estimate of the candidate: each kernel's
+        `analytical_time` under its tile, summed (no measurement, no noise)."""
+        final = candidate.final
+        got = final.memo.get("estimate")
+        if got is None:
+            kc = self.sim.kernels
+            per: dict[str, float] = {}
+            got = 0.0
+            for key, sig in zip(final.sig_keys, final.signatures, strict=True):
+                if key not in per:
+                    per[key] = kc.analytical_time(sig, final.tiles[key])
+                got += per[key]
+            final.memo["estimate"] = got
+        return got
 
     def rejected(self, candidate: Candidate) -> frozenset[str]:
         """The signatures whose kernel the compiler rejects (its tile does not fit VMEM

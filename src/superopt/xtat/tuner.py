@@ -142,7 +142,8 @@ def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES,
     # Last, every rewrite choice judged again with the kernels on both sides tuned.
     revisit = Phase("revisit", ("plan", "rewrite"), "revisit", REVISIT_SHARE,
                     (("top_k", TILE_TOP_K), ("flags_top_k", REVISIT_FLAGS_TOP_K),
-                     ("kernels", KERNEL_PASSES), ("both_ways", ("plan",))))
+                     ("kernels", KERNEL_PASSES), ("both_ways", ("plan",)),
+                     ("repair", ("layout",))))
     if kind in ("joint", "plan_last"):
         # joint: the plan before any kernel is tuned: measured after them, its new kernels
         # (at the default tile) would be compared with tuned ones. plan_last: only the
@@ -175,7 +176,9 @@ def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES,
             kernels = tuple(p for p in KERNEL_PASSES if p in passes)
             if not kernels:
                 continue
-            options = tuple((k, kernels if k == "kernels" else v) for k, v in options)
+            repair = tuple(p for p in dict(options)["repair"] if p in passes)
+            options = tuple((k, kernels if k == "kernels" else repair if k == "repair" else v)
+                            for k, v in options)
         if kept:
             out.append(Phase("+".join(kept), kept, ph.strategy, ph.share, options,
                              ph.patience))
@@ -247,6 +250,7 @@ class Tuner:
         # simulator's noise is a function of the seed and the kernel's configuration).
         self.ctx.profiled = callable(getattr(runner, "profile", None))
         self.ctx.rejected = getattr(runner, "rejected", None)
+        self.ctx.estimate = getattr(runner, "estimate", None)
         self.recorded = {m.step: m for m in db.measurements()} if db is not None else {}
         self.times: dict[str, float] = {}
         self.step = 0

@@ -11,6 +11,9 @@
   pipelines and in tests (`lint()` of the stage graph and the pass's own invariants);
 - `alternatives(stage, site, now)`: the other options of a site, nearest first (the
   order in which the revisit strategy tries them);
+- `promising(stage, out, site, now)`: the options of a site worth estimating when a
+  graph change made the site, each with a hint of its gain (the revisit's repair; by
+  default every option but the one held);
 - `per_kernel`: a trait, True when each site is one kernel signature whose choice
   changes that kernel's time only (tiles, flags): a profiled run then measures every
   site's option at once (the `parallel` strategy).
@@ -73,6 +76,14 @@ class TunablePass(ABC):
         """The options of `site` other than `now`, nearest first (a revisit flips a site
         to them in this order): in the site's order, the default first."""
         return [o for o in site.options if o != now]
+
+    def promising(self, stage: Stage, out: Stage, site: Site, now: Any
+                  ) -> list[tuple[Any, float]]:
+        """The options of `site` (on `stage`, which this pass made into `out` with `site`
+        at `now`) worth the analytical estimate of a rebuilt candidate each, with a hint
+        of how much each may gain (larger first; the revisit repairs a flip's new sites
+        with them): by default every other option, hint 0."""
+        return [(o, 0.0) for o in site.options if o != now]
 
     def describe(self, stage: Stage, site: Site, choice: Any) -> str:
         """What `site` set to `choice` does, for the explain table (the site's label

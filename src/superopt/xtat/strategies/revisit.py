@@ -19,10 +19,24 @@ are tuned as the `parallel` strategy tunes them (`kernels`: the per-kernel passe
 a flip that brings back the kernels of an earlier candidate costs about one
 measurement), and the tuned flip is measured. If it beats the best so far the tuner takes
 it as its best (as any measurement); the next flip starts from whatever is then the best,
-each site flipped to each option at most once and never back to an option it held: every
-site's first flip (back to its default, or a `both_ways` site's first other option) comes
-before any site's second, so the plan's variants do not starve the rewrite points of
-budget.
+each site flipped to each option at most once and never back to an option it held.
+
+A flip makes new sites in the later graph passes (a reverted rewrite brings back nodes
+whose layouts were never tuned, and XTAT-M repair has no choice to carry to them where
+the rewrite had changed their rank). Judged at their defaults they hide what the flip is
+worth: on csrnet b1 the best holds PET's stack-height mutant of the first conv, the plan
+without it is 484 us at its best kernels, and 462 us (XTAT-only's optimum) once that
+conv's output is laid out W-minor. So with `repair` passes and a runner's analytical
+estimate (`TuneContext.estimate`, free), the flips are tried in the order of their
+estimates with every kernel untuned, lowest first (without an estimate: every site's first
+flip before any site's second, so the plan's variants do not starve the rewrite points):
+budget is what the revisit lacks (a flip's kernels take some 25 measurements at budget
+300), and the order spends it on the flips likeliest to win (on csrnet b1, the plan off).
+Before it is measured, the new sites of the flip's `repair` passes with a `promising`
+option (for layouts: an order that pads the value less), the `REPAIR_SITES` most
+promising, each take in turn the option that lowers the estimate most, if by more than
+`REPAIR_GAIN` of the total (the estimate ranks the W-minor layout first of 68 single-site
+moves on csrnet b1 without the plan).
 """
 
 from __future__ import annotations
@@ -38,11 +52,20 @@ from superopt.xtat.strategies.base import SearchStrategy, register
 from superopt.xtat.strategies.parallel import Parallel
 
 Told = tuple[list[Candidate], list[float]]
+Move = tuple[str, str, object]  # (pass, site key, the option flipped to)
 # A flip is tuned only when its graph, all kernels untuned, is within this of the best's
 # graph untuned: resnet18 b16 without the plan is 3.9% slower untuned and 2% faster
 # tuned; inception_v3 and squeezenet without theirs are 13% and more slower untuned and
 # slower tuned, and tuning such a flip costs some 40 measurements.
 SLACK = 0.06
+# A repair move is taken when the estimate gains more than this share of the total: the
+# estimate ignores DMA efficiency and the MXU's shape, so a smaller gain is as likely a
+# loss (csrnet b1's W-minor conv output gains 3.4%).
+REPAIR_GAIN = 0.002
+# The new sites a repair estimates, the most promising first: each estimate rebuilds the
+# candidate from the repaired pass on (nasnet_a without its plan: 357 new layout sites,
+# half a second a rebuild).
+REPAIR_SITES = 8
 
 
 @register("revisit")
@@ -54,6 +77,14 @@ class Revisit(SearchStrategy):
         self.kernels = tuple(self.opts.get("kernels", ("tiling", "flags")))
         self.both = frozenset(self.opts.get("both_ways", ()))
         self.slack = float(self.opts.get("slack", SLACK))
+        self.repair = tuple(self.opts.get("repair", ()))
+        for name in self.repair:
+            if name not in ctx.pipeline.names:
+                raise IRError(f"strategy 'revisit' repairs {name!r}, which the pipeline "
+                              f"lacks: expected some of {', '.join(ctx.pipeline.names)}")
+            if ctx.per_kernel(name):
+                raise IRError(f"strategy 'revisit' repairs graph passes after a flip, not "
+                              f"{name!r}: its kernel passes are the option 'kernels'")
         for name in passes:
             if ctx.per_kernel(name):
                 raise IRError(f"strategy 'revisit' flips graph choices, not {name!r}: "
@@ -67,6 +98,9 @@ class Revisit(SearchStrategy):
                           "time (a profile)")
         self.n = 8
         self.flipped: set[tuple[str, str, object]] = set()
+        # The flips of one best candidate with their estimates (rebuilt when the best
+        # changes): the order needs every flip's estimate, each flip needs it once.
+        self.ranked: tuple[str, dict[Move, tuple[float, Candidate]]] = ("", {})
         self.flow = self._flow()
         self.out: list[Candidate] | None = next(self.flow, None)
 
@@ -74,7 +108,7 @@ class Revisit(SearchStrategy):
         """The best candidate with its next unflipped site flipped (None: none left)."""
         ctx = self.ctx
         base = ctx.best or ctx.default
-        flips: list[list[tuple[str, str, object]]] = []
+        flips: list[list[Move]] = []
         for name, site in ctx.tunable(base, self.passes):
             now = ctx.choice(base, name, site)
             # What a site holds now was judged (a flip away from it was adopted): no flip
@@ -89,13 +123,65 @@ class Revisit(SearchStrategy):
             else:
                 continue
             flips.append([(name, site.key, to) for to in tos])
-        for rank in range(max((len(f) for f in flips), default=0)):
-            for f in flips:
-                if rank < len(f) and f[rank] not in self.flipped:
-                    self.flipped.add(f[rank])
-                    name, key, to = f[rank]
-                    return ctx.pipeline.with_choice(base, name, key, to, ctx.store)
-        return None
+        if ctx.estimate is None:
+            for rank in range(max((len(f) for f in flips), default=0)):
+                for f in flips:
+                    if rank < len(f) and f[rank] not in self.flipped:
+                        self.flipped.add(f[rank])
+                        name, key, to = f[rank]
+                        return ctx.pipeline.with_choice(base, name, key, to, ctx.store)
+            return None
+        if self.ranked[0] != base.key:
+            self.ranked = (base.key, {})
+        known = self.ranked[1]
+        scored = []
+        for i, f in enumerate(flips):
+            for rank, move in enumerate(f):
+                if move in self.flipped:
+                    continue
+                got = known.get(move)
+                if got is None:
+                    name, key, to = move
+                    flip = ctx.pipeline.with_choice(base, name, key, to, ctx.store)
+                    got = known[move] = (ctx.estimate(self._untuned(flip)), flip)
+                scored.append((got[0], rank, i, move))
+        if not scored:
+            return None
+        move = min(scored)[3]
+        self.flipped.add(move)
+        return self._repair(base, known[move][1])
+
+    def _repair(self, base: Candidate, flip: Candidate) -> Candidate:
+        """`flip` (of `base`) with the new sites of the `repair` passes set by the
+        estimate (module docstring)."""
+        ctx = self.ctx
+        assert ctx.estimate is not None
+        for name in self.repair:
+            j = ctx.pipeline.index(name)
+            p = ctx.pipeline.passes[j]
+            old = p.sites(base.stages[j])
+            given = flip.configs[j].choices
+            # Sites the flip made whose choice nothing carried (XTAT-M, the store), the
+            # most promising first; only the first REPAIR_SITES get estimates.
+            hints = []
+            for site in p.sites(flip.stages[j]).tunable:
+                if site.key in old or site.key in given:
+                    continue
+                now = ctx.choice(flip, name, site)
+                options = p.promising(flip.stages[j], flip.stages[j + 1], site, now)
+                if options:
+                    hints.append((-max(h for _, h in options), len(hints), site, options))
+            cur = ctx.estimate(flip)
+            for _, _, site, options in sorted(hints)[:REPAIR_SITES]:
+                pick, pick_t = None, cur * (1.0 - REPAIR_GAIN)
+                for option, _ in options:
+                    c = ctx.pipeline.with_choice(flip, name, site.key, option)
+                    t = ctx.estimate(c)
+                    if t < pick_t:
+                        pick, pick_t = c, t
+                if pick is not None:
+                    flip, cur = pick, pick_t
+        return flip
 
     def _untuned(self, cand: Candidate) -> Candidate:
         """`cand` with every kernel at the default compiler's configuration."""
