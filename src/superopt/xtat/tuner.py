@@ -30,7 +30,10 @@ share of the budget:
   of its rules (`passes.plan`), and with each adopted rewrite point reverted, its
   kernels tuned as K tunes them, then compared): resnet18 b16 keeps the plan judged
   untuned (1.220x) and leaves it judged tuned (1.249x, XTAT-only's); csrnet b1 keeps
-  it without PET's pad-conv-slice mutants (1.477x against 1.402x for the whole plan);
+  it without PET's pad-conv-slice mutants (1.477x against 1.402x for the whole plan).
+  The revisit tries the flips in the order of the analytical estimate and sets the
+  layouts a flip brings back by it (`strategies.revisit`): csrnet b1 1.477 -> 1.488,
+  median of 3 seeds, where the plan off needs its first conv's output W-minor;
 - `rewrite_first`: K; the greedy pass over the plan and the rewrite points first (15%),
   then rewrite + layout + fusion together by the graph strategy (35%, same patience); K;
   revisit;
