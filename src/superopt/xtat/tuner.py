@@ -5,9 +5,12 @@ share of the budget:
 
 - *kernel phases* (K below): tiles, then flags, every kernel at once (`parallel`: one
   measurement per option round, each kernel's time read from the run's profile; the
-  `TILE_TOP_K` first tiles in the analytical model's order, its ties broken by fewer
-  grid steps as the default compiler breaks them: csrnet b1 1.432 -> 1.500 against
-  ladder order, where 8-64-row tiles filled the top; every flags setting). A
+  `TILE_TOP_K` first tiles of `TileSites`' order: those that fit double-buffered first,
+  the analytical model's order (ties broken by fewer grid steps as the default compiler
+  breaks them: csrnet b1 1.432 -> 1.500 against ladder order, where 8-64-row tiles
+  filled the top) interleaved with its 5% price bands by fewer steps (XTAT-only on
+  csrnet b16 1.072 -> 1.100 and vgg19 b16 1.069 -> 1.092, 3 seeds); every flags
+  setting). A
   kernel configuration measured once is never measured again, so a later K phase only
   tunes the kernels that graph changes made. Graph choices are then judged on tuned
   kernels: on benchmarks/joint.py's rows, K before the graph phases as well as after them
