@@ -123,9 +123,10 @@ class TileSites(_KernelPass):
             # The model also ignores DMA efficiency and the MXU's shape, so a tile it
             # prices a few percent above its best may well be faster: within bands of
             # `BAND`, fewer grid steps first. Interleaved with the exact order, the first
-            # 12 hold the best tile of every kernel of the zoo's default programs (the
-            # exact order alone misses by 2.4% and 2.1% of the kernels' total time on
-            # csrnet and vgg19 at batch 16, the bands alone by 0.9% on csrnet b1).
+            # 12 hold the best tile (under its best flags) of every kernel of the zoo's
+            # default programs but a few of resnext50 b16's (0.3% of its kernels' time);
+            # the exact order alone misses by 2.4% and 2.1% of the kernels' time on
+            # csrnet and vgg19 at batch 16, the bands alone by 0.9% on csrnet b1.
             low = min((r[0] for r in rank.values()), default=0)
 
             def band(t: tuple) -> int:
