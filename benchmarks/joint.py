@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from superopt.ir.graph import Graph
     from superopt.xtat.session import Session
     from superopt.xtat.tuner import TuneResult
@@ -56,7 +58,9 @@ def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
 
 
-def taso_only(graph: Graph, budget: int) -> dict:
+def taso_only(graph: Graph, budget: int, keep: dict | None = None) -> dict:
+    """TASO-only's row cell; given `keep`, its rewritten graph (weight-only computations
+    folded, as simulated) is left there under "graph"."""
     from superopt.rewrite import Matcher, create_cost, fold_weights, optimize
     from superopt.tpu_sim import Simulator, simulate
     from superopt.xtat.rules import rule_set
@@ -67,6 +71,8 @@ def taso_only(graph: Graph, budget: int) -> dict:
     folded = fold_weights(res.graph, evaluate=False).graph
     sim = Simulator("v4")
     t = simulate(sim.compile(folded), sim=sim).time
+    if keep is not None:
+        keep["graph"] = folded
     return {"time_s": t, "evaluations": res.evaluated, "wall_s": time.perf_counter() - t0,
             "applied": sum(res.applied.values())}
 
@@ -397,10 +403,15 @@ def main() -> None:
     print(f"wrote {out} and {png}")
 
 
-if __name__ == "__main__":
+def run_main(main: Callable[[], None]) -> None:
+    """Run a row-by-row benchmark's `main`: Ctrl-C exits with one line, the rows measured
+    so far already in its --out (written after every row)."""
     try:
         main()
     except KeyboardInterrupt:
-        # Each finished row is already in --out (written after every row).
         raise SystemExit("interrupted: the rows measured so far are in --out; --resume "
                          "continues") from None
+
+
+if __name__ == "__main__":
+    run_main(main)
