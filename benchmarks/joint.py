@@ -22,8 +22,9 @@ and joint run with `--seeds` seeds (median, min, max). Prints a table, writes JS
 bar chart PNG.
 
 Run: `.venv/bin/python benchmarks/joint.py [--models a,b] [--batches 1,16] [--budget N]
-[--schedule joint|plan_last|rewrite_first]` (`--resume --joint-only` with another `--schedule` and a
-copy of the result file measures only the joint column again; `--resume --remeasure
+[--schedule joint|plan_last|rewrite_first] [--strategy sweep|ranked|...]`
+(`--resume --joint-only` with another `--schedule` and a copy of the result file
+measures only the joint column again; `--resume --remeasure
 xtat,joint` both tuner columns, after a change to the tuner, keeping TASO-only and
 PET-only; `--remeasure taso,joint` after a change to the starter library).
 """
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-STRATEGY = "sweep"  # the graph phases' strategy, XTAT-only's and joint's
+STRATEGY = "sweep"  # the graph phases' strategy, XTAT-only's and joint's (--strategy)
 COMPILER = ("layout", "fusion", "tiling", "flags")  # XTAT-only's passes: no rewriting
 
 
@@ -169,7 +170,8 @@ def parse_rows(text: str) -> list[tuple[str, int]]:
     return rows
 
 
-def schedule_key(kind: str = "joint", passes: tuple | None = None) -> str:
+def schedule_key(kind: str = "joint", passes: tuple | None = None,
+                 strategy: str = STRATEGY) -> str:
     """A column's schedule's phases (strategies and their options) and the order the
     kernel phases try tiles in, hashed: a --remeasure run skips the rows already measured
     with this schedule, so a killed run resumes where it stopped."""
@@ -178,7 +180,7 @@ def schedule_key(kind: str = "joint", passes: tuple | None = None) -> str:
     from superopt.xtat.passes.kernel import TileSites
     from superopt.xtat.tuner import PASS_NAMES, make_schedule
 
-    phases = make_schedule(kind, passes or PASS_NAMES, STRATEGY)
+    phases = make_schedule(kind, passes or PASS_NAMES, strategy)
     # The kernel phases try each kernel's first tiles: their order is part of the schedule.
     return hashlib.sha256(repr((phases, TileSites.ORDER)).encode()).hexdigest()[:12]
 
@@ -197,10 +199,11 @@ def library_key() -> str:
     return hashlib.sha256(repr(rules).encode()).hexdigest()[:12]
 
 
-def stale(row: dict, columns: set[str], schedule: str) -> set[str]:
+def stale(row: dict, columns: set[str], schedule: str, strategy: str = STRATEGY) -> set[str]:
     """The columns of `columns` that `row` measured with another schedule or starter
     library than now."""
-    want = {"joint": schedule_key(schedule), "xtat": schedule_key("joint", COMPILER)}
+    want = {"joint": schedule_key(schedule, strategy=strategy),
+            "xtat": schedule_key("joint", COMPILER, strategy)}
     lib = library_key()
     return {c for c in columns
             if (c in want and row.get(f"{c}_schedule") != want[c])
@@ -209,7 +212,8 @@ def stale(row: dict, columns: set[str], schedule: str) -> set[str]:
 
 def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
           tmp: Path, torch: bool = True, row: dict | None = None,
-          schedule: str = "joint", again: frozenset[str] = frozenset({"joint"})) -> dict:
+          schedule: str = "joint", again: frozenset[str] = frozenset({"joint"}),
+          strategy: str = STRATEGY) -> dict:
     """One table row. Given `row` (a row measured before), only the columns in `again`
     (xtat, taso, joint) are measured again and the others are kept: PET-only depends on
     neither the tuner's schedules nor the starter library."""
@@ -219,9 +223,9 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
     graph = zoo.build(model, batch=batch)
     if row is None or "xtat" in again:
         row = row or {"model": model, "batch": batch}
-        row["xtat"] = run_tuner(model, batch, graph, None, COMPILER, "joint", STRATEGY,
+        row["xtat"] = run_tuner(model, batch, graph, None, COMPILER, "joint", strategy,
                                 budget, range(seeds))
-        row["xtat_schedule"] = schedule_key("joint", COMPILER)
+        row["xtat_schedule"] = schedule_key("joint", COMPILER, strategy)
         row["default_s"] = row["xtat"][0]["default_s"]
     if "taso" not in row or "taso" in again:
         row["taso"] = taso_only(graph, taso_budget)
@@ -239,9 +243,9 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
                          f"{row['pet_rules']}; measure the whole row again")
     sources = ["starter", path] if path else ["starter"]
     best: dict = {}
-    row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, schedule, STRATEGY,
+    row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, schedule, strategy,
                              budget, range(seeds), keep=best, plan_budget=taso_budget)
-    row["joint_schedule"] = schedule_key(schedule)
+    row["joint_schedule"] = schedule_key(schedule, strategy=strategy)
     row["joint_library"] = library_key()
     row["joint_schedule_name"] = schedule
     row.pop("joint_torch", None)
@@ -317,10 +321,17 @@ def main() -> None:
     ap.add_argument("--schedule", default="joint",
                     help="the joint column's schedule (superopt.xtat.tuner.SCHEDULES; XTAT-only "
                          "always runs joint's phases without the rewrite passes)")
+    ap.add_argument("--strategy", default=STRATEGY,
+                    help="the graph phases' strategy, XTAT-only's and joint's "
+                         f"(superopt.xtat.strategies; default {STRATEGY})")
     args = ap.parse_args()
     from superopt import zoo
+    from superopt.xtat.strategies import CATALOGUE
     from superopt.xtat.tuner import SCHEDULES
 
+    if args.strategy not in CATALOGUE:
+        raise SystemExit(f"--strategy: expected one of {', '.join(CATALOGUE)}, "
+                         f"found {args.strategy!r}")
     if args.schedule not in SCHEDULES or args.schedule == "custom":
         raise SystemExit(f"--schedule: expected one of {', '.join(SCHEDULES[:-1])}, "
                          f"found {args.schedule!r}")
@@ -368,6 +379,7 @@ def main() -> None:
         ties = sum(r["speedup"]["joint"] >= TIE * max(
             r["speedup"][c] for c in ("taso", "pet", "xtat")) for r in rows)
         out.write_text(json.dumps({"budget": args.budget, "taso_budget": args.taso_budget,
+                                   "strategy": args.strategy,
                                    "seeds": args.seeds, "hardware": "v4", "complete": done,
                                    "rows": rows, "geomean": summary,
                                    "joint_beats_best_single": wins,
@@ -380,17 +392,18 @@ def main() -> None:
             for b in batches:
                 if again and (m, b) in done:
                     i = next(i for i, r in enumerate(rows) if (r["model"], r["batch"]) == (m, b))
-                    cols = stale(rows[i], again, args.schedule)
+                    cols = stale(rows[i], again, args.schedule, args.strategy)
                     if not cols:
                         continue
                     # The joint column is compared with the XTAT-only one: measured again
                     # with it (a joint result is never kept beside a newer XTAT-only one).
                     rows[i] = bench(m, b, args.budget, args.taso_budget, args.seeds, Path(tmp),
                                     not args.no_torch, rows[i], args.schedule,
-                                    frozenset(cols | {"joint"}))
+                                    frozenset(cols | {"joint"}), args.strategy)
                 elif (m, b) not in done:
                     rows.append(bench(m, b, args.budget, args.taso_budget, args.seeds,
-                                      Path(tmp), not args.no_torch, schedule=args.schedule))
+                                      Path(tmp), not args.no_torch, schedule=args.schedule,
+                                      strategy=args.strategy))
                 else:
                     continue
                 write(False)

@@ -30,3 +30,21 @@ def _per_kernel_best(p, runner, base) -> tuple[float, dict[str, object]]:
 @pytest.fixture
 def per_kernel_best() -> Callable:
     return _per_kernel_best
+
+
+def _single_moves(p, runner, base, passes) -> list[float]:
+    """Independently of any strategy: the simulator time of every single move of `base`
+    (one site of `passes` set to another option)."""
+    times = []
+    for name in passes:
+        j = p.index(name)
+        for site in p.passes[j].sites(base.stages[j]).tunable:
+            now = base.config(name).choices.get(site.key, site.default)
+            times += [runner.time(p.with_choice(base, name, site.key, o))
+                      for o in site.options if o != now]
+    return times
+
+
+@pytest.fixture
+def single_moves() -> Callable:
+    return _single_moves

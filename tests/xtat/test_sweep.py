@@ -21,17 +21,11 @@ def csrnet():
     return s, SimRunner(s.sim, sigma=0.0)
 
 
-def test_sweep_reaches_the_best_single_move(csrnet) -> None:
+def test_sweep_reaches_the_best_single_move(csrnet, single_moves) -> None:
     s, runner = csrnet
     p = s.pipeline
     base = Tuner(p, runner, s.default, seed=0).run(list(KERNEL_PHASES), 300).best
-    singles = []
-    for name in GRAPH:
-        j = p.index(name)
-        for site in p.passes[j].sites(base.stages[j]).tunable:
-            now = base.config(name).choices.get(site.key, site.default)
-            singles += [runner.time(p.with_choice(base, name, site.key, o))
-                        for o in site.options if o != now]
+    singles = single_moves(p, runner, base, GRAPH)
     best_single = min(singles)
     assert best_single < runner.time(base)  # csrnet: one layout site gains
     phases = [*KERNEL_PHASES, Phase("graph", GRAPH, "sweep", 1.0)]

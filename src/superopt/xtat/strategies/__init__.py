@@ -20,6 +20,7 @@ CATALOGUE: dict[str, str] = {
     "revisit": "each changed graph choice reverted, its kernels tuned, then compared",
     "anneal": "simulated annealing",
     "sweep": "every single-site move in random order, the first faster one kept",
+    "ranked": "the sweep with its moves ordered by the analytical estimate",
     "evolution": "evolutionary search",
     "mbo": "model-based: an ensemble of regressors, its acquisition optimised by evolution",
     "autotvm": "AutoTVM-style: a ranking model, annealing on it",
