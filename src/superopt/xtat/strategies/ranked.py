@@ -7,12 +7,16 @@ Why: a graph phase sees hundreds of single moves (bert_base: 549 layout and fusi
 and a budget of a few dozen measurements for them, so the random order finds a
 few-percent move (bert_small b1: fusing three layout copies into their merged-matmul
 producers, 2 us each) in some seeds and not in others. Ordered by the estimate, the moves
-it prices as gains come first. Measured with a patch of the sweep that priced every
-move again after each gain, in the joint schedule at budget 300 with 3 seeds (median
-speedup, the sweep's against this order's): joint on bert_small b1 1.148 / 1.168 (this
-module: the same) and bert_base b1 1.142 / 1.155, squeezenet b16 1.558 / 1.562, vgg19
-b16 1.087 / 1.089; XTAT-only on bert_base b1 1.109 / 1.111, resnet18 b1, squeezenet b16
-and vgg19 b16 equal within 0.02%.
+it prices as gains come first.
+
+Not the default yet: `benchmarks/results/joint_ranked.json` (joint.py's XTAT-only and
+joint columns with this strategy, budget 300, 3 seeds, 18 rows without nasnet_a) has
+joint's geomean 1.2591 -> 1.2666 and XTAT-only's 1.1837 -> 1.1868 over the sweep; joint
+gains most on bert (bert_base b16 1.125 -> 1.159, bert_small b16 1.208 -> 1.244) and
+inception_v3 b16 (1.380 -> 1.409), but loses on csrnet b1 (1.499 -> 1.477: two seeds of
+three end with 6-7 rewrites of the plan's PET mutants applied instead of 3, one of the
+sweep's did) and resnet50 b16 (1.120 -> 1.116), and pricing every move is slow on large graphs (XTAT-only on
+nasnet_a b1: 255 s against the sweep's 10 s).
 
 Each move's estimated change is computed when the move is first offered and kept, keyed
 by the move (pass, site key, option: content keys), so that a gain elsewhere does not
