@@ -10,8 +10,10 @@ then tune the compiler on the rewritten graph. Per row this measures
 - PET then XTAT: PET-only's graph (PET's corrected mutants applied by the rewrite pass's
   exhaustive search, seed 0, as joint.py does), then XTAT-only's search on it;
 
-with joint.py's budget, schedule and seeds for the XTAT part (so a sequential pipeline
-measures PET-only's evaluations *plus* a full budget: more than joint gets). Joint and
+with joint.py's budget, schedule, strategy and seeds for the XTAT part. TASO then XTAT
+measures as much as joint (TASO's search prices graphs with the simulator as its cost
+model, as joint's plan does: not measurements); PET then XTAT measures PET-only's
+evaluations *plus* a full budget, more than joint. Joint and
 XTAT-only are read from joint.py's result file (`--joint`), whose settings must match;
 the TASO-only and PET-only times found again here must equal the ones kept there (the
 searches are deterministic), or the row stops with an error.
@@ -39,12 +41,12 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def xtat_on(model: str, batch: int, graph: object, budget: int, seeds: int,
-            taso_budget: int) -> dict:
+            taso_budget: int, strategy: str) -> dict:
     """XTAT-only's search (joint.py's column 4) on `graph`, one run per seed."""
     import joint
 
     runs = joint.run_tuner(model, batch, graph, None, joint.COMPILER, "joint",
-                           joint.STRATEGY, budget, range(seeds), plan_budget=taso_budget)
+                           strategy, budget, range(seeds), plan_budget=taso_budget)
     return {"runs": [{k: r[k] for k in ("time_s", "default_s", "evaluations", "wall_s",
                                          "changed")} for r in runs]}
 
@@ -83,6 +85,7 @@ def main() -> None:
         ref = json.loads(Path(args.joint).read_text())
         kept = {f"{r['model']}:{r['batch']}": r for r in ref["rows"]}
         settings = {k: ref[k] for k in ("budget", "taso_budget", "seeds")}
+        strategy = ref.get("strategy", joint.STRATEGY)  # files before --strategy: sweep
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"{args.joint}: not a joint.py result file ({e})") from None
     rows = joint.parse_rows(args.rows) if args.rows else [
@@ -90,6 +93,12 @@ def main() -> None:
     missing = [f"{m}:{b}" for m, b in rows if f"{m}:{b}" not in kept]
     if missing:
         raise SystemExit(f"{args.joint}: no row for {', '.join(missing)}")
+    # Its XTAT-only column must be the search run here (same phases, strategy, tile order).
+    want = joint.schedule_key("joint", joint.COMPILER, strategy)
+    stale = [f"{m}:{b}" for m, b in rows if kept[f"{m}:{b}"].get("xtat_schedule") != want]
+    if stale:
+        raise SystemExit(f"{args.joint}: XTAT-only of {', '.join(stale)} measured with "
+                         "another schedule than this tuner's: run joint.py --remeasure first")
 
     from superopt import zoo
 
@@ -100,8 +109,8 @@ def main() -> None:
         raise SystemExit(f"{out}: made with other settings than {args.joint}; run without "
                          "--resume")
     res = {**settings, "hardware": "v4", "joint_file": Path(args.joint).name,
-           "xtat_schedule": joint.schedule_key("joint", joint.COMPILER),
-           "rows": res.get("rows", {})}
+           "strategy": strategy, "xtat_schedule": want,
+           "rows": res.get("rows", {}), **({"note": res["note"]} if "note" in res else {})}
     budget, seeds, taso_budget = settings["budget"], settings["seeds"], settings["taso_budget"]
     cols = ("taso", "pet", "xtat", "taso+xtat", "pet+xtat", "joint")
     print(f"{'row':16s} " + " ".join(f"{c:>9s}" for c in cols) + "  wall (s)")
@@ -128,8 +137,9 @@ def main() -> None:
                                      f"{args.joint} kept {then * 1e3:.4f} ms")
             row = {"default_s": d, "pet_rules": n_pet, "pet_evaluations": pet_evals,
                    "taso_evaluations": taso["evaluations"],
-                   "taso+xtat": xtat_on(m, b, got["graph"], budget, seeds, taso_budget)}
-            row["pet+xtat"] = xtat_on(m, b, pet_g, budget, seeds, taso_budget)
+                   "taso+xtat": xtat_on(m, b, got["graph"], budget, seeds, taso_budget,
+                                        strategy)}
+            row["pet+xtat"] = xtat_on(m, b, pet_g, budget, seeds, taso_budget, strategy)
             if not n_pet:
                 row["pet+xtat"]["note"] = "no PET rule: XTAT-only on the original graph"
             sp = {"taso": d / k["taso"]["time_s"], "pet": d / k["pet"]["time_s"],
