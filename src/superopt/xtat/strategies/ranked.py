@@ -5,8 +5,8 @@ random order; the first faster one becomes the base, as in `sweep`.
 
 Why: a graph phase sees hundreds of single moves (bert_base: 549 layout and fusion sites)
 and a budget of a few dozen measurements for them, so the random order finds a
-few-percent move (bert_small b1: fusing three layout copies into their merged-matmul
-producers, 2 us each) in some seeds and not in others. Ordered by the estimate, the moves
+few-percent move (bert_small b1 after PET's merged matmul: three layout copies fused,
+2 us each) in some seeds and not in others. Ordered by the estimate, the moves
 it prices as gains come first.
 
 Not the default yet: `benchmarks/results/joint_ranked.json` (joint.py's XTAT-only and
