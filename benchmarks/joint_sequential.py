@@ -52,9 +52,10 @@ def xtat_on(model: str, batch: int, graph: object, budget: int, seeds: int,
 
 
 def pet_graph(model: str, batch: int, graph: object, budget: int,
-              tmp: Path) -> tuple[object, float, int, int]:
+              tmp: Path) -> tuple[object, float | None, int, int]:
     """PET-only's graph as the later passes see it (weight-only computations folded), its
-    simulated time, the rules found and the evaluations its search used."""
+    simulated time (None without a PET rule: the graph is the original), the rules found
+    and the evaluations its search used."""
     import joint
 
     from superopt.xtat.session import open_session
@@ -62,7 +63,7 @@ def pet_graph(model: str, batch: int, graph: object, budget: int,
 
     path, n_pet, _ = joint.pet_rules(graph, batch, tmp / f"pet_{model}_{batch}.json")
     if not path:
-        return graph, math.nan, 0, 0
+        return graph, None, 0, 0
     s = open_session({"model": model, "batch": batch, "rules": [path]}, graph)
     r = joint.finished(Tuner(s.pipeline, s.runner, s.default, seed=0).run(
         make_schedule("custom", ("rewrite",), "exhaustive"), budget))
@@ -113,6 +114,10 @@ def main() -> None:
            "rows": res.get("rows", {}), **({"note": res["note"]} if "note" in res else {})}
     budget, seeds, taso_budget = settings["budget"], settings["seeds"], settings["taso_budget"]
     cols = ("taso", "pet", "xtat", "taso+xtat", "pet+xtat", "joint")
+
+    def line(key: str, sp: dict, tail: str) -> str:
+        return f"{key:16s} " + " ".join(f"{sp[c]:9.4f}" for c in cols) + f"  {tail}"
+
     print(f"{'row':16s} " + " ".join(f"{c:>9s}" for c in cols) + "  wall (s)")
     with tempfile.TemporaryDirectory() as tmp:
         for m, b in rows:
@@ -126,7 +131,7 @@ def main() -> None:
             got: dict = {}
             taso = joint.taso_only(graph, taso_budget, keep=got)
             pet_g, pet_t, n_pet, pet_evals = pet_graph(m, b, graph, budget, Path(tmp))
-            if not n_pet:  # joint.py keeps the default compiler's time for PET-only then
+            if pet_t is None:  # joint.py keeps the default compiler's time for PET-only then
                 pet_t = d
             # The first stages must be the very searches joint.py measured: else the
             # comparison with its columns is between different graphs.
@@ -153,22 +158,19 @@ def main() -> None:
                                                               sp["pet+xtat"]) * (1 - 1e-9)
             row["wall_s"] = time.perf_counter() - t0
             res["rows"][key] = row
-            print(f"{key:16s} " + " ".join(f"{sp[c]:9.4f}" for c in cols)
-                  + f"  {row['wall_s']:.0f}", flush=True)
+            print(line(key, sp, f"{row['wall_s']:.0f}"), flush=True)
             out.write_text(json.dumps(res, indent=1) + "\n")
     done = list(res["rows"].values())
-    res["geomean"] = {c: math.exp(statistics.fmean(math.log(r["speedup"][c]) for r in done))
+    res["geomean"] = {c: joint.geomean([r["speedup"][c] for r in done])
                       for c in cols} if done else {}
     res["joint_beats_sequential"] = sum(r["joint_beats_sequential"] for r in done)
     out.write_text(json.dumps(res, indent=1) + "\n")
     if done:
         print("every row:")
         for key, r in res["rows"].items():
-            print(f"{key:16s} " + " ".join(f"{r['speedup'][c]:9.4f}" for c in cols)
-                  + f"  {r['wall_s']:.0f}")
-        print(f"{'geomean':16s} " + " ".join(f"{res['geomean'][c]:9.4f}" for c in cols)
-              + f"  ({len(done)} rows; joint >= both sequential pipelines on "
-              f"{res['joint_beats_sequential']})")
+            print(line(key, r["speedup"], f"{r['wall_s']:.0f}"))
+        print(line("geomean", res["geomean"], f"({len(done)} rows; joint >= both sequential "
+                   f"pipelines on {res['joint_beats_sequential']})"))
     print(f"wrote {out}")
 
 

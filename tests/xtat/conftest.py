@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
+from superopt.xtat.runner import SimRunner
+
 
 def _per_kernel_best(p, runner, base) -> tuple[float, dict[str, object]]:
     """Independently of any strategy: per signature of `base`, the least simulator cost
@@ -48,3 +50,15 @@ def _single_moves(p, runner, base, passes) -> list[float]:
 @pytest.fixture
 def single_moves() -> Callable:
     return _single_moves
+
+
+class _Uphill(SimRunner):
+    """Every change makes the program slower: 1% per changed choice."""
+
+    def measure(self, candidate, seed: int) -> float:
+        return 1.0 + 0.01 * sum(candidate.changed().values())
+
+
+@pytest.fixture
+def uphill() -> type[SimRunner]:
+    return _Uphill

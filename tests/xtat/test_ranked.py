@@ -22,13 +22,6 @@ def csrnet():
     return s, SimRunner(s.sim, sigma=0.0)
 
 
-class Uphill(SimRunner):
-    """Every change makes the program slower: 1% per changed choice."""
-
-    def measure(self, candidate, seed: int) -> float:
-        return 1.0 + 0.01 * sum(candidate.changed().values())
-
-
 def test_ranked_is_listed_and_created() -> None:
     from superopt.xtat.strategies.ranked import Ranked
 
@@ -36,10 +29,10 @@ def test_ranked_is_listed_and_created() -> None:
     assert isinstance(create("ranked"), Ranked)
 
 
-def test_ranked_measures_every_single_move_in_the_estimates_order(csrnet) -> None:
+def test_ranked_measures_every_single_move_in_the_estimates_order(csrnet, uphill) -> None:
     s, _ = csrnet
     p = s.pipeline
-    runner = Uphill(s.sim)
+    runner = uphill(s.sim)
     j = p.index("layout")
     sites = p.passes[j].sites(s.default.stages[j]).tunable
     cands = [p.with_choice(s.default, "layout", x.key, o)

@@ -39,21 +39,14 @@ def test_sweep_reaches_the_best_single_move(csrnet, single_moves) -> None:
     assert [x.measured for x in again.history] == [x.measured for x in r.history]
 
 
-class Uphill(SimRunner):
-    """Every change makes the program slower: 1% per changed choice."""
-
-    def measure(self, candidate, seed: int) -> float:
-        return 1.0 + 0.01 * sum(candidate.changed().values())
-
-
-def test_sweep_measures_each_single_move_once_then_double_moves(csrnet) -> None:
+def test_sweep_measures_each_single_move_once_then_double_moves(csrnet, uphill) -> None:
     s, _ = csrnet
     p = s.pipeline
     j = p.index("fusion")
     sites = p.passes[j].sites(s.default.stages[j]).tunable
     singles = {p.with_choice(s.default, "fusion", x.key, o).key
                for x in sites for o in x.options if o != x.default}
-    tuner = Tuner(p, Uphill(s.sim), s.default, seed=1)
+    tuner = Tuner(p, uphill(s.sim), s.default, seed=1)
     tuner.ctx.profiled = False
     r = tuner.run([Phase("graph", ("fusion",), "sweep", 1.0)], len(singles) + 21)
     order = list(tuner.times)  # measured candidates, in order, the default first
