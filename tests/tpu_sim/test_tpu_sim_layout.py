@@ -120,3 +120,28 @@ def test_every_permutation_of_a_rank_3_array_holds_its_elements() -> None:
     t = f32(3, 9, 130)
     for layout in itertools.permutations(range(3)):
         assert padded_bytes(t, layout) >= t.nbytes
+
+
+def test_cached_signatures_tell_kernels_with_other_outputs_apart() -> None:
+    """`LaidOut.signature` caches per kernel: a kernel with the same members but other
+    outputs (another fusion decision elsewhere) must not get the first one's signature."""
+    import dataclasses
+
+    from superopt import zoo
+    from superopt.tpu_sim import Simulator
+    from superopt.tpu_sim.kernels import form_kernels
+    from superopt.tpu_sim.signature import kernel_signature
+
+    sim = Simulator("v4")
+    lo = sim.lay_out(zoo.build("squeezenet", batch=1))
+    part = form_kernels(lo.graph, lo.laid_layouts, sim.fusion_default(lo), lo.bitcasts,
+                        lo.consumers)
+    k = next(k for k in part.kernels if len(k.nodes) > 1)
+    # The same members, one more of their values read by a kernel elsewhere.
+    more = dataclasses.replace(k, outputs=(*k.outputs, Value(k.nodes[0], 0)))
+    for kern in (k, more):  # the second call finds the first one's members cached
+        got = lo.signature(kern, part.resolved, sim.kernels)
+        assert got == kernel_signature(lo.graph, lo.laid_layouts, kern, part.resolved,
+                                       lo.stored)
+    assert lo.signature(k, part.resolved, sim.kernels) != lo.signature(
+        more, part.resolved, sim.kernels)

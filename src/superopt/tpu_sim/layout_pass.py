@@ -230,18 +230,23 @@ class LaidOut:
     consumers: tuple[list[tuple[int, ...]], list[bool]]  # effective consumers, needed
     dtypes: Mapping[Value, DType] | None = None  # the storage overrides it was made with
     stored: tuple[tuple[TensorType, ...], ...] | None = None  # per laid-out node, as stored
-    # Kernel members -> signature: on this graph and these layouts a kernel's signature is
-    # a function of its members, so candidates that keep most kernels reuse them.
-    signatures: dict[tuple[int, ...], Signature] = field(default_factory=dict)
+    # (members, inputs, outputs) -> signature: on this graph and these layouts that is all a
+    # kernel's signature depends on, so candidates that keep most kernels reuse them. Not
+    # the members alone: under other fusion decisions elsewhere the same members write
+    # other values (squeezenet b1 tuned by the `ranked` strategy, which builds many
+    # candidates on one layout: a fire module's kernel took another candidate's signature
+    # and the pick was mispriced by 1% against a fresh compile).
+    signatures: dict[tuple, Signature] = field(default_factory=dict)
 
     def signature(self, kernel: Kernel, resolved: Mapping[int, Value],
                   kernels_model: KernelCosts) -> Signature:
-        """The kernel's signature, interned in `kernels_model` (cached per member set)."""
-        sig = self.signatures.get(kernel.nodes)
+        """The kernel's signature, interned in `kernels_model` (cached per kernel)."""
+        key = (kernel.nodes, kernel.inputs, kernel.outputs)
+        sig = self.signatures.get(key)
         if sig is None:
             if len(self.signatures) > 4 * len(self.graph.nodes) + 1024:
                 self.signatures.clear()
-            sig = self.signatures[kernel.nodes] = kernels_model.intern(
+            sig = self.signatures[key] = kernels_model.intern(
                 kernel_signature(self.graph, self.laid_layouts, kernel, resolved, self.stored))
         return sig
 

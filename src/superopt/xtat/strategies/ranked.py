@@ -16,7 +16,10 @@ gains most on bert (bert_base b16 1.125 -> 1.159, bert_small b16 1.208 -> 1.244)
 inception_v3 b16 (1.380 -> 1.409), but loses on csrnet b1 (1.499 -> 1.477: two seeds of
 three end with 6-7 rewrites of the plan's PET mutants applied instead of 3, one of the
 sweep's did) and resnet50 b16 (1.120 -> 1.116), and pricing every move is slow on large graphs (XTAT-only on
-nasnet_a b1: 255 s against the sweep's 10 s).
+nasnet_a b1: 255 s against the sweep's 10 s). Those figures were measured before
+`LaidOut.signature` keyed its cache by a kernel's inputs and outputs as well as its
+members: with many candidates built on one layout a kernel could take another's
+signature (squeezenet b1: the pick priced 1% low), so they need measuring again.
 
 Each move's estimated change is computed when the move is first offered and kept, keyed
 by the move (pass, site key, option: content keys), so that a gain elsewhere does not
