@@ -21,6 +21,7 @@ from superopt.xtat.passes.plan import PLAN_SITE
 from superopt.xtat.rules import rule_set
 from superopt.xtat.runner import SimRunner
 from superopt.xtat.session import applied_rewrites, make_pipeline, rewritten_graph
+from superopt.xtat.stage import Candidate
 from superopt.xtat.tuner import REVISIT_FLAGS_TOP_K, Phase, Tuner, make_schedule
 
 
@@ -94,16 +95,36 @@ def test_joint_measures_plan_kernels_layouts_then_rewrite_points(setup) -> None:
     assert check.ok, check.summary()
 
 
-def test_plan_last_judges_the_plan_in_the_revisit_with_kernels_tuned(setup) -> None:
+def test_plan_last_judges_the_plan_in_the_revisit_with_kernels_tuned(
+        setup, per_kernel_best) -> None:
     pipe, runner, graph, default = setup
-    r = Tuner(pipe, runner, default, seed=0).run(make_schedule("plan_last"), 300)
+    seen: list[tuple[str, Candidate]] = []
+
+    class Seen(Tuner):
+        def _record(self, cand: Candidate, t: float) -> None:
+            seen.append((self.phase, cand))
+            super()._record(cand, t)
+
+    r = Seen(pipe, runner, default, seed=0).run(make_schedule("plan_last"), 300)
     names = [n for n, _ in r.phases]
     assert names[:3] == ["tiling", "flags", "layout+fusion"] and "plan" not in names
-    # No candidate before the revisit has the plan: it is flipped on there only.
-    before = [p for p in r.history if p.phase != "plan+rewrite"]
-    assert len(before) < r.evaluations
-    assert r.best.config("plan").choices.get(PLAN_SITE) is not None
-    assert r.best_time < runner.time(default)
+    # No candidate before the revisit has the plan: it is flipped on there only, and its
+    # kernels tuned there.
+    with_plan = [(ph, c) for ph, c in seen if c.config("plan").choices]
+    assert with_plan and seen.index(with_plan[0]) > 0
+    assert with_plan[0][0] == "plan+rewrite"
+    assert any(ph == "plan+rewrite" and c.config("tiling").choices != with_plan[0][1]
+               .config("tiling").choices for ph, c in with_plan)
+    # The plan halves the untuned graph's time (its kernels at their best tiles); the
+    # result is at least that fast, within the runner's noise. (Tuned, the two graphs tie
+    # here: layouts and fusion reach the plan's kernels without it, so the result may
+    # hold either.)
+    site = pipe.passes[0].sites(default.stages[0])[PLAN_SITE]
+    on, _ = per_kernel_best(pipe, runner, pipe.with_choice(default, "plan", PLAN_SITE,
+                                                           site.options[1]))
+    off, _ = per_kernel_best(pipe, runner, default)
+    assert on < 0.6 * off
+    assert r.best_time <= on * 1.01
     check = check_values(graph, rewritten_graph(pipe, r.best))
     assert check.ok, check.summary()
 

@@ -99,6 +99,9 @@ TILE_TOP_K = 12  # tiles tried per kernel, in the analytical model's order (Tile
 # only pays where a tile fits VMEM no other way, and such a kernel keeps its default. Half
 # of the 24 rounds a flip's kernels took (csrnet b1: a plan variant then tuned in 25).
 REVISIT_FLAGS_TOP_K = 12
+# Measurements the revisit gives the new layout and fusion sites of a flip it tuned to
+# within a few percent of the best (`strategies.revisit`).
+REGRAPH_BUDGET = 16
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,8 @@ def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES,
     revisit = Phase("revisit", ("plan", "rewrite"), "revisit", REVISIT_SHARE,
                     (("top_k", TILE_TOP_K), ("flags_top_k", REVISIT_FLAGS_TOP_K),
                      ("kernels", KERNEL_PASSES), ("both_ways", ("plan",)),
-                     ("repair", ("layout",))))
+                     ("repair", ("layout",)), ("regraph", ("layout", "fusion")),
+                     ("regraph_budget", REGRAPH_BUDGET)))
     if kind in ("joint", "plan_last"):
         # joint: the plan before any kernel is tuned: measured after them, its new kernels
         # (at the default tile) would be compared with tuned ones. plan_last: only the
@@ -181,8 +185,9 @@ def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES,
             kernels = tuple(p for p in KERNEL_PASSES if p in passes)
             if not kernels:
                 continue
-            repair = tuple(p for p in dict(options)["repair"] if p in passes)
-            options = tuple((k, kernels if k == "kernels" else repair if k == "repair" else v)
+            graph = {k: tuple(p for p in dict(options)[k] if p in passes)
+                     for k in ("repair", "regraph")}
+            options = tuple((k, kernels if k == "kernels" else graph.get(k, v))
                             for k, v in options)
         if kept:
             out.append(Phase("+".join(kept), kept, ph.strategy, ph.share, options,
