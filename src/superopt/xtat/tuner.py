@@ -35,7 +35,11 @@ share of the budget:
   it without PET's pad-conv-slice mutants (1.477x against 1.402x for the whole plan).
   The revisit tries the flips in the order of the analytical estimate and sets the
   layouts a flip brings back by it (`strategies.revisit`): csrnet b1 1.477 -> 1.488,
-  median of 3 seeds, where the plan off needs its first conv's output W-minor;
+  median of 3 seeds, where the plan off needs its first conv's output W-minor. It
+  reverts carried layouts that leave a flip's kernel no tile that fits (vgg19 b16's
+  plan off was never measured finite), and a flip tuned to within 3% of the best gets
+  `REGRAPH_BUDGET` measurements of its layout and fusion moves, the estimate's best
+  first (vgg19 b16 1.087 -> 1.091, csrnet b16 1.098 -> 1.100, 3 seeds);
 - `rewrite_first`: K; the greedy pass over the plan and the rewrite points first (15%),
   then rewrite + layout + fusion together by the graph strategy (35%, same patience); K;
   revisit;

@@ -83,8 +83,8 @@ REPAIR_GAIN = 0.002
 # candidate from the repaired pass on (nasnet_a without its plan: 357 new layout sites;
 # with this cap its repair takes 1.8 s and finds three of the four it finds without).
 REPAIR_SITES = 8
-# A tuned flip this close to the best measured gets its new graph sites searched (module
-# docstring): csrnet b16 without the plan, its kernels tuned, measures 1.0% behind.
+# A tuned flip this close to the best measured gets its layout and fusion moves measured
+# (module docstring): csrnet b16 without the plan, its kernels tuned, measures 1.0% behind.
 REGRAPH_SLACK = 0.03
 # Moves the regraph prices by the estimate (one candidate build each): csrnet has 120
 # layout and fusion moves, nasnet_a thousands.
@@ -312,10 +312,10 @@ class Revisit(SearchStrategy):
 
     def _regraph(self, base: Candidate, cur: Candidate, cur_t: float
                  ) -> Generator[list[Candidate], Told, tuple[Candidate, float] | None]:
-        """The sites of the `regraph` passes that flip `cur` made (not in `base`), their
-        single moves measured, those the estimate prices lowest first, at most
-        `regraph_budget` measurements; a faster move is kept and the moves go on from it
-        (None: the budget ran out)."""
+        """The single moves of `cur`'s sites of the `regraph` passes measured, those the
+        estimate prices lowest first (the sites `cur` made, absent from `base`, priced
+        before the others), at most `regraph_budget` measurements; a faster move is kept
+        and the moves go on from it (None: the budget ran out)."""
         ctx = self.ctx
         old = {name: set(ctx.pipeline.passes[ctx.pipeline.index(name)]
                          .sites(base.stages[ctx.pipeline.index(name)]))
