@@ -73,3 +73,23 @@ def test_ranked_picks_what_a_fresh_compile_prices() -> None:
         make_schedule("joint", PASS_NAMES, "ranked"), 60)
     fresh = s.pipeline.from_configs(s.graph, r.best.configs)
     assert s.runner.time(fresh) == pytest.approx(r.best_time, rel=1e-12)
+
+
+def test_ranked_prices_at_most_its_allowance_and_measures_the_rest_as_no_change(csrnet
+                                                                                ) -> None:
+    s, runner = csrnet
+    p = s.pipeline
+    tuner = Tuner(p, runner, s.default, seed=0)
+    tuner.evaluate([s.default], 1)
+    st = create("ranked", prices=2)
+    st.start(tuner.ctx, GRAPH, 5)  # 2 prices per measurement of a budget of 5
+    assert len(st.moves) > 10
+    assert len(st.delta) == 10
+    base = runner.estimate(s.default)
+    for m, d in st.delta.items():
+        assert d == pytest.approx(runner.estimate(p.with_choice(s.default, *m)) - base,
+                                  rel=1e-9, abs=1e-15)
+    # Asked in order: priced gains, then the unpriced (and priced no-change), then losses.
+    asked = [st.delta.get(m, 0.0) for m in reversed(st.moves)]
+    assert asked == sorted(asked)
+    assert any(d < 0 for d in st.delta.values()) or any(d > 0 for d in st.delta.values())
