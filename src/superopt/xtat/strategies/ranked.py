@@ -15,8 +15,8 @@ joint's geomean 1.2591 -> 1.2666 and XTAT-only's 1.1837 -> 1.1868 over the sweep
 gains most on bert (bert_base b16 1.125 -> 1.159, bert_small b16 1.208 -> 1.244) and
 inception_v3 b16 (1.380 -> 1.409), but loses on csrnet b1 (1.499 -> 1.477: two seeds of
 three end with 6-7 rewrites of the plan's PET mutants applied instead of 3, one of the
-sweep's did) and resnet50 b16 (1.120 -> 1.116), and pricing every move is slow on large graphs (XTAT-only on
-nasnet_a b1: 255 s against the sweep's 10 s). Those figures were measured before
+sweep's did) and resnet50 b16 (1.120 -> 1.116), and pricing every move was slow on large
+graphs (below). Those figures were measured before
 `LaidOut.signature` keyed its cache by a kernel's inputs and outputs as well as its
 members: with many candidates built on one layout a kernel could take another's
 signature (squeezenet b1: the pick priced 1% low), so they need measuring again.
