@@ -103,8 +103,8 @@ TILE_TOP_K = 12  # tiles tried per kernel, in the analytical model's order (Tile
 # only pays where a tile fits VMEM no other way, and such a kernel keeps its default. Half
 # of the 24 rounds a flip's kernels took (csrnet b1: a plan variant then tuned in 25).
 REVISIT_FLAGS_TOP_K = 12
-# Measurements the revisit gives the new layout and fusion sites of a flip it tuned to
-# within a few percent of the best (`strategies.revisit`).
+# Measurements the revisit gives the layout and fusion moves of a flip it tuned to within
+# a few percent of the best (`strategies.revisit`).
 REGRAPH_BUDGET = 16
 
 
