@@ -349,8 +349,13 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     settings = {"budget": args.budget, "taso_budget": args.taso_budget, "seeds": args.seeds}
+    # A resumed file keeps its note (how its rows were measured): a summary-only run must
+    # not drop it.
+    note: dict = {}
     for f in ([str(out)] if args.resume and out.exists() else []) + args.include:
         prev = json.loads(Path(f).read_text())
+        if f == str(out) and "note" in prev:
+            note = {"note": prev["note"]}
         if {k: prev.get(k) for k in settings} != settings:
             raise SystemExit(f"{f}: made with other settings "
                              f"({ {k: prev.get(k) for k in settings} }), not {settings}")
@@ -384,7 +389,8 @@ def main() -> None:
                                    "rows": rows, "geomean": summary,
                                    "joint_beats_best_single": wins,
                                    "joint_within_0.1pct_of_best_single": ties,
-                                   "wall_s": time.perf_counter() - t0}, indent=1) + "\n")
+                                   "wall_s": time.perf_counter() - t0, **note},
+                                  indent=1) + "\n")
         return summary, wins, ties
 
     with tempfile.TemporaryDirectory() as tmp:
