@@ -22,7 +22,7 @@ from superopt.xtat.rules import rule_set
 from superopt.xtat.runner import SimRunner
 from superopt.xtat.session import applied_rewrites, make_pipeline, rewritten_graph
 from superopt.xtat.stage import Candidate
-from superopt.xtat.tuner import REVISIT_FLAGS_TOP_K, Phase, Tuner, make_schedule
+from superopt.xtat.tuner import FLAGS_TOP_K, Phase, Tuner, make_schedule
 
 
 def two_branches() -> Graph:
@@ -248,15 +248,18 @@ def test_the_revisit_tunes_every_plan_option_and_ends_on_the_best(parts, per_ker
         r.best_time, rel=1e-9)
 
 
-def test_the_revisit_tries_the_double_buffered_flag_settings() -> None:
-    # The revisit's flags rounds are the first REVISIT_FLAGS_TOP_K settings: for a kernel
-    # with an MXU op, the double-buffered ones; one without has fewer, all tried.
+def test_the_kernel_phases_and_the_revisit_try_the_double_buffered_flag_settings() -> None:
+    # The flags rounds of the kernel phases and the revisit are the first FLAGS_TOP_K
+    # settings: for a kernel with an MXU op, the double-buffered ones; one without has
+    # fewer, all tried.
     flags = all_flags(True)
-    assert all(f.double_buffer for f in flags[:REVISIT_FLAGS_TOP_K])
-    assert not any(f.double_buffer for f in flags[REVISIT_FLAGS_TOP_K:])
-    assert len(all_flags(False)) <= REVISIT_FLAGS_TOP_K
-    last = make_schedule("joint")[-1]
-    assert dict(last.options)["flags_top_k"] == REVISIT_FLAGS_TOP_K
+    assert all(f.double_buffer for f in flags[:FLAGS_TOP_K])
+    assert not any(f.double_buffer for f in flags[FLAGS_TOP_K:])
+    assert len(all_flags(False)) <= FLAGS_TOP_K
+    phases = make_schedule("joint")
+    assert dict(phases[-1].options)["flags_top_k"] == FLAGS_TOP_K
+    flag_phases = [p for p in phases if p.passes == ("flags",)]
+    assert flag_phases and all(dict(p.options)["top_k"] == FLAGS_TOP_K for p in flag_phases)
 
 
 def test_the_explain_table_names_a_variant_by_the_rules_it_leaves_out(parts) -> None:

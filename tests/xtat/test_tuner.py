@@ -11,7 +11,7 @@ import pytest
 from superopt.ir.errors import IRError
 from superopt.xtat.session import open_session
 from superopt.xtat.strategies import create
-from superopt.xtat.tuner import Tuner, make_schedule
+from superopt.xtat.tuner import FLAGS_TOP_K, KERNEL_PHASES, Tuner, make_schedule
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +117,20 @@ def test_joint_schedule_spends_the_budget_in_phases(resnet) -> None:
     # are not listed).
     assert all(n in names and k > 0 for n, k in r.phases[len(names):])
     assert math.isfinite(r.best_time) and r.best_time <= r.default_time
+
+
+def test_a_flags_phase_measures_its_top_k_rounds_and_the_pick(resnet) -> None:
+    # Every kernel of resnet18 has more flag settings than FLAGS_TOP_K (those with an MXU
+    # op 24): the phase measures FLAGS_TOP_K rounds (the default setting is one of them,
+    # or put first) and the candidate of each kernel's fastest (without the cap: 25).
+    flags = resnet.pipeline.passes[resnet.pipeline.index("flags")]
+    tiled = Tuner(resnet.pipeline, resnet.runner, resnet.default, seed=0).run(
+        list(KERNEL_PHASES[:1]), 100).best
+    sites = flags.sites(tiled.stages[resnet.pipeline.index("flags")])
+    assert max(len(s.options) for s in sites.values()) > FLAGS_TOP_K
+    r = Tuner(resnet.pipeline, resnet.runner, resnet.default, seed=0).run(
+        list(KERNEL_PHASES), 100)
+    assert r.phases[1] == ("flags", FLAGS_TOP_K + 1)
 
 
 def test_budget_must_be_positive(resnet) -> None:
