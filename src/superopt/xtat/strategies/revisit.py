@@ -71,10 +71,12 @@ from superopt.xtat.strategies.parallel import Parallel
 Told = tuple[list[Candidate], list[float]]
 Move = tuple[str, str, object]  # (pass, site key, the option flipped to)
 # A flip is tuned only when its graph, all kernels untuned, is within this of the best's
-# graph untuned: resnet18 b16 without the plan is 3.9% slower untuned and 2% faster
-# tuned; inception_v3 and squeezenet without theirs are 13% and more slower untuned and
-# slower tuned, and tuning such a flip costs some 40 measurements.
-SLACK = 0.06
+# graph untuned: resnet18 b16 without the plan is 3.9% slower untuned and 2% faster tuned;
+# csrnet b1's plan without PET's pad-conv-slice and stack-height mutants is 6.2% slower
+# untuned and the fastest of its graphs tuned (a 6% slack left it untried in one seed of
+# three: 1.477x against 1.503x); inception_v3 and squeezenet without theirs are 13% and
+# more slower untuned and slower tuned, and tuning such a flip costs some 40 measurements.
+SLACK = 0.10
 # A repair move is taken when the estimate gains more than this share of the total: the
 # estimate ignores DMA efficiency and the MXU's shape, so a smaller gain is as likely a
 # loss (csrnet b1's W-minor conv output gains 3.4%).
