@@ -10,10 +10,11 @@ share of the budget:
   breaks them: csrnet b1 1.432 -> 1.500 against ladder order, where 8-64-row tiles
   filled the top) interleaved with its 5% price bands by fewer steps (XTAT-only on
   csrnet b16 1.072 -> 1.100 and vgg19 b16 1.069 -> 1.092, 3 seeds); the `FLAGS_TOP_K`
-  double-buffered flags settings). A kernel configuration measured once is never measured again, so a later K
-  phase only tunes the kernels that graph changes made. Graph choices are then judged on
-  tuned kernels: on benchmarks/joint.py's rows, K before the graph phases as well as after
-  them took XTAT-only from 1.287 to 1.426 on csrnet b1 and 1.113 to 1.142 on vgg19 b1;
+  double-buffered flags settings). A kernel configuration measured once is never
+  measured again, so a later K phase only tunes the kernels that graph changes made.
+  Graph choices are then judged on tuned kernels: on benchmarks/joint.py's rows, K
+  before the graph phases as well as after them took XTAT-only from 1.287 to 1.426 on
+  csrnet b1 and 1.113 to 1.142 on vgg19 b1;
 - `joint` (the default): the rewrite plan alone (TASO's search result: one measurement
   against the default compiler, kept if faster); K; layout + fusion by the graph
   strategy (`sweep` unless named: single-site moves; 35% of the budget, ended early
