@@ -110,6 +110,11 @@ def main() -> None:
     if res and {k: res.get(k) for k in settings} != settings:
         raise SystemExit(f"{out}: made with other settings than {args.joint}; run without "
                          "--resume")
+    # Its kept rows' sequential columns ran XTAT-only's search: after a change to it they
+    # are stale, and the file must not label them with the new schedule.
+    if res and res.get("xtat_schedule") != want:
+        raise SystemExit(f"{out}: its sequential pipelines ran another XTAT-only schedule "
+                         f"({res.get('xtat_schedule')}, now {want}); run without --resume")
     res = {**settings, "hardware": "v4", "joint_file": Path(args.joint).name,
            "strategy": strategy, "xtat_schedule": want,
            "rows": res.get("rows", {}), **({"note": res["note"]} if "note" in res else {})}
