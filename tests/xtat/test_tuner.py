@@ -120,9 +120,9 @@ def test_joint_schedule_spends_the_budget_in_phases(resnet) -> None:
 
 
 def test_a_flags_phase_measures_its_top_k_rounds_and_the_pick(resnet) -> None:
-    # Every kernel of resnet18 has more flag settings than FLAGS_TOP_K (those with an MXU
-    # op 24): the phase measures FLAGS_TOP_K rounds (the default setting is one of them,
-    # or put first) and the candidate of each kernel's fastest (without the cap: 25).
+    # resnet18's kernels with an MXU op have 24 flag settings, more than FLAGS_TOP_K: the
+    # phase measures FLAGS_TOP_K rounds (the default setting is one of them, or put
+    # first) and the candidate of each kernel's fastest (without the cap: 25).
     flags = resnet.pipeline.passes[resnet.pipeline.index("flags")]
     tiled = Tuner(resnet.pipeline, resnet.runner, resnet.default, seed=0).run(
         list(KERNEL_PHASES[:1]), 100).best
