@@ -21,7 +21,8 @@ searches are deterministic), or the row stops with an error.
 Prints a table and writes JSON (`--out`), saved after every row and resumed with
 `--resume` (which also reads the kept rows' XTAT-only and joint columns from the joint
 file again, so a re-measured joint column needs no sequential search; a file whose
-sequential pipelines ran another XTAT-only schedule is refused: run without it). Run: `.venv/bin/python benchmarks/joint_sequential.py [--rows vgg19:16,...]`.
+sequential pipelines ran another XTAT-only schedule is refused: run without it).
+Run: `.venv/bin/python benchmarks/joint_sequential.py [--rows vgg19:16,...]`.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 
 from superopt.xtat.context import TuneContext
 from superopt.xtat.strategies.base import register
-from superopt.xtat.strategies.sweep import Move, Sweep
+from superopt.xtat.strategies.sweep import Move, Sweep, price
 
 # Moves priced per measurement of the phase's budget, at most (option `prices`): pricing
 # is one candidate build, as costly as the simulator's measurement (nasnet_a: 2356 layout
@@ -60,12 +60,8 @@ class Ranked(Sweep):
         ctx = self.ctx
         if ctx.estimate is None:
             return
-        base = ctx.estimate(self.base)
-        for move in self.moves:  # the seeded order: what the allowance leaves is random
-            if move not in self.delta and self.prices_left > 0:
-                self.prices_left -= 1
-                self.delta[move] = ctx.estimate(
-                    ctx.pipeline.with_choice(self.base, *move, ctx.store)) - base
+        # In the seeded order: what the allowance leaves unpriced is random.
+        self.prices_left -= price(ctx, self.base, self.moves, self.delta, self.prices_left)
         # `ask` pops from the end: the lowest estimate last; a stable sort keeps the
         # seeded order among equal estimates (most fusion moves change no kernel's tile).
         # A move left unpriced counts as no change: after the priced gains, before the

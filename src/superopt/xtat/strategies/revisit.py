@@ -67,6 +67,7 @@ from superopt.xtat.space import PassConfig
 from superopt.xtat.stage import Candidate
 from superopt.xtat.strategies.base import SearchStrategy, register
 from superopt.xtat.strategies.parallel import Parallel
+from superopt.xtat.strategies.sweep import price
 
 Told = tuple[list[Candidate], list[float]]
 Move = tuple[str, str, object]  # (pass, site key, the option flipped to)
@@ -343,11 +344,7 @@ class Revisit(SearchStrategy):
                 # The first REGRAPH_PRICED moves priced, each once, on the candidate it
                 # was first offered on (a gain far away does not change a move's price,
                 # as in `ranked`); the lowest first, the unpriced after them.
-                now_t = ctx.estimate(cur)
-                for m in moves[:REGRAPH_PRICED]:
-                    if m not in delta:
-                        delta[m] = ctx.estimate(
-                            ctx.pipeline.with_choice(cur, *m, ctx.store)) - now_t
+                price(ctx, cur, moves[:REGRAPH_PRICED], delta, REGRAPH_PRICED)
                 moves.sort(key=lambda m: delta.get(m, math.inf))
             batch = moves[:min(self.n, self.regraph_n - spent)]
             tried.update(batch)

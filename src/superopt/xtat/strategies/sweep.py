@@ -27,6 +27,22 @@ from superopt.xtat.strategies.base import SearchStrategy, register
 Move = tuple[str, str, object]  # (pass, site key, option)
 
 
+def price(ctx: TuneContext, base: Candidate, moves: Sequence[Move],
+          delta: dict[Move, float], limit: int) -> int:
+    """Prices, in order, up to `limit` of `moves` not in `delta` yet: each move's change
+    of the analytical estimate from `base` (one candidate build each; `ctx.estimate`
+    must be set), kept in `delta`. Returns how many it priced."""
+    now = ctx.estimate(base)
+    n = 0
+    for move in moves:
+        if n >= limit:
+            break
+        if move not in delta:
+            delta[move] = ctx.estimate(ctx.pipeline.with_choice(base, *move, ctx.store)) - now
+            n += 1
+    return n
+
+
 @register("sweep")
 class Sweep(SearchStrategy):
     def start(self, ctx: TuneContext, passes: Sequence[str], budget: int) -> None:
