@@ -4,10 +4,14 @@ the search finds on its own, costs what the search says it costs once folded, an
 tuned graph computes the same values as the source. On a graph whose plan applies three
 rules, the plan is also offered without each rule and each pair, each such variant keeps
 the other rules' rewrites (counted on the graph), computes the source's values, and the
-revisit, tuning every option, ends on the best of them."""
+revisit, tuning every option, ends on the best of them. Where PET's rules and the
+library's compete for the same nodes, each source's own search is offered too: on three
+linear layers reading one input, the library's pairwise merge, which no replay of a plan
+holding PET's three-way merge reaches."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -15,6 +19,8 @@ import pytest
 from superopt.ir.graph import Graph, GraphBuilder
 from superopt.rewrite import Matcher, create_cost, optimize
 from superopt.rewrite.check import check_values
+from superopt.substitutions.rule import Rule
+from superopt.substitutions.text import parse_rule
 from superopt.tpu_sim import Simulator, all_flags
 from superopt.xtat import explain
 from superopt.xtat.passes.plan import PLAN_SITE
@@ -279,3 +285,98 @@ def test_the_explain_table_names_a_variant_by_the_rules_it_leaves_out(parts) -> 
         cand = pipe.with_choice(default, "plan", PLAN_SITE, option)
         labels = {d.key: d.label for d in explain.decisions(pipe, runner, cand)}
         assert labels[PLAN_SITE] == text
+
+
+# ---- source plans: TASO's search with one rule source only ---------------------------
+
+def _merge3_rule() -> Rule:
+    """A three-way merge of linear layers reading one input, marked as a PET family's
+    mutant (the provenance a PET rule file gives it): a rule source of its own."""
+    outs = " ; ".join(
+        f"(split.{i} -1 {{[dim(?w1,1), dim(?w2,1), dim(?w3,1)]}} (ewadd (matmul ?x (concat 1 "
+        f"?w1 ?w2 ?w3)) (concat 0 ?b1 ?b2 ?b3)))" for i in range(3))
+    ins = " ; ".join(f"(ewadd (matmul none ?x ?w{i}) ?b{i})" for i in (1, 2, 3))
+    conds = " and ".join(f"rank(?w{i}) == 2 and rank(?b{i}) == 1 and dim(?b{i},0) == "
+                         f"dim(?w{i},1)" for i in (1, 2, 3))
+    rule = parse_rule(f"merge3_linear: {ins} => {outs} if {conds}")
+    return dataclasses.replace(rule, provenance={"family": "merge_shared_matmul"})
+
+
+def qkv(with_bn: bool) -> Graph:
+    """Three linear layers reading one input (a transformer's query, key and value), and
+    optionally a conv with its batch norm elsewhere."""
+    b = GraphBuilder("qkv")
+    x = b.input("x", (256, 512))
+    outs = [b.op("ewadd", b.op("matmul", x, b.weight(f"w{i}", (512, 512))),
+                 b.weight(f"b{i}", (512,))) for i in range(3)]
+    if with_bn:
+        u = b.input("u", (8, 32, 14, 14))
+        y = b.op("conv2d", u, b.weight("wu", (32, 32, 3, 3)), padding="same")
+        c = (32,)
+        outs.append(b.batch_norm(y, b.weight("s", c, init="normal"),
+                                 b.weight("bb", c, init="normal"),
+                                 b.weight("m", c, init="normal"),
+                                 b.weight("v", c, init="positive"), eps=1e-5))
+    return b.build(outs)
+
+
+@pytest.fixture(scope="module")
+def two_sources():
+    sim = Simulator("v4")
+    library = list(rule_set(None).rules)
+    pipe = make_pipeline(sim, Matcher([*library, _merge3_rule()]))
+    return pipe, library, pipe.passes[pipe.index("plan")]
+
+
+def _search(graph: Graph, rules: list[Rule]) -> Graph:
+    return optimize(graph, Matcher(rules), create_cost("sim", hardware="v4"),
+                    budget=20).graph
+
+
+def test_a_plan_mixing_sources_is_offered_as_each_sources_own_search(two_sources) -> None:
+    pipe, library, plan = two_sources
+    graph = qkv(with_bn=True)
+    default = pipe.initial(graph)
+    p = plan.plan(graph)
+    assert sorted(p.rules) == ["fold_conv_bn", "merge3_linear"]  # PET's merge, the library's fold
+    variants = plan.variants(graph)
+    only = {v.only: (o, v) for o, v in variants.items() if v.only}
+    # The library alone merges two of the three layers (its merge is pairwise): a step
+    # the plan did not take, so no replay of it (a variant) reaches that graph.
+    assert set(only) == {"library"}
+    option, lib = only["library"]
+    assert option == f"{p.option}~library"
+    assert lib.graph.structural_hash == _search(graph, library).structural_hash
+    assert sorted(lib.rules) == ["fold_conv_bn", "merge_linear"]
+    assert all("merge_linear" not in v.rules for v in variants.values() if not v.only)
+    # PET's rules alone find the plan without the fold, a variant already: not offered twice.
+    pet_only = _search(graph, [_merge3_rule()]).structural_hash
+    assert [v.dropped for v in variants.values()
+            if v.graph.structural_hash == pet_only] == [("fold_conv_bn",)]
+    site = plan.sites(default.stages[0])[PLAN_SITE]
+    assert option in site.options
+    text = plan.describe(default.stages[0], site, option)
+    assert text.startswith("TASO plan over the rule library only: 2 rewrites (")
+    assert "merge_linear x1" in text and "fold_conv_bn x1" in text and "merge3" not in text
+    # From the whole plan: the variants one group away, then no plan and the source plan,
+    # then the pair.
+    singles = [o for o, v in variants.items() if len(v.dropped) == 1]
+    assert plan.alternatives(default.stages[0], site, p.option)[:len(singles) + 2] == [
+        *singles, None, option]
+    cand = pipe.with_choice(default, "plan", PLAN_SITE, option)
+    assert applied_rewrites(cand) == list(lib.rules)
+    assert cand.reports[0]["plan_only"] == "library"
+    check = check_values(graph, rewritten_graph(pipe, cand))
+    assert check.ok, check.summary()
+
+
+def test_a_plan_of_one_source_is_offered_with_the_other_sources_search(two_sources) -> None:
+    _, library, plan = two_sources
+    graph = qkv(with_bn=False)
+    p = plan.plan(graph)
+    assert p.rules == ("merge3_linear",)  # PET's rule alone: no variant
+    variants = plan.variants(graph)
+    assert [v.only for v in variants.values()] == ["library"]
+    (lib,) = variants.values()
+    assert lib.graph.structural_hash == _search(graph, library).structural_hash
+    assert lib.rules == ("merge_linear",)

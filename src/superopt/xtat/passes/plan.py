@@ -24,6 +24,18 @@ stack-height mutants). The revisit tries them with their kernels tuned, nearest 
 current choice first (`alternatives`: from the whole plan, one group left out, then no
 plan, then two); the plan phase measures the whole plan only (`top_k` 2), as before.
 
+A replay keeps the path's other steps; it never takes a step the path did not take. Where
+two rule sources compete for the same nodes, the step that lost is reachable by no
+variant: on bert_small b1 the plan merges each layer's query and key projections with the
+starter's pairwise merge_linear (bias included), which leaves PET's three-way
+merge_shared_matmul of query, key and value nothing to match, and PET then XTAT (PET's
+mutants chosen first, the compiler tuned after) ends 3% ahead of joint. So the site also
+offers each rule source's own plan (`<plan>~<source>`: TASO's search again, the same cost
+and budget, with the rules of that source only: PET's corrected mutants, or the rule
+library: the starter, a generated or a TASO/Tensat library), for each source whose rules
+the matcher has and the plan does not use alone; the sequential pipelines' first step as
+one more option.
+
 The planned graph is handed on unfolded (the value check needs it runnable); the
 rewrite pass folds the weight-only computations the plan created (the stage memo's
 `fold_skip` names what the source graph already computed, which stays as it was).
@@ -51,6 +63,7 @@ PLAN_SITE = "plan"
 # first): each is a replay of the path, and a revisit flip costs measurements.
 MAX_VARIANTS = 8
 PAIRED = 4  # variants without two groups: each pair of this many most applied groups
+PET_SOURCE, LIBRARY_SOURCE = "pet", "library"  # the rule sources a source plan searches
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,7 @@ class Plan:
     seconds: float
     steps: tuple[tuple[str, tuple[str, ...]], ...] = ()  # the path: (rule, site keys)
     dropped: tuple[str, ...] = ()  # a variant: the plan without these groups' steps
+    only: str = ""  # a source plan: TASO's search with this rule source's rules only
 
 
 class RewritePlan(TunablePass):
@@ -95,20 +109,25 @@ class RewritePlan(TunablePass):
             return self._plans[key]
         got = None
         if self.cost_factory is not None and self.budget > 0:
-            from superopt.rewrite import optimize
-
-            if self._cost is None:
-                self._cost = self.cost_factory()
-            res = optimize(graph, self.matcher, self._cost, alpha=self.alpha,
-                           budget=self.budget)
-            if res.steps and res.cost_after < res.cost_before:
-                steps = [[s.rule, list(s.sites)] for s in res.steps]
-                got = Plan(f"taso:{digest(str(steps), 12)}", res.graph, res.origin,
-                           tuple(s.rule for s in res.steps for _ in s.sites),
-                           res.cost_before, res.cost_after, res.evaluated, res.seconds,
-                           tuple((s.rule, tuple(s.sites)) for s in res.steps))
+            got = self._search(graph, self.matcher)
         self._plans[key] = got
         return got
+
+    def _search(self, graph: Graph, matcher: Matcher) -> Plan | None:
+        """TASO's search with `matcher`'s rules; None unless it lowers the cost."""
+        from superopt.rewrite import optimize
+
+        if self._cost is None:
+            assert self.cost_factory is not None
+            self._cost = self.cost_factory()
+        res = optimize(graph, matcher, self._cost, alpha=self.alpha, budget=self.budget)
+        if not res.steps or res.cost_after >= res.cost_before:
+            return None
+        steps = [[s.rule, list(s.sites)] for s in res.steps]
+        return Plan(f"taso:{digest(str(steps), 12)}", res.graph, res.origin,
+                    tuple(s.rule for s in res.steps for _ in s.sites),
+                    res.cost_before, res.cost_after, res.evaluated, res.seconds,
+                    tuple((s.rule, tuple(s.sites)) for s in res.steps))
 
     def variants(self, graph: Graph) -> dict[str, Plan]:
         """The plan for `graph` without each group of its rules, and without each pair
@@ -133,8 +152,33 @@ class RewritePlan(TunablePass):
                     if v is not None and v.graph.structural_hash not in seen:
                         seen.add(v.graph.structural_hash)
                         got[v.option] = v
+            for v in self._source_plans(graph, p):
+                if v.graph.structural_hash not in seen:
+                    seen.add(v.graph.structural_hash)
+                    got[v.option] = v
         self._variants[key] = got
         return got
+
+    def source(self, rule: str) -> str:
+        """The rule source a rule comes from: PET's mutants (a family) or the library."""
+        return PET_SOURCE if self.group(rule).startswith("pet:") else LIBRARY_SOURCE
+
+    def _source_plans(self, graph: Graph, p: Plan) -> list[Plan]:
+        """TASO's search with each source's rules alone, for each source the matcher has
+        rules of and `p` does not use alone (module docstring)."""
+        used = {self.source(r) for r in p.rules}
+        out = []
+        for src in (PET_SOURCE, LIBRARY_SOURCE):
+            rules = [r for r in self.matcher.rules if self.source(r.name) == src]
+            if not rules or len(rules) == len(self.matcher.rules) or used == {src}:
+                continue
+            q = self._search(graph, Matcher(rules, exclusive=self.matcher.exclusive,
+                                              both_ways=False))
+            if q is not None:
+                out.append(Plan(f"{p.option}~{src}", q.graph, q.origin, q.rules,
+                                q.cost_before, q.cost_after, q.evaluations, q.seconds,
+                                q.steps, (), src))
+        return out
 
     def group(self, rule: str) -> str:
         """The group a variant leaves out together: a PET rule's family, else the rule."""
@@ -174,7 +218,8 @@ class RewritePlan(TunablePass):
 
     def alternatives(self, stage: Stage, site: Site, now: object) -> list[object]:
         """From the whole plan or a variant: the variants one group away first, then no
-        plan, then the rest by how many groups they differ in (the site's order within)."""
+        plan and the source plans (another search, no nearer to any variant), then the
+        rest by how many groups they differ in (the site's order within)."""
         p = self.plan(stage.graph)
         if p is None:
             return super().alternatives(stage, site, now)
@@ -184,6 +229,8 @@ class RewritePlan(TunablePass):
             if o is None:
                 return None
             v = variants.get(o)  # type: ignore[call-overload]
+            if v is not None and v.only:
+                return None
             return frozenset(v.dropped) if v is not None else frozenset()
 
         cur = dropped(now)
@@ -191,7 +238,7 @@ class RewritePlan(TunablePass):
         def distance(o: object) -> float:
             d = dropped(o)
             if d is None or cur is None:
-                return 1.5  # no plan, or any plan from no plan
+                return 1.5  # no plan or a source plan, or any option from those
             return float(len(d ^ cur))
         return sorted((o for o in site.options if o != now),
                       key=lambda o: (distance(o), site.options.index(o)))
@@ -200,7 +247,9 @@ class RewritePlan(TunablePass):
     def _label(p: Plan) -> str:
         counts = ", ".join(f"{r} x{n}" for r, n in Counter(p.rules).items())
         without = f" without {', '.join(p.dropped)}" if p.dropped else ""
-        return f"TASO plan{without}: {len(p.rules)} rewrites ({counts})"
+        only = {PET_SOURCE: " over PET's mutants only",
+                LIBRARY_SOURCE: " over the rule library only"}.get(p.only, "")
+        return f"TASO plan{without}{only}: {len(p.rules)} rewrites ({counts})"
 
     def list_sites(self, stage: Stage) -> list[Site]:
         p = self.plan(stage.graph)
@@ -230,7 +279,7 @@ class RewritePlan(TunablePass):
         return PassResult(out, p.origin, {
             "applied": list(p.rules), "plan": p.option, "plan_cost_before": p.cost_before,
             "plan_cost_after": p.cost_after, "plan_evaluations": p.evaluations,
-            "plan_without": list(p.dropped)})
+            "plan_without": list(p.dropped), "plan_only": p.only})
 
 
 __all__ = ["PLAN_SITE", "Plan", "RewritePlan"]
