@@ -172,17 +172,22 @@ def parse_rows(text: str) -> list[tuple[str, int]]:
 
 def schedule_key(kind: str = "joint", passes: tuple | None = None,
                  strategy: str = STRATEGY) -> str:
-    """A column's schedule's phases (strategies and their options) and the order the
-    kernel phases try tiles in, hashed: a --remeasure run skips the rows already measured
-    with this schedule, so a killed run resumes where it stopped."""
+    """A column's schedule's phases (strategies and their options), the order the kernel
+    phases try tiles in and how the plan's options are made, hashed: a --remeasure run
+    skips the rows already measured with this schedule, so a killed run resumes where it
+    stopped."""
     import hashlib
 
     from superopt.xtat.passes.kernel import TileSites
+    from superopt.xtat.passes.plan import SITE_OPTIONS
     from superopt.xtat.tuner import PASS_NAMES, make_schedule
 
-    phases = make_schedule(kind, passes or PASS_NAMES, strategy)
-    # The kernel phases try each kernel's first tiles: their order is part of the schedule.
-    return hashlib.sha256(repr((phases, TileSites.ORDER)).encode()).hexdigest()[:12]
+    passes = passes or PASS_NAMES
+    phases = make_schedule(kind, passes, strategy)
+    # The kernel phases try each kernel's first tiles: their order is part of the schedule;
+    # so are the rewrite plan's options (its variants, each rule source's own plan).
+    key = (phases, TileSites.ORDER, *([SITE_OPTIONS] if "plan" in passes else []))
+    return hashlib.sha256(repr(key).encode()).hexdigest()[:12]
 
 
 @functools.cache

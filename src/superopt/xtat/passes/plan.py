@@ -64,6 +64,9 @@ PLAN_SITE = "plan"
 MAX_VARIANTS = 8
 PAIRED = 4  # variants without two groups: each pair of this many most applied groups
 PET_SOURCE, LIBRARY_SOURCE = "pet", "library"  # the rule sources a source plan searches
+# How the site's options are made: results kept per tuner schedule (benchmarks) key on it.
+SITE_OPTIONS = (("variants", MAX_VARIANTS), ("paired", PAIRED),
+                ("source plans", (PET_SOURCE, LIBRARY_SOURCE)))
 
 
 @dataclass(frozen=True)
@@ -282,4 +285,4 @@ class RewritePlan(TunablePass):
             "plan_without": list(p.dropped), "plan_only": p.only})
 
 
-__all__ = ["PLAN_SITE", "Plan", "RewritePlan"]
+__all__ = ["PLAN_SITE", "SITE_OPTIONS", "Plan", "RewritePlan"]
