@@ -130,14 +130,10 @@ def find_block(g: Graph) -> tuple[int, tuple[Value, ...]] | None:
     return None
 
 
-def fold_graph(g: Graph) -> Graph:
-    """`g` with its first foldable block (`find_block`) computed folded."""
+def fold_graph(g: Graph, found: tuple[int, tuple[Value, ...]]) -> Graph:
+    """`g` with the block `found` (`find_block`) computed folded."""
     from superopt.mutants.rebuild import rebuild
 
-    found = find_block(g)
-    if found is None:
-        raise SystemExit(f"{g.name}: no conv-relu-conv-relu-pool block of <= {LANES // 2} "
-                         "channels to fold")
     pool, args = found
 
     def replace(b: GraphBuilder, node: Node, get: object) -> tuple[Value, ...] | None:
@@ -148,13 +144,11 @@ def fold_graph(g: Graph) -> Graph:
     return rebuild(g, replace, g.name)
 
 
-def check_block(g: Graph) -> dict:
+def check_block(g: Graph, found: tuple[int, tuple[Value, ...]]) -> dict:
     """The folded block's values against the original block's (reference interpreter), at
     the model's channel counts on a 2 x 12 x 16 image."""
     from superopt.rewrite.check import check_values
 
-    found = find_block(g)
-    assert found is not None
     _, (x, w1, b1, w2, b2) = found
     shapes = [g.type_of(v).shape for v in (w1, b1, w2, b2)]
     graphs = []
@@ -216,10 +210,14 @@ def main() -> None:
             continue
         t0 = time.perf_counter()
         g = zoo.build(m, batch=b)
-        check = check_block(g)
+        found = find_block(g)
+        if found is None:
+            raise SystemExit(f"{m}:{b}: no conv-relu-conv-relu-pool block of at most "
+                             f"{LANES // 2} channels to fold (vgg19 and csrnet have one)")
+        check = check_block(g, found)
         if not check["ok"]:
             raise SystemExit(f"{m}:{b}: the folded block's values differ: {check}")
-        folded = fold_weights(fold_graph(g), evaluate=False).graph
+        folded = fold_weights(fold_graph(g, found), evaluate=False).graph
         row: dict = {"model": m, "batch": b, "values": check}
         for name, graph in (("original", g), ("folded", folded)):
             s = open_session({"model": m, "batch": b, "rules": None}, graph)
