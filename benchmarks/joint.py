@@ -94,15 +94,22 @@ def pet_rules(graph: Graph, batch: int, path: Path) -> tuple[str, int, float]:
 
 def run_tuner(model: str, batch: int, graph: Graph, rules: list[str] | None, passes: tuple,
               schedule: str, strategy: str, budget: int, seeds: range,
-              keep: dict | None = None, plan_budget: int = 20) -> list[dict]:
+              keep: dict | None = None, plan_budget: int = 20,
+              plan_cache: str | None = None) -> list[dict]:
     """One tuning run per seed, on one session: its passes' caches (the plan's search,
-    rule matching per stage) are keyed by content, so the seeds share them."""
-    from superopt.xtat.session import open_session
+    rule matching per stage) are keyed by content, so the seeds share them. With
+    `plan_cache` (a file), the plan's searches are also kept there for later runs."""
+    from superopt.xtat.session import open_session, use_plan_cache
 
     s = open_session({"model": model, "batch": batch, "rules": rules,
                       "plan_budget": plan_budget}, graph)
-    return [tune_once(s, graph, passes, schedule, strategy, budget, seed, keep)
-            for seed in seeds]
+    cache = use_plan_cache(s, plan_cache)
+    try:
+        return [tune_once(s, graph, passes, schedule, strategy, budget, seed, keep)
+                for seed in seeds]
+    finally:
+        if cache is not None:
+            cache.close()
 
 
 def finished(r: TuneResult) -> TuneResult:
@@ -218,7 +225,7 @@ def stale(row: dict, columns: set[str], schedule: str, strategy: str = STRATEGY)
 def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
           tmp: Path, torch: bool = True, row: dict | None = None,
           schedule: str = "joint", again: frozenset[str] = frozenset({"joint"}),
-          strategy: str = STRATEGY) -> dict:
+          strategy: str = STRATEGY, plan_cache: str | None = None) -> dict:
     """One table row. Given `row` (a row measured before), only the columns in `again`
     (xtat, taso, joint) are measured again and the others are kept: PET-only depends on
     neither the tuner's schedules nor the starter library."""
@@ -249,7 +256,8 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
     sources = ["starter", path] if path else ["starter"]
     best: dict = {}
     row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, schedule, strategy,
-                             budget, range(seeds), keep=best, plan_budget=taso_budget)
+                             budget, range(seeds), keep=best, plan_budget=taso_budget,
+                             plan_cache=plan_cache)
     row["joint_schedule"] = schedule_key(schedule, strategy=strategy)
     row["joint_library"] = library_key()
     row["joint_schedule_name"] = schedule
@@ -329,6 +337,11 @@ def main() -> None:
     ap.add_argument("--strategy", default=STRATEGY,
                     help="the graph phases' strategy, XTAT-only's and joint's "
                          f"(superopt.xtat.strategies; default {STRATEGY})")
+    ap.add_argument("--plan-cache", default=None, metavar="FILE",
+                    help="keep the joint column's plan searches (TASO's, not measurements) "
+                         "in this SQLite file and replay the ones made before with the same "
+                         "inputs and code (superopt.xtat.plancache): the same results, "
+                         "without the searches (an hour on nasnet_a)")
     args = ap.parse_args()
     from superopt import zoo
     from superopt.xtat.strategies import CATALOGUE
@@ -410,11 +423,12 @@ def main() -> None:
                     # with it (a joint result is never kept beside a newer XTAT-only one).
                     rows[i] = bench(m, b, args.budget, args.taso_budget, args.seeds, Path(tmp),
                                     not args.no_torch, rows[i], args.schedule,
-                                    frozenset(cols | {"joint"}), args.strategy)
+                                    frozenset(cols | {"joint"}), args.strategy,
+                                    args.plan_cache)
                 elif (m, b) not in done:
                     rows.append(bench(m, b, args.budget, args.taso_budget, args.seeds,
                                       Path(tmp), not args.no_torch, schedule=args.schedule,
-                                      strategy=args.strategy))
+                                      strategy=args.strategy, plan_cache=args.plan_cache))
                 else:
                     continue
                 write(False)

@@ -11,7 +11,6 @@ holding PET's three-way merge reaches."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 
 import pytest
@@ -20,7 +19,6 @@ from superopt.ir.graph import Graph, GraphBuilder
 from superopt.rewrite import Matcher, create_cost, optimize
 from superopt.rewrite.check import check_values
 from superopt.substitutions.rule import Rule
-from superopt.substitutions.text import parse_rule
 from superopt.tpu_sim import Simulator, all_flags
 from superopt.xtat import explain
 from superopt.xtat.passes.plan import PLAN_SITE
@@ -29,6 +27,7 @@ from superopt.xtat.runner import SimRunner
 from superopt.xtat.session import applied_rewrites, make_pipeline, rewritten_graph
 from superopt.xtat.stage import Candidate
 from superopt.xtat.tuner import FLAGS_TOP_K, Phase, Tuner, make_schedule
+from xtat.plan_cases import merge3_rule, qkv
 
 
 def two_branches() -> Graph:
@@ -289,42 +288,11 @@ def test_the_explain_table_names_a_variant_by_the_rules_it_leaves_out(parts) -> 
 
 # ---- source plans: TASO's search with one rule source only ---------------------------
 
-def _merge3_rule() -> Rule:
-    """A three-way merge of linear layers reading one input, marked as a PET family's
-    mutant (the provenance a PET rule file gives it): a rule source of its own."""
-    outs = " ; ".join(
-        f"(split.{i} -1 {{[dim(?w1,1), dim(?w2,1), dim(?w3,1)]}} (ewadd (matmul ?x (concat 1 "
-        f"?w1 ?w2 ?w3)) (concat 0 ?b1 ?b2 ?b3)))" for i in range(3))
-    ins = " ; ".join(f"(ewadd (matmul none ?x ?w{i}) ?b{i})" for i in (1, 2, 3))
-    conds = " and ".join(f"rank(?w{i}) == 2 and rank(?b{i}) == 1 and dim(?b{i},0) == "
-                         f"dim(?w{i},1)" for i in (1, 2, 3))
-    rule = parse_rule(f"merge3_linear: {ins} => {outs} if {conds}")
-    return dataclasses.replace(rule, provenance={"family": "merge_shared_matmul"})
-
-
-def qkv(with_bn: bool) -> Graph:
-    """Three linear layers reading one input (a transformer's query, key and value), and
-    optionally a conv with its batch norm elsewhere."""
-    b = GraphBuilder("qkv")
-    x = b.input("x", (256, 512))
-    outs = [b.op("ewadd", b.op("matmul", x, b.weight(f"w{i}", (512, 512))),
-                 b.weight(f"b{i}", (512,))) for i in range(3)]
-    if with_bn:
-        u = b.input("u", (8, 32, 14, 14))
-        y = b.op("conv2d", u, b.weight("wu", (32, 32, 3, 3)), padding="same")
-        c = (32,)
-        outs.append(b.batch_norm(y, b.weight("s", c, init="normal"),
-                                 b.weight("bb", c, init="normal"),
-                                 b.weight("m", c, init="normal"),
-                                 b.weight("v", c, init="positive"), eps=1e-5))
-    return b.build(outs)
-
-
 @pytest.fixture(scope="module")
 def two_sources():
     sim = Simulator("v4")
     library = list(rule_set(None).rules)
-    pipe = make_pipeline(sim, Matcher([*library, _merge3_rule()]))
+    pipe = make_pipeline(sim, Matcher([*library, merge3_rule()]))
     return pipe, library, pipe.passes[pipe.index("plan")]
 
 
@@ -350,7 +318,7 @@ def test_a_plan_mixing_sources_is_offered_as_each_sources_own_search(two_sources
     assert sorted(lib.rules) == ["fold_conv_bn", "merge_linear"]
     assert all("merge_linear" not in v.rules for v in variants.values() if not v.only)
     # PET's rules alone find the plan without the fold, a variant already: not offered twice.
-    pet_only = _search(graph, [_merge3_rule()]).structural_hash
+    pet_only = _search(graph, [merge3_rule()]).structural_hash
     assert [v.dropped for v in variants.values()
             if v.graph.structural_hash == pet_only] == [("fold_conv_bn",)]
     site = plan.sites(default.stages[0])[PLAN_SITE]

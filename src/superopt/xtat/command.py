@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from superopt.ir.graph import Graph
-    from superopt.xtat.records import RecordsDB
+    from superopt.xtat.records import Measurement, RecordsDB
     from superopt.xtat.session import Session
     from superopt.xtat.tuner import Measure, Phase, Tuner, TuneResult
 
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.replay is not None:
         return replay(args, console)
     from superopt.executor import parse_executor
-    from superopt.xtat.session import open_session
+    from superopt.xtat.session import open_session, use_plan_cache
     from superopt.xtat.tuner import make_schedule
 
     passes = _passes(args.passes)
@@ -113,6 +113,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
                 "budget": args.budget, "seed": args.seed, "round": args.round}
     db = RecordsDB(args.db, session.workload, settings, resume=args.resume) if args.db \
         else None
+    # The plan's searches (not measurements) go to the same file as they finish: a resumed
+    # run replays them instead of searching again (minutes to an hour on big models).
+    plans = use_plan_cache(session, args.db) if db is not None else None
     graph = session.graph
     default_time = session.runner.time(session.default)
     console.print(f"rewrite pass: {session.rules.describe()}")
@@ -138,6 +141,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
             pool_cm.__exit__(None, None, None)
         if db is not None:
             db.close()
+        if plans is not None:
+            plans.close()
     if result.stopped == "interrupted":
         # Ctrl-C means exit 130 within 2 s with the records kept (--resume goes on from
         # them). Reporting takes longer (compile, attribution, values check), and a report
@@ -391,8 +396,7 @@ def tuning_curve_png(result: TuneResult, path: str, title: str) -> Path:
 def replay(args: argparse.Namespace, console: Console) -> int:
     """Rebuild the best recorded candidate of a database (no new measurement)."""
     from superopt.xtat.records import RecordsDB, RecordsError
-    from superopt.xtat.session import PLAN_BUDGET, open_session, rewritten_graph
-    from superopt.xtat.space import PassConfig
+    from superopt.xtat.session import PLAN_BUDGET, open_session, use_plan_cache
 
     with RecordsDB(args.replay, None) as db:
         best = db.best()
@@ -411,6 +415,21 @@ def replay(args: argparse.Namespace, console: Console) -> int:
     if session.workload != w:
         raise RecordsError(f"{args.replay}: the model {w['model']!r} now builds another "
                            "graph or rule set than the one recorded")
+    # A best candidate with a plan rebuilds it from the searches the run kept.
+    plans = use_plan_cache(session, args.replay)
+    assert plans is not None
+    try:
+        return _replayed(args, console, session, w, best, config, count)
+    finally:
+        plans.close()
+
+
+def _replayed(args: argparse.Namespace, console: Console, session: Session, w: dict,
+              best: Measurement, config: dict, count: int) -> int:
+    from superopt.xtat.records import RecordsError
+    from superopt.xtat.session import rewritten_graph
+    from superopt.xtat.space import PassConfig
+
     try:
         configs = [PassConfig.from_json(config.get(n, {})) for n in session.pipeline.names]
         cand = session.pipeline.from_configs(session.graph, configs)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from superopt.ir.graph import Graph
 from superopt.substitutions.text import format_rule
@@ -24,6 +25,9 @@ from superopt.xtat.rules import RuleSet, rule_set
 from superopt.xtat.runner import SimRunner
 from superopt.xtat.space import digest
 from superopt.xtat.stage import Candidate
+
+if TYPE_CHECKING:
+    from superopt.xtat.plancache import PlanCache
 
 
 def load_graph(model: str, batch: int | None) -> Graph:
@@ -50,7 +54,8 @@ def make_pipeline(sim: Simulator, rules: Any = None, check: bool = False,
     def cost() -> object:
         return create_cost("sim", hardware=hw)
 
-    return Pipeline([RewritePlan(rules, cost, plan_budget), RewriteSites(rules),
+    return Pipeline([RewritePlan(rules, cost, plan_budget, cost_key=f"sim:{hw}"),
+                     RewriteSites(rules),
                      LayoutSites(sim), FusionSites(sim), TileSites(sim), FlagSites(sim)],
                     check=check)
 
@@ -91,6 +96,19 @@ class Session:
                 "plan_budget": int(self.spec.get("plan_budget", PLAN_BUDGET))}
 
 
+def use_plan_cache(session: Session, path: str | Path | None) -> PlanCache | None:
+    """Keep the session's plan searches in the SQLite file `path` (`xtat.plancache`): a
+    records database, or a cache shared by benchmark rows. None: no cache. The caller
+    closes the cache it gets."""
+    if path is None:
+        return None
+    from superopt.xtat.plancache import PlanCache
+
+    cache = PlanCache(path)
+    session.pipeline.passes[session.pipeline.index("plan")].cache = cache  # type: ignore[attr-defined]
+    return cache
+
+
 def open_session(spec: Mapping[str, Any], graph: Graph | None = None) -> Session:
     from superopt.rewrite import Matcher
 
@@ -106,4 +124,4 @@ def open_session(spec: Mapping[str, Any], graph: Graph | None = None) -> Session
 
 
 __all__ = ["PLAN_BUDGET", "REWRITE_PASSES", "Session", "applied_rewrites", "load_graph",
-           "make_pipeline", "open_session", "rewritten_graph"]
+           "make_pipeline", "open_session", "rewritten_graph", "use_plan_cache"]

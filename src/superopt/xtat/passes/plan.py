@@ -54,7 +54,9 @@ from superopt.ir.passes import Origin, compose, identity_origin
 from superopt.rewrite.apply import apply_sites
 from superopt.rewrite.fold import foldable_values
 from superopt.rewrite.match import Matcher
+from superopt.substitutions.text import format_rule
 from superopt.xtat.passes.base import PassResult, TunablePass
+from superopt.xtat.plancache import PlanCache
 from superopt.xtat.space import PassConfig, Site, digest
 from superopt.xtat.stage import Stage
 
@@ -95,11 +97,16 @@ class RewritePlan(TunablePass):
     name = "plan"
 
     def __init__(self, rules: Matcher, cost: Callable[[], object] | None, budget: int = 20,
-                 alpha: float = 1.05) -> None:
+                 alpha: float = 1.05, cost_key: str = "") -> None:
         self.matcher = rules
         self.cost_factory = cost
         self.budget = budget
         self.alpha = alpha
+        # What the cost factory computes, for the plan cache's keys ("": not cacheable).
+        self.cost_key = cost_key
+        # Search results kept on disk (`superopt.xtat.plancache`), when a run names one.
+        self.cache: PlanCache | None = None
+        self._rules_digest: dict[tuple[str, ...], str] = {}  # rule names -> their text's
         self._cost: object | None = None
         self._plans: dict[str, Plan | None] = {}  # graph structural hash -> plan
         # graph structural hash -> the plan's variants, by option
@@ -117,20 +124,93 @@ class RewritePlan(TunablePass):
         return got
 
     def _search(self, graph: Graph, matcher: Matcher) -> Plan | None:
-        """TASO's search with `matcher`'s rules; None unless it lowers the cost."""
+        """TASO's search with `matcher`'s rules; None unless it lowers the cost. With a
+        plan cache, a search made before (same inputs, same code) is replayed instead."""
         from superopt.rewrite import optimize
 
+        key = self._cache_key(graph, matcher)
+        if key is not None:
+            assert self.cache is not None
+            got = self.cache.get(key)
+            if got is not None:
+                p = self._from_record(graph, matcher, got)
+                if p is not False:
+                    self.cache.hits += 1
+                    return p
+            self.cache.misses += 1
         if self._cost is None:
             assert self.cost_factory is not None
             self._cost = self.cost_factory()
         res = optimize(graph, matcher, self._cost, alpha=self.alpha, budget=self.budget)
-        if not res.steps or res.cost_after >= res.cost_before:
+        out = None
+        if res.steps and res.cost_after < res.cost_before:
+            steps = [[s.rule, list(s.sites)] for s in res.steps]
+            out = Plan(f"taso:{digest(str(steps), 12)}", res.graph, res.origin,
+                       tuple(s.rule for s in res.steps for _ in s.sites),
+                       res.cost_before, res.cost_after, res.evaluated, res.seconds,
+                       tuple((s.rule, tuple(s.sites)) for s in res.steps))
+        if key is not None:
+            assert self.cache is not None
+            # Searches that found nothing are kept too: a resumed run skips them as well.
+            self.cache.put(key, {"steps": [[r, list(k)] for r, k in out.steps] if out else None,
+                                 "cost_before": res.cost_before, "cost_after": res.cost_after,
+                                 "evaluations": res.evaluated, "seconds": res.seconds})
+        return out
+
+    def _cache_key(self, graph: Graph, matcher: Matcher) -> str | None:
+        """The plan cache's key of this search (None: no cache, or a cost it cannot name)."""
+        if self.cache is None or not self.cost_key:
             return None
-        steps = [[s.rule, list(s.sites)] for s in res.steps]
-        return Plan(f"taso:{digest(str(steps), 12)}", res.graph, res.origin,
-                    tuple(s.rule for s in res.steps for _ in s.sites),
-                    res.cost_before, res.cost_after, res.evaluated, res.seconds,
-                    tuple((s.rule, tuple(s.sites)) for s in res.steps))
+        names = tuple(r.name for r in matcher.rules)
+        text = self._rules_digest.get(names)
+        if text is None:
+            # Rules in the matcher's order (the search's proposals follow it), names included
+            # (site keys and the path name them).
+            text = self._rules_digest[names] = digest(
+                "\n".join(format_rule(r) for r in matcher.rules), 16)
+        return self.cache.key("plan", graph.structural_hash, text, matcher.exclusive,
+                              self.budget, self.alpha, self.cost_key)
+
+    def _from_record(self, graph: Graph, matcher: Matcher, rec: dict) -> Plan | bool | None:
+        """The plan a stored search result stands for (None: it found nothing), rebuilt by
+        replaying its path; False when the path does not replay step for step (a miss)."""
+        steps = rec.get("steps")
+        if steps is None:
+            return None
+        try:
+            path = tuple((str(r), tuple(str(k) for k in keys)) for r, keys in steps)
+            cost_before, cost_after = float(rec["cost_before"]), float(rec["cost_after"])
+            evaluations, seconds = int(rec["evaluations"]), float(rec["seconds"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        walked = self._walk(graph, path, matcher, exact=True)
+        if walked is None:
+            return False
+        g, origin, rules = walked
+        return Plan(f"taso:{digest(str([[r, list(k)] for r, k in path]), 12)}", g, origin,
+                    rules, cost_before, cost_after, evaluations, seconds, path)
+
+    def _walk(self, graph: Graph, path: tuple[tuple[str, tuple[str, ...]], ...],
+              matcher: Matcher, drop: tuple[str, ...] = (), exact: bool = False
+              ) -> tuple[Graph, Origin, tuple[str, ...]] | None:
+        """`path` applied to `graph` by site keys, leaving out the steps of the groups
+        `drop`: (graph, origin, one rule per applied site). A step none of whose sites is
+        found is skipped, unless `exact` (every site of every step must apply, else None)."""
+        g, origin = graph, identity_origin(graph)
+        rules: list[str] = []
+        for rule, keys in path:
+            if drop and self.group(rule) in drop:
+                continue
+            wanted = set(keys)
+            sites = [s for s in matcher.match(g, [rule]).sites if s.key in wanted]
+            res = apply_sites(g, sites, matcher, check=False) if sites else None
+            if exact and (res is None or len(res.applied) != len(keys)):
+                return None
+            if res is None or not res.applied:
+                continue
+            g, origin = res.graph, compose(origin, res.origin)
+            rules += [rule] * len(res.applied)
+        return g, origin, tuple(rules)
 
     def variants(self, graph: Graph) -> dict[str, Plan]:
         """The plan for `graph` without each group of its rules, and without each pair
@@ -192,24 +272,15 @@ class RewritePlan(TunablePass):
         """`p`'s path on `graph` without the steps of the groups `drop`. Site keys are
         structural, so a later step finds its sites in the shorter path's graph unless
         they were made by a dropped step (then it is skipped too)."""
-        g, origin = graph, identity_origin(graph)
-        rules: list[str] = []
-        for rule, keys in p.steps:
-            if self.group(rule) in drop:
-                continue
-            wanted = set(keys)
-            sites = [s for s in self.matcher.match(g, [rule]).sites if s.key in wanted]
-            if not sites:
-                continue
-            res = apply_sites(g, sites, self.matcher, check=False)
-            if not res.applied:
-                continue
-            g, origin = res.graph, compose(origin, res.origin)
-            rules += [rule] * len(res.applied)
+        walked = self._walk(graph, p.steps, self.matcher, drop)
+        assert walked is not None  # only an exact walk gives up
+        g, origin, rules = walked
         if not rules:
             return None
+        if self._cost is None and self.cost_factory is not None:
+            self._cost = self.cost_factory()  # a plan read from the cache made none
         cost = self._cost.cost(g) if self._cost is not None else math.nan
-        return Plan(f"{p.option}-{'+'.join(drop)}", g, origin, tuple(rules), p.cost_before,
+        return Plan(f"{p.option}-{'+'.join(drop)}", g, origin, rules, p.cost_before,
                     cost, 0, 0.0, (), drop)
 
     def chosen(self, graph: Graph, option: str) -> Plan | None:

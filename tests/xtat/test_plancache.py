@@ -1,0 +1,166 @@
+"""The plan cache: TASO's plan searches kept on disk and replayed. A second pipeline on the
+same cache file searches nothing and offers exactly the plan, variants and source plans
+the first one found (same graphs, rules, costs); another budget or rule list misses; a
+stored path that no longer replays is searched again; a search that found nothing is kept
+too; bad files are one-line errors; `tune --db` keeps its searches so that `--resume` and
+`--replay` run none."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import superopt.rewrite
+from superopt.cli import main
+from superopt.ir.graph import Graph, GraphBuilder
+from superopt.rewrite import Matcher
+from superopt.tpu_sim import Simulator
+from superopt.xtat.passes.plan import RewritePlan
+from superopt.xtat.plancache import PlanCache, PlanCacheError
+from superopt.xtat.rules import rule_set
+from superopt.xtat.session import make_pipeline
+from xtat.plan_cases import merge3_rule, qkv
+
+
+def _plan_pass(cache: PlanCache, budget: int = 20, rules: list | None = None) -> RewritePlan:
+    library = list(rule_set(None).rules)
+    pipe = make_pipeline(Simulator("v4"), Matcher(rules or [*library, merge3_rule()]),
+                         plan_budget=budget)
+    plan = pipe.passes[pipe.index("plan")]
+    plan.cache = cache
+    return plan
+
+
+def _offers(plan: RewritePlan, graph: Graph) -> list[tuple]:
+    """The plan and every other option of its site, as what a tuner sees of them."""
+    p = plan.plan(graph)
+    assert p is not None
+    return [(option, v.graph.structural_hash, v.rules, v.only, v.dropped, v.cost_before,
+             v.cost_after, v.steps)
+            for option, v in [(p.option, p), *plan.variants(graph).items()]]
+
+
+class _Counting:
+    """superopt.rewrite.optimize, counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.real = superopt.rewrite.optimize
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        self.calls += 1
+        return self.real(*args, **kwargs)
+
+
+def test_a_warm_cache_replays_every_search_and_offers_the_same_options(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = qkv(with_bn=True)
+    search = _Counting()
+    monkeypatch.setattr(superopt.rewrite, "optimize", search)
+    cold_cache = PlanCache(tmp_path / "plans.sqlite")
+    cold = _plan_pass(cold_cache)
+    cold_offers = _offers(cold, graph)
+    # The plan and the library's own search (PET's own is a variant already, but it is
+    # searched to find that out).
+    assert search.calls == cold_cache.misses >= 2 and cold_cache.hits == 0
+    assert len(cold_cache) == search.calls
+    cold_cache.close()
+    search.calls = 0
+    warm_cache = PlanCache(tmp_path / "plans.sqlite")
+    warm = _plan_pass(warm_cache)
+    assert _offers(warm, graph) == cold_offers
+    assert search.calls == 0 and warm_cache.misses == 0
+    assert warm_cache.hits == cold_cache.misses
+    # The replayed plan's origin maps the planned graph back as the searched one does.
+    assert warm.plan(graph).origin == cold.plan(graph).origin
+
+
+def test_another_budget_or_rule_list_misses_and_the_same_rules_hit(tmp_path: Path) -> None:
+    graph = qkv(with_bn=True)
+    cache = PlanCache(tmp_path / "plans.sqlite")
+    _offers(_plan_pass(cache), graph)
+    first = cache.misses
+    _offers(_plan_pass(cache, budget=7), graph)
+    assert cache.misses == 2 * first and cache.hits == 0
+    library = list(rule_set(None).rules)
+    _plan_pass(cache, rules=library[1:]).plan(graph)  # one rule fewer: another search
+    assert cache.misses == 2 * first + 1 and cache.hits == 0
+    # The library's rules alone are the first pass's library-only search, whatever
+    # matcher holds them: keyed by content, it is found.
+    _plan_pass(cache, rules=library).plan(graph)
+    assert cache.misses == 2 * first + 1 and cache.hits == 1
+
+
+def test_a_path_that_no_longer_replays_is_searched_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = qkv(with_bn=True)
+    path = tmp_path / "plans.sqlite"
+    cache = PlanCache(path)
+    cold = _offers(_plan_pass(cache), graph)
+    cache.close()
+    con = sqlite3.connect(path)
+    for key, text in con.execute("SELECT key, result FROM plans").fetchall():
+        rec = json.loads(text)
+        if rec["steps"]:
+            rec["steps"] = [[rule, ["no-such-site"]] for rule, _ in rec["steps"]]
+            con.execute("UPDATE plans SET result = ? WHERE key = ?", (json.dumps(rec), key))
+    con.commit()
+    con.close()
+    search = _Counting()
+    monkeypatch.setattr(superopt.rewrite, "optimize", search)
+    cache = PlanCache(path)
+    assert _offers(_plan_pass(cache), graph) == cold
+    assert search.calls == cache.misses >= 1
+
+
+def test_a_search_that_found_nothing_is_kept(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    b = GraphBuilder("plain")
+    x = b.input("x", (64, 64))
+    graph = b.build([b.op("relu", b.op("matmul", x, b.weight("w", (64, 64))))])
+    search = _Counting()
+    monkeypatch.setattr(superopt.rewrite, "optimize", search)
+    cache = PlanCache(tmp_path / "plans.sqlite")
+    assert _plan_pass(cache).plan(graph) is None
+    assert search.calls == 1
+    assert _plan_pass(cache).plan(graph) is None
+    assert search.calls == 1 and cache.hits == 1
+
+
+def test_bad_cache_files_are_one_line_errors(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"\x00garbage" * 500)
+    with pytest.raises(PlanCacheError, match="not a usable plan cache"):
+        PlanCache(junk)
+    with pytest.raises(PlanCacheError, match="is a directory"):
+        PlanCache(tmp_path)
+    with pytest.raises(PlanCacheError, match="does not exist"):
+        PlanCache(tmp_path / "no" / "plans.sqlite")
+
+
+def test_tune_keeps_its_plan_searches_and_a_resumed_run_searches_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "r.sqlite"
+    argv = ["tune", "squeezenet", "--budget", "12", "--db", str(db), "--no-check"]
+    search = _Counting()
+    monkeypatch.setattr(superopt.rewrite, "optimize", search)
+    assert main(argv) == 0
+    searched = search.calls
+    assert searched >= 1
+    con = sqlite3.connect(db)
+    stored = con.execute("SELECT COUNT(*) FROM plans").fetchone()[0]
+    con.close()
+    assert stored == searched
+    capsys.readouterr()
+    search.calls = 0
+    assert main([*argv, "--resume"]) == 0
+    assert search.calls == 0
+    # --replay rebuilds the best candidate, its plan included, from the kept searches.
+    js = tmp_path / "replay.json"
+    assert main(["tune", "--replay", str(db), "--json", str(js)]) == 0
+    assert json.loads(js.read_text())["candidate"]["plan"]  # the best holds the plan
+    assert search.calls == 0
