@@ -164,3 +164,14 @@ def test_tune_keeps_its_plan_searches_and_a_resumed_run_searches_none(
     assert main(["tune", "--replay", str(db), "--json", str(js)]) == 0
     assert json.loads(js.read_text())["candidate"]["plan"]  # the best holds the plan
     assert search.calls == 0
+    # A database made before plans were kept: replay searches, and writes nothing.
+    con = sqlite3.connect(db)
+    con.execute("DROP TABLE plans")
+    con.commit()
+    con.close()
+    db.chmod(0o444)
+    assert main(["tune", "--replay", str(db)]) == 0
+    assert search.calls == 1
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT name FROM sqlite_master WHERE name = 'plans'").fetchone() is None
+    con.close()

@@ -415,8 +415,9 @@ def replay(args: argparse.Namespace, console: Console) -> int:
     if session.workload != w:
         raise RecordsError(f"{args.replay}: the model {w['model']!r} now builds another "
                            "graph or rule set than the one recorded")
-    # A best candidate with a plan rebuilds it from the searches the run kept.
-    plans = use_plan_cache(session, args.replay)
+    # A best candidate with a plan rebuilds it from the searches the run kept (read only:
+    # replay writes nothing to the database).
+    plans = use_plan_cache(session, args.replay, read_only=True)
     assert plans is not None
     try:
         return _replayed(args, console, session, w, best, config, count)

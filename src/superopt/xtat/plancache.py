@@ -65,17 +65,29 @@ class PlanCache:
     """Plan search results in a SQLite file (module docstring). Each `put` is committed at
     once, so a run killed at any moment keeps every search that finished."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, read_only: bool = False) -> None:
+        """Open (or create) the cache at `path`. `read_only`: use what the file holds and
+        write nothing to it (a database read by `tune --replay`; one made before plans
+        were kept has none, and every search is then a miss)."""
         self.path = Path(path)
+        self.read_only = read_only
         if self.path.is_dir():
             raise PlanCacheError(f"{self.path}: is a directory, not a plan cache")
         if not self.path.parent.exists():
             raise PlanCacheError(f"{self.path}: directory {self.path.parent} does not exist")
         try:
-            self.conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-            self.conn.execute(_SCHEMA)
+            if read_only:
+                self.conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro",
+                                            uri=True, isolation_level=None, timeout=30)
+                self.empty = self.conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type='table' AND name='plans'"
+                ).fetchone() is None
+            else:
+                self.conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.execute("PRAGMA synchronous=NORMAL")
+                self.conn.execute(_SCHEMA)
+                self.empty = False
         except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
             raise PlanCacheError(f"{self.path}: not a usable plan cache ({e})") from None
         self.code = code_digest()
@@ -86,6 +98,8 @@ class PlanCache:
         return digest(json.dumps([self.code, *parts], sort_keys=True, default=str), 16)
 
     def get(self, key: str) -> dict[str, Any] | None:
+        if self.empty:
+            return None
         try:
             row = self.conn.execute("SELECT result FROM plans WHERE key = ?", (key,)).fetchone()
         except sqlite3.DatabaseError as e:
@@ -99,6 +113,8 @@ class PlanCache:
         return got if isinstance(got, dict) else None
 
     def put(self, key: str, result: dict[str, Any]) -> None:
+        if self.read_only:
+            return
         try:
             self.conn.execute("INSERT OR REPLACE INTO plans (key, result) VALUES (?, ?)",
                               (key, json.dumps(result, sort_keys=True)))
@@ -106,6 +122,8 @@ class PlanCache:
             raise PlanCacheError(f"{self.path}: cannot write the plan cache ({e})") from None
 
     def __len__(self) -> int:
+        if self.empty:
+            return 0
         return int(self.conn.execute("SELECT COUNT(*) FROM plans").fetchone()[0])
 
     def close(self) -> None:

@@ -96,15 +96,16 @@ class Session:
                 "plan_budget": int(self.spec.get("plan_budget", PLAN_BUDGET))}
 
 
-def use_plan_cache(session: Session, path: str | Path | None) -> PlanCache | None:
+def use_plan_cache(session: Session, path: str | Path | None,
+                   read_only: bool = False) -> PlanCache | None:
     """Keep the session's plan searches in the SQLite file `path` (`xtat.plancache`): a
-    records database, or a cache shared by benchmark rows. None: no cache. The caller
-    closes the cache it gets."""
+    records database, or a cache shared by benchmark rows (`read_only`: only read the
+    searches it holds). None: no cache. The caller closes the cache it gets."""
     if path is None:
         return None
     from superopt.xtat.plancache import PlanCache
 
-    cache = PlanCache(path)
+    cache = PlanCache(path, read_only)
     session.pipeline.passes[session.pipeline.index("plan")].cache = cache  # type: ignore[attr-defined]
     return cache
 
