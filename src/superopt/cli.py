@@ -516,6 +516,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "s-expressions, TASO's graph_subst.pb")
     p.add_argument("--timeout", type=float, default=10.0, metavar="S",
                    help="Z3 time limit per rule output in seconds (default 10)")
+    p.add_argument("--restarts", type=int, default=1, metavar="N",
+                   help="Z3 runs per rule output that times out, each with the next seed and "
+                        "the full time limit (default 1; proof times of deep rules vary "
+                        "widely with the seed)")
     p.add_argument("--jobs", type=int, default=0, metavar="N",
                    help="worker processes (default: the usable cores, at most 8)")
     p.add_argument("--executor", default=None, metavar="SPEC",

@@ -138,6 +138,11 @@ CASES: dict[str, list[Case]] = {
                           {"s": (1, 1), "p": "same", "d": (1, 1), "g": 5, "a": "none"}),
                          ({"x": T((1, 3, 5, 5)), "w": T((6, 1, 3, 3))},
                           {"s": (2, 2), "p": (1, 1, 1, 1), "d": (1, 1), "g": 3, "a": "relu"})],
+    # VGG's first block at two sizes: a 3-channel image, and 2 channels in, 3 out, batch 2.
+    "fold_vgg_block": [({"x": T((1, 3, 4, 6)), "w1": T((4, 3, 3, 3)), "b1": T((4, 1, 1)),
+                          "w2": T((4, 4, 3, 3)), "b2": T((4, 1, 1))}, {}),
+                         ({"x": T((2, 2, 6, 8)), "w1": T((3, 2, 3, 3)), "b1": T((3, 1, 1)),
+                           "w2": T((3, 3, 3, 3)), "b2": T((3, 1, 1))}, {})],
     "split_concat0": [({"x": T((2, 3)), "y": T((2, 4))}, {"a": 1}),
                       ({"x": T((1, 3)), "y": T((2, 3))}, {"a": 0})],
 }
@@ -215,4 +220,21 @@ def test_rewriting_real_models_keeps_their_values(model: str, options: dict[str,
     assert run.applied, f"no starter rule applies to {model}"
     run.graph.lint()
     check = check_values(g, run.graph, rtol=1e-9)
+    assert check.ok, check.summary()
+
+
+def test_vgg_blocks_fold_and_keep_their_values() -> None:
+    # CSRNet's front end (VGG-16's first ten convs) has three conv-relu-conv-relu-pool
+    # chains: blocks 1 and 2, and the last two convs of block 3.
+    from superopt import zoo
+
+    g = zoo.build("csrnet", image_size=32)
+    m = Matcher([RULES["fold_vgg_block"]])
+    sites = m.match(g).sites
+    assert len(sites) == 3
+    new = apply_sites(g, sites, m).graph
+    assert sum(n.op == "pool2d_max" for n in new.nodes) == 2 * sum(
+        n.op == "pool2d_max" for n in g.nodes)
+    new.lint()
+    check = check_values(g, new, rtol=1e-9)
     assert check.ok, check.summary()

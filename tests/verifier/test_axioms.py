@@ -129,3 +129,29 @@ def test_a_seed_draws_the_same_instances_whatever_the_process_built_before() -> 
         draws(other)
     assert draws("bn_affine2") == first
     assert len({k for k in first if k is not None}) >= 8  # distinct instances, not one
+
+
+def _wrong_fold_laws() -> list[Axiom]:
+    """The column-fold laws with one detail wrong each: the kernel halves swapped (each
+    half computes the other's columns), the halo mask on the wrong ends, and the pool's
+    halves interleaved instead of in two blocks."""
+    text = {a.name: builtin_text().split(f"\n{a.name}: ", 1)[1].split("\n", 1)[0]
+            for a in AXIOMS if a.name in ("fold_conv", "fold_mask_ends", "fold_maxpool")}
+    lo, hi = "[0,0,0,0,0,0,0,1]", "[0,0,0,1,0,0,0,0]"
+    swapped = text["fold_conv"].replace(lo, "@").replace(hi, lo).replace("@", hi)
+    first, last = "(pad [0,0,1,0,0,0]", "(pad [0,0,0,0,0,1]"
+    ends = text["fold_mask_ends"].replace(first, "@").replace(last, first).replace("@", last)
+    interleaved = text["fold_maxpool"].replace("[0,4,1,2,3]", "[0,1,4,2,3]")
+    assert swapped != text["fold_conv"] and ends != text["fold_mask_ends"]
+    assert interleaved != text["fold_maxpool"]
+    rules = parse_rules(f"fold_conv_swapped: {swapped}\nfold_mask_wrong_ends: {ends}\n"
+                        f"fold_maxpool_interleaved: {interleaved}\n")
+    return axioms_from_rules(rules, "test")
+
+
+@pytest.mark.parametrize("axiom", _wrong_fold_laws(), ids=lambda a: a.name)
+def test_wrong_fold_laws_fail_with_a_separating_instance(axiom: Axiom) -> None:
+    check = validate_axiom(axiom, samples=8, seed=0)
+    assert not check.ok
+    failed = [d for d in check.directions if d.failure]
+    assert failed and failed[0].kind == "differs", failed

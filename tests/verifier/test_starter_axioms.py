@@ -88,10 +88,17 @@ def prover() -> Prover:
     return Prover(builtin_axioms(), VerifyOptions(timeout_s=10, samples=4, test_budget_s=3))
 
 
+# Rules whose proofs take longer than the default run affords (13-60 s, heavy-tailed in
+# Z3's seed: see VerifyOptions.restarts): proved in the slow run below.
+DEEP = {"fold_vgg_block": {"fold_maxpool", "fold_mask_ends"}}
+
+
 def test_every_starter_rule_is_proved_with_the_laws_it_needs(prover: Prover) -> None:
     # Rules the lead appends to the library are covered too: nothing may stay unknown.
     problems = {}
     for rule in starter_rules():
+        if rule.name in DEEP:
+            continue
         res = prover.verify(rule)
         if res.state != PROVED:
             problems[rule.name] = f"{res.state}: {res.reason}"
@@ -99,6 +106,15 @@ def test_every_starter_rule_is_proved_with_the_laws_it_needs(prover: Prover) -> 
             problems[rule.name] = f"proved without {NEEDS[rule.name] - set(res.axioms)}"
     assert problems == {}
     assert set(NEEDS) <= {r.name for r in starter_rules()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(DEEP))
+def test_deep_starter_rule_is_proved_with_restarts(name: str) -> None:
+    rule = next(r for r in starter_rules() if r.name == name)
+    res = Prover(builtin_axioms(), VerifyOptions(timeout_s=45, restarts=6)).verify(rule)
+    assert res.state == PROVED, res.reason
+    assert DEEP[name] <= set(res.axioms)
 
 
 # A grouped conv as a dense one: all-ones in place of the identity on groups mixes the

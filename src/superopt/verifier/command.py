@@ -235,7 +235,11 @@ def run(args: argparse.Namespace) -> int:
     # and keeps the signal from Python: Ctrl-C must stop the command instead.
     z3.set_param("ctrl_c", False)
     jobs = args.jobs or default_jobs()
-    options = VerifyOptions(timeout_s=args.timeout, samples=args.samples, seed=args.seed)
+    if args.restarts < 1:
+        console.print(f"superopt verify: --restarts must be at least 1 (got {args.restarts})")
+        return EXIT_INPUT
+    options = VerifyOptions(timeout_s=args.timeout, samples=args.samples, seed=args.seed,
+                            restarts=args.restarts)
 
     # Read every input before doing anything: a bad file must not leave a partial report.
     inputs = [(f, *read_rule_file(f)) for f in args.files]
@@ -361,7 +365,8 @@ def run(args: argparse.Namespace) -> int:
         doc = {
             "schema": "superopt.verify", "version": 1, "files": list(args.files),
             "readers": readers, "axiom_libraries": list(args.axioms or []),
-            "options": {"timeout_s": args.timeout, "samples": args.samples, "seed": args.seed,
+            "options": {"timeout_s": args.timeout, "restarts": args.restarts,
+                        "samples": args.samples, "seed": args.seed,
                         "jobs": jobs, "builtin_axioms": not args.no_builtin_axioms},
             "axioms": {"count": len(usable), "validation_s": round(validate_s, 3),
                        "cached": cached, "notes": notes,

@@ -71,6 +71,10 @@ class VerifyOptions:
     samples: int = 12  # well-typed instances the random tester runs per rule
     test_budget_s: float = 5.0  # time limit of the random tester per rule
     seed: int = 0
+    # Z3 runs per output, seeds seed, seed + 1, ..., each with timeout_s: E-matching time
+    # on deep rules is heavy-tailed in the seed (starter.rules' fold_vgg_block: 13-15 s on
+    # some seeds, over 150 s on others), so fresh seeds beat one long run.
+    restarts: int = 1
 
 
 @dataclass(frozen=True)
@@ -201,35 +205,45 @@ class Prover:
             parts.append(f"?{name}: {[d.as_long() if z3.is_int_value(d) else str(d) for d in dims]}")
         return r, ", ".join(parts)
 
+    def _attempt(self, g: GroundRule, src: z3.ExprRef, tgt: z3.ExprRef, chosen: list[QAxiom],
+                 keys: set[FuncKey], seed: int
+                 ) -> tuple[z3.Solver, z3.CheckSatResult, dict[int, str]]:
+        """One Z3 run on `src != tgt`: the solver, its answer and the axiom literals' names."""
+        e = self.e
+        s = z3.Solver()
+        s.set("timeout", max(1, int(self.options.timeout_s * 1000)))
+        # E-matching only: without auto-configuration Z3 stops as soon as the
+        # triggers are saturated instead of restarting on a satisfiable goal.
+        s.set("auto_config", False)
+        s.set("smt.mbqi", False)
+        s.set("random_seed", seed)
+        lits: list[z3.BoolRef] = []
+        names: dict[int, str] = {}
+        for k, q in enumerate(chosen):
+            lit = z3.Bool(f"axiom!{k}")
+            s.add(z3.Implies(lit, q.formula))
+            lits.append(lit)
+            names[lit.get_id()] = q.name
+        for key in sorted(keys):
+            assert_all(s, shape_axioms(e, key))
+        assert_all(s, self._general)
+        assert_all(s, g.premise(e))
+        # The goal behind a literal of its own, so that the same solver can be asked
+        # afterwards whether the premise alone is contradictory.
+        goal = z3.Bool("goal!")
+        s.add(z3.Implies(goal, src != tgt))
+        return s, s.check(*lits, goal), names
+
     def prove(self, g: GroundRule, exclude: set[str] = frozenset()) -> list[OutputProof]:
         e = self.e
         chosen, keys = self.select(g.keys(e), exclude)
         outs = []
         for i, (src, tgt) in enumerate(zip(g.sources, g.targets, strict=True)):
             t0 = time.perf_counter()
-            s = z3.Solver()
-            s.set("timeout", max(1, int(self.options.timeout_s * 1000)))
-            # E-matching only: without auto-configuration Z3 stops as soon as the
-            # triggers are saturated instead of restarting on a satisfiable goal.
-            s.set("auto_config", False)
-            s.set("smt.mbqi", False)
-            s.set("random_seed", self.options.seed)
-            lits: list[z3.BoolRef] = []
-            names: dict[int, str] = {}
-            for k, q in enumerate(chosen):
-                lit = z3.Bool(f"axiom!{k}")
-                s.add(z3.Implies(lit, q.formula))
-                lits.append(lit)
-                names[lit.get_id()] = q.name
-            for key in sorted(keys):
-                assert_all(s, shape_axioms(e, key))
-            assert_all(s, self._general)
-            assert_all(s, g.premise(e))
-            # The goal behind a literal of its own, so that the same solver can be asked
-            # afterwards whether the premise alone is contradictory.
-            goal = z3.Bool("goal!")
-            s.add(z3.Implies(goal, src != tgt))
-            r = s.check(*lits, goal)
+            for attempt in range(max(1, self.options.restarts)):
+                s, r, names = self._attempt(g, src, tgt, chosen, keys, self.options.seed + attempt)
+                if r != z3.unknown or "quantifiers" in s.reason_unknown():
+                    break  # proved, a model, or saturated: another seed changes nothing
             dt = time.perf_counter() - t0
             if r == z3.unsat:
                 core_lits = [c for c in s.unsat_core() if c.get_id() in names]
@@ -251,6 +265,8 @@ class Prover:
                 why = s.reason_unknown()
                 if "timeout" in why or "canceled" in why:
                     reason = f"time limit of {self.options.timeout_s:g} s reached"
+                    if self.options.restarts > 1:
+                        reason += f" on each of {self.options.restarts} seeds"
                 elif "quantifiers" in why:
                     reason = ("not implied by the axioms (quantifier instantiation saturated "
                               f"after {len(chosen)} axiom directions)")
