@@ -140,6 +140,18 @@ def test_no_files_is_an_input_error(capsys) -> None:
     assert main(["verify"]) == 2
 
 
+def test_restarts_must_be_positive_and_stop_at_saturation(tmp_path: Path, capsys) -> None:
+    rules = _write(tmp_path, "unknown.rules", NOT_IMPLIED)
+    assert _verify(tmp_path, rules, "--restarts", "0") == 2
+    assert "--restarts must be >= 1" in capsys.readouterr().err
+    out = tmp_path / "out.json"
+    assert _verify(tmp_path, rules, "--restarts", "3", "--json", str(out)) == 0
+    doc = json.loads(out.read_text())
+    assert doc["options"]["restarts"] == 3
+    # Saturated E-matching is not a timeout: another seed would not change the answer.
+    assert "not implied" in doc["rules"][0]["reason"]
+
+
 @pytest.mark.slow
 def test_taso_like_library_with_builtin_axioms(tmp_path: Path) -> None:
     rules = Path(__file__).parents[2] / "benchmarks" / "data" / "taso_like.rules"

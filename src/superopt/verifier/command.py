@@ -235,9 +235,6 @@ def run(args: argparse.Namespace) -> int:
     # and keeps the signal from Python: Ctrl-C must stop the command instead.
     z3.set_param("ctrl_c", False)
     jobs = args.jobs or default_jobs()
-    if args.restarts < 1:
-        console.print(f"superopt verify: --restarts must be at least 1 (got {args.restarts})")
-        return EXIT_INPUT
     options = VerifyOptions(timeout_s=args.timeout, samples=args.samples, seed=args.seed,
                             restarts=args.restarts)
 
