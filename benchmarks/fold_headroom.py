@@ -1,4 +1,4 @@
-"""Benchmark: what the joint search could gain on VGG-style rows from a rewrite no rule source has.
+"""Benchmark: what the joint search could gain on VGG-style rows from folding their first block.
 
 On vgg19 and csrnet (VGG-16's front end) joint ties XTAT-only (joint.json: within 0.06% on
 all four rows, below it on three): TASO finds nothing, and PET's corrected mutants are
@@ -18,9 +18,11 @@ columns (-1 and W) so that conv1_2 sees them as its zero padding; conv1_2 reads 
 channels in and out); bias and relu; the 2x2 max pool is a (2, 1) pool over rows and the
 maximum of the two channel halves (b + relu(a - b)), which unfolds the columns.
 
-This builds the folded block by hand (not through the rule machinery: the fold spans two
-relus and a max pool, so it is neither a multilinear PET mutant nor a rule the verifier's
-axioms prove), checks its values against the original block (reference interpreter, on
+This builds the folded block by hand (it came before the rule: the fold spans two relus
+and a max pool, so it is no multilinear PET mutant, and the verifier had no fold laws
+until the column-fold axioms that now prove the starter rule `fold_vgg_block`, which
+pools the channel halves instead of `b + relu(a - b)`: no rule can make the constant -1),
+checks its values against the original block (reference interpreter, on
 the block alone at the model's channel counts and a small image), and tunes both whole
 graphs with XTAT-only (layout, fusion, tiles, flags; joint.py's schedule, strategy and
 budget; 3 seeds). The tuned folded graph is a bound on what joint would reach if a rule
