@@ -153,3 +153,10 @@ def test_sampler_widens_reshape_bounds_when_they_admit_no_instance() -> None:
     got = sampler.draw()
     assert got is not None
     assert got.types["x"].shape[1] >= 4 and got.types["w"].shape[1] >= 2
+
+
+def test_a_timed_out_proof_is_tried_again_on_the_next_seeds() -> None:
+    rule = next(r for r in starter_rules() if r.name == "fold_vgg_block")
+    res = Prover(builtin_axioms(), VerifyOptions(timeout_s=0.5, restarts=2)).verify(rule)
+    assert res.state == "unknown"  # 13 s on the quickest seeds
+    assert res.reason == "time limit of 0.5 s reached on each of 2 seeds"

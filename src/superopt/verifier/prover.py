@@ -242,7 +242,8 @@ class Prover:
             t0 = time.perf_counter()
             for attempt in range(max(1, self.options.restarts)):
                 s, r, names = self._attempt(g, src, tgt, chosen, keys, self.options.seed + attempt)
-                if r != z3.unknown or "quantifiers" in s.reason_unknown():
+                why = s.reason_unknown() if r == z3.unknown else ""
+                if "timeout" not in why and "canceled" not in why:
                     break  # proved, a model, or saturated: another seed changes nothing
             dt = time.perf_counter() - t0
             if r == z3.unsat:
