@@ -348,3 +348,37 @@ def test_a_plan_of_one_source_is_offered_with_the_other_sources_search(two_sourc
     (lib,) = variants.values()
     assert lib.graph.structural_hash == _search(graph, library).structural_hash
     assert lib.rules == ("merge_linear",)
+
+
+def test_plan_phase_measures_the_option_tasos_cost_prices_lowest(setup) -> None:
+    # The search over every source screens proposals; a source's own search can end
+    # cheaper (vgg19 b16: PET's mutants crowd out the block fold). The plan phase measures
+    # the site's first option after "no plan": it must be the cheapest, the whole plan on
+    # a tie, and every option must stay offered.
+    from dataclasses import replace
+
+    from superopt.ir.passes import identity_origin
+    from superopt.xtat.passes.plan import Plan
+
+    pipe, _, graph, default = setup
+    plan = pipe.passes[pipe.index("plan")]
+    key = graph.structural_hash
+    saved = plan._plans.get(key), plan._variants.get(key)
+    whole = Plan("taso:whole", graph, identity_origin(graph), ("r",), 10.0, 8.0, 1, 0.0)
+    lib = replace(whole, option="taso:whole~library", cost_after=7.0, only="library")
+    drop = replace(whole, option="taso:whole-r", cost_after=9.0, dropped=("r",))
+    try:
+        for variants, first in (({lib.option: lib, drop.option: drop}, lib.option),
+                                ({drop.option: drop}, whole.option),
+                                ({lib.option: replace(lib, cost_after=8.0)}, whole.option)):
+            plan._plans[key], plan._variants[key] = whole, variants
+            site = plan.list_sites(default.stages[0])[0]
+            assert site.options[:2] == (None, first)
+            assert set(site.options) == {None, whole.option, *variants}
+            assert len(site.options) == 2 + len(variants)
+    finally:
+        plan._plans[key], plan._variants[key] = saved
+        if saved[0] is None:
+            plan._plans.pop(key)
+        if saved[1] is None:
+            plan._variants.pop(key, None)

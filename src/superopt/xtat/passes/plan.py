@@ -22,7 +22,8 @@ correction kernels cost alike) or one other rule; and without each pair of the
 `PAIRED` most applied groups (csrnet b1 loses on both its pad-conv-slice and its
 stack-height mutants). The revisit tries them with their kernels tuned, nearest the
 current choice first (`alternatives`: from the whole plan, one group left out, then no
-plan, then two); the plan phase measures the whole plan only (`top_k` 2), as before.
+plan, then two); the plan phase measures one option (`top_k` 2): the one TASO's cost
+prices lowest, the whole plan unless a variant or a source plan beat it.
 
 A replay keeps the path's other steps; it never takes a step the path did not take. Where
 two rule sources compete for the same nodes, the step that lost is reachable by no
@@ -68,7 +69,7 @@ PAIRED = 4  # variants without two groups: each pair of this many most applied g
 PET_SOURCE, LIBRARY_SOURCE = "pet", "library"  # the rule sources a source plan searches
 # How the site's options are made: results kept per tuner schedule (benchmarks) key on it.
 SITE_OPTIONS = (("variants", MAX_VARIANTS), ("paired", PAIRED),
-                ("source plans", (PET_SOURCE, LIBRARY_SOURCE)))
+                ("source plans", (PET_SOURCE, LIBRARY_SOURCE)), ("first", "cheapest"))
 
 
 @dataclass(frozen=True)
@@ -329,8 +330,16 @@ class RewritePlan(TunablePass):
         p = self.plan(stage.graph)
         if p is None:
             return []
+        variants = self.variants(stage.graph)
+        # First after "no plan": the option TASO's cost prices lowest (the plan phase
+        # measures only that one). The whole plan, unless a narrower search beat it: the
+        # search over every source screens each graph's proposals to the best few per cost
+        # proxy, and with PET's mutants there a block rewrite that only pays once fused
+        # (fold_vgg_block: more flops, more ops) can be screened out.
+        first = min([p, *variants.values()], key=lambda q: q.cost_after)
+        rest = [o for o in (p.option, *variants) if o != first.option]
         # Weight: visited before any single rewrite point by the greedy strategies.
-        return [Site(PLAN_SITE, (None, p.option, *self.variants(stage.graph)), None, (),
+        return [Site(PLAN_SITE, (None, first.option, *rest), None, (),
                      self._label(p), weight=float(len(stage.graph.nodes)))]
 
     def describe(self, stage: Stage, site: Site, choice: object) -> str:
