@@ -158,6 +158,43 @@ def torch_ratio(before: Graph, after: Graph) -> dict:
     return out
 
 
+def save_pair(folder: Path, model: str, batch: int, before: Graph, after: Graph) -> Path:
+    """`<model>_b<batch>.json.gz`: the original graph and the joint one, weight-only
+    computations folded as the simulator saw them, as graph documents without weight data
+    (timing needs shapes, not values: the values were checked here)."""
+    import gzip
+
+    from superopt.ir.files import atomic_path
+    from superopt.ir.serialize import to_json
+    from superopt.rewrite.fold import fold_weights
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{model}_b{batch}.json.gz"
+    doc = {"model": model, "batch": batch, "before": to_json(before),
+           "after": to_json(fold_weights(after, evaluate=False).graph)}
+    with atomic_path(path) as tmp, gzip.open(tmp, "wt") as f:
+        json.dump(doc, f)
+    return path
+
+
+@functools.cache
+def code_state() -> str:
+    """The commit this benchmark runs at (`+changes` when src/ or benchmarks/ differ from
+    it): each row records it, so a table that mixes code states says so."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, check=True,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "benchmarks"],
+                               cwd=root, check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    changed = [ln for ln in dirty.splitlines() if not ln[3:].startswith("benchmarks/results")]
+    return head + ("+changes" if changed else "")
+
+
 TIE = 1 - 1e-3  # joint within 0.1% of the best single system
 
 
@@ -225,10 +262,12 @@ def stale(row: dict, columns: set[str], schedule: str, strategy: str = STRATEGY)
 def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
           tmp: Path, torch: bool = True, row: dict | None = None,
           schedule: str = "joint", again: frozenset[str] = frozenset({"joint"}),
-          strategy: str = STRATEGY, plan_cache: str | None = None) -> dict:
+          strategy: str = STRATEGY, plan_cache: str | None = None,
+          save_graphs: Path | None = None) -> dict:
     """One table row. Given `row` (a row measured before), only the columns in `again`
     (xtat, taso, joint) are measured again and the others are kept: PET-only depends on
-    neither the tuner's schedules nor the starter library."""
+    neither the tuner's schedules nor the starter library. Given `save_graphs`, the
+    original and the best joint graph are written there (for timing on other devices)."""
     from superopt import zoo
     from superopt.xtat.tuner import PASS_NAMES
 
@@ -264,6 +303,9 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
     row.pop("joint_torch", None)
     if torch:
         row["joint_torch"] = torch_ratio(graph, best["graph"])
+    if save_graphs is not None:
+        save_pair(save_graphs, model, batch, graph, best["graph"])
+    row["measured_at"] = code_state()
     d, xtat = row["default_s"], row["xtat"]
     row["speedup"] = {
         "taso": d / row["taso"]["time_s"], "pet": d / row["pet"]["time_s"],
@@ -342,7 +384,11 @@ def main() -> None:
                          "in this SQLite file and replay the ones made before with the same "
                          "inputs and code (superopt.xtat.plancache): the same results, "
                          "without the searches (an hour on nasnet_a)")
+    ap.add_argument("--save-graphs", default=None, metavar="DIR",
+                    help="write each measured row's original and best joint graph there "
+                         "(benchmarks/joint_device.py times them on another device)")
     args = ap.parse_args()
+    save_graphs = Path(args.save_graphs) if args.save_graphs else None
     from superopt import zoo
     from superopt.xtat.strategies import CATALOGUE
     from superopt.xtat.tuner import SCHEDULES
@@ -424,11 +470,12 @@ def main() -> None:
                     rows[i] = bench(m, b, args.budget, args.taso_budget, args.seeds, Path(tmp),
                                     not args.no_torch, rows[i], args.schedule,
                                     frozenset(cols | {"joint"}), args.strategy,
-                                    args.plan_cache)
+                                    args.plan_cache, save_graphs)
                 elif (m, b) not in done:
                     rows.append(bench(m, b, args.budget, args.taso_budget, args.seeds,
                                       Path(tmp), not args.no_torch, schedule=args.schedule,
-                                      strategy=args.strategy, plan_cache=args.plan_cache))
+                                      strategy=args.strategy, plan_cache=args.plan_cache,
+                                      save_graphs=save_graphs))
                 else:
                     continue
                 write(False)
