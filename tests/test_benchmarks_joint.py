@@ -1,0 +1,86 @@
+"""The joint benchmark's graph pairs: joint.py --save-graphs writes them, joint_device.py
+times them (here on the CPU) and reports a file it cannot read without losing the rest."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from superopt.ir.graph import GraphBuilder
+from superopt.ir.serialize import from_json
+
+BENCH = Path(__file__).parents[1] / "benchmarks"
+
+
+def _joint_module():
+    spec = importlib.util.spec_from_file_location("joint_bench", BENCH / "joint.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _pair():
+    b = GraphBuilder("tiny")
+    x = b.input("x", (1, 3, 8, 8))
+    y = b.relu(b.conv2d(x, b.weight("w", (4, 3, 3, 3)), padding="same"))
+    before = b.build([y])
+    # The same conv with its kernel computed from two weights: a weight-only computation
+    # the simulator prices as folded, so the saved graph must hold it folded too.
+    b = GraphBuilder("tiny")
+    x = b.input("x", (1, 3, 8, 8))
+    w = b.ewadd(b.weight("w1", (4, 3, 3, 3)), b.weight("w2", (4, 3, 3, 3)))
+    after = b.build([b.relu(b.conv2d(x, w, padding="same"))])
+    return before, after
+
+
+def test_save_pair_keeps_the_original_and_folds_the_joint_graphs_weight_computations(
+        tmp_path: Path) -> None:
+    before, after = _pair()
+    path = _joint_module().save_pair(tmp_path, "tiny", 2, before, after)
+    assert path.name == "tiny_b2.json.gz"
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    assert (doc["model"], doc["batch"]) == ("tiny", 2)
+    assert from_json(doc["before"]).structural_hash == before.structural_hash
+    saved = from_json(doc["after"])
+    assert after.op_histogram()["ewadd"] == 1 and saved.op_histogram()["ewadd"] == 0
+    assert saved.op_histogram()["conv2d"] == 1
+
+
+def _device(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(BENCH / "joint_device.py"), "--graphs", str(tmp_path / "g"),
+         "--device", "cpu", "--repeats", "3", "--warmup", "1",
+         "--joint-json", str(tmp_path / "none.json"), "--out", str(tmp_path / "out.json"),
+         *extra], capture_output=True, text=True, timeout=300)
+
+
+def test_joint_device_times_each_pair_and_reports_an_unreadable_one(tmp_path: Path) -> None:
+    before, after = _pair()
+    _joint_module().save_pair(tmp_path / "g", "tiny", 1, before, after)
+    (tmp_path / "g" / "broken_b1.json.gz").write_bytes(gzip.compress(b'{"model": "x"'))
+    r = _device(tmp_path)
+    assert r.returncode == 1
+    err = [ln for ln in r.stderr.splitlines() if "broken_b1.json.gz" in ln]
+    assert len(err) == 1, r.stderr
+    doc = json.loads((tmp_path / "out.json").read_text())
+    (row,) = doc["rows"]
+    assert (row["model"], row["batch"]) == ("tiny", 1)
+    assert row["before_s"] > 0 and row["after_s"] > 0 and row["aa_ratio"] > 0
+    assert row["ratio_ci"][0] <= row["ratio"] <= row["ratio_ci"][1]
+    assert doc["complete"] is False  # one of the two files was not timed
+
+
+def test_joint_device_refuses_an_empty_folder_and_a_missing_device(tmp_path: Path) -> None:
+    (tmp_path / "g").mkdir()
+    r = _device(tmp_path)
+    assert r.returncode != 0 and "no *.json.gz graph pairs" in r.stderr
+    before, after = _pair()
+    _joint_module().save_pair(tmp_path / "g", "tiny", 1, before, after)
+    r = _device(tmp_path, "--device", "nosuchdevice")
+    assert r.returncode != 0 and r.stderr.strip().startswith("--device:")
+    assert not (tmp_path / "out.json").exists()
