@@ -19,13 +19,17 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import math
 import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from superopt.ir.graph import Graph
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, str(Path(__file__).parent))
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -34,11 +38,7 @@ class PairError(Exception):
     """A graph-pair file that cannot be used: the message names the file."""
 
 
-def geomean(xs: list[float]) -> float:
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else math.nan
-
-
-def load_pair(path: Path) -> tuple[dict, object, object]:
+def load_pair(path: Path) -> tuple[dict, Graph, Graph]:
     """The pair file's header (model, batch) and its two graphs."""
     from superopt.ir.errors import IRError
     from superopt.ir.serialize import from_json
@@ -66,7 +66,7 @@ def simulated(joint_json: Path) -> dict[tuple[str, int], float]:
     return {(r["model"], r["batch"]): r["speedup"]["joint"] for r in rows}
 
 
-def time_pair(before: object, after: object, device: str, repeats: int, warmup: int) -> dict:
+def time_pair(before: Graph, after: Graph, device: str, repeats: int, warmup: int) -> dict:
     from superopt.rewrite.check import time_side_by_side
 
     t = time_side_by_side([before, after, before], repeats=repeats, warmup=warmup,
@@ -112,6 +112,7 @@ def main() -> int:
     if not files:
         raise SystemExit(f"--graphs: {folder}: no *.json.gz graph pairs there")
     import torch
+    from joint import geomean
 
     try:
         dev = torch.device(args.device)
@@ -132,14 +133,14 @@ def main() -> int:
     failed = 0
     t0 = time.perf_counter()
 
-    def write() -> None:
-        ratios = [r["ratio"] for r in rows]
-        aa = [r["aa_ratio"] for r in rows]
+    def write() -> dict:
+        doc = {"device_info": info, "rows": rows,
+               "geomean_ratio": geomean([r["ratio"] for r in rows]),
+               "geomean_aa": geomean([r["aa_ratio"] for r in rows]),
+               "complete": len(rows) == len(files), "wall_s": time.perf_counter() - t0}
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"device_info": info, "rows": rows,
-                                   "geomean_ratio": geomean(ratios), "geomean_aa": geomean(aa),
-                                   "complete": len(rows) == len(files),
-                                   "wall_s": time.perf_counter() - t0}, indent=1) + "\n")
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+        return doc
 
     print(f"{'row':18s} {'before ms':>10s} {'after ms':>10s} {'ratio':>7s} {'95% CI':>15s} "
           f"{'A/A':>6s} {'sim':>6s}   ({info.get('name', args.device)})", flush=True)
@@ -162,8 +163,7 @@ def main() -> int:
               f"{r['after_s'] * 1e3:10.3f} {r['ratio']:7.3f} "
               f"[{r['ratio_ci'][0]:.3f},{r['ratio_ci'][1]:.3f}] {r['aa_ratio']:6.3f} {s:>6s}",
               flush=True)
-    write()
-    doc = json.loads(out.read_text())
+    doc = write()
     print(f"geomean ratio {doc['geomean_ratio']:.3f} (A/A {doc['geomean_aa']:.3f}) over "
           f"{len(rows)} pairs; wrote {out}")
     if failed:
