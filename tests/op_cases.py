@@ -545,6 +545,183 @@ def embedding_case(draw: DrawFn) -> Graph:
     return _graph(b, b.embedding(ids, table), "embedding")
 
 
+
+# ---- transformer-era element-wise ops ---------------------------------------------------
+
+@case("neg", "exp", "erf", "silu", "sin", "cos")
+@st.composite
+def math_unary_case(draw: DrawFn, op: str) -> Graph:
+    b = GraphBuilder()
+    x = draw(tensor_source(b, "x", draw(shapes(0, 4)), init="normal"))
+    return _graph(b, b.op(op, x), op)
+
+
+@st.composite
+def positive_source(draw: DrawFn, b: GraphBuilder, name: str, shape: tuple[int, ...]) -> Value:
+    """An operand away from zero and positive (the domain of log, roots and reciprocals)."""
+    if draw(st.booleans()):
+        return b.weight(name, shape, init="positive")
+    data = np.abs(draw(weight_data(shape))) + np.float32(0.25)
+    return b.weight(name, shape, data=data)
+
+
+@case("log", "sqrt", "rsqrt", "recip")
+@st.composite
+def positive_unary_case(draw: DrawFn, op: str) -> Graph:
+    b = GraphBuilder()
+    x = draw(positive_source(b, "x", draw(shapes(0, 4))))
+    return _graph(b, b.op(op, x), op)
+
+
+@case("pow")
+@st.composite
+def pow_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    shape = draw(shapes(0, 4))
+    exponent = draw(st.sampled_from((2.0, 3.0, 0.5, -1.0, -0.5, 1.5, 0.0)))
+    if float(exponent).is_integer() and exponent >= 0:
+        x = draw(tensor_source(b, "x", shape, init="normal"))
+    else:
+        x = draw(positive_source(b, "x", shape))
+    return _graph(b, b.pow(x, exponent=exponent), "pow")
+
+
+@case("sub", "maximum", "minimum", "eq", "lt", "gt")
+@st.composite
+def math_binary_case(draw: DrawFn, op: str) -> Graph:
+    b = GraphBuilder()
+    sa, sb = draw(broadcast_pair())
+    x = draw(tensor_source(b, "a", sa, init="normal"))
+    y = x if draw(st.integers(0, 5)) == 0 and sa == sb else draw(
+        tensor_source(b, "b", sb, init="normal"))
+    return _graph(b, b.op(op, x, y), op)
+
+
+@case("div")
+@st.composite
+def div_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    sa, sb = draw(broadcast_pair())
+    x = draw(tensor_source(b, "a", sa, init="normal"))
+    y = draw(positive_source(b, "b", sb))
+    return _graph(b, b.div(x, y), "div")
+
+
+@case("where")
+@st.composite
+def where_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    sa, sb = draw(broadcast_pair(3))
+    if draw(st.booleans()):
+        c = b.input("c", sa, "bool", high=2)
+    else:  # a comparison feeding the select, as masks are made
+        c = b.gt(b.input("p", sa), b.input("q", sa))
+    x = draw(tensor_source(b, "a", sa, init="normal"))
+    y = draw(tensor_source(b, "b", sb, init="normal"))
+    return _graph(b, b.where(c, x, y), "where")
+
+
+@case("cast")
+@st.composite
+def cast_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    shape = draw(shapes(0, 3))
+    src = draw(st.sampled_from(("f32", "i64", "bool")))
+    if src == "f32":
+        x = draw(tensor_source(b, "x", shape, init="normal"))
+    else:
+        x = b.input("x", shape, src, high=2 if src == "bool" else 20)
+    to = draw(st.sampled_from(("f32", "f16", "bf16", "i32", "i64", "bool")))
+    return _graph(b, b.cast(x, to=to), "cast")
+
+
+# ---- gathers, broadcasts and index constants ---------------------------------------------
+
+@case("gather")
+@st.composite
+def gather_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    shape = draw(shapes(1, 3))
+    axis = draw(axis_of(len(shape)))
+    x = draw(tensor_source(b, "x", shape, init="normal"))
+    ids = b.input("ids", draw(shapes(0, 2)), "i64", high=shape[axis])
+    return _graph(b, b.gather(x, ids, axis=axis), "gather")
+
+
+@case("expand")
+@st.composite
+def expand_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    full = draw(shapes(1, 4))
+    keep = draw(st.integers(0, len(full)))
+    small = tuple(d if draw(st.booleans()) else 1 for d in full[len(full) - keep:])
+    x = draw(tensor_source(b, "x", small, init="normal"))
+    return _graph(b, b.expand(x, shape=full), "expand")
+
+
+@case("iota")
+@st.composite
+def iota_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    shape = draw(shapes(1, 3))
+    dtype = draw(st.sampled_from(("i64", "i32", "f32")))
+    y = b.iota(shape=shape, axis=draw(axis_of(len(shape))), dtype=dtype)
+    if dtype == "f32" and draw(st.booleans()):  # positions scaled, as rotary tables are
+        y = b.ewmul(y, b.input("f", shape))
+    return _graph(b, y, "iota")
+
+
+@case("tri_mask")
+@st.composite
+def tri_mask_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    rows, cols = draw(dims()), draw(dims())
+    m = b.tri_mask(rows=rows, cols=cols, diagonal=draw(st.integers(-2, 2)),
+                   lower=draw(st.booleans()))
+    if draw(st.booleans()):  # the causal mask applied to scores
+        m = b.where(m, b.input("s", (rows, cols)), b.input("fill", (rows, cols)))
+    return _graph(b, m, "tri_mask")
+
+
+# ---- transformer-era reductions, norms and attention ------------------------------------
+
+@case("reduce_max")
+@st.composite
+def reduce_max_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    shape = draw(shapes(1, 4))
+    x = draw(tensor_source(b, "x", shape, init="normal"))
+    picked = draw(st.lists(st.integers(0, len(shape) - 1), min_size=1, unique=True))
+    y = b.reduce_max(x, axes=tuple(picked), keepdims=draw(st.booleans()))
+    return _graph(b, y, "reduce_max")
+
+
+@case("rms_norm")
+@st.composite
+def rms_norm_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    shape = draw(shapes(1, 4, lo=2))
+    axis = draw(axis_of(len(shape)))
+    x = draw(tensor_source(b, "x", shape, init="normal"))
+    w = draw(tensor_source(b, "w", shape[axis:], init=draw(st.sampled_from(("ones", "normal")))))
+    eps = draw(st.sampled_from((1e-6, 1e-5)))
+    return _graph(b, b.rms_norm(x, w, axis=axis, eps=eps), "rms_norm")
+
+
+@case("attention")
+@st.composite
+def attention_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    batch = draw(shapes(0, 1, hi=2))
+    kv_heads, group = draw(dims(1, 2)), draw(dims(1, 2))
+    lq, lk, d, dv = draw(dims(1, 5)), draw(dims(1, 5)), draw(dims(1, 4)), draw(dims(1, 4))
+    causal = draw(st.booleans())
+    q = draw(tensor_source(b, "q", (*batch, kv_heads * group, lq, d), init="normal"))
+    k = draw(tensor_source(b, "k", (*batch, kv_heads, lk, d), init="normal"))
+    v = draw(tensor_source(b, "v", (*batch, kv_heads, lk, dv), init="normal"))
+    scale = draw(st.sampled_from((0.0, 0.125, 1.0)))
+    return _graph(b, b.attention(q, k, v, scale=scale, causal=causal), "attention")
+
 def without_activations(graph: Graph) -> Graph:
     """The graph with every fused activation removed: op cases draw activations, and the
     box theorem covers the multi-linear op underneath."""

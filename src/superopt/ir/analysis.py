@@ -68,10 +68,29 @@ COUNTS.register("batch_norm", _per_input(2))
 COUNTS.register("lrn", lambda n, ts: (0, ts[0].size * (n.attr("size") + 4)))
 for _name in ops_with(SOURCE):
     COUNTS.register(_name, lambda n, ts: (0, 0))
-# Data movement only: no arithmetic (an embedding gathers rows).
-for _name in ("transpose", "reshape", "concat", "split", "slice", "pad", "enlarge", "copy",
-              "layout", "embedding"):
+# Data movement only: no arithmetic (an embedding or a gather moves rows).
+for _name in (*ops_with(MOVEMENT), "embedding", "gather"):
     COUNTS.register(_name, lambda n, ts: (0, 0))
+# One operation per output element: arithmetic, comparisons, selects, casts.
+for _name in ("neg", "sub", "maximum", "minimum", "eq", "lt", "gt", "where", "cast", "div",
+              "recip"):
+    COUNTS.register(_name, _per_output(1))
+# Transcendentals counted like sigmoid and tanh (a polynomial or an EUP op and a fix-up).
+for _name in ("exp", "log", "sqrt", "rsqrt", "erf", "sin", "cos"):
+    COUNTS.register(_name, _per_output(4))
+COUNTS.register("silu", _per_output(5))
+COUNTS.register("pow", _per_output(2))
+COUNTS.register("reduce_max", _per_input(1))
+COUNTS.register("rms_norm", _per_input(4))
+
+
+def _attention(n: Node, ts: tuple[TensorType, ...]) -> tuple[int, int]:
+    q, k, v = ts
+    scores = math.prod(q.shape[:-1]) * k.shape[-2]  # every (query, key) pair of every head
+    return scores * (q.shape[-1] + v.shape[-1]), 5 * scores  # two matmuls, then softmax
+
+
+COUNTS.register("attention", _attention)
 
 
 @dataclass(frozen=True)

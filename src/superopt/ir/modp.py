@@ -20,6 +20,22 @@ movement ops, applying element by element) still hold. The definitions:
   pseudo-random function R(var) (eps has no exact meaning and is ignored).
 - lrn: x * L(sum of squares over the channel window), L pseudo-random.
 - embedding: table[ids] (ids are plain integers, not residues).
+- neg, sub, expand, gather: exact (linear or movement); gather's indices are plain ints.
+- exp(x) = 7^x, so exp(a + b) = exp(a) * exp(b) holds exactly (softmax uses the same 7^x).
+- recip(x) = x^(p-2) (the inverse mod p, 0 for 0) and div(a, b) = a * recip(b), so
+  div(x, y) = x * recip(y) holds exactly; pow with a non-negative integer exponent is the
+  exact power, with a negative one the power of the inverse.
+- silu(x) = x * sigmoid(x) with sigmoid as above.
+- log, sqrt, rsqrt (the same R as the norms), erf, sin: fixed pseudo-random functions
+  (erf and sin odd, cos even); pow with a non-integer exponent: one salted by the exponent.
+- maximum, minimum, eq, lt, gt, reduce_max: on centred values; comparisons give 0/1.
+- where(c, a, b): a where c != 0.  cast: float to float is the identity, an integer to a
+  float its residue, a float to an integer its centred value, anything to bool c != 0.
+- iota, tri_mask: plain integers (0/1 for the mask).
+- rms_norm: x * R(mean(x^2)) * weight (eps ignored, as for layer_norm).
+- attention: scores q k^T times the scale's residue (its rational approximation with a
+  denominator below 2^20), softmax as above with causally masked positions excluded from
+  the sum, times v.
 """
 
 from __future__ import annotations
@@ -46,6 +62,7 @@ TABLE: RuleTable[ModPRule] = RuleTable("modp", needs=lambda op: not op.named_sou
 
 INV2 = modp_inv(2)
 SALT_TANH, SALT_ERF, SALT_ERF_TANH, SALT_RSQRT, SALT_LRN = 1, 2, 3, 4, 5
+SALT_LOG, SALT_SQRT, SALT_ERF1, SALT_SIN, SALT_COS, SALT_POW = 6, 7, 8, 9, 10, 11
 
 
 def pow_mod(base: Arr | int, exp: Arr) -> Arr:
@@ -128,8 +145,9 @@ def _via_reference(op: OpDef) -> ModPRule:
 def _register_movement() -> None:
     from superopt.ir.opdef import get_op
 
-    for name in ("transpose", "reshape", "concat", "split", "slice", "pad", "enlarge", "copy",
-                 "layout"):
+    from superopt.ir.opdef import MOVEMENT, ops_with
+
+    for name in ops_with(MOVEMENT):
         TABLE.register(name, _via_reference(get_op(name)))
 
 
@@ -221,5 +239,123 @@ def _const_pool(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, .
 TABLE.register("const_iconv", lambda xs, a, n: (const_iconv_value(a).astype(np.int64),))
 TABLE.register("const_imm", lambda xs, a, n: (np.eye(a["n"], dtype=np.int64),))
 TABLE.register("const_one", lambda xs, a, n: (np.ones(a["shape"], dtype=np.int64),))
+
+# ---- the transformer-era ops -------------------------------------------------------------
+
+def recip(x: Arr) -> Arr:
+    return pow_mod(x, np.full(np.shape(x), P - 2, dtype=np.int64))
+
+
+def sqrt(x: Arr) -> Arr:
+    return mix(x, SALT_SQRT)
+
+
+def int_pow(x: Arr, e: int) -> Arr:
+    base = recip(x) if e < 0 else np.asarray(x, dtype=np.int64) % P
+    return pow_mod(base, np.full(np.shape(x), abs(e), dtype=np.int64))
+
+
+def scalar_residue(value: float) -> int:
+    """A float attribute as a residue: its rational approximation num/den -> num * den^-1."""
+    from fractions import Fraction
+
+    f = Fraction(value).limit_denominator(1 << 20)
+    return f.numerator % P * modp_inv(f.denominator) % P
+
+
+def _pow(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ...]:
+    x, e = xs[0], float(a["exponent"])
+    if e.is_integer():
+        return (int_pow(x, int(e)),)
+    if e == 0.5:
+        return (sqrt(x),)
+    if e == -0.5:
+        return (rsqrt(x),)
+    return (mix((x + scalar_residue(e)) % P, SALT_POW),)
+
+
+def _compare(fn: Callable[[Arr, Arr], Arr]) -> ModPRule:
+    return lambda xs, a, n: (fn(centred(xs[0]), centred(xs[1])).astype(np.int64),)
+
+
+def _cast(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ...]:
+    # Plain integers within (-p/2, p/2) are their own centred values, so the same rule
+    # serves integer and residue inputs without knowing the input's dtype.
+    from superopt.ir.types import DType
+
+    x, to = np.asarray(xs[0], dtype=np.int64), DType.parse(a["to"])
+    if to == DType.BOOL:
+        return ((x != 0).astype(np.int64),)
+    return (x % P if to.is_float else centred(x),)
+
+
+TABLE.register("cast", _cast)
+TABLE.register("neg", lambda xs, a, n: ((-xs[0]) % P,))
+TABLE.register("sub", lambda xs, a, n: ((xs[0] - xs[1]) % P,))
+TABLE.register("exp", lambda xs, a, n: (pow_mod(7, xs[0]),))
+TABLE.register("log", lambda xs, a, n: (mix(xs[0], SALT_LOG),))
+TABLE.register("sqrt", lambda xs, a, n: (sqrt(xs[0]),))
+TABLE.register("rsqrt", lambda xs, a, n: (rsqrt(xs[0]),))
+TABLE.register("recip", lambda xs, a, n: (recip(xs[0]),))
+TABLE.register("div", lambda xs, a, n: (xs[0] * recip(xs[1]) % P,))
+TABLE.register("erf", lambda xs, a, n: (odd_mix(xs[0], SALT_ERF1),))
+TABLE.register("silu", lambda xs, a, n: (xs[0] * sigmoid(xs[0]) % P,))
+TABLE.register("sin", lambda xs, a, n: (odd_mix(xs[0], SALT_SIN),))
+TABLE.register("cos", lambda xs, a, n: (mix(np.abs(centred(xs[0])), SALT_COS),))
+TABLE.register("pow", _pow)
+TABLE.register("maximum", lambda xs, a, n: (np.maximum(centred(xs[0]), centred(xs[1])) % P,))
+TABLE.register("minimum", lambda xs, a, n: (np.minimum(centred(xs[0]), centred(xs[1])) % P,))
+TABLE.register("eq", _compare(np.equal))
+TABLE.register("lt", _compare(np.less))
+TABLE.register("gt", _compare(np.greater))
+TABLE.register("where", lambda xs, a, n: (np.where(np.asarray(xs[0]) != 0, xs[1], xs[2]),))
+TABLE.register("reduce_max", lambda xs, a, n: (
+    np.max(centred(xs[0]), axis=a["axes"], keepdims=a["keepdims"]) % P,))
+
+
+@_reg("gather")
+def _gather(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ...]:
+    from superopt.ir.ops.index import gather_ref
+
+    return (gather_ref(np.asarray(xs[0], dtype=np.int64), xs[1], a["axis"]),)
+
+
+@_reg("iota")
+def _iota(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ...]:
+    from superopt.ir.ops.index import iota_value
+
+    return (iota_value({**a, "dtype": "i64"}),)
+
+
+@_reg("tri_mask")
+def _tri_mask(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ...]:
+    from superopt.ir.ops.index import tri_mask_value
+
+    return (tri_mask_value(a),)
+
+
+@_reg("rms_norm")
+def _rms_norm(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ...]:
+    x, w = xs
+    axes = tuple(range(a["axis"], x.ndim))
+    count = int(np.prod([x.shape[i] for i in axes]))
+    ms = _sum(x * x % P, axes, True) * modp_inv(count) % P
+    return (x * rsqrt(ms) % P * w % P,)
+
+
+@_reg("attention")
+def _attention(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ...]:
+    q, k, v = xs
+    group = q.shape[-3] // k.shape[-3]
+    if group > 1:
+        k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+    s = kernels.modp_matmul(q, np.swapaxes(k, -1, -2)) * scalar_residue(a["scale"]) % P
+    e = pow_mod(7, s)
+    if a["causal"]:
+        e = e * np.tril(np.ones(e.shape[-2:], dtype=np.int64)) % P
+    total = _sum(e, (e.ndim - 1,), True)
+    p = e * recip(total) % P
+    return (kernels.modp_matmul(p, v) % P,)
+
 
 MODP = ModPSemantics(TABLE)

@@ -20,6 +20,7 @@ class DType(StrEnum):
     I32 = "i32"
     I16 = "i16"  # 16- and 8-bit integers: XLA's s16/u16 and pred/s8/u8 arrays (HLO import)
     I8 = "i8"
+    BOOL = "bool"  # comparison results and masks; 0/1 in the integer semantics
 
     @property
     def is_float(self) -> bool:
@@ -28,14 +29,14 @@ class DType(StrEnum):
     @property
     def itemsize(self) -> int:
         return {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "i16": 2,
-                "i8": 1}[self.value]
+                "i8": 1, "bool": 1}[self.value]
 
     @property
     def numpy(self) -> np.dtype:
         # bf16 has no numpy dtype; float32 is the nearest storage type for host data.
         return np.dtype({"f32": np.float32, "bf16": np.float32, "f16": np.float16,
                          "i64": np.int64, "i32": np.int32, "i16": np.int16,
-                         "i8": np.int8}[self.value])
+                         "i8": np.int8, "bool": np.bool_}[self.value])
 
     @staticmethod
     def parse(text: str | DType) -> DType:
@@ -43,7 +44,8 @@ class DType(StrEnum):
             return text
         aliases = {"float32": "f32", "float": "f32", "bfloat16": "bf16", "float16": "f16",
                    "half": "f16", "int64": "i64", "long": "i64", "int32": "i32", "int": "i32",
-                   "int16": "i16", "int8": "i8"}
+                   "int16": "i16", "int8": "i8",
+                   "boolean": "bool"}
         key = aliases.get(text, text)
         try:
             return DType(key)

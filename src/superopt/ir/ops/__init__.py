@@ -2,7 +2,10 @@
 
 from superopt.ir.ops import (  # noqa: F401  (imported for registration)
     activation,
+    attention,
     constants,
+    elementwise,
+    index,
     linear,
     misc,
     movement,

@@ -154,3 +154,35 @@ LRN = register_op(OpDef(
            AttrSpec("beta", "float", 0.75), AttrSpec("bias", "float", 1.0)),
     traits=frozenset({NONLINEAR}),
     doc="Local response normalisation across channels (AlexNet, GoogLeNet; ONNX LRN)."))
+
+
+REDUCE_MAX = register_op(OpDef(
+    name="reduce_max", num_inputs=1, shape=_reduce_shape,
+    reference=lambda xs, a: (np.max(xs[0], axis=a["axes"], keepdims=a["keepdims"]),),
+    attrs=_REDUCE_ATTRS, traits=frozenset({REDUCTION, NONLINEAR}), canonicalize=_axes_canon,
+    doc="Maximum over axes (softmax's stabiliser, max pooling over sequences)."))
+
+
+def _rms_shape(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
+    x, w = ts
+    expect_float("rms_norm", 0, x)
+    norm = x.shape[attrs["axis"]:]
+    if w.shape != norm:
+        raise ShapeError("rms_norm", 1, f"shape {list(norm)} (normalised dims)", str(w))
+    return (x,)
+
+
+def rms_norm_ref(x: np.ndarray, w: np.ndarray, axis: int, eps: float) -> np.ndarray:
+    axes = tuple(range(axis, x.ndim))
+    return x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + eps) * w
+
+
+# Primitive, not decomposed: rules need it whole (its weight folds into the next matmul;
+# it is invariant to scaling its input) and the simulator costs it as one fused reduction.
+RMS_NORM = register_op(OpDef(
+    name="rms_norm", num_inputs=2, shape=_rms_shape,
+    reference=lambda xs, a: (rms_norm_ref(*xs, a["axis"], a["eps"]),),
+    attrs=(AttrSpec("axis", "int", -1, doc="first normalised dim"), AttrSpec("eps", "float", 1e-6)),
+    traits=frozenset({REDUCTION, NONLINEAR}), canonicalize=_axis_canon,
+    input_names=("x", "weight"),
+    doc="RMSNorm (Llama, T5): x / sqrt(mean(x^2) + eps) * weight over dims axis.."))
