@@ -143,9 +143,7 @@ def _via_reference(op: OpDef) -> ModPRule:
 
 
 def _register_movement() -> None:
-    from superopt.ir.opdef import get_op
-
-    from superopt.ir.opdef import MOVEMENT, ops_with
+    from superopt.ir.opdef import MOVEMENT, get_op, ops_with
 
     for name in ops_with(MOVEMENT):
         TABLE.register(name, _via_reference(get_op(name)))
