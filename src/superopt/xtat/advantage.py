@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from superopt.ir.errors import IRError
-from superopt.ir.opdef import TRAITS, all_ops, get_op
+from superopt.ir.opdef import get_op
 from superopt.tpu_sim import Signature, Simulator, is_source
 from superopt.tpu_sim.kernel_time import analytical, analytical_compute
 from superopt.tpu_sim.op_costs import is_mxu_op
@@ -53,11 +53,17 @@ class AdvantageError(IRError):
     """A missing or incompatible advantage model."""
 
 
+# The feature vocabulary is fixed with the shipped model: one-hot columns over the op
+# registry would change (and void the model) whenever an op is added.
+VOCAB = Path(__file__).with_name("advantage_vocab.json")
+
+
 @cache
 def _vocab() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    import superopt.ir.ops  # noqa: F401  (registers the op set)
-
-    return tuple(sorted(op.name for op in all_ops())), tuple(sorted(TRAITS))
+    """The ops and traits with a one-hot column: those the shipped model was trained with
+    (`advantage_vocab.json`); an op outside it is seen through its traits alone."""
+    doc = json.loads(VOCAB.read_text())
+    return tuple(doc["ops"]), tuple(doc["traits"])
 
 
 def _decision_code(choice: Choice) -> int:
