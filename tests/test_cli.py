@@ -77,3 +77,14 @@ def test_help_everywhere() -> None:
     for cmd in ([], ["show"], ["run"], ["demo"]):
         r = _cli(*cmd, "--help")
         assert r.returncode == 0 and "usage: superopt" in r.stdout
+
+
+def test_generate_uses_every_core_by_default() -> None:
+    """`superopt generate` runs one enumeration worker per core unless told otherwise (it
+    ran as one process, so the README's 2-worker figure was not what a user got)."""
+    from superopt.cli import build_parser
+
+    args = build_parser().parse_args(["generate", "--preset", "taso", "--max-ops", "2"])
+    assert args.workers == 0  # 0 resolves to os.cpu_count() in the command
+    args = build_parser().parse_args(["generate", "--workers", "1"])
+    assert args.workers == 1

@@ -459,8 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="rules.json", metavar="LIB.json",
                    help="rule library to write (.json or .jsonl)")
     p.add_argument("--text", default=None, metavar="LIB.rules", help="also write the text form")
-    p.add_argument("--workers", type=int, default=1,
-                   help="processes for the enumeration (0: one per core)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="processes for the enumeration (default 0: one per core)")
     p.add_argument("--executor", default=None, metavar="SPEC",
                    help="run the shards and rule checks on 'process' (a spawned pool), "
                         "'dask' (a local Dask cluster) or dask://HOST:PORT (a Dask scheduler) "
