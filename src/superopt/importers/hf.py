@@ -1,20 +1,39 @@
-"""HuggingFace BERT built from a config (no download), captured with torch.export.
+"""HuggingFace `transformers` models built from a config (no download), captured with
+torch.export and imported.
 
-`bert_graph("base")` builds `transformers.BertModel` with the published BERT-base shape and
-seeded random weights, captures it with `torch.export` on `input_ids` alone (no attention
-mask, so the all-ones mask arithmetic folds into constants), and imports it with
-`superopt.importers.torch.import_exported`. Attention is the eager implementation, so it
-appears as explicit matmul / softmax. transformers and torch load only when called.
+Two entry points:
+
+- `bert_graph("base")`: `transformers.BertModel` at the published BERT sizes (tiny, small,
+  base) with seeded random weights and eager attention, captured on `input_ids` alone (no
+  attention mask, so the all-ones mask arithmetic folds into constants).
+- `hf_graph(NAME)` (the CLI's `hf:NAME`): one of `FAMILIES`, each a public architecture
+  (GPT-2, Llama, Mistral, Qwen2, Phi, Gemma, BERT, DistilBERT, RoBERTa, T5's encoder,
+  ViT, DeiT, Swin, ConvNeXt, MobileViT, ResNet, EfficientNet, Whisper's encoder, ...) built
+  from a small config of that family with seeded random weights. Attention is the library's
+  default (SDPA where the family has it), so decoders reach the importer as
+  `scaled_dot_product_attention` with a causal flag or mask. `hf_module` and `hf_inputs` give
+  the module and example inputs, so callers (benchmarks/models.py) can save the capture as
+  `.pt2` or export it to ONNX.
+
+Every family's module is wrapped so that its outputs are plain tensors (the model's first
+output, and its pooled output where it has one) and no key/value cache is built.
+transformers and torch load only when called; `HF_HUB_OFFLINE` is set before they do.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from superopt.importers.errors import ModelImportError
 from superopt.ir.graph import Graph
+
+
+def _offline() -> None:
+    os.environ["HF_HUB_OFFLINE"] = "1"  # built from a config: nothing may be fetched
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 
 @dataclass(frozen=True)
@@ -39,8 +58,7 @@ def bert_model(size: str = "base", seed: int = 0, pooler: bool = True) -> Any:
     """An eval-mode `transformers.BertModel` of the named size with seeded random weights."""
     if size not in BERT_SIZES:
         raise ModelImportError(f"unknown BERT size {size!r}; known: {', '.join(BERT_SIZES)}")
-    os.environ["HF_HUB_OFFLINE"] = "1"  # built from a config: nothing may be fetched
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    _offline()
     import torch
     from transformers import BertConfig, BertModel
 
@@ -67,6 +85,11 @@ def bert_inputs(size: str = "base", batch: int = 1, seq: int = 128, seed: int = 
     return torch.randint(0, s.vocab, (batch, seq), generator=gen)
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def bert_graph(size: str = "base", batch: int = 1, seq: int = 128, *, pooler: bool = True,
                seed: int = 0) -> Graph:
     """BERT (`base`, `small` or `tiny`) as a graph over `input_ids` (i64, high=vocab).
@@ -85,10 +108,284 @@ def bert_graph(size: str = "base", batch: int = 1, seq: int = 128, *, pooler: bo
         # The ModelOutput flattens to (last_hidden_state[, pooler_output]), in that order.
         program = torch.export.export(model, (ids,))
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelImportError(f"{name}: torch.export failed: {first}") from e
+        raise ModelImportError(f"{name}: torch.export failed: {_first_line(e)}") from e
     return import_exported(program, name=name,
                            input_high={"input_ids": BERT_SIZES[size].vocab})
 
 
-__all__ = ["BERT_SIZES", "BertSize", "bert_graph", "bert_inputs", "bert_model"]
+# ---- the family registry ----------------------------------------------------------------
+
+# Small shared sizes: every family is a real instance of its architecture (all block types,
+# norms, attention variants) at a width and depth that import, interpret and tune in seconds.
+VOCAB = 128
+SEQ = 8
+IMAGE = 32
+_TEXT = {"vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64,
+         "use_cache": False}
+
+
+@dataclass(frozen=True)
+class Family:
+    """A `transformers` architecture: how to build it small and what it reads.
+
+    `inputs` is "ids" (int64 token ids in [0, VOCAB) of shape (batch, SEQ)), "pixels"
+    (float (batch, 3, IMAGE, IMAGE)) or "mel" (float (batch, mel bins, frames), Whisper).
+    """
+
+    name: str
+    kind: str  # "decoder", "encoder", "vision", "audio": the suite's grouping
+    build: Callable[[], Any]  # () -> an nn.Module from a small config
+    inputs: str
+    mel: tuple[int, int] = (0, 0)  # (bins, frames) for "mel" inputs
+    image: int = IMAGE  # side of "pixels" inputs
+
+
+def _cfg(cls_name: str, **kw: Any) -> Any:
+    import transformers
+
+    return getattr(transformers, cls_name)(**kw)
+
+
+def _model(cls_name: str, config: Any) -> Any:
+    import transformers
+
+    return getattr(transformers, cls_name)(config)
+
+
+def _gpt2() -> Any:
+    return _model("GPT2Model", _cfg("GPT2Config", vocab_size=VOCAB, n_positions=64, n_embd=32,
+                                    n_layer=2, n_head=4, use_cache=False, bos_token_id=0,
+                                    eos_token_id=0))
+
+
+def _decoder(model: str, config: str, **extra: Any) -> Callable[[], Any]:
+    def build() -> Any:
+        return _model(model, _cfg(config, **{**_TEXT, **extra}))
+    return build
+
+
+def _encoder(model: str, config: str, **extra: Any) -> Callable[[], Any]:
+    def build() -> Any:
+        kw = {**_TEXT, **extra}
+        kw.pop("use_cache", None)
+        return _model(model, _cfg(config, **kw))
+    return build
+
+
+def _distilbert() -> Any:
+    return _model("DistilBertModel", _cfg("DistilBertConfig", vocab_size=VOCAB, dim=32,
+                                          hidden_dim=64, n_layers=2, n_heads=4,
+                                          max_position_embeddings=64))
+
+
+def _t5_encoder() -> Any:
+    return _model("T5EncoderModel", _cfg("T5Config", vocab_size=VOCAB, d_model=32, d_kv=8,
+                                         d_ff=64, num_layers=2, num_heads=4, use_cache=False,
+                                         feed_forward_proj="gated-gelu"))
+
+
+_VIT = {"image_size": IMAGE, "patch_size": 8, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4}
+
+
+def _vit() -> Any:
+    return _model("ViTModel", _cfg("ViTConfig", **_VIT))
+
+
+def _deit() -> Any:
+    return _model("DeiTModel", _cfg("DeiTConfig", **_VIT))
+
+
+def _swin() -> Any:
+    return _model("SwinModel", _cfg("SwinConfig", image_size=IMAGE, patch_size=4, embed_dim=16,
+                                    depths=[1, 1], num_heads=[2, 2], window_size=4))
+
+
+def _convnext() -> Any:
+    return _model("ConvNextModel", _cfg("ConvNextConfig", image_size=IMAGE, num_stages=2,
+                                        hidden_sizes=[16, 32], depths=[1, 1]))
+
+
+def _mobilevit() -> Any:
+    # 64 pixels: every MobileViT block's feature map divides into 2x2 patches, so no
+    # interpolation (bilinear resampling) is needed.
+    return _model("MobileViTModel", _cfg("MobileViTConfig", image_size=64, patch_size=2,
+                                         hidden_sizes=[32, 40, 48],
+                                         neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
+                                         num_attention_heads=2))
+
+
+def _resnet() -> Any:
+    return _model("ResNetModel", _cfg("ResNetConfig", embedding_size=16, hidden_sizes=[16, 32],
+                                      depths=[1, 1], layer_type="bottleneck"))
+
+
+def _efficientnet() -> Any:
+    return _model("EfficientNetModel", _cfg("EfficientNetConfig", image_size=IMAGE,
+                                            width_coefficient=0.25, depth_coefficient=0.25,
+                                            hidden_dim=320))  # round_filters(1280) at 0.25
+
+
+_WHISPER_MEL = (16, 32)  # mel bins, frames (= 2 x max_source_positions)
+
+
+def _whisper_encoder() -> Any:
+    config = _cfg("WhisperConfig", vocab_size=VOCAB, num_mel_bins=_WHISPER_MEL[0], d_model=32,
+                  encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
+                  decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=64,
+                  max_source_positions=_WHISPER_MEL[1] // 2, max_target_positions=16,
+                  pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+                  use_cache=False)
+    import transformers
+
+    return transformers.WhisperModel(config).get_encoder()
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("gpt2", "decoder", _gpt2, "ids"),
+    Family("llama", "decoder", _decoder("LlamaModel", "LlamaConfig", num_key_value_heads=2),
+           "ids"),
+    Family("mistral", "decoder", _decoder("MistralModel", "MistralConfig",
+                                          num_key_value_heads=2, sliding_window=None), "ids"),
+    Family("qwen2", "decoder", _decoder("Qwen2Model", "Qwen2Config", num_key_value_heads=2),
+           "ids"),
+    Family("phi", "decoder", _decoder("PhiModel", "PhiConfig", partial_rotary_factor=0.5),
+           "ids"),
+    Family("gemma", "decoder", _decoder("GemmaModel", "GemmaConfig", num_key_value_heads=1,
+                                        head_dim=8), "ids"),
+    Family("bert", "encoder", _encoder("BertModel", "BertConfig"), "ids"),
+    Family("distilbert", "encoder", _distilbert, "ids"),
+    Family("roberta", "encoder", _encoder("RobertaModel", "RobertaConfig"), "ids"),
+    Family("t5-encoder", "encoder", _t5_encoder, "ids"),
+    Family("vit", "vision", _vit, "pixels"),
+    Family("deit", "vision", _deit, "pixels"),
+    Family("swin", "vision", _swin, "pixels"),
+    Family("convnext", "vision", _convnext, "pixels"),
+    Family("mobilevit", "vision", _mobilevit, "pixels", image=64),
+    Family("resnet", "vision", _resnet, "pixels"),
+    Family("efficientnet", "vision", _efficientnet, "pixels"),
+    Family("whisper-encoder", "audio", _whisper_encoder, "mel", _WHISPER_MEL),
+)}
+
+
+def _family(name: str) -> Family:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise ModelImportError(f"unknown HuggingFace family {name!r}; known: "
+                               f"{', '.join(FAMILIES)}") from None
+
+
+def _wrap(model: Any) -> Any:
+    """`model` with plain-tensor outputs: its first output and its pooled output, if any."""
+    import torch
+
+    class Plain(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: torch.Tensor) -> Any:
+            out = self.inner(x, return_dict=True)
+            first = out[0]
+            pooled = getattr(out, "pooler_output", None)
+            return first if pooled is None else (first, pooled)
+
+    return Plain(model).eval()
+
+
+def _lively(model: Any) -> None:
+    """Seeded weights that keep activations near unit scale through every layer.
+
+    The libraries' own initialisation (normal(0, 0.02) everywhere, norm scales at 0.02 or
+    0 in some vision models) makes the deep convolutional families' outputs underflow to
+    exactly 0 in float32, and a value check on zeros checks nothing. Linear and convolution
+    weights get variance 1/fan_in, norm scales 1 + noise, biases and running means small
+    noise, running variances in [0.5, 1.5].
+    """
+    import torch
+
+    with torch.no_grad():
+        for mod in model.modules():
+            kind = type(mod).__name__
+            w = getattr(mod, "weight", None)
+            if isinstance(mod, torch.nn.Linear | torch.nn.Conv1d | torch.nn.Conv2d):
+                fan_in = w[0].numel()
+                w.normal_(0.0, fan_in ** -0.5)
+                if mod.bias is not None:
+                    mod.bias.normal_(0.0, 0.1)
+            elif kind.endswith("Norm") or isinstance(mod, torch.nn.modules.batchnorm._BatchNorm
+                                                     | torch.nn.LayerNorm | torch.nn.GroupNorm):
+                if isinstance(w, torch.nn.Parameter) and w.dim() >= 1:
+                    # Gemma's RMSNorm scales by (1 + weight): its weights stay near 0.
+                    w.normal_(0.0 if "Gemma" in kind else 1.0, 0.1)
+                b = getattr(mod, "bias", None)
+                if isinstance(b, torch.nn.Parameter):
+                    b.normal_(0.0, 0.1)
+                if isinstance(getattr(mod, "running_var", None), torch.Tensor):
+                    mod.running_mean.normal_(0.0, 0.1)
+                    mod.running_var.uniform_(0.5, 1.5)
+
+
+def hf_module(name: str, seed: int = 0) -> Any:
+    """The family's small model with seeded random weights, eval mode, tensor outputs."""
+    fam = _family(name)
+    _offline()
+    import torch
+
+    torch.manual_seed(seed)
+    try:
+        model = fam.build()
+        _lively(model)
+    except Exception as e:
+        raise ModelImportError(f"hf:{name}: building the model from its config failed: "
+                               f"{type(e).__name__}: {_first_line(e)}") from e
+    return _wrap(model.eval())
+
+
+def hf_inputs(name: str, batch: int = 1, seed: int = 0) -> tuple[Any, ...]:
+    """Seeded example inputs for `hf_module(name)` (one tensor, as a 1-tuple)."""
+    import torch
+
+    fam = _family(name)
+    if batch < 1:
+        raise ModelImportError(f"hf:{name}: batch must be >= 1, found {batch}")
+    gen = torch.Generator().manual_seed(seed)
+    if fam.inputs == "ids":
+        return (torch.randint(0, VOCAB, (batch, SEQ), generator=gen),)
+    if fam.inputs == "pixels":
+        return (torch.randn((batch, 3, fam.image, fam.image), generator=gen),)
+    bins, frames = fam.mel
+    return (torch.randn((batch, bins, frames), generator=gen),)
+
+
+def hf_input_high(name: str) -> dict[str, int]:
+    """Value ranges of integer inputs, by the placeholder name torch.export gives them."""
+    return {"x": VOCAB} if _family(name).inputs == "ids" else {}
+
+
+def hf_export(name: str, batch: int = 1, seed: int = 0) -> Any:
+    """The family's `torch.export` program (an `ExportedProgram`)."""
+    import torch
+
+    model = hf_module(name, seed)
+    args = hf_inputs(name, batch, seed)
+    try:
+        with torch.no_grad():
+            return torch.export.export(model, args)
+    except Exception as e:
+        raise ModelImportError(f"hf:{name}: torch.export failed: {type(e).__name__}: "
+                               f"{_first_line(e)}") from e
+
+
+def hf_graph(name: str, batch: int = 1, seed: int = 0) -> Graph:
+    """`hf:NAME`: the family's small model captured with torch.export and imported."""
+    from superopt.importers.torch import import_exported
+
+    return import_exported(hf_export(name, batch, seed), name=f"hf-{name}",
+                           input_high=hf_input_high(name))
+
+
+__all__ = ["BERT_SIZES", "FAMILIES", "BertSize", "Family", "bert_graph", "bert_inputs",
+           "bert_model", "hf_export", "hf_graph", "hf_input_high", "hf_inputs", "hf_module"]

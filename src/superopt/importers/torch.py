@@ -37,8 +37,9 @@ from torch import fx, nn
 
 from superopt.importers.errors import ModelImportError, UnsupportedOpsError
 from superopt.importers.naming import UniqueNames
-from superopt.ir.errors import IRError
+from superopt.ir.errors import IRError, ShapeError
 from superopt.ir.graph import Graph, GraphBuilder, Value
+from superopt.ir.opdef import get_op
 from superopt.ir.types import DType
 
 aten = torch.ops.aten
@@ -100,10 +101,11 @@ _TORCH_TO_IR: dict[torch.dtype, DType] = {
     torch.float32: DType.F32, torch.float64: DType.F32, torch.bfloat16: DType.BF16,
     torch.float16: DType.F16, torch.int64: DType.I64, torch.int32: DType.I32,
     torch.int16: DType.I32, torch.int8: DType.I32, torch.uint8: DType.I32,
+    torch.bool: DType.BOOL,
 }
 _IR_TO_TORCH: dict[DType, torch.dtype] = {
     DType.F32: torch.float32, DType.BF16: torch.bfloat16, DType.F16: torch.float16,
-    DType.I64: torch.int64, DType.I32: torch.int32,
+    DType.I64: torch.int64, DType.I32: torch.int32, DType.BOOL: torch.bool,
 }
 
 
@@ -145,7 +147,26 @@ def _broadcastable(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
     return all(s in (1, b) for s, b in zip(reversed(small), reversed(big), strict=False))
 
 
-_MASKED = float(torch.finfo(torch.float32).min)  # masked-out score: finite, so weights stay finite
+def _mask_kind(mask: Any, lq: int, lk: int) -> str:
+    """A known attention mask as "none" (keeps every score), "causal" (the top-left tril,
+    torch's is_causal) or "other"; boolean masks keep True, additive ones keep 0."""
+    if not isinstance(mask, Const):
+        return "other"
+    t = mask.tensor
+    keep = t if t.dtype == torch.bool else t == 0
+    if t.dtype != torch.bool and not bool(((t == 0) | (t <= _MASKED)).all()):
+        return "other"  # a bias, not a mask
+    keep = keep.expand(*keep.shape[:-2], lq, lk) if keep.dim() >= 2 else keep.expand(lq, lk)
+    if bool(keep.all()):
+        return "none"
+    tril = torch.ones(lq, lk, dtype=torch.bool).tril()
+    return "causal" if bool((keep == tril).all()) else "other"
+
+
+_MASKED = float(torch.finfo(torch.float32).min)
+# Known tensors up to this size are checked for being an iota or a triangular mask.
+_CONSTANT_OP_MAX_ELEMENTS = 1 << 22
+_IOTA_DTYPES = next(a.choices for a in get_op("iota").attrs if a.name == "dtype") or ()  # masked-out score: finite, so weights stay finite
 
 
 # ---- the graph-building context: one emitter per tensor operation --------------------
@@ -196,15 +217,56 @@ class _Ctx:
         return self._params[name]
 
     def _weight(self, c: Const, dtype: DType | None) -> Value:
-        if c.tensor.dtype == torch.bool and dtype is None:
-            raise _Refuse("a boolean tensor as an operand")
         dt = dtype or ir_dtype(c.tensor.dtype)
         key = (id(c), dt)
         if key not in self._consts:
             self._keep.append(c)
-            self._consts[key] = self.b.weight(self._claim(c.name), tuple(c.tensor.shape),
-                                              dt.value, data=_numpy(c.tensor, dt))
+            t = c.tensor.detach().to(_IR_TO_TORCH[dt])
+            self._consts[key] = (self._constant_op(t, dt)
+                                 or self.b.weight(self._claim(c.name), tuple(c.tensor.shape),
+                                                  dt.value, data=_numpy(c.tensor, dt)))
         return self._consts[key]
+
+    def _constant_op(self, t: torch.Tensor, dt: DType) -> Value | None:
+        """The IR constant op that computes a known tensor, where one does: positions
+        (`arange`, broadcast along one axis) become `iota`, `tril`/`triu` of ones (causal
+        masks) become `tri_mask`. Anything else stays weight data."""
+        if not 2 <= t.numel() <= _CONSTANT_OP_MAX_ELEMENTS:
+            return None
+        shape = tuple(int(d) for d in t.shape)
+        if dt == DType.BOOL:
+            return self._tri_mask(t)
+        if dt.value not in _IOTA_DTYPES:
+            return None
+        wide = t.to(torch.float64)
+        for axis, n in enumerate(shape):
+            if n < 2:
+                continue
+            ramp = torch.arange(n, dtype=torch.float64).reshape(
+                [-1 if i == axis else 1 for i in range(len(shape))])
+            if torch.equal(wide, ramp.expand(shape)):
+                return self.b.op("iota", shape=shape, axis=axis, dtype=dt.value)
+            return None  # a ramp along one axis is constant along every other
+        return None
+
+    def _tri_mask(self, t: torch.Tensor) -> Value | None:
+        shape = tuple(int(d) for d in t.shape)
+        if len(shape) < 2 or any(d != 1 for d in shape[:-2]):
+            return None
+        rows, cols = shape[-2:]
+        m = t.reshape(rows, cols)
+        counts = m.sum(dim=1).tolist()
+        for lower in (True, False):
+            # The diagonal from any row that is neither empty nor full, then checked whole.
+            for i, n in enumerate(counts):
+                if 0 < n < cols:
+                    k = n - 1 - i if lower else cols - n - i
+                    ones = torch.ones(rows, cols, dtype=torch.bool)
+                    if torch.equal(m, ones.tril(k) if lower else ones.triu(k)):
+                        v = self.b.op("tri_mask", rows=rows, cols=cols, diagonal=k, lower=lower)
+                        return v if len(shape) == 2 else self.b.reshape(v, shape=shape)
+                    break
+        return None
 
     def value(self, x: Any, dtype: DType | None = None) -> Value:
         """`x` as a graph value: materialises broadcasts, constants and scalars."""
@@ -225,17 +287,7 @@ class _Ctx:
         return x.value if isinstance(x, Expanded) else self.value(x, dtype)
 
     def _materialise(self, e: Expanded) -> Value:
-        v = e.value
-        have = self.b.shape(v)
-        if len(have) < len(e.shape):
-            v = self.reshape(v, (1,) * (len(e.shape) - len(have)) + have)
-        if self.b.type_of(v).dtype == DType.F32:
-            # x * ones(shape) is the broadcast; const_one is TASO's identity of ewmul.
-            return self.b.ewmul(v, self.b.const_one(shape=e.shape))
-        for axis, (h, w) in enumerate(zip(self.b.shape(v), e.shape, strict=True)):
-            if h != w:
-                v = self.b.concat(*([v] * w), axis=axis)
-        return v
+        return self.b.op("expand", e.value, shape=e.shape)
 
     # ---- facts about operands --------------------------------------------------------
 
@@ -287,11 +339,16 @@ class _Ctx:
         out = fn(*args)
         return Const(out, "const.folded") if isinstance(out, torch.Tensor) else out
 
-    def _ew(self, op: str, x: Any, y: Any) -> Value:
-        dts = {self.dtype(a) for a in (x, y) if _live(a)}
+    def _common_dtype(self, op: str, *xs: Any) -> DType:
+        dts = {self.dtype(a) for a in xs if _live(a)}
         if len(dts) > 1:
             raise _Refuse(f"{op} of mixed dtypes {sorted(d.value for d in dts)}")
-        (dt,) = dts
+        if dts:
+            return dts.pop()
+        return self.dtype(xs[0])
+
+    def _ew(self, op: str, x: Any, y: Any) -> Value:
+        dt = self._common_dtype(op, x, y)
         return self.b.op(op, self.loose(x, dt), self.loose(y, dt))
 
     def add(self, x: Any, y: Any, alpha: float = 1) -> Any:
@@ -304,7 +361,11 @@ class _Ctx:
         return self._ew("ewadd", x, y)
 
     def sub(self, x: Any, y: Any, alpha: float = 1) -> Any:
-        return self.add(x, self.mul(y, -alpha))
+        if alpha != 1:
+            y = self.mul(y, alpha)
+        if not _live(x) and not _live(y):
+            return self.fold(operator.sub, x, y)
+        return self._ew("sub", x, y)
 
     def mul(self, x: Any, y: Any) -> Any:
         if not _live(x) and not _live(y):
@@ -313,57 +374,130 @@ class _Ctx:
             x, y = y, x
         if self.rank(y) == 0 and not (_live(y) and self.dtype(y) != self.dtype(x)):
             dt = self.dtype(x)
+            if dt == DType.BOOL:
+                raise _Refuse("a product of boolean tensors")
             return self.b.smul(self.loose(x), self.value(y, dt))
         return self._ew("ewmul", x, y)
 
     def div(self, x: Any, y: Any, rounding_mode: str | None = None) -> Any:
+        if not _live(x) and not _live(y):
+            return self.fold(lambda a, b: torch.div(a, b, rounding_mode=rounding_mode), x, y)
         if rounding_mode is not None:
-            raise _Refuse(f"division with rounding_mode={rounding_mode!r}")
-        if _live(y):
-            raise _Refuse("division by a computed tensor")
-        if not self.dtype(x).is_float:
+            raise _Refuse(f"division of a computed tensor with rounding_mode={rounding_mode!r}")
+        if not self.dtype(x).is_float and not (_live(y) and self.dtype(y).is_float):
             raise _Refuse("true division of an integer tensor")
-        if isinstance(y, Const):
-            t = y.tensor if y.tensor.is_floating_point() else y.tensor.to(torch.float32)
-            return self.mul(x, Const(torch.reciprocal(t), y.name + ".reciprocal"))
-        if y == 0:
-            raise _Refuse("division by zero")
-        return self.mul(x, 1.0 / y)
+        if not _live(y):
+            # A known divisor: multiply by its reciprocal, so the scale is a plain product
+            # that rules can move (attention's 1/sqrt(d) into the query projection).
+            if isinstance(y, Const):
+                t = y.tensor if y.tensor.is_floating_point() else y.tensor.to(torch.float32)
+                return self.mul(x, Const(torch.reciprocal(t), y.name + ".reciprocal"))
+            if y == 0:
+                raise _Refuse("division by zero")
+            return self.mul(x, 1.0 / y)
+        return self._ew("div", x, y)
 
     def neg(self, x: Any) -> Any:
-        return self.mul(x, -1)
+        return self.unary("neg", x)
 
-    def unary(self, op: str, x: Any, **attrs: Any) -> Value:
-        return self.b.op(op, self.value(x), **attrs)
+    def unary(self, op: str, x: Any, **attrs: Any) -> Any:
+        v = self.value(x)
+        try:
+            return self.b.op(op, v, **attrs)
+        except ShapeError as e:  # e.g. exp of an integer tensor: the op's own shape rule
+            raise _Refuse(f"{op} of a {self.b.type_of(v)} tensor ({_first_line(e)})") from None
 
     def silu(self, x: Any) -> Value:
+        return self.unary("silu", x)
+
+    def abs(self, x: Any) -> Value:
         v = self.value(x)
-        return self.b.ewmul(v, self.b.sigmoid(v))
+        return self.b.op("maximum", v, self.b.op("neg", v))
 
     def pow(self, x: Any, exponent: Any) -> Any:
+        if _live(exponent):
+            raise _Refuse("a power with a computed exponent")
+        if not _live(x):
+            return self.fold(torch.pow, x, exponent)
+        if isinstance(exponent, Const):
+            if exponent.tensor.numel() != 1:
+                raise _Refuse("a power with a tensor of exponents")
+            exponent = exponent.tensor.item()
         if exponent == 1:
             return x
-        if exponent == 2:
-            v = self.value(x)
-            return self.b.ewmul(v, v)
-        raise _Refuse(f"power with exponent {exponent!r}")
+        if not self.dtype(x).is_float:
+            raise _Refuse("a power of an integer tensor")
+        return self.b.op("pow", self.value(x), exponent=float(exponent))
+
+    def binary(self, op: str, x: Any, y: Any) -> Any:
+        """maximum / minimum: element-wise, broadcasting, scalars as rank-0 weights."""
+        if not _live(x):
+            x, y = y, x  # both are symmetric
+        return self._ew(op, x, y)
+
+    def clamp(self, x: Any, lo: Any = None, hi: Any = None) -> Any:
+        if lo is not None:
+            x = self.binary("maximum", x, lo)
+        if hi is not None:
+            x = self.binary("minimum", x, hi)
+        return x
+
+    def compare(self, op: str, x: Any, y: Any) -> Any:
+        """eq / ne / lt / le / gt / ge as the IR's eq, lt, gt (ne, le, ge negated)."""
+        flip = {"lt": "gt", "gt": "lt", "le": "ge", "ge": "le", "eq": "eq", "ne": "ne"}
+        if not _live(x):
+            x, y, op = y, x, flip[op]
+        negate = {"ne": "eq", "le": "gt", "ge": "lt"}
+        base = negate.get(op, op)
+        dt = self._common_dtype(op, x, y)
+        out = self.b.op(base, self.loose(x, dt), self.loose(y, dt))
+        return self.logical_not(out) if op in negate else out
+
+    def logical_not(self, x: Any) -> Value:
+        v = self.value(x)
+        if self.b.type_of(v).dtype != DType.BOOL:
+            return self.compare("eq", v, 0)
+        return self.b.op("eq", v, self.scalar(False, DType.BOOL))
+
+    def logical(self, op: str, x: Any, y: Any) -> Any:
+        """and / or of boolean tensors as selects: a & b = where(a, b, false)."""
+        if not _live(x):
+            x, y = y, x
+        for t in (x, y):
+            if self.dtype(t) != DType.BOOL:
+                raise _Refuse(f"logical {op} of a non-boolean tensor")
+        if op == "and":
+            return self.where(x, y, False)
+        return self.where(x, True, y)
 
     def where(self, cond: Any, x: Any, y: Any) -> Any:
-        """where(cond, x, y) for a known cond: x * cond + y * ~cond, known parts folded."""
-        if _live(cond):
-            raise _Refuse("where/masked_fill with a computed condition")
+        if not _any_live(cond, x, y):
+            return self.fold(torch.where, cond, x, y)
         live = [b for b in (x, y) if _live(b)]
-        dt = self.dtype(live[0])
-        m = cond.tensor.bool() if isinstance(cond, Const) else torch.tensor(bool(cond))
-        terms: list[Any] = []
-        for branch, keep in ((x, m), (y, ~m)):
-            if _live(branch):
-                terms.append(self.mul(branch, Const(keep.to(torch.float32), "const.mask")))
-            else:
-                val = branch.tensor if isinstance(branch, Const) else torch.tensor(branch)
-                zero = torch.zeros((), dtype=_IR_TO_TORCH[dt])
-                terms.append(Const(torch.where(keep, val.to(zero.dtype), zero), "const.fill"))
-        return self.add(terms[0], terms[1])
+        if live:
+            dt = self._common_dtype("where", *live)
+        elif isinstance(x, Const) or isinstance(y, Const):
+            dt = self.dtype(x if isinstance(x, Const) else y)
+        else:
+            dt = DType.BOOL if isinstance(x, bool) and isinstance(y, bool) else \
+                DType.F32 if isinstance(x, float) or isinstance(y, float) else DType.I64
+        c = self.loose(cond, DType.BOOL)
+        if self.b.type_of(c).dtype != DType.BOOL:
+            c = self.logical_not(self.logical_not(c))
+        return self.b.op("where", c, self.loose(x, dt), self.loose(y, dt))
+
+    def cumsum(self, x: Any, dim: int) -> Any:
+        """Running sum along `dim` as a product with an upper-triangular matrix of ones."""
+        rank = self.rank(x)
+        d = _axis(dim, rank)
+        n = self.shape(x)[d]
+        dt = self.dtype(x)
+        if dt == DType.BOOL:
+            raise _Refuse("cumsum of a boolean tensor")
+        tri = Const(torch.ones(n, n, dtype=_IR_TO_TORCH[dt]).triu(), "const.cumsum")
+        y = self.swap(x, d, -1) if d != rank - 1 else x
+        y = self.matmul(y, tri)
+        return self.swap(y, d, -1) if d != rank - 1 else y
 
     # ---- matrix products -------------------------------------------------------------
 
@@ -400,24 +534,51 @@ class _Ctx:
 
     def sdpa(self, q: Any, k: Any, v: Any, mask: Any = None, dropout_p: float = 0.0,
              is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
+        """The IR's `attention` where the mask is none, all-true or the causal triangle;
+        otherwise decomposed (matmul, scale, mask, softmax, matmul)."""
         if dropout_p:
             raise _Refuse("attention dropout")
-        if self.shape(q)[:-2] != self.shape(k)[:-2] and enable_gqa:
-            raise _Refuse("grouped-query attention")
-        e, lq, sk = self.shape(q)[-1], self.shape(q)[-2], self.shape(k)[-2]
+        for t in (q, k, v):
+            if self.rank(t) < 3:
+                raise _Refuse(f"attention over a rank-{self.rank(t)} tensor")
+        lq, lk = self.shape(q)[-2], self.shape(k)[-2]
+        heads, kv_heads = self.shape(q)[-3], self.shape(k)[-3]
+        if heads != kv_heads and (not enable_gqa or heads % kv_heads):
+            raise _Refuse(f"attention of {heads} query heads over {kv_heads} key heads")
+        causal = bool(is_causal)
+        if mask is not None and not _live(mask):
+            kind = _mask_kind(mask, lq, lk)
+            if kind == "none" or (kind == "causal" and not causal):
+                mask, causal = None, causal or kind == "causal"
+        scale_attr = 0.0 if scale is None else float(scale)
+        if mask is None:
+            qv, kv, vv = self.value(q), self.value(k), self.value(v)
+            dt = self._common_dtype("attention", qv, kv, vv)
+            if dt.is_float:
+                return self.b.op("attention", qv, kv, vv, scale=scale_attr, causal=causal)
+        # Decomposed: the explicit mask is added (a boolean one as a select).
+        if heads != kv_heads:
+            k, v = self._repeat_heads(k, heads // kv_heads), self._repeat_heads(v, heads // kv_heads)
+        e = self.shape(q)[-1]
         s = self.matmul(q, self.swap(k, -2, -1))
         s = self.mul(s, 1.0 / math.sqrt(e) if scale is None else scale)
-        if is_causal:
-            keep = torch.ones(lq, sk, dtype=torch.bool).tril()
-            s = self.add(s, Const(torch.zeros(lq, sk).masked_fill(~keep, _MASKED), "const.causal"))
+        if causal:
+            s = self.where(Const(torch.ones(lq, lk, dtype=torch.bool).tril(), "const.causal"),
+                           s, _MASKED)
         if mask is not None:
-            if isinstance(mask, Const) and mask.tensor.dtype == torch.bool:
-                mask = Const(torch.zeros(mask.tensor.shape).masked_fill(~mask.tensor, _MASKED),
-                             mask.name + ".additive")
-            elif _live(mask) and not self.dtype(mask).is_float:
-                raise _Refuse("a computed boolean attention mask")
-            s = self.add(s, mask)
+            if self.dtype(mask) == DType.BOOL:
+                s = self.where(mask, s, _MASKED)
+            else:
+                s = self.add(s, mask)
         return self.matmul(self.softmax(s, -1), v)
+
+    def _repeat_heads(self, x: Any, group: int) -> Any:
+        """(..., H, L, D) -> (..., H * group, L, D), each head repeated `group` times in place
+        (torch's repeat_interleave, as SDPA's enable_gqa does)."""
+        shape = self.shape(x)
+        y = self.unsqueeze(x, -3)
+        y = self.expand(y, (*shape[:-2], group, *shape[-2:]))
+        return self.reshape(y, (*shape[:-3], shape[-3] * group, *shape[-2:]))
 
     # ---- convolution, normalisation, pooling -----------------------------------------
 
@@ -433,8 +594,25 @@ class _Ctx:
     def _unbatch(self, y: Value, unbatched: bool) -> Value:
         return self.reshape(y, self.b.shape(y)[1:]) if unbatched else y
 
+    def conv1d(self, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
+               groups: int) -> Any:
+        """A 1-D convolution as a 2-D one over a height of 1."""
+        def first(v: Any) -> int:
+            return v if isinstance(v, int) else int(v[0])
+
+        shape = self.shape(x)
+        if len(shape) not in (2, 3):
+            raise _Refuse(f"conv1d of a rank-{len(shape)} input")
+        x2 = self.unsqueeze(x, -2)
+        w2 = self.unsqueeze(w, -2)
+        pad: Any = padding if isinstance(padding, str) else (0, first(padding))
+        y = self.conv2d(x2, w2, bias, (1, first(stride)), pad, (1, first(dilation)), groups)
+        return self.squeeze(y, -2)
+
     def conv2d(self, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
                groups: int) -> Any:
+        if self.rank(w) == 3:
+            return self.conv1d(x, w, bias, stride, padding, dilation, groups)
         if self.rank(w) != 4:
             raise _Refuse(f"convolution with a rank-{self.rank(w)} kernel (only conv2d)")
         xv, unbatched = self._batched(x, "convolution")
@@ -466,6 +644,17 @@ class _Ctx:
         g = self.value(Const(torch.ones(ns), "const.ones") if w is None else w, dt)
         b = self.value(Const(torch.zeros(ns), "const.zeros") if bias is None else bias, dt)
         return self.b.layer_norm(self.value(x), g, b, axis=rank - len(ns), eps=float(eps))
+
+    def rms_norm(self, x: Any, normalized_shape: Any, w: Any, eps: float | None) -> Value:
+        ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        rank = self.rank(x)
+        if tuple(self.shape(x)[rank - len(ns):]) != ns:
+            raise _Refuse(f"rms_norm over {list(ns)} of a {list(self.shape(x))} tensor")
+        dt = self.dtype(x)
+        if eps is None:  # torch's default: the dtype's machine epsilon
+            eps = float(torch.finfo(_IR_TO_TORCH[dt]).eps)
+        g = self.value(Const(torch.ones(ns), "const.ones") if w is None else w, dt)
+        return self.b.op("rms_norm", self.value(x), g, axis=rank - len(ns), eps=float(eps))
 
     def batch_norm(self, x: Any, w: Any, bias: Any, mean: Any, var: Any, eps: float) -> Value:
         if mean is None or var is None:
@@ -516,7 +705,11 @@ class _Ctx:
         xv, unbatched = self._batched(x, "average pooling")
         pads, grew = self._pool_pads(self.b.shape(xv), k, s, _pair(padding), ceil_mode)
         if grew and count_include_pad:
-            raise _Refuse("ceil_mode average pooling that counts padding")
+            if any(_pair(padding)):
+                raise _Refuse("ceil_mode average pooling that counts padding")
+            # Without explicit padding torch divides the windows that ceil_mode adds by
+            # their cells inside the input, as count_include_pad=False does.
+            count_include_pad = False
         y = self.b.pool2d_avg(xv, kernel=k, stride=s, padding=tuple(pads),
                               count_include_pad=bool(count_include_pad))
         return self._unbatch(y, unbatched)
@@ -701,8 +894,6 @@ class _Ctx:
         return Expanded(x.value if isinstance(x, Expanded) else x, target)
 
     def pad(self, x: Any, pad: Sequence[int], value: float | None = 0) -> Any:
-        if value not in (0, None):
-            raise _Refuse(f"padding with value {value}")
         rank = self.rank(x)
         if len(pad) % 2 or len(pad) > 2 * rank or min(pad, default=0) < 0:
             raise _Refuse(f"pad {list(pad)}")
@@ -711,11 +902,21 @@ class _Ctx:
             begins[rank - 1 - i], ends[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
         if not any(begins) and not any(ends):
             return x
+        if value not in (0, None):
+            # The IR pads with zeros: pad(x - v) + v fills with v and keeps x.
+            return self.add(self.pad(self.sub(x, value), pad), value)
         return self.b.pad(self.value(x), pads=tuple(begins + ends))
 
     def index(self, x: Any, idx: Any) -> Any:
         """Basic tensor indexing x[...] with ints, slices, None and Ellipsis."""
         items = list(idx) if isinstance(idx, tuple) else [idx]
+        if any(isinstance(it, Const | Value) for it in items):
+            # Tensor indices beside full slices only: x[idx], x[:, idx], x[i, j].
+            full = builtins.slice(None)
+            if any(not isinstance(it, Const | Value) and it != full for it in items):
+                raise _Refuse("tensor indexing mixed with ints, partial slices or None")
+            return self.index_tensors(x, [it if isinstance(it, Const | Value) else None
+                                          for it in items])
         if any(not (it is None or it is Ellipsis or isinstance(it, int | builtins.slice))
                for it in items):
             raise _Refuse("advanced (tensor) indexing")
@@ -741,13 +942,85 @@ class _Ctx:
             d += 1
         return self.reshape(y, out)
 
+    def index_tensors(self, x: Any, indices: Sequence[Any]) -> Any:
+        """x[i0, i1, ...] with index tensors (None for a full slice): one gather along the
+        indexed axis, or along the merged axes when several adjacent known tensors index."""
+        tensors = [(d, t) for d, t in enumerate(indices) if t is not None]
+        if not tensors:
+            return x
+        for _, t in tensors:
+            if self.dtype(t) == DType.BOOL:
+                raise _Refuse("indexing with a boolean mask")
+        if len(tensors) == 1:
+            d, t = tensors[0]
+            return self.gather(x, t, d)
+        dims = [d for d, _ in tensors]
+        if dims != list(range(dims[0], dims[-1] + 1)) or any(_live(t) for _, t in tensors):
+            raise _Refuse("indexing with several index tensors that are computed or apart")
+        shape = self.shape(x)
+        d0, d1 = dims[0], dims[-1] + 1
+        parts = torch.broadcast_tensors(*(t.tensor if isinstance(t, Const) else torch.tensor(t)
+                                          for _, t in tensors))
+        flat = torch.zeros_like(parts[0])
+        for n, t in zip(shape[d0:d1], parts, strict=True):
+            flat = flat * n + torch.where(t < 0, t + n, t)
+        merged = self.reshape(x, (*shape[:d0], math.prod(shape[d0:d1]), *shape[d1:]))
+        return self.gather(merged, Const(flat, "const.index"), d0)
+
+    def gather(self, x: Any, idx: Any, axis: int) -> Any:
+        """numpy take / ONNX Gather: x.shape[:axis] + idx.shape + x.shape[axis+1:]."""
+        if not _live(x) and not _live(idx):
+            t = idx.tensor if isinstance(idx, Const) else torch.tensor(idx)
+            return self.fold(lambda a: torch.index_select(a, axis, t.reshape(-1)).reshape(
+                *a.shape[:axis], *t.shape, *a.shape[axis + 1:]), x)
+        if isinstance(idx, int):
+            return self.select(x, axis, idx)
+        d = _axis(axis, self.rank(x))
+        return self.b.op("gather", self.value(x), self.value(idx), axis=d)
+
+    def gather_elements(self, x: Any, dim: int, idx: Any) -> Any:
+        """torch.gather; only where the source is one repeated value, so that the result
+        does not depend on the indices (RoBERTa's buffered token-type ids)."""
+        if isinstance(x, Const) and x.tensor.numel() and bool((x.tensor == x.tensor.reshape(-1)[0]).all()):
+            return Const(torch.full(self.shape(idx), x.tensor.reshape(-1)[0].item(),
+                                    dtype=x.tensor.dtype), x.name + ".gather")
+        raise _Refuse("element-wise gather (torch.gather) from a tensor of varying values")
+
     def cast(self, x: Any, dtype: torch.dtype | None) -> Any:
         if dtype is None:
             return x
         want, have = ir_dtype(dtype), self.dtype(x)
         if want == have or (want.is_float and have.is_float):
+            return x  # float widths: the IR computes every float dtype alike
+        if isinstance(x, Const):
+            return Const(x.tensor.to(dtype), x.name + ".cast")
+        if not _live(x):
             return x
-        raise _Refuse(f"a dtype conversion from {have.value} to {want.value}")
+        return self.b.op("cast", self.value(x), to=want.value)
+
+    def adaptive_avg_pool1d(self, x: Any, output_size: Any) -> Any:
+        o = output_size if isinstance(output_size, int) else int(output_size[0])
+        shape = self.shape(x)
+        n = shape[-1]
+        if o == 1:
+            return self.b.reduce_mean(self.value(x), axes=(len(shape) - 1,), keepdims=True)
+        if n % o:
+            raise _Refuse(f"adaptive pooling from {n} to {o} (uneven windows)")
+        y = self.reshape(x, (*shape[:-1], o, n // o))
+        return self.b.reduce_mean(self.value(y), axes=(len(shape),), keepdims=False)
+
+    def reduce_min(self, x: Any, dims: Any, keepdim: bool) -> Any:
+        return self.neg(self.reduce("reduce_max", self.neg(x), dims, keepdim))
+
+    def tri(self, x: Any, diagonal: int, lower: bool) -> Any:
+        """tril/triu of a computed tensor: a select with the triangular mask."""
+        shape = self.shape(x)
+        if len(shape) < 2:
+            raise _Refuse(f"{'tril' if lower else 'triu'} of a rank-{len(shape)} tensor")
+        ones = torch.ones(shape[-2:], dtype=torch.bool)
+        keep = ones.tril(diagonal) if lower else ones.triu(diagonal)
+        zero = 0.0 if self.dtype(x).is_float else 0
+        return self.where(Const(keep, "const.tri"), x, zero)
 
     def like(self, x: Any, fill: float, dtype: torch.dtype | None = None) -> Const:
         dt = dtype or self.torch_dtype(x)
@@ -810,7 +1083,35 @@ def _aten_native_layer_norm(cx: _Ctx, a: dict[str, Any]) -> Any:
 
 
 def _aten_to(cx: _Ctx, a: dict[str, Any]) -> Any:
+    if "other" in a:  # to.other: to the other tensor's dtype
+        return cx.cast(a["self"], cx.torch_dtype(a["other"]))
     return cx.cast(a["self"], a.get("dtype"))
+
+
+def _aten_new(fill: float | None) -> AtenConverter:
+    """new_ones / new_zeros / new_full / new_empty: a known tensor of the given size."""
+    def conv(cx: _Ctx, a: dict[str, Any]) -> Any:
+        dtype = a.get("dtype") or cx.torch_dtype(a["self"])
+        value = a["fill_value"] if fill is None else fill
+        return Const(torch.full(tuple(a["size"]), value, dtype=dtype), "const.new")
+    return conv
+
+
+def _aten_max_dim(cx: _Ctx, a: dict[str, Any]) -> Any:
+    return (cx.reduce("reduce_max", a["self"], a["dim"], a["keepdim"]),
+            _Missing("max indices"))
+
+
+def _aten_min_dim(cx: _Ctx, a: dict[str, Any]) -> Any:
+    return (cx.reduce_min(a["self"], a["dim"], a["keepdim"]), _Missing("min indices"))
+
+
+def _aten_unary(op: str) -> AtenConverter:
+    return lambda cx, a: cx.unary(op, a["self"])
+
+
+def _aten_compare(op: str) -> AtenConverter:
+    return lambda cx, a: cx.compare(op, a["self"], a["other"])
 
 
 ATEN: dict[Any, AtenConverter] = {
@@ -828,7 +1129,50 @@ ATEN: dict[Any, AtenConverter] = {
     aten.div.Tensor_mode: lambda cx, a: cx.div(a["self"], a["other"], a["rounding_mode"]),
     aten.neg.default: lambda cx, a: cx.neg(a["self"]),
     aten.pow.Tensor_Scalar: lambda cx, a: cx.pow(a["self"], a["exponent"]),
+    aten.pow.Tensor_Tensor: lambda cx, a: cx.pow(a["self"], a["exponent"]),
+    aten.square.default: lambda cx, a: cx.pow(a["self"], 2),
+    aten.exp.default: _aten_unary("exp"),
+    aten.log.default: _aten_unary("log"),
+    aten.sqrt.default: _aten_unary("sqrt"),
+    aten.rsqrt.default: _aten_unary("rsqrt"),
+    aten.reciprocal.default: _aten_unary("recip"),
+    aten.erf.default: _aten_unary("erf"),
+    aten.sin.default: _aten_unary("sin"),
+    aten.cos.default: _aten_unary("cos"),
+    aten.abs.default: lambda cx, a: cx.abs(a["self"]),
+    aten.maximum.default: lambda cx, a: cx.binary("maximum", a["self"], a["other"]),
+    aten.minimum.default: lambda cx, a: cx.binary("minimum", a["self"], a["other"]),
+    aten.max.other: lambda cx, a: cx.binary("maximum", a["self"], a["other"]),
+    aten.min.other: lambda cx, a: cx.binary("minimum", a["self"], a["other"]),
+    aten.clamp.default: lambda cx, a: cx.clamp(a["self"], a["min"], a["max"]),
+    aten.clamp.Tensor: lambda cx, a: cx.clamp(a["self"], a["min"], a["max"]),
+    aten.clamp_min.default: lambda cx, a: cx.clamp(a["self"], a["min"]),
+    aten.clamp_max.default: lambda cx, a: cx.clamp(a["self"], None, a["max"]),
+    aten.hardtanh.default: lambda cx, a: cx.clamp(a["self"], a["min_val"], a["max_val"]),
+    aten.relu6.default: lambda cx, a: cx.clamp(a["self"], 0.0, 6.0),
+    aten.cumsum.default: lambda cx, a: cx.cumsum(cx.cast(a["self"], a["dtype"]), a["dim"]),
+    # comparisons, logic and select
+    aten.eq.Tensor: _aten_compare("eq"), aten.eq.Scalar: _aten_compare("eq"),
+    aten.ne.Tensor: _aten_compare("ne"), aten.ne.Scalar: _aten_compare("ne"),
+    aten.lt.Tensor: _aten_compare("lt"), aten.lt.Scalar: _aten_compare("lt"),
+    aten.le.Tensor: _aten_compare("le"), aten.le.Scalar: _aten_compare("le"),
+    aten.gt.Tensor: _aten_compare("gt"), aten.gt.Scalar: _aten_compare("gt"),
+    aten.ge.Tensor: _aten_compare("ge"), aten.ge.Scalar: _aten_compare("ge"),
+    aten.logical_not.default: lambda cx, a: cx.logical_not(a["self"]),
+    aten.bitwise_not.default: lambda cx, a: cx.logical_not(a["self"])
+    if cx.dtype(a["self"]) == DType.BOOL else _refuse("bitwise not of an integer tensor"),
+    aten.logical_and.default: lambda cx, a: cx.logical("and", a["self"], a["other"]),
+    aten.logical_or.default: lambda cx, a: cx.logical("or", a["self"], a["other"]),
+    aten.__and__.Tensor: lambda cx, a: cx.logical("and", a["self"], a["other"]),
+    aten.__or__.Tensor: lambda cx, a: cx.logical("or", a["self"], a["other"]),
+    aten.bitwise_and.Tensor: lambda cx, a: cx.logical("and", a["self"], a["other"]),
+    aten.bitwise_or.Tensor: lambda cx, a: cx.logical("or", a["self"], a["other"]),
     aten.where.self: lambda cx, a: cx.where(a["condition"], a["self"], a["other"]),
+    aten.where.ScalarOther: lambda cx, a: cx.where(a["condition"], a["self"], a["other"]),
+    aten.where.ScalarSelf: lambda cx, a: cx.where(a["condition"], a["self"], a["other"]),
+    aten.where.Scalar: lambda cx, a: cx.where(a["condition"], a["self"], a["other"]),
+    aten.tril.default: lambda cx, a: cx.tri(a["self"], a["diagonal"], True),
+    aten.triu.default: lambda cx, a: cx.tri(a["self"], a["diagonal"], False),
     aten.masked_fill.Scalar: lambda cx, a: cx.where(a["mask"], a["value"], a["self"]),
     aten.masked_fill.Tensor: lambda cx, a: cx.where(a["mask"], a["value"], a["self"]),
     # activations
@@ -846,17 +1190,20 @@ ATEN: dict[Any, AtenConverter] = {
     aten.linear.default: lambda cx, a: cx.linear(a["input"], a["weight"], a["bias"]),
     aten.addmm.default: lambda cx, a: cx.addmm(a["self"], a["mat1"], a["mat2"], a["beta"],
                                                a["alpha"]),
+    aten.conv1d.default: _aten_conv,
+    aten.conv1d.padding: _aten_conv,
     aten.conv2d.default: _aten_conv,
     aten.conv2d.padding: _aten_conv,
     aten.convolution.default: _aten_conv,
     aten.scaled_dot_product_attention.default: lambda cx, a: cx.sdpa(
         a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"], a["is_causal"],
         a["scale"], a["enable_gqa"]),
-    aten.embedding.default: lambda cx, a: cx.embedding(a["weight"], a["indices"]),
     # normalisation, pooling, reductions
     aten.layer_norm.default: lambda cx, a: cx.layer_norm(a["input"], a["normalized_shape"],
                                                          a["weight"], a["bias"], a["eps"]),
     aten.native_layer_norm.default: _aten_native_layer_norm,
+    aten.rms_norm.default: lambda cx, a: cx.rms_norm(a["input"], a["normalized_shape"],
+                                                     a["weight"], a["eps"]),
     aten.batch_norm.default: _aten_batch_norm,
     aten._native_batch_norm_legit_no_training.default: _aten_batch_norm,
     aten.max_pool2d.default: _aten_max_pool(False),
@@ -868,6 +1215,13 @@ ATEN: dict[Any, AtenConverter] = {
                                                                            a["output_size"]),
     aten._adaptive_avg_pool2d.default: lambda cx, a: cx.adaptive_avg_pool2d(a["self"],
                                                                             a["output_size"]),
+    aten.adaptive_avg_pool1d.default: lambda cx, a: cx.adaptive_avg_pool1d(a["self"],
+                                                                           a["output_size"]),
+    aten.amax.default: lambda cx, a: cx.reduce("reduce_max", a["self"], a["dim"], a["keepdim"]),
+    aten.max.dim: _aten_max_dim,
+    aten.max.default: lambda cx, a: cx.reduce("reduce_max", a["self"], None, False),
+    aten.amin.default: lambda cx, a: cx.reduce_min(a["self"], a["dim"], a["keepdim"]),
+    aten.min.dim: _aten_min_dim,
     aten.mean.dim: _aten_mean,
     aten.mean.default: _aten_mean,
     aten.sum.dim_IntList: _aten_sum,
@@ -896,6 +1250,12 @@ ATEN: dict[Any, AtenConverter] = {
     aten.cat.default: lambda cx, a: cx.cat(a["tensors"], a["dim"]),
     aten.stack.default: lambda cx, a: cx.stack(a["tensors"], a["dim"]),
     aten.constant_pad_nd.default: lambda cx, a: cx.pad(a["self"], a["pad"], a["value"]),
+    aten.pad.default: lambda cx, a: cx.pad(a["self"], a["pad"], a["value"])
+    if a["mode"] == "constant" else _refuse(f"{a['mode']} padding"),
+    aten.index.Tensor: lambda cx, a: cx.index_tensors(a["self"], a["indices"]),
+    aten.index_select.default: lambda cx, a: cx.gather(a["self"], a["index"], a["dim"]),
+    aten.gather.default: lambda cx, a: cx.gather_elements(a["self"], a["dim"], a["index"]),
+    aten.embedding.default: lambda cx, a: cx.embedding(a["weight"], a["indices"]),
     # identities on values
     aten.clone.default: _identity,
     aten.contiguous.default: _identity,
@@ -905,6 +1265,14 @@ ATEN: dict[Any, AtenConverter] = {
     aten.dropout.default: _dropout,
     aten._to_copy.default: _aten_to,
     aten.to.dtype: _aten_to,
+    aten.to.dtype_layout: _aten_to,
+    aten.to.device: _aten_to,
+    aten.to.other: _aten_to,
+    aten.type_as.default: _aten_to,
+    aten.new_ones.default: _aten_new(1),
+    aten.new_zeros.default: _aten_new(0),
+    aten.new_empty.default: _aten_new(0),
+    aten.new_full.default: _aten_new(None),
     # values that depend on an operand's shape only
     aten.zeros_like.default: lambda cx, a: cx.like(a["self"], 0.0, a["dtype"]),
     aten.ones_like.default: lambda cx, a: cx.like(a["self"], 1.0, a["dtype"]),
@@ -986,6 +1354,11 @@ def _fx_to(cx: _Ctx, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def _fx_getattr(cx: _Ctx, a: dict[str, Any]) -> Any:
     x, name = a["obj"], a["name"]
+    if isinstance(x, tuple) and name in ("values", "indices"):  # torch.max(x, dim) and co.
+        item = x[0 if name == "values" else 1]
+        if isinstance(item, _Missing):
+            raise _Refuse(f"use of {item.what}")
+        return item
     if name == "shape":
         return torch.Size(cx.shape(x))
     if name == "ndim":
@@ -1069,6 +1442,89 @@ _T = _spec("input", lambda cx, a: cx.t(a["input"]))
 _POW = _spec("input, exponent", lambda cx, a: cx.pow(a["input"], a["exponent"]))
 _LIKE_ARGS = "dtype=None, layout=None, device=None, requires_grad=False, memory_format=None"
 
+
+def _fx_unary(op: str) -> FxConverter:
+    return _spec("input", lambda cx, a: cx.unary(op, a["input"]))
+
+
+def _fx_compare(op: str) -> FxConverter:
+    return _spec("input, other", lambda cx, a: cx.compare(op, a["input"], a["other"]))
+
+
+def _fx_max(reduce: str) -> FxConverter:
+    """torch.max / torch.min: of a whole tensor, along a dim (values, indices), or of two."""
+    def conv(cx: _Ctx, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        x, rest = args[0], list(args[1:])
+        if "dim" in kwargs:
+            rest = [kwargs.pop("dim"), kwargs.pop("keepdim", False)]
+        elif "other" in kwargs:
+            rest = [kwargs.pop("other")]
+        if kwargs:
+            raise _Refuse(f"argument {next(iter(kwargs))!r}")
+        if not rest:
+            return (cx.reduce("reduce_max", x, None, False) if reduce == "max"
+                    else cx.reduce_min(x, None, False))
+        if isinstance(rest[0], int):
+            keep = bool(rest[1]) if len(rest) > 1 else False
+            vals = (cx.reduce("reduce_max", x, rest[0], keep) if reduce == "max"
+                    else cx.reduce_min(x, rest[0], keep))
+            return (vals, _Missing(f"{reduce} indices"))
+        return cx.binary("maximum" if reduce == "max" else "minimum", x, rest[0])
+    return conv
+
+
+def _fx_cast(dtype: torch.dtype) -> FxConverter:
+    return _spec("input, memory_format=None", lambda cx, a: cx.cast(a["input"], dtype))
+
+
+_CLAMP = _spec("input, min=None, max=None", lambda cx, a: cx.clamp(a["input"], a["min"], a["max"]))
+_CUMSUM = _spec("input, dim, dtype=None",
+                lambda cx, a: cx.cumsum(cx.cast(a["input"], a["dtype"]), a["dim"]))
+_AMAX = _spec("input, dim=(), keepdim=False",
+              lambda cx, a: cx.reduce("reduce_max", a["input"], a["dim"], a["keepdim"]))
+_INDEX_SELECT = _spec("input, dim, index",
+                      lambda cx, a: cx.gather(a["input"], a["index"], a["dim"]))
+_TRIL = _spec("input, diagonal=0", lambda cx, a: cx.tri(a["input"], a["diagonal"], True))
+_TRIU = _spec("input, diagonal=0", lambda cx, a: cx.tri(a["input"], a["diagonal"], False))
+_RMS_NORM = _spec("input, normalized_shape, weight=None, eps=None",
+                  lambda cx, a: cx.rms_norm(a["input"], a["normalized_shape"], a["weight"],
+                                            a["eps"]))
+_NEW_OPS_FX: dict[Any, FxConverter] = {
+    torch.exp: _fx_unary("exp"), torch.log: _fx_unary("log"), torch.sqrt: _fx_unary("sqrt"),
+    torch.rsqrt: _fx_unary("rsqrt"), torch.erf: _fx_unary("erf"), torch.sin: _fx_unary("sin"),
+    torch.cos: _fx_unary("cos"), torch.reciprocal: _fx_unary("recip"),
+    torch.abs: _spec("input", lambda cx, a: cx.abs(a["input"])), operator.abs:
+    _spec("input", lambda cx, a: cx.abs(a["input"])),
+    torch.maximum: _spec("input, other", lambda cx, a: cx.binary("maximum", a["input"],
+                                                                 a["other"])),
+    torch.minimum: _spec("input, other", lambda cx, a: cx.binary("minimum", a["input"],
+                                                                 a["other"])),
+    torch.max: _fx_max("max"), torch.min: _fx_max("min"),
+    torch.clamp: _CLAMP, torch.clip: _CLAMP,
+    torch.eq: _fx_compare("eq"), operator.eq: _fx_compare("eq"),
+    torch.ne: _fx_compare("ne"), operator.ne: _fx_compare("ne"),
+    torch.lt: _fx_compare("lt"), operator.lt: _fx_compare("lt"),
+    torch.le: _fx_compare("le"), operator.le: _fx_compare("le"),
+    torch.gt: _fx_compare("gt"), operator.gt: _fx_compare("gt"),
+    torch.ge: _fx_compare("ge"), operator.ge: _fx_compare("ge"),
+    torch.logical_not: _spec("input", lambda cx, a: cx.logical_not(a["input"])),
+    operator.invert: _spec("input", lambda cx, a: cx.logical_not(a["input"])),
+    operator.and_: _spec("input, other", lambda cx, a: cx.logical("and", a["input"],
+                                                                  a["other"])),
+    operator.or_: _spec("input, other", lambda cx, a: cx.logical("or", a["input"], a["other"])),
+    torch.cumsum: _CUMSUM, torch.amax: _AMAX, torch.index_select: _INDEX_SELECT,
+    torch.tril: _TRIL, torch.triu: _TRIU,
+    F.adaptive_avg_pool1d: _spec("input, output_size", lambda cx, a: cx.adaptive_avg_pool1d(
+        a["input"], a["output_size"])),
+    F.hardtanh: _spec("input, min_val=-1.0, max_val=1.0, inplace=False",
+                      lambda cx, a: cx.clamp(a["input"], a["min_val"], a["max_val"])),
+    F.relu6: _spec("input, inplace=False", lambda cx, a: cx.clamp(a["input"], 0.0, 6.0)),
+    F.conv1d: _spec("input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1",
+                    lambda cx, a: cx.conv1d(a["input"], a["weight"], a["bias"], a["stride"],
+                                            a["padding"], a["dilation"], a["groups"])),
+    F.rms_norm: _RMS_NORM,
+}
+
 FX_FUNCTIONS: dict[Any, FxConverter] = {
     operator.add: _ADD, operator.iadd: _ADD, torch.add: _ADD,
     operator.sub: _SUB, operator.isub: _SUB, torch.sub: _SUB,
@@ -1137,6 +1593,7 @@ FX_FUNCTIONS: dict[Any, FxConverter] = {
     F.pad: _spec("input, pad, mode='constant', value=None", _fx_pad),
     operator.getitem: _spec("a, b", _fx_getitem),
     builtins.getattr: _spec("obj, name", _fx_getattr),
+    **_NEW_OPS_FX,
 }
 
 
@@ -1186,6 +1643,26 @@ FX_METHODS: dict[str, FxConverter] = {
                          lambda cx, a: cx.where(a["mask"], a["value"], a["input"])),
     "size": _spec("input, dim=None", _fx_size),
     "dim": _spec("input", lambda cx, a: cx.rank(a["input"])),
+    "exp": _fx_unary("exp"), "log": _fx_unary("log"), "sqrt": _fx_unary("sqrt"),
+    "rsqrt": _fx_unary("rsqrt"), "erf": _fx_unary("erf"), "sin": _fx_unary("sin"),
+    "cos": _fx_unary("cos"), "reciprocal": _fx_unary("recip"),
+    "abs": _spec("input", lambda cx, a: cx.abs(a["input"])),
+    "square": _spec("input", lambda cx, a: cx.pow(a["input"], 2)),
+    "max": _fx_max("max"), "min": _fx_max("min"), "amax": _AMAX,
+    "clamp": _CLAMP, "clip": _CLAMP,
+    "clamp_min": _spec("input, min", lambda cx, a: cx.clamp(a["input"], a["min"])),
+    "clamp_max": _spec("input, max", lambda cx, a: cx.clamp(a["input"], None, a["max"])),
+    "eq": _fx_compare("eq"), "ne": _fx_compare("ne"), "lt": _fx_compare("lt"),
+    "le": _fx_compare("le"), "gt": _fx_compare("gt"), "ge": _fx_compare("ge"),
+    "logical_not": _spec("input", lambda cx, a: cx.logical_not(a["input"])),
+    "cumsum": _CUMSUM, "index_select": _INDEX_SELECT, "tril": _TRIL, "triu": _TRIU,
+    "where": _spec("input, condition, other",
+                   lambda cx, a: cx.where(a["condition"], a["input"], a["other"])),
+    "int": _fx_cast(torch.int32), "long": _fx_cast(torch.int64), "bool": _fx_cast(torch.bool),
+    "half": _fx_cast(torch.float16), "bfloat16": _fx_cast(torch.bfloat16),
+    "silu": _spec("input", lambda cx, a: cx.silu(a["input"])),
+    "gelu": _spec("input, approximate='none'",
+                  lambda cx, a: cx.unary("gelu", a["input"], approximate=a["approximate"])),
 }
 
 ModuleConverter = Callable[[_Ctx, nn.Module, str, tuple[Any, ...]], Any]
@@ -1254,6 +1731,13 @@ FX_MODULES: dict[type, ModuleConverter] = {
                                                     m.ceil_mode, m.count_include_pad,
                                                     m.divisor_override),
     nn.AdaptiveAvgPool2d: lambda cx, m, p, a: cx.adaptive_avg_pool2d(a[0], m.output_size),
+    nn.AdaptiveAvgPool1d: lambda cx, m, p, a: cx.adaptive_avg_pool1d(a[0], m.output_size),
+    nn.Hardtanh: lambda cx, m, p, a: cx.clamp(a[0], m.min_val, m.max_val),
+    nn.Conv1d: lambda cx, m, p, a: cx.conv1d(a[0], _p(cx, m, p, "weight"), _p(cx, m, p, "bias"),
+                                             m.stride, m.padding, m.dilation, m.groups)
+    if m.padding_mode == "zeros" else _refuse(f"{m.padding_mode} padding"),
+    nn.RMSNorm: lambda cx, m, p, a: cx.rms_norm(a[0], m.normalized_shape, _p(cx, m, p, "weight"),
+                                                m.eps),
 }
 
 
