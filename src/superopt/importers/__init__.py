@@ -3,7 +3,8 @@
 Heavy packages load only when a specific importer is used:
 - `superopt.importers.onnx`: ONNX files (and the models the `onnx` package ships);
 - `superopt.importers.torch`: PyTorch modules via torch.fx or torch.export (ATen level);
-- `superopt.importers.hf`: HuggingFace BERT built from a config, captured with torch.export;
+- `superopt.importers.hf`: HuggingFace `transformers` families built from a config (`hf:NAME`),
+  captured with torch.export;
 - `superopt.importers.hlo`: XLA HLO modules (decoded JSON), with their layouts and kernels.
 """
 
@@ -14,7 +15,12 @@ from pathlib import Path
 from superopt.importers.errors import ModelImportError, UnsupportedOpsError
 from superopt.ir.graph import Graph
 
-HF_MODELS = ("hf:bert-tiny", "hf:bert-small", "hf:bert-base")
+HF_MODELS = ("hf:bert-tiny", "hf:bert-small", "hf:bert-base")  # published BERT sizes
+# Small-config families (superopt.importers.hf.FAMILIES), listed here so that the names are
+# known without importing transformers.
+HF_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "phi", "gemma", "bert", "distilbert",
+               "roberta", "t5-encoder", "vit", "deit", "swin", "convnext", "mobilevit",
+               "resnet", "efficientnet", "whisper-encoder")
 
 
 def load_model(spec: str, batch: int | None = None) -> Graph:
@@ -51,11 +57,17 @@ def load_model(spec: str, batch: int | None = None) -> Graph:
             raise ModelImportError(f"{spec}: --batch does not apply to synthetic graphs")
         return synthetic_graph(int(size))
     if spec.startswith("hf:"):
+        name = spec.removeprefix("hf:")
+        if name in HF_FAMILIES:
+            from superopt.importers.hf import hf_graph
+
+            return hf_graph(name, batch=batch or 1)
         from superopt.importers.hf import bert_graph
 
-        size = spec.removeprefix("hf:").removeprefix("bert-")
+        size = name.removeprefix("bert-")
         if f"hf:bert-{size}" not in HF_MODELS:
-            raise ModelImportError(f"unknown HuggingFace model {spec!r}; known: {', '.join(HF_MODELS)}")
+            known = ", ".join((*HF_MODELS, *(f"hf:{f}" for f in HF_FAMILIES)))
+            raise ModelImportError(f"unknown HuggingFace model {spec!r}; known: {known}")
         return bert_graph(size, batch=batch or 1)
     if path.suffix or "/" in spec:
         raise ModelImportError(f"{spec}: expected a zoo model name, an .onnx or .pt2 file or a "
@@ -82,4 +94,4 @@ def _load_pt2(path: Path, batch: int | None) -> Graph:
     return import_exported(program, name=path.stem)
 
 
-__all__ = ["HF_MODELS", "ModelImportError", "UnsupportedOpsError", "load_model"]
+__all__ = ["HF_FAMILIES", "HF_MODELS", "ModelImportError", "UnsupportedOpsError", "load_model"]
