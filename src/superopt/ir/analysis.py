@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from superopt.ir.graph import Graph, Node
-from superopt.ir.opdef import MOVEMENT, SOURCE, get_op, ops_with
+from superopt.ir.opdef import ELEMENTWISE, MOVEMENT, SOURCE, TRANSCENDENTAL, get_op, ops_with
 from superopt.ir.rules import RuleTable
 from superopt.ir.types import TensorType
 
@@ -71,15 +71,6 @@ for _name in ops_with(SOURCE):
 # Data movement only: no arithmetic (an embedding or a gather moves rows).
 for _name in (*ops_with(MOVEMENT), "embedding", "gather"):
     COUNTS.register(_name, lambda n, ts: (0, 0))
-# One operation per output element: arithmetic, comparisons, selects, casts.
-for _name in ("neg", "sub", "maximum", "minimum", "eq", "lt", "gt", "where", "cast", "div",
-              "recip"):
-    COUNTS.register(_name, _per_output(1))
-# Transcendentals counted like sigmoid and tanh (a polynomial or an EUP op and a fix-up).
-for _name in ("exp", "log", "sqrt", "rsqrt", "erf", "sin", "cos"):
-    COUNTS.register(_name, _per_output(4))
-COUNTS.register("silu", _per_output(5))
-COUNTS.register("pow", _per_output(2))
 COUNTS.register("reduce_max", _per_input(1))
 COUNTS.register("rms_norm", _per_input(4))
 
@@ -91,6 +82,12 @@ def _attention(n: Node, ts: tuple[TensorType, ...]) -> tuple[int, int]:
 
 
 COUNTS.register("attention", _attention)
+# Every other element-wise op from its traits: a transcendental counts like sigmoid (a
+# polynomial or an EUP op and a fix-up), anything else (arithmetic, comparisons, selects,
+# casts) one operation per output element. A new element-wise op needs no row here.
+for _name in ops_with(ELEMENTWISE):
+    if _name not in COUNTS:
+        COUNTS.register(_name, _per_output(4 if get_op(_name).has(TRANSCENDENTAL) else 1))
 
 
 @dataclass(frozen=True)

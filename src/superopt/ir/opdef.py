@@ -25,8 +25,12 @@ CONSTANT = "constant"
 LINEAR = "linear"  # jointly linear in all tensor inputs (ewadd, concat, movement ops)
 LAYOUT = "layout"
 SOURCE = "source"  # graph inputs and weights: no tensor operands
+# An element-wise op a compiler evaluates with a transcendental unit or a polynomial
+# (exp, log, roots, erf, sin...): FLOP counts and kernel costs derive from it, so a new
+# such op needs no row in those tables.
+TRANSCENDENTAL = "transcendental"
 TRAITS = frozenset({ELEMENTWISE, MOVEMENT, REDUCTION, NONLINEAR, CONSTANT, LINEAR, LAYOUT,
-                    SOURCE})
+                    SOURCE, TRANSCENDENTAL})
 
 VARIADIC = -1
 

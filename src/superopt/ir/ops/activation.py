@@ -6,7 +6,15 @@ import math
 
 import numpy as np
 
-from superopt.ir.opdef import ELEMENTWISE, NONLINEAR, Attrs, AttrSpec, OpDef, register_op
+from superopt.ir.opdef import (
+    ELEMENTWISE,
+    NONLINEAR,
+    TRANSCENDENTAL,
+    Attrs,
+    AttrSpec,
+    OpDef,
+    register_op,
+)
 from superopt.ir.ops._common import expect_float
 from superopt.ir.types import TensorType
 
@@ -28,6 +36,7 @@ def gelu_ref(x: np.ndarray, approximate: str) -> np.ndarray:
 
 
 _TRAITS = frozenset({ELEMENTWISE, NONLINEAR})
+_TR = frozenset({ELEMENTWISE, NONLINEAR, TRANSCENDENTAL})
 
 RELU = register_op(OpDef(
     name="relu", num_inputs=1, shape=_unary_shape("relu"),
@@ -35,14 +44,14 @@ RELU = register_op(OpDef(
 
 SIGMOID = register_op(OpDef(
     name="sigmoid", num_inputs=1, shape=_unary_shape("sigmoid"),
-    reference=lambda xs, a: (1.0 / (1.0 + np.exp(-xs[0])),), traits=_TRAITS))
+    reference=lambda xs, a: (1.0 / (1.0 + np.exp(-xs[0])),), traits=_TR))
 
 TANH = register_op(OpDef(
     name="tanh", num_inputs=1, shape=_unary_shape("tanh"),
-    reference=lambda xs, a: (np.tanh(xs[0]),), traits=_TRAITS))
+    reference=lambda xs, a: (np.tanh(xs[0]),), traits=_TR))
 
 GELU = register_op(OpDef(
     name="gelu", num_inputs=1, shape=_unary_shape("gelu"),
     reference=lambda xs, a: (gelu_ref(xs[0], a["approximate"]),),
     attrs=(AttrSpec("approximate", "str", "none", choices=("none", "tanh")),),
-    traits=_TRAITS, doc="Gaussian error linear unit (exact erf form or tanh approximation)."))
+    traits=_TR, doc="Gaussian error linear unit (exact erf form or tanh approximation)."))

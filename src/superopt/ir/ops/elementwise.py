@@ -21,6 +21,7 @@ from superopt.ir.opdef import (
     ELEMENTWISE,
     LINEAR,
     NONLINEAR,
+    TRANSCENDENTAL,
     Attrs,
     AttrSpec,
     OpDef,
@@ -48,6 +49,7 @@ def _unary(name: str, fn, traits: frozenset[str], doc: str, attrs: tuple[AttrSpe
 
 
 _NL = frozenset({ELEMENTWISE, NONLINEAR})
+_TR = frozenset({ELEMENTWISE, NONLINEAR, TRANSCENDENTAL})
 
 
 def _positive_only(fn):
@@ -71,19 +73,19 @@ def pow_ref(x: np.ndarray, exponent: float) -> np.ndarray:
 
 
 NEG = _unary("neg", lambda x, a: -x, frozenset({ELEMENTWISE, LINEAR}), "Negation -x.")
-EXP = _unary("exp", lambda x, a: np.exp(x), _NL, "Natural exponential e^x.")
-LOG = _unary("log", _positive_only(np.log), _NL, "Natural logarithm (NaN below 0, -inf at 0).")
-SQRT = _unary("sqrt", _positive_only(np.sqrt), _NL, "Square root (NaN below 0).")
-RSQRT = _unary("rsqrt", _positive_only(lambda x: 1.0 / np.sqrt(x)), _NL,
+EXP = _unary("exp", lambda x, a: np.exp(x), _TR, "Natural exponential e^x.")
+LOG = _unary("log", _positive_only(np.log), _TR, "Natural logarithm (NaN below 0, -inf at 0).")
+SQRT = _unary("sqrt", _positive_only(np.sqrt), _TR, "Square root (NaN below 0).")
+RSQRT = _unary("rsqrt", _positive_only(lambda x: 1.0 / np.sqrt(x)), _TR,
                "Reciprocal square root 1/sqrt(x) (torch.rsqrt; RMSNorm's normaliser).")
-RECIP = _unary("recip", _positive_only(lambda x: 1.0 / x), _NL,
+RECIP = _unary("recip", _positive_only(lambda x: 1.0 / x), _TR,
                "Reciprocal 1/x (ONNX Reciprocal; inf at 0).")
-ERF = _unary("erf", lambda x, a: _erf(x), _NL, "Gauss error function (exact GELU's kernel).")
-SILU = _unary("silu", lambda x, a: silu_ref(x), _NL,
+ERF = _unary("erf", lambda x, a: _erf(x), _TR, "Gauss error function (exact GELU's kernel).")
+SILU = _unary("silu", lambda x, a: silu_ref(x), _TR,
               "x * sigmoid(x) (SiLU / swish; SwiGLU's gate and EfficientNet's activation).")
-SIN = _unary("sin", lambda x, a: np.sin(x), _NL, "Sine (rotary position embeddings).")
-COS = _unary("cos", lambda x, a: np.cos(x), _NL, "Cosine (rotary position embeddings).")
-POW = _unary("pow", lambda x, a: pow_ref(x, a["exponent"]), _NL,
+SIN = _unary("sin", lambda x, a: np.sin(x), _TR, "Sine (rotary position embeddings).")
+COS = _unary("cos", lambda x, a: np.cos(x), _TR, "Cosine (rotary position embeddings).")
+POW = _unary("pow", lambda x, a: pow_ref(x, a["exponent"]), _TR,
              "x ** exponent for a constant exponent (ONNX Pow with a constant; x**2 in norms).",
              attrs=(AttrSpec("exponent", "float", doc="the constant exponent"),))
 
@@ -110,7 +112,7 @@ SUB = register_op(OpDef(
 
 DIV = register_op(OpDef(
     name="div", num_inputs=2, shape=_binary_shape("div"), reference=_div_ref,
-    traits=frozenset({ELEMENTWISE, NONLINEAR}), linear_in=(0,), input_names=("a", "b"),
+    traits=_TR, linear_in=(0,), input_names=("a", "b"),
     doc="Element-wise quotient a / b (numpy broadcasting); linear in a only."))
 
 MAXIMUM = register_op(OpDef(
