@@ -120,3 +120,60 @@ def test_bad_sizes_are_clear_errors() -> None:
         bert_graph("huge")
     with pytest.raises(ModelImportError, match="seq <= 512"):
         bert_graph("tiny", seq=513)
+
+
+# ---- small-config families (hf:NAME) ----------------------------------------------------
+
+
+def family_matches_torch(name: str) -> Graph:
+    """Import `hf:NAME` and check it against the module in float64 on other inputs."""
+    from superopt.importers.hf import hf_graph, hf_inputs, hf_module
+
+    g = hf_graph(name)
+    x = hf_inputs(name, 1, seed=9)
+    model = copy.deepcopy(hf_module(name)).double()
+    with torch.no_grad():
+        out = model(*[t.double() if t.is_floating_point() else t for t in x])
+    want = out if isinstance(out, tuple) else (out,)
+    got = interpret(g, {g.inputs[0].attr("name"): x[0].numpy()})
+    assert len(got) == len(want)
+    for a, w in zip(got, want, strict=True):
+        # The capture folds rotary tables and masks in float32: errors near 1e-7 relative.
+        np.testing.assert_allclose(a, w.numpy(), rtol=1e-5, atol=1e-5 * float(w.abs().max()))
+    return g
+
+
+def test_family_names_are_listed_without_transformers() -> None:
+    from superopt.importers import HF_FAMILIES
+    from superopt.importers.hf import FAMILIES
+
+    assert tuple(FAMILIES) == HF_FAMILIES and len(FAMILIES) >= 14
+
+
+def test_llama_family_grouped_query_attention_and_rms_norm() -> None:
+    g = family_matches_torch("llama")
+    hist = g.op_histogram()
+    # 2 layers: 2 norms each and the final one; transformers' repeat_kv is undone, so the
+    # one attention op per layer reads 2 key/value heads for 4 query heads, causal.
+    assert hist["rms_norm"] == 5 and hist["attention"] == 2 and hist["silu"] == 2
+    assert "expand" not in hist and "pow" not in hist and "rsqrt" not in hist
+    for n in g.nodes:
+        if n.op == "attention":
+            assert n.attr("causal") is True
+            assert g.type_of(n.inputs[0]).shape[1] == 4 and g.type_of(n.inputs[1]).shape[1] == 2
+
+
+def test_swin_family_gathers_relative_position_bias() -> None:
+    g = family_matches_torch("swin")
+    hist = g.op_histogram()
+    assert hist["gather"] == 2  # one relative-position-bias lookup per block
+    assert hist["softmax"] == 2  # attention with a bias is decomposed
+
+
+def test_hf_name_loads_a_family_and_bad_names_are_clear() -> None:
+    from superopt.importers import load_model
+
+    g = load_model("hf:resnet", batch=2)
+    assert g.inputs[0].type.shape == (2, 3, 32, 32)
+    with pytest.raises(ModelImportError, match="unknown HuggingFace model 'hf:nope'.*hf:llama"):
+        load_model("hf:nope")

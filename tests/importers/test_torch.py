@@ -224,6 +224,25 @@ class Attentions(nn.Module):
         return gqa, band, F.rms_norm(x, (16,))
 
 
+class WrittenOut(nn.Module):
+    """RMSNorm and grouped-query attention written out as Llama's modelling code does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16))
+        self.q = nn.Linear(16, 16)
+        self.kv = nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        var = x.pow(2).mean(-1, keepdim=True)
+        h = self.w * (x * torch.rsqrt(var + 1e-6))
+        q = self.q(h).unflatten(-1, (4, 4)).transpose(1, 2)
+        k = self.kv(h).unflatten(-1, (2, 4)).transpose(1, 2)
+        b, hkv, s, d = k.shape
+        k = k[:, :, None, :, :].expand(b, hkv, 2, s, d).reshape(b, hkv * 2, s, d)
+        return F.scaled_dot_product_attention(q, k, k, is_causal=True)
+
+
 # ---- numerical agreement -------------------------------------------------------------
 
 
@@ -337,6 +356,20 @@ def test_known_positions_and_masks_become_constant_ops(importer: Callable[..., G
     assert iota.attr("shape") == (5,) and iota.attr("dtype") == "i64"
     assert (tri.attr("rows"), tri.attr("cols"), tri.attr("diagonal"), tri.attr("lower")) == \
         (5, 5, 1, False)
+
+
+@IMPORTERS
+def test_written_out_rms_norm_and_repeated_heads_are_recognised(
+        importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(15)
+    g = check(importer, WrittenOut(), {"x": torch.randn(2, 5, 16)})
+    ops = compute_ops(g)
+    assert ops["rms_norm"] == 1 and ops["attention"] == 1
+    assert not {"pow", "rsqrt", "reduce_mean", "expand"} & set(ops)
+    (norm,) = [n for n in g.nodes if n.op == "rms_norm"]
+    assert norm.attr("eps") == pytest.approx(1e-6) and g.nodes[norm.inputs[1].node].attr("name") == "w"
+    (att,) = [n for n in g.nodes if n.op == "attention"]
+    assert g.type_of(att.inputs[1]).shape == (2, 2, 5, 4)  # the 2 key heads, not repeated
 
 
 @IMPORTERS

@@ -277,8 +277,13 @@ def _family(name: str) -> Family:
                                f"{', '.join(FAMILIES)}") from None
 
 
-def _wrap(model: Any) -> Any:
-    """`model` with plain-tensor outputs: its first output and its pooled output, if any."""
+def _wrap(model: Any, mask: bool) -> Any:
+    """`model` with plain-tensor outputs: its first output and its pooled output, if any.
+
+    With `mask`, an all-ones attention mask is passed as users of decoders do: without one,
+    transformers looks for packed sequences in the position ids (`aten::diff`, which torch's
+    ONNX exporter refuses). The mask is known at capture time, so the importer folds it.
+    """
     import torch
 
     class Plain(torch.nn.Module):
@@ -287,7 +292,8 @@ def _wrap(model: Any) -> Any:
             self.inner = inner
 
         def forward(self, x: torch.Tensor) -> Any:
-            out = self.inner(x, return_dict=True)
+            kwargs = {"attention_mask": torch.ones_like(x)} if mask else {}
+            out = self.inner(x, return_dict=True, **kwargs)
             first = out[0]
             pooled = getattr(out, "pooler_output", None)
             return first if pooled is None else (first, pooled)
@@ -341,7 +347,7 @@ def hf_module(name: str, seed: int = 0) -> Any:
     except Exception as e:
         raise ModelImportError(f"hf:{name}: building the model from its config failed: "
                                f"{type(e).__name__}: {_first_line(e)}") from e
-    return _wrap(model.eval())
+    return _wrap(model.eval(), mask=fam.kind == "decoder")
 
 
 def hf_inputs(name: str, batch: int = 1, seed: int = 0) -> tuple[Any, ...]:

@@ -182,6 +182,7 @@ class _Ctx:
         self._consts: dict[tuple[int, DType], Value] = {}
         self._params: dict[str, Value] = {}
         self._keep: list[Const] = []  # keeps ids in _consts from being reused
+        self._unit_scales: set[Value] = set()  # all-ones weights of fused RMSNorms
 
     # ---- sources ---------------------------------------------------------------------
 
@@ -372,12 +373,75 @@ class _Ctx:
             return self.fold(operator.mul, x, y)
         if not _live(x):
             x, y = y, x
+        fused = self._rms_norm_fusion(x, y)
+        if fused is not None:
+            return fused
         if self.rank(y) == 0 and not (_live(y) and self.dtype(y) != self.dtype(x)):
             dt = self.dtype(x)
             if dt == DType.BOOL:
                 raise _Refuse("a product of boolean tensors")
             return self.b.smul(self.loose(x), self.value(y, dt))
         return self._ew("ewmul", x, y)
+
+    # ---- RMSNorm written out (Llama, T5, Gemma): x * rsqrt(mean(x^2) + eps) [* w] ------
+
+    def _node(self, v: Any) -> Any:
+        return self.b.nodes[v.node] if isinstance(v, Value) else None
+
+    def _scalar_data(self, v: Value) -> float | None:
+        n = self._node(v)
+        if n is None or n.op != "weight":
+            return None
+        data = self.b.weights.get(n.attr("name"))
+        return float(data) if data is not None and data.size == 1 else None
+
+    def _rms_norm_fusion(self, x: Any, y: Any) -> Value | None:
+        """The IR's `rms_norm` for the products that end a written-out RMSNorm.
+
+        `x * rsqrt(mean(x^2 over the last dims, keepdim) + eps)` becomes
+        `rms_norm(x, ones)`, and `w * rms_norm(x, ones)` with `w` of the normalised shape
+        becomes `rms_norm(x, w)`: rules about RMSNorm (its weight folded into the next
+        matmul) see one node. The nodes it replaces are left unused and pruned at build.
+        """
+        for a, b in ((x, y), (y, x)):
+            node = self._node(b)
+            if node is None:
+                continue
+            if node.op == "rsqrt" and isinstance(a, Value):
+                eps_axis = self._rms_denominator(node.inputs[0], a)
+                if eps_axis is not None:
+                    eps, axis = eps_axis
+                    ns = self.b.shape(a)[axis:]
+                    ones = self.value(Const(torch.ones(ns), "const.ones"), self.dtype(a))
+                    self._unit_scales.add(ones)
+                    return self.b.op("rms_norm", a, ones, axis=axis, eps=eps)
+            if node.op == "rms_norm" and node.inputs[1] in self._unit_scales and _live(a):
+                ns = self.b.shape(node.inputs[0])[node.attr("axis"):]
+                w = a.value if isinstance(a, Expanded) else a
+                if self.b.shape(w) == ns and self.dtype(w) == self.dtype(node.inputs[0]):
+                    return self.b.op("rms_norm", node.inputs[0], w, axis=node.attr("axis"),
+                                     eps=node.attr("eps"))
+        return None
+
+    def _rms_denominator(self, v: Value, x: Value) -> tuple[float, int] | None:
+        """(eps, first normalised axis) if v is mean(x^2 over the last dims, keepdim) + eps."""
+        add = self._node(v)
+        if add is None or add.op != "ewadd":
+            return None
+        for m, e in (add.inputs, tuple(reversed(add.inputs))):
+            mean, eps = self._node(m), self._scalar_data(e)
+            if mean is None or mean.op != "reduce_mean" or eps is None:
+                continue
+            sq = self._node(mean.inputs[0])
+            squares_x = sq is not None and (
+                (sq.op == "pow" and sq.attr("exponent") == 2.0 and sq.inputs[0] == x)
+                or (sq.op == "ewmul" and sq.inputs == (x, x)))
+            rank = len(self.b.shape(x))
+            axes = tuple(mean.attr("axes"))
+            if squares_x and mean.attr("keepdims") and axes and \
+                    axes == tuple(range(rank - len(axes), rank)):
+                return eps, rank - len(axes)
+        return None
 
     def div(self, x: Any, y: Any, rounding_mode: str | None = None) -> Any:
         if not _live(x) and not _live(y):
@@ -541,6 +605,11 @@ class _Ctx:
         for t in (q, k, v):
             if self.rank(t) < 3:
                 raise _Refuse(f"attention over a rank-{self.rank(t)} tensor")
+        if self.shape(k)[-3] == self.shape(q)[-3] and self.shape(v)[-3] == self.shape(q)[-3]:
+            k0, v0 = self._unrepeated_heads(k), self._unrepeated_heads(v)
+            if k0 is not None and v0 is not None and self.shape(k0) == self.shape(v0)[:-1] + \
+                    self.shape(k0)[-1:]:
+                k, v, enable_gqa = k0, v0, True
         lq, lk = self.shape(q)[-2], self.shape(k)[-2]
         heads, kv_heads = self.shape(q)[-3], self.shape(k)[-3]
         if heads != kv_heads and (not enable_gqa or heads % kv_heads):
@@ -571,6 +640,27 @@ class _Ctx:
             else:
                 s = self.add(s, mask)
         return self.matmul(self.softmax(s, -1), v)
+
+    def _unrepeated_heads(self, x: Any) -> Value | None:
+        """k0 if x is k0's heads each repeated in place (transformers' repeat_kv:
+        k0[:, :, None].expand(B, Hkv, g, L, D).reshape(B, Hkv * g, L, D)), else None."""
+        outer = self._node(x)
+        if outer is None or outer.op != "reshape":
+            return None
+        exp = self._node(outer.inputs[0])
+        if exp is None or exp.op != "expand":
+            return None
+        inner = self._node(exp.inputs[0])
+        if inner is None or inner.op != "reshape":
+            return None
+        k0 = inner.inputs[0]
+        s0, s1, s2 = self.b.shape(k0), self.b.shape(inner.outputs[0]), tuple(exp.attr("shape"))
+        if len(s0) < 3 or s1 != (*s0[:-2], 1, *s0[-2:]):
+            return None
+        if s2[:-3] != s0[:-2] or s2[-2:] != s0[-2:] or \
+                self.shape(x) != (*s0[:-3], s0[-3] * s2[-3], *s0[-2:]):
+            return None
+        return k0
 
     def _repeat_heads(self, x: Any, group: int) -> Any:
         """(..., H, L, D) -> (..., H * group, L, D), each head repeated `group` times in place
