@@ -4,6 +4,13 @@ The models are the ones TASO, PET and Tensat evaluate, as plain inference graphs
 norm folding or other rewriting): `build("resnet50", batch=8)` returns a linted `Graph`.
 Weights carry no data; interpreters draw them deterministically from their names. Names
 are case-insensitive and accept '-' or '.' for '_' ("bert-base", "squeezenet1.1").
+
+Besides the TASO/PET/Tensat set, the zoo holds transformer-era models (a Llama 3.2 1B
+decoder, GPT-2, the T5-small encoder, ViT-B/16) and mobile CNNs (MobileNetV2,
+EfficientNet-B0). `llama2_7b` is a graph-scale model (32 layers, 6.7B parameters as
+shapes): `names()` leaves it out, because the loops over every model (interpreting,
+exporting, simulating each at batch 1) would materialise or time 27 GB of weights;
+`names(scale=True)` lists it and `build`/`get` accept it like any other.
 """
 
 from __future__ import annotations
@@ -18,12 +25,18 @@ from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph
 from superopt.zoo.bert import bert_base, bert_small
 from superopt.zoo.csrnet import csrnet
+from superopt.zoo.efficientnet import efficientnet_b0
 from superopt.zoo.errors import BadOption, UnknownModel, ZooError
+from superopt.zoo.gpt2 import gpt2_small
 from superopt.zoo.inception import inception_v3
+from superopt.zoo.llama import llama2_7b, llama3_2_1b
+from superopt.zoo.mobilenet import mobilenet_v2
 from superopt.zoo.nasnet import nasnet_a
 from superopt.zoo.resnet import resnet18, resnet50, resnext50
 from superopt.zoo.squeezenet import squeezenet1_0, squeezenet1_1
+from superopt.zoo.t5 import t5_small_encoder
 from superopt.zoo.vgg import vgg19
+from superopt.zoo.vit import vit_b16
 
 __all__ = ["MODELS", "BadOption", "InputSpec", "ModelSpec", "UnknownModel", "ZooError", "build",
            "get", "names"]
@@ -46,6 +59,7 @@ class ModelSpec:
     inputs: tuple[InputSpec, ...]
     citation: str
     aliases: tuple[str, ...] = ()
+    scale: bool = False  # graph-scale: too big to materialise; left out of names()
 
     @property
     def options(self) -> dict[str, Any]:
@@ -87,6 +101,7 @@ def _image(size: int) -> tuple[InputSpec, ...]:
 
 
 _TOKENS = (InputSpec("input_ids", (128,), "i64"), InputSpec("token_type_ids", (128,), "i64"))
+_IDS = (InputSpec("input_ids", (128,), "i64"),)
 
 _RESNET = ("He, Zhang, Ren, Sun. Deep Residual Learning for Image Recognition. CVPR 2016 "
            "(arXiv:1512.03385)")
@@ -131,14 +146,48 @@ _SPECS = (
     ModelSpec("vgg19", "VGG-19 (configuration E, no batch norm), 224x224", vgg19, _image(224),
               "Simonyan, Zisserman. Very Deep Convolutional Networks for Large-Scale Image "
               "Recognition. ICLR 2015 (arXiv:1409.1556)"),
+    ModelSpec("llama3_2_1b", "Llama 3.2 1B decoder (16 layers, hidden 2048, 32 query / 8 KV "
+              "heads, SwiGLU 8192, RoPE with Llama 3 scaling, tied LM head), prefill of 128 "
+              "tokens -> logits", llama3_2_1b, _IDS,
+              "Meta. Llama 3.2 model card and config.json, 2024; architecture: Grattafiori et "
+              "al. The Llama 3 Herd of Models. arXiv:2407.21783, 2024",
+              aliases=("llama", "llama3_2", "llama_1b")),
+    ModelSpec("gpt2", "GPT-2 small (12 layers, hidden 768, 12 heads, learned positions, "
+              "GELU tanh, tied LM head), prefill of 128 tokens -> logits", gpt2_small, _IDS,
+              "Radford, Wu, Child, Luan, Amodei, Sutskever. Language Models are Unsupervised "
+              "Multitask Learners. OpenAI, 2019", aliases=("gpt2_small", "gpt2_124m")),
+    ModelSpec("t5_small_encoder", "T5-small encoder (6 layers, d_model 512, 8 heads, "
+              "bucketed relative position bias, ReLU FFN 2048), seq 128", t5_small_encoder,
+              _IDS, "Raffel et al. Exploring the Limits of Transfer Learning with a Unified "
+              "Text-to-Text Transformer. JMLR 2020 (arXiv:1910.10683)",
+              aliases=("t5_encoder", "t5_small")),
+    ModelSpec("vit_b16", "ViT-B/16 (12 layers, hidden 768, 16x16 patches, class token, exact "
+              "GELU), 224x224, torchvision layout", vit_b16, _image(224),
+              "Dosovitskiy et al. An Image is Worth 16x16 Words: Transformers for Image "
+              "Recognition at Scale. ICLR 2021 (arXiv:2010.11929)", aliases=("vit", "vit_b_16")),
+    ModelSpec("mobilenet_v2", "MobileNetV2 1.0 (inverted residuals, depthwise convs, ReLU6), "
+              "224x224", mobilenet_v2, _image(224),
+              "Sandler, Howard, Zhu, Zhmoginov, Chen. MobileNetV2: Inverted Residuals and "
+              "Linear Bottlenecks. CVPR 2018 (arXiv:1801.04381)",
+              aliases=("mobilenetv2", "mobilenet")),
+    ModelSpec("efficientnet_b0", "EfficientNet-B0 (MBConv with squeeze-excite, SiLU), 224x224",
+              efficientnet_b0, _image(224),
+              "Tan, Le. EfficientNet: Rethinking Model Scaling for Convolutional Neural "
+              "Networks. ICML 2019 (arXiv:1905.11946)", aliases=("efficientnet",)),
+    ModelSpec("llama2_7b", "Llama 2 7B decoder at graph scale (32 layers, hidden 4096, 32 "
+              "heads, SwiGLU 11008; weights as shapes only), prefill of 128 tokens -> logits",
+              llama2_7b, _IDS,
+              "Touvron et al. Llama 2: Open Foundation and Fine-Tuned Chat Models. "
+              "arXiv:2307.09288, 2023", aliases=("llama_7b", "llama2"), scale=True),
 )
 
 MODELS: Mapping[str, ModelSpec] = MappingProxyType({s.name: s for s in _SPECS})
 _ALIASES = {alias: s.name for s in _SPECS for alias in s.aliases}
 
 
-def names() -> list[str]:
-    return list(MODELS)
+def names(scale: bool = False) -> list[str]:
+    """Model names; graph-scale models (`ModelSpec.scale`) only with `scale=True`."""
+    return [k for k, s in MODELS.items() if scale or not s.scale]
 
 
 def get(name: str) -> ModelSpec:
@@ -148,7 +197,7 @@ def get(name: str) -> ModelSpec:
     try:
         return MODELS[key]
     except KeyError:
-        raise UnknownModel(name, names()) from None
+        raise UnknownModel(name, names(scale=True)) from None
 
 
 def build(name: str, batch: int = 1, **options: Any) -> Graph:
