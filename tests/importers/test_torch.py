@@ -225,7 +225,8 @@ class Attentions(nn.Module):
 
 
 class WrittenOut(nn.Module):
-    """RMSNorm and grouped-query attention written out as Llama's modelling code does."""
+    """RMSNorm, GELU (tanh form) and grouped-query attention written out as transformers'
+    modelling code does."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -236,6 +237,8 @@ class WrittenOut(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         var = x.pow(2).mean(-1, keepdim=True)
         h = self.w * (x * torch.rsqrt(var + 1e-6))
+        # GPT-2's gelu_new: GELU's tanh form written out
+        h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * h.pow(3.0))))
         q = self.q(h).unflatten(-1, (4, 4)).transpose(1, 2)
         k = self.kv(h).unflatten(-1, (2, 4)).transpose(1, 2)
         b, hkv, s, d = k.shape
@@ -364,8 +367,10 @@ def test_written_out_rms_norm_and_repeated_heads_are_recognised(
     torch.manual_seed(15)
     g = check(importer, WrittenOut(), {"x": torch.randn(2, 5, 16)})
     ops = compute_ops(g)
-    assert ops["rms_norm"] == 1 and ops["attention"] == 1
-    assert not {"pow", "rsqrt", "reduce_mean", "expand"} & set(ops)
+    assert ops["rms_norm"] == 1 and ops["attention"] == 1 and ops["gelu"] == 1
+    assert not {"pow", "rsqrt", "reduce_mean", "expand", "tanh", "smul"} & set(ops)
+    (gelu,) = [n for n in g.nodes if n.op == "gelu"]
+    assert gelu.attr("approximate") == "tanh"
     (norm,) = [n for n in g.nodes if n.op == "rms_norm"]
     assert norm.attr("eps") == pytest.approx(1e-6) and g.nodes[norm.inputs[1].node].attr("name") == "w"
     (att,) = [n for n in g.nodes if n.op == "attention"]

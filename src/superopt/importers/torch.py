@@ -374,6 +374,8 @@ class _Ctx:
         if not _live(x):
             x, y = y, x
         fused = self._rms_norm_fusion(x, y)
+        if fused is None:
+            fused = self._gelu_tanh_fusion(x, y)
         if fused is not None:
             return fused
         if self.rank(y) == 0 and not (_live(y) and self.dtype(y) != self.dtype(x)):
@@ -421,6 +423,40 @@ class _Ctx:
                 if self.b.shape(w) == ns and self.dtype(w) == self.dtype(node.inputs[0]):
                     return self.b.op("rms_norm", node.inputs[0], w, axis=node.attr("axis"),
                                      eps=node.attr("eps"))
+        return None
+
+    def _is_scalar(self, v: Value, want: float) -> bool:
+        got = self._scalar_data(v)
+        return got is not None and math.isclose(got, want, rel_tol=1e-6)
+
+    def _smul_of(self, v: Any, scale: float) -> Value | None:
+        """x if v is smul(x, scale)."""
+        n = self._node(v)
+        if n is not None and n.op == "smul" and self._is_scalar(n.inputs[1], scale):
+            return n.inputs[0]
+        return None
+
+    def _gelu_tanh_fusion(self, x: Any, y: Any) -> Value | None:
+        """GELU's tanh form written out (GPT-2's and Phi's `gelu_new`):
+        `0.5 x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))` becomes
+        `gelu(x, approximate="tanh")`; the nodes it replaces are pruned at build."""
+        for half, rest in ((x, y), (y, x)):
+            x0 = self._smul_of(half, 0.5)
+            add = self._node(rest)
+            if x0 is None or add is None or add.op != "ewadd":
+                continue
+            for t, one in (add.inputs, tuple(reversed(add.inputs))):
+                tanh = self._node(t)
+                if tanh is None or tanh.op != "tanh" or not self._is_scalar(one, 1.0):
+                    continue
+                inner = self._node(self._smul_of(tanh.inputs[0], math.sqrt(2.0 / math.pi)))
+                if inner is None or inner.op != "ewadd" or x0 not in inner.inputs:
+                    continue
+                other = inner.inputs[1] if inner.inputs[0] == x0 else inner.inputs[0]
+                cube = self._node(self._smul_of(other, 0.044715))
+                if cube is not None and cube.op == "pow" and cube.attr("exponent") == 3.0 \
+                        and cube.inputs[0] == x0:
+                    return self.b.op("gelu", x0, approximate="tanh")
         return None
 
     def _rms_denominator(self, v: Value, x: Value) -> tuple[float, int] | None:
