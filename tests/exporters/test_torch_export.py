@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from op_cases import OP_CASES, op_case
 from superopt import zoo
+from superopt.backends.torch import torch_dtype
 from superopt.cli import main
 from superopt.exporters.torch import to_module
 from superopt.importers import ModelImportError, load_model
@@ -23,8 +24,9 @@ PROPERTY = settings(max_examples=10, deadline=None, suppress_health_check=[Healt
 
 
 def _args(graph: Graph, feeds: dict[str, Any]) -> list[torch.Tensor]:
+    # The module's contract: floats as float32, booleans as torch.bool, other ints int64.
     return [torch.as_tensor(np.asarray(feeds[n.attr("name")])).to(
-        torch.float32 if n.type.dtype.is_float else torch.int64) for n in graph.inputs]
+        torch_dtype(n.type.dtype, torch.float32)) for n in graph.inputs]
 
 
 def _check(graph: Graph, module: torch.nn.Module, rtol: float = 1e-4) -> None:

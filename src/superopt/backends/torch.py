@@ -29,8 +29,9 @@ from superopt.ir import FeedError, Graph, IRError, Node, RuleTable, interpret
 from superopt.ir.interpret import REFERENCE
 from superopt.ir.kernels import resolve_pads
 from superopt.ir.ops.constants import const_iconv_value, const_pool_value
+from superopt.ir.ops.index import iota_value, tri_mask_value
 from superopt.ir.ops.pool import avg_divisor, pool_geometry
-from superopt.ir.types import TensorType
+from superopt.ir.types import DType, TensorType
 
 Tensor = torch.Tensor
 Kernel = Callable[[Sequence[Tensor]], tuple[Tensor, ...]]
@@ -65,6 +66,18 @@ class LowerContext:
         return torch.from_numpy(a).to(device=self.device,
                                       dtype=torch.int64 if integer else self.dtype)
 
+    def typed(self, arr: np.ndarray, dtype: DType) -> Tensor:
+        """A host array as a tensor holding IR values of `dtype` (see `torch_dtype`)."""
+        return self.tensor(arr, integer=not dtype.is_float).to(torch_dtype(dtype, self.dtype))
+
+
+def torch_dtype(dtype: DType, float_dtype: torch.dtype) -> torch.dtype:
+    """How values of an IR dtype run: every float in the run's `float_dtype`, booleans as
+    torch.bool (masks and `where` conditions need them), other integers as int64."""
+    if dtype.is_float:
+        return float_dtype
+    return torch.bool if dtype == DType.BOOL else torch.int64
+
 
 LowerRule = Callable[[Node, LowerContext], Kernel]
 
@@ -89,7 +102,7 @@ def _source(node: Node, ctx: LowerContext) -> Kernel:
 
 def _constant(value: Callable[[Node], np.ndarray]) -> LowerRule:
     def rule(node: Node, ctx: LowerContext) -> Kernel:
-        t = ctx.tensor(value(node))
+        t = ctx.typed(value(node), node.type.dtype)
         return lambda args: (t,)
     return rule
 
@@ -98,6 +111,8 @@ LOWERING.register("const_pool", _constant(lambda n: const_pool_value(n.a)))
 LOWERING.register("const_iconv", _constant(lambda n: const_iconv_value(n.a)))
 LOWERING.register("const_imm", _constant(lambda n: np.eye(n.attr("n"))))
 LOWERING.register("const_one", _constant(lambda n: np.ones(n.attr("shape"))))
+LOWERING.register("iota", _constant(lambda n: iota_value(n.a)))
+LOWERING.register("tri_mask", _constant(lambda n: tri_mask_value(n.a)))
 
 
 # ---- element-wise ---------------------------------------------------------------------
@@ -133,6 +148,41 @@ LOWERING.register("smul", _binary(torch.mul))  # the scalar is a rank-0 tensor
 def _gelu(node: Node, ctx: LowerContext) -> Kernel:
     approximate = node.attr("approximate")
     return lambda args: (F.gelu(args[0], approximate=approximate),)
+
+
+for _op, _fn in (("neg", torch.neg), ("exp", torch.exp), ("log", torch.log),
+                 ("sqrt", torch.sqrt), ("rsqrt", torch.rsqrt), ("recip", torch.reciprocal),
+                 ("erf", torch.erf), ("silu", F.silu), ("sin", torch.sin), ("cos", torch.cos)):
+    LOWERING.register(_op, _unary(_fn))
+for _op, _fn2 in (("sub", torch.sub), ("div", torch.div), ("maximum", torch.maximum),
+                  ("minimum", torch.minimum), ("eq", torch.eq), ("lt", torch.lt),
+                  ("gt", torch.gt)):
+    LOWERING.register(_op, _binary(_fn2))
+
+
+@_rule("pow")
+def _pow(node: Node, ctx: LowerContext) -> Kernel:
+    e = node.attr("exponent")
+    # An integral exponent as an int: torch then multiplies, as the reference does, and a
+    # negative base stays real.
+    exponent: float | int = int(e) if float(e).is_integer() else e
+    return lambda args: (torch.pow(args[0], exponent),)
+
+
+@_rule("where")
+def _where(node: Node, ctx: LowerContext) -> Kernel:
+    return lambda args: (torch.where(args[0], args[1], args[2]),)
+
+
+@_rule("cast")
+def _cast(node: Node, ctx: LowerContext) -> Kernel:
+    to = DType.parse(node.attr("to"))
+    if to == DType.BOOL:
+        return lambda args: (args[0] != 0,)
+    # Every float runs in the run's dtype (as in the reference, where float casts are the
+    # identity); to an integer, .to() truncates toward zero as ONNX and the reference do.
+    target = torch_dtype(to, ctx.dtype)
+    return lambda args: (args[0].to(target),)
 
 
 # ---- linear -----------------------------------------------------------------------------
@@ -181,6 +231,25 @@ def _conv2d(node: Node, ctx: LowerContext) -> Kernel:
 @_rule("embedding")
 def _embedding(node: Node, ctx: LowerContext) -> Kernel:
     return lambda args: (F.embedding(args[0], args[1]),)
+
+
+@_rule("attention")
+def _attention(node: Node, ctx: LowerContext) -> Kernel:
+    q_t, k_t = ctx.in_type(node, 0), ctx.in_type(node, 1)
+    scale, causal = node.attr("scale"), node.attr("causal")
+    gqa = q_t.shape[-3] != k_t.shape[-3]
+    # K and V may broadcast over q's batch dims; SDPA wants them spelled out.
+    kv_shape = (*q_t.shape[:-3], *k_t.shape[-3:])
+    v_shape = (*q_t.shape[:-3], *ctx.in_type(node, 2).shape[-3:])
+    widen = k_t.shape[:-3] != q_t.shape[:-3]
+
+    def kernel(args: Sequence[Tensor]) -> tuple[Tensor, ...]:
+        q, k, v = args
+        if widen:
+            k, v = k.expand(kv_shape), v.expand(v_shape)
+        return (F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal,
+                                               enable_gqa=gqa),)
+    return kernel
 
 
 # ---- movement ---------------------------------------------------------------------------
@@ -240,6 +309,20 @@ def _enlarge(node: Node, ctx: LowerContext) -> Kernel:
     return lambda args: (F.pad(args[0], (dw, dw, dh, dh)),)
 
 
+@_rule("gather")
+def _gather(node: Node, ctx: LowerContext) -> Kernel:
+    # One index tensor among full slices: its dims replace dim `axis` (numpy take), and
+    # negative indices count from the end, as in ONNX Gather.
+    lead = (slice(None),) * node.attr("axis")
+    return lambda args: (args[0][(*lead, args[1])],)
+
+
+@_rule("expand")
+def _expand(node: Node, ctx: LowerContext) -> Kernel:
+    shape = node.attr("shape")
+    return lambda args: (args[0].expand(shape),)
+
+
 @_rule("copy", "layout")
 def _copy(node: Node, ctx: LowerContext) -> Kernel:
     # Layouts are physical; torch values are logical, so both are a materialised copy.
@@ -296,6 +379,7 @@ def _reduce(fn: Callable[..., Tensor]) -> LowerRule:
 
 LOWERING.register("reduce_sum", _reduce(torch.sum))
 LOWERING.register("reduce_mean", _reduce(torch.mean))
+LOWERING.register("reduce_max", _reduce(torch.amax))
 
 
 @_rule("softmax")
@@ -309,6 +393,13 @@ def _layer_norm(node: Node, ctx: LowerContext) -> Kernel:
     x_shape = ctx.in_type(node, 0).shape
     norm, eps = x_shape[node.attr("axis"):], node.attr("eps")
     return lambda args: (F.layer_norm(args[0], norm, args[1], args[2], eps),)
+
+
+@_rule("rms_norm")
+def _rms_norm(node: Node, ctx: LowerContext) -> Kernel:
+    x_shape = ctx.in_type(node, 0).shape
+    norm, eps = x_shape[node.attr("axis"):], node.attr("eps")
+    return lambda args: (F.rms_norm(args[0], norm, args[1], eps),)
 
 
 @_rule("batch_norm")
@@ -375,8 +466,9 @@ class _Step:
 class TorchProgram:
     """A lowered graph: call it with feeds to get the output tensors.
 
-    Float values run in `dtype` on `device`; integer values stay int64. Intermediate
-    tensors are dropped after their last use.
+    Float values run in `dtype` on `device` (whatever float type the graph names: a cast
+    between floats is the identity here, as in the reference); booleans are torch.bool and
+    other integers int64. Intermediate tensors are dropped after their last use.
     """
 
     def __init__(self, graph: Graph, device: torch.device, dtype: torch.dtype, seed: int
@@ -407,10 +499,9 @@ class TorchProgram:
 
     def _default(self, node: Node) -> Tensor:
         name = node.attr("name")
-        integer = not node.type.dtype.is_float
         if name in self.graph.weights and node.op == "weight":
-            return self.ctx.tensor(self.graph.weights[name], integer)
-        return self.ctx.tensor(REFERENCE.draw(node, self.seed), integer)
+            return self.ctx.typed(self.graph.weights[name], node.type.dtype)
+        return self.ctx.typed(REFERENCE.draw(node, self.seed), node.type.dtype)
 
     def prepare(self, feeds: Mapping[str, Any] | None = None) -> dict[str, Tensor]:
         """Every source's tensor: checked feeds, else weight data, else the reference draw."""
@@ -421,7 +512,6 @@ class TorchProgram:
                             f"{unknown[0]!r}")
         out: dict[str, Tensor] = {}
         for name, node in self._sources.items():
-            integer = not node.type.dtype.is_float
             if name in feeds:
                 value = feeds[name]
                 if isinstance(value, Tensor):
@@ -429,10 +519,10 @@ class TorchProgram:
                         raise FeedError(f"graph {self.graph.name!r}: {node.op} {name!r} expects "
                                         f"{node.type}, fed shape {list(value.shape)}")
                     out[name] = value.to(device=self.device,
-                                         dtype=torch.int64 if integer else self.dtype)
+                                         dtype=torch_dtype(node.type.dtype, self.dtype))
                 else:
-                    out[name] = self.ctx.tensor(REFERENCE.accept(node, value, self.graph),
-                                                integer)
+                    out[name] = self.ctx.typed(REFERENCE.accept(node, value, self.graph),
+                                               node.type.dtype)
             elif node.op == "weight":
                 out[name] = self._weights[name]
             else:
@@ -477,12 +567,15 @@ def to_numpy(t: Tensor) -> np.ndarray:
     t = t.detach().to("cpu")
     if t.dtype in (torch.bfloat16, torch.float16):
         t = t.float()  # numpy has no bfloat16; float32 holds both exactly
+    elif t.dtype == torch.bool:
+        t = t.long()  # booleans are 0/1 int64 in the reference semantics
     return t.numpy().copy()
 
 
 def run(graph: Graph, feeds: Mapping[str, Any] | None = None, device: str | torch.device = "cpu",
         dtype: torch.dtype | str = torch.float32, seed: int = 0) -> tuple[np.ndarray, ...]:
-    """Run the graph with torch; outputs as numpy arrays (float in `dtype`, ints as int64)."""
+    """Run the graph with torch; outputs as numpy arrays (float in `dtype`, ints and
+    booleans as int64)."""
     return tuple(to_numpy(t) for t in lower(graph, device, dtype, seed)(feeds))
 
 

@@ -33,6 +33,7 @@ from superopt.ir.graph import Graph, Node, Value
 from superopt.ir.interpret import REFERENCE
 from superopt.ir.kernels import resolve_pads
 from superopt.ir.ops.constants import const_iconv_value, const_pool_value
+from superopt.ir.ops.index import iota_value, tri_mask_value
 from superopt.ir.ops.pool import avg_divisor, pool_geometry
 from superopt.ir.rules import RuleTable
 from superopt.ir.types import DType
@@ -59,6 +60,8 @@ NOT_INVERTIBLE: dict[str, str] = {
     "const_iconv": "an initializer: imports as a weight with its value",
     "const_imm": "an initializer: imports as a weight with its value",
     "const_one": "an initializer: imports as a weight with its value",
+    "attention": "written out as MatMul, Mul, Where (causal), Softmax, MatMul, with K/V heads "
+                 "repeated for grouped-query attention: imports as those ops",
 }
 
 
@@ -70,6 +73,7 @@ _ONNX_DTYPE: dict[DType, int] = {
     DType.F32: TensorProto.FLOAT, DType.F16: TensorProto.FLOAT16,
     DType.BF16: TensorProto.BFLOAT16, DType.I64: TensorProto.INT64,
     DType.I32: TensorProto.INT32, DType.I16: TensorProto.INT16, DType.I8: TensorProto.INT8,
+    DType.BOOL: TensorProto.BOOL,
 }
 
 _ACTIVATION_OP = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}
@@ -187,6 +191,9 @@ LOWERING.register("const_pool", _constant(lambda n: const_pool_value(n.a)))
 LOWERING.register("const_iconv", _constant(lambda n: const_iconv_value(n.a)))
 LOWERING.register("const_imm", _constant(lambda n: np.eye(n.attr("n"))))
 LOWERING.register("const_one", _constant(lambda n: np.ones(n.attr("shape"))))
+# iota and tri_mask are initializers too; the importer recognises such arrays again.
+LOWERING.register("iota", _constant(lambda n: iota_value(n.a)))
+LOWERING.register("tri_mask", _constant(lambda n: tri_mask_value(n.a)))
 
 
 def _simple(op_type: str) -> OnnxRule:
@@ -198,8 +205,59 @@ def _simple(op_type: str) -> OnnxRule:
 # Element-wise ops that are one ONNX op each. smul's scalar is a rank-0 tensor, which Mul
 # broadcasts, and the importer turns a Mul by a one-element constant back into smul.
 for _op, _onnx in (("relu", "Relu"), ("sigmoid", "Sigmoid"), ("tanh", "Tanh"),
-                   ("ewadd", "Add"), ("ewmul", "Mul"), ("smul", "Mul")):
+                   ("ewadd", "Add"), ("ewmul", "Mul"), ("smul", "Mul"),
+                   ("neg", "Neg"), ("exp", "Exp"), ("log", "Log"), ("sqrt", "Sqrt"),
+                   ("recip", "Reciprocal"), ("erf", "Erf"), ("sin", "Sin"), ("cos", "Cos"),
+                   ("sub", "Sub"), ("div", "Div"), ("maximum", "Max"), ("minimum", "Min"),
+                   ("eq", "Equal"), ("lt", "Less"), ("gt", "Greater"), ("where", "Where")):
     LOWERING.register(_op, _simple(_onnx))
+
+
+def _scalar(em: _Emitter, node: Node, value: float, hint: str) -> str:
+    """A rank-0 initializer of the node's input dtype."""
+    dt = em.graph.type_of(node.inputs[0]).dtype
+    return em.initializer(em.tmp(hint), np.asarray(value), dt)
+
+
+@_rule("rsqrt")
+def _rsqrt(node: Node, em: _Emitter) -> None:
+    # ONNX has no Rsqrt; the importer reads Reciprocal(Sqrt(x)) back as rsqrt.
+    root = em.tmp(f"rsqrt_{node.id}_sqrt")
+    em.emit("Sqrt", [em.inp(node, 0)], [root])
+    em.emit("Reciprocal", [root], [em.out(node)])
+
+
+@_rule("silu")
+def _silu(node: Node, em: _Emitter) -> None:
+    # Swish is opset 24; x * Sigmoid(x) is what torch's exporter writes and the importer folds.
+    x = em.inp(node, 0)
+    gate = em.tmp(f"silu_{node.id}_sigmoid")
+    em.emit("Sigmoid", [x], [gate])
+    em.emit("Mul", [x, gate], [em.out(node)])
+
+
+@_rule("pow")
+def _pow(node: Node, em: _Emitter) -> None:
+    exponent = _scalar(em, node, node.attr("exponent"), f"pow_{node.id}_exponent")
+    em.emit("Pow", [em.inp(node, 0), exponent], [em.out(node)])
+
+
+@_rule("cast")
+def _cast(node: Node, em: _Emitter) -> None:
+    em.emit("Cast", [em.inp(node, 0)], [em.out(node)],
+            to=_ONNX_DTYPE[DType.parse(node.attr("to"))])
+
+
+@_rule("gather")
+def _gather(node: Node, em: _Emitter) -> None:
+    em.emit("Gather", [em.inp(node, 0), em.inp(node, 1)], [em.out(node)],
+            axis=node.attr("axis"))
+
+
+@_rule("expand")
+def _expand(node: Node, em: _Emitter) -> None:
+    em.emit("Expand", [em.inp(node, 0), em.ints(node.attr("shape"), f"expand_{node.id}_shape")],
+            [em.out(node)])
 
 
 @_rule("copy", "layout")
@@ -379,6 +437,7 @@ def _reduce(op_type: str, axes_input_since: int) -> OnnxRule:
 
 LOWERING.register("reduce_sum", _reduce("ReduceSum", 13))
 LOWERING.register("reduce_mean", _reduce("ReduceMean", 18))
+LOWERING.register("reduce_max", _reduce("ReduceMax", 18))
 
 
 @_rule("softmax")
@@ -390,6 +449,69 @@ def _softmax(node: Node, em: _Emitter) -> None:
 def _layer_norm(node: Node, em: _Emitter) -> None:
     em.emit("LayerNormalization", [em.inp(node, i) for i in range(3)], [em.out(node)],
             axis=node.attr("axis"), epsilon=node.attr("eps"))
+
+
+@_rule("rms_norm")
+def _rms_norm(node: Node, em: _Emitter) -> None:
+    # RMSNormalization arrives in opset 23; before it, written out the way torch's exporter
+    # writes RMSNorm, which the importer folds back: x / sqrt(mean(x * x) + eps) * weight.
+    x, w = em.inp(node, 0), em.inp(node, 1)
+    rank = em.graph.type_of(node.inputs[0]).rank
+    axes = list(range(node.attr("axis"), rank))
+    t = [em.tmp(f"rms_norm_{node.id}_{k}") for k in range(5)]
+    em.emit("Mul", [x, x], [t[0]])
+    if em.opset >= 18:
+        em.emit("ReduceMean", [t[0], em.ints(axes, f"rms_norm_{node.id}_axes")], [t[1]],
+                keepdims=1)
+    else:
+        em.emit("ReduceMean", [t[0]], [t[1]], axes=axes, keepdims=1)
+    em.emit("Add", [t[1], _scalar(em, node, node.attr("eps"), "rms_norm_eps")], [t[2]])
+    em.emit("Sqrt", [t[2]], [t[3]])
+    em.emit("Div", [x, t[3]], [t[4]])
+    em.emit("Mul", [t[4], w], [em.out(node)])
+
+
+def _repeat_heads(em: _Emitter, x: str, shape: tuple[int, ...], group: int, hint: str) -> str:
+    """(..., Hkv, L, D) -> (..., Hkv, 1, L, D) -> expanded to `group` -> (..., Hkv*group, L, D)."""
+    lead, (hk, length, d) = shape[:-3], shape[-3:]
+    unit, wide, out = (em.tmp(f"{hint}_{s}") for s in ("unit", "wide", "rep"))
+    em.emit("Reshape", [x, em.ints((*lead, hk, 1, length, d), f"{hint}_unit_shape")], [unit])
+    em.emit("Expand", [unit, em.ints((*lead, hk, group, length, d), f"{hint}_wide_shape")],
+            [wide])
+    em.emit("Reshape", [wide, em.ints((*lead, hk * group, length, d), f"{hint}_shape")], [out])
+    return out
+
+
+@_rule("attention")
+def _attention(node: Node, em: _Emitter) -> None:
+    q_t, k_t, v_t = (em.graph.type_of(v) for v in node.inputs)
+    heads, kv_heads = q_t.shape[-3], k_t.shape[-3]
+    q, k, v = (em.inp(node, i) for i in range(3))
+    hint = f"attention_{node.id}"
+    if heads != kv_heads:
+        # Grouped-query: K/V head h serves query heads h*g .. h*g+g-1 (repeat_interleave):
+        # (..., Hkv, L, D) -> (..., Hkv, 1, L, D) -> expand to g -> (..., H, L, D).
+        group = heads // kv_heads
+        k = _repeat_heads(em, k, k_t.shape, group, f"{hint}_k")
+        v = _repeat_heads(em, v, v_t.shape, group, f"{hint}_v")
+    rank = k_t.rank
+    perm = [*range(rank - 2), rank - 1, rank - 2]
+    kt, scores, scaled, probs = (em.tmp(f"{hint}_{s}") for s in ("kT", "scores", "scaled",
+                                                                   "probs"))
+    em.emit("Transpose", [k], [kt], perm=perm)
+    em.emit("MatMul", [q, kt], [scores])
+    em.emit("Mul", [scores, _scalar(em, node, node.attr("scale"), f"{hint}_scale")], [scaled])
+    if node.attr("causal"):
+        lq, lk = q_t.shape[-2], k_t.shape[-2]
+        keep = em.initializer(em.tmp(f"{hint}_causal"),
+                              tri_mask_value({"rows": lq, "cols": lk, "diagonal": 0,
+                                              "lower": True}), DType.BOOL)
+        masked = em.tmp(f"{hint}_masked")
+        em.emit("Where", [keep, scaled, _scalar(em, node, -math.inf, f"{hint}_neg_inf")],
+                [masked])
+        scaled = masked
+    em.emit("Softmax", [scaled], [probs], axis=-1)
+    em.emit("MatMul", [probs, v], [em.out(node)])
 
 
 @_rule("batch_norm")
