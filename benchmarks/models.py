@@ -20,8 +20,10 @@ A step that fails is recorded with the exact reason (the error's first line) and
 steps that need its result are skipped. Each file runs in its own process (a crash or a
 hang costs one row, --timeout s at most). Values agree when the largest absolute
 difference is at most --tol times the largest magnitude of the expected output: float32
-weights and constants folded by torch's capture in float32 put the honest error near
-1e-7; a wrong op gives errors of order 1.
+constants folded by torch's capture (rotary tables), scalars stored as float32 weights and
+the models' own casts to float32 (RMSNorm's `.to(torch.float32)`, which rounds even in the
+float64 copy of the module) put the honest error near 1e-7; a wrong op gives errors of
+order 1.
 
 Run: `.venv/bin/python benchmarks/models.py [--families a,b] [--formats pt2,onnx]
 [--out benchmarks/results/models.json]`; the table prints at the end.

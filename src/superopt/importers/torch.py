@@ -573,6 +573,14 @@ class _Ctx:
     def where(self, cond: Any, x: Any, y: Any) -> Any:
         if not _any_live(cond, x, y):
             return self.fold(torch.where, cond, x, y)
+        if isinstance(cond, Const) and cond.tensor.numel():
+            # A known condition that picks one side everywhere (an all-true padding mask):
+            # that side, broadcast by the caller's shape check if it is the smaller.
+            keep = cond.tensor.bool()
+            side = x if bool(keep.all()) else y if not bool(keep.any()) else None
+            if _live(side) and self.dtype(side) == self._common_dtype(
+                    "where", *[b for b in (x, y) if _live(b)]):
+                return side
         live = [b for b in (x, y) if _live(b)]
         if live:
             dt = self._common_dtype("where", *live)
