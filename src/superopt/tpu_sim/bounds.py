@@ -116,6 +116,7 @@ class Space:
     deep: bool = False  # contract tap by tap (features per tap padded to 128)
     main_elems: int = 1  # padded elements of the main array (for intermediates' share)
     order: tuple[int, ...] = ()  # loop order, outermost first (default: dims in order)
+    work: float = 1.0  # MXU passes per block (`bounds_rules.MxuDims.work`)
 
     @property
     def loops(self) -> tuple[int, ...]:
@@ -171,6 +172,7 @@ def analyse(key: tuple[Any, ...], hero: int | None) -> Space:
     taps: list[int] = []
     features: list[int] = []
     deep = False
+    work = 1.0
     if hero is not None:
         hop, hattrs, htypes, hlays, hrefs = entries[hero]
         (_, wt, wl) = hrefs[1]
@@ -180,7 +182,9 @@ def analyse(key: tuple[Any, ...], hero: int | None) -> Space:
         if mxu_fn is None:
             raise ValueError(f"kernel hero {hop!r} has no MXU contraction in the "
                              f"{BOUNDS_RULES.name} table")
-        contraction, col_dim, deep = mxu_fn(dict(hattrs), htypes, hlays, wt)
+        dims_of = mxu_fn(dict(hattrs), htypes, hlays, wt)
+        contraction, col_dim, deep, work = (dims_of.contraction, dims_of.col_dim,
+                                            dims_of.deep, dims_of.work)
         for p, d in enumerate(wphys):
             if d not in contraction:
                 kernel_dims.append(None)
@@ -230,7 +234,7 @@ def analyse(key: tuple[Any, ...], hero: int | None) -> Space:
     if cols is not None:
         order = (cols, *(d for d in range(len(dims)) if d != cols))
     return Space(tuple(dims), n_output, tuple(kernel_dims), tuple(arrays), tuple(rows), cols,
-                 tuple(taps), tuple(features), deep, max(1, main_elems), order)
+                 tuple(taps), tuple(features), deep, max(1, main_elems), order, work)
 
 
 def _main_array(entries: tuple, outs: Sequence[tuple[int, int]]
@@ -433,8 +437,8 @@ def mxu_cycles(space: Space, pl: Plan, split: str, hw: Hardware) -> tuple[float,
             if kb > 1:
                 extra += count * ((min(kb, hw.mxus) - 1) * rows * nb * hw.mxu_dim
                                   / hw.vreg_elems * hw.vpu_op_cycles)
-        total += count * (cyc + hw.mxu_fill_cycles)
-    return total, extra
+        total += count * (cyc * space.work + hw.mxu_fill_cycles)
+    return total, extra * space.work
 
 
 def vmem(space: Space, pl: Plan, buffers: int, inter_bytes: float) -> float:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from superopt.ir.opdef import ELEMENTWISE, SOURCE, ops_with
+from superopt.ir.opdef import ELEMENTWISE, LAYOUT, SOURCE, ops_with
 from superopt.ir.rules import RuleTable
 from superopt.ir.types import TensorType
 from superopt.tpu_sim.layout import Layout
@@ -96,6 +96,9 @@ class MxuDims(NamedTuple):
     contraction: dict[int, str]
     col_dim: int
     deep: bool = False
+    # MXU passes per block relative to rows x columns x contraction: attention runs two
+    # products per block (scores over D, then p v over Lk), (D + Dv) / Dv of the second.
+    work: float = 1.0
 
 
 # (op attributes, result types, result layouts, weight type) -> its MXU dims
@@ -249,6 +252,37 @@ def _pool(m: Member, r: DimRelations) -> None:
         r.window((m.ins[0], s), (m.out, s), None, m.attrs["stride"][s - 2], 1)
 
 
+def _gather(m: Member, r: DimRelations) -> None:
+    """x's dims before and after `axis` follow the result's; the indices' dims are the
+    result's middle dims; x's gathered dim follows none (its rows are fetched one by one)."""
+    axis = m.attrs["axis"]
+    x_rank, i_rank = len(m.shapes[0]), len(m.shapes[1])
+    for d in range(axis):
+        r.same((m.out, d), (m.ins[0], d))
+    for j in range(i_rank):
+        r.same((m.out, axis + j), (m.ins[1], j))
+    for d in range(axis + 1, x_rank):
+        r.same((m.out, d + i_rank - 1), (m.ins[0], d))
+
+
+def _attention(m: Member, r: DimRelations) -> None:
+    """q (..., H, Lq, D), k (..., Hkv, Lk, D), v (..., Hkv, Lk, Dv) -> (..., H, Lq, Dv):
+    batch dims broadcast, heads follow the result where H == Hkv (grouped-query k/v heads
+    follow none), Lq follows q, Dv follows v; D (q with k) and Lk (k with v) are contracted."""
+    q, k, v = m.ins
+    rank, oshape = m.rank, m.oshape
+    for slot, sh in enumerate(m.shapes):
+        off = rank - len(sh)
+        for j in range(max(off, 0), rank - 2):
+            if sh[j - off] == oshape[j]:
+                r.same((m.out, j), (m.ins[slot], j - off))
+    qs, ks, vs = m.shapes
+    r.same((m.out, rank - 2), (q, len(qs) - 2))
+    r.same((m.out, rank - 1), (v, len(vs) - 1))
+    r.same((q, len(qs) - 1), (k, len(ks) - 1))
+    r.same((k, len(ks) - 2), (v, len(vs) - 2))
+
+
 def _embedding(m: Member, r: DimRelations) -> None:
     """The result's leading dims follow the ids; the table is gathered, so follows none."""
     for j in range(len(m.shapes[0])):
@@ -283,16 +317,28 @@ def _linear_mxu(attrs: dict[str, Any], types: Sequence[TensorType], lays: Sequen
     return MxuDims({1: "feature"}, _product_col(types, lays))
 
 
+def _attention_mxu(attrs: dict[str, Any], types: Sequence[TensorType], lays: Sequence[Layout],
+                   wt: TensorType) -> MxuDims:
+    # The "weight" is k (..., Hkv, Lk, D): its Lk is the contraction of p v, whose columns
+    # are Dv; the score product over D (not a space dim: q and k blocks hold D whole) adds
+    # pad(D) / pad(Dv) of that work.
+    d = wt.shape[-1]
+    dv = types[0].shape[-1]
+    pad = lambda x: -(-max(x, 1) // 128) * 128  # noqa: E731
+    return MxuDims({wt.rank - 2: "feature"}, _product_col(types, lays),
+                   work=(pad(d) + pad(dv)) / pad(dv))
+
+
 # ---- the table ------------------------------------------------------------------------------
 
 for _name in ops_with(SOURCE):
     BOUNDS_RULES.register(_name, BoundsRule(_nothing))
 for _name in ops_with(ELEMENTWISE):
     BOUNDS_RULES.register(_name, BoundsRule(_every_operand))
-# Not element-wise, but each operand has the output's shape (or broadcasts to it).
-for _name in ("copy", "layout", "softmax", "lrn"):
+# Not element-wise, but each operand has the output's shape (or broadcasts to it: expand).
+for _name in (*ops_with(LAYOUT), "softmax", "lrn", "expand"):
     BOUNDS_RULES.register(_name, BoundsRule(_every_operand))
-for _name in ("batch_norm", "layer_norm"):
+for _name in ("batch_norm", "layer_norm", "rms_norm"):
     BOUNDS_RULES.register(_name, BoundsRule(_data_operand))
 for _name in ("pad", "concat", "enlarge"):
     BOUNDS_RULES.register(_name, BoundsRule(_positional))
@@ -300,7 +346,7 @@ BOUNDS_RULES.register("slice", BoundsRule(_positional, reads_operands_whole=Fals
 BOUNDS_RULES.register("split", BoundsRule(_split))
 BOUNDS_RULES.register("transpose", BoundsRule(_transpose))
 BOUNDS_RULES.register("reshape", BoundsRule(_reshape))
-for _name in ("reduce_sum", "reduce_mean"):
+for _name in ("reduce_sum", "reduce_mean", "reduce_max"):
     BOUNDS_RULES.register(_name, BoundsRule(_reduce))
 for _name in ("pool2d_avg", "pool2d_max"):
     BOUNDS_RULES.register(_name, BoundsRule(_pool))
@@ -308,3 +354,5 @@ BOUNDS_RULES.register("conv2d", BoundsRule(_conv2d, mxu=_conv2d_mxu))
 BOUNDS_RULES.register("matmul", BoundsRule(_matmul, mxu=_matmul_mxu))
 BOUNDS_RULES.register("linear", BoundsRule(_linear, mxu=_linear_mxu))
 BOUNDS_RULES.register("embedding", BoundsRule(_embedding, reads_operands_whole=False))
+BOUNDS_RULES.register("gather", BoundsRule(_gather, reads_operands_whole=False))
+BOUNDS_RULES.register("attention", BoundsRule(_attention, mxu=_attention_mxu))

@@ -61,7 +61,6 @@ from superopt.tpu_sim.op_costs import (
     Gemm,
     OpCost,
     OpView,
-    batch_in_lanes,
     is_reduction_op,
     op_flops,
     op_rule,
@@ -93,6 +92,7 @@ class KernelStats:
     transposing: bool
     reduction: bool
     hero: int | None = None  # the member whose product runs on the MXU
+    dma_runs: float = 0.0  # the members' own DMAs (gathered rows), each a contiguous run
 
     @property
     def in_bytes(self) -> float:
@@ -126,15 +126,15 @@ def kernel_stats(sig: Signature, hw: Hardware) -> KernelStats:
         if c.gemm is not None and gemm is None:
             gemm, hero = c.gemm, i
 
-    # Which side of the MXU op each member feeds: lhs, rhs, or the epilogue ("stream"). A
-    # conv computed transposed (batch in the result's lanes) streams its weights as rows and
-    # keeps its input stationary: the roles swap.
+    # Which side of the MXU op each member feeds: lhs, rhs, or the epilogue ("stream"), as
+    # the hero's cost entry says (`OpRule.roles`: a conv computed transposed swaps them,
+    # attention's key and value are both re-read per query block).
     side = ["stream"] * n_members
-    slots = ((0, "lhs"), (1, "rhs"))
-    if hero >= 0 and entries[hero][0] == "conv2d" and batch_in_lanes(
-            entries[hero][2][0], entries[hero][3][0], dict(entries[hero][1])["groups"]):
-        slots = ((0, "rhs"), (1, "lhs"))
+    slots: tuple[tuple[int, str], ...] = ()
     if hero >= 0:
+        hop, hattrs, htypes, hlays, _ = entries[hero]
+        roles = op_rule(hop).roles
+        slots = tuple(enumerate(roles(dict(hattrs), htypes, hlays))) if roles else ()
         for slot, name in slots:
             ref = entries[hero][4][slot][0]
             if ref[0] == "m":
@@ -160,7 +160,7 @@ def kernel_stats(sig: Signature, hw: Hardware) -> KernelStats:
                 read[j] = None
             elif read[j] is not None:
                 read[j] = (read[j] or 0.0) + part
-            here = dict(slots)[slot] if i == hero and slot < 2 else side[i]
+            here = dict(slots).get(slot, side[i]) if i == hero else side[i]
             if rank[here] < rank[role[j]]:
                 role[j] = here
     by_role = {"lhs": 0.0, "rhs": 0.0, "stream": 0.0}
@@ -207,7 +207,7 @@ def kernel_stats(sig: Signature, hw: Hardware) -> KernelStats:
         rows=max(1, rows), row_tile=row_tile, n_inputs=len(ext_desc), n_outputs=len(outs),
         live_vregs=_peak_live(entries), loop_vregs=loop,
         transposing=transposing, reduction=any(is_reduction_op(op) for op in ops),
-        hero=hero if hero >= 0 else None)
+        hero=hero if hero >= 0 else None, dma_runs=sum(c.dma_runs for c in costs))
 
 
 def _peak_live(entries: tuple) -> int:
@@ -492,6 +492,8 @@ def _assemble(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware, steps:
                   + stats.loop_vregs / flags.unroll * hw.loop_overhead_cycles)
     vector = vec_cycles / clock
     compute = max(mxu, vector)
+    if stats.dma_runs:  # each gathered row is a run of its own: the per-run DMA cost
+        dma_in += stats.dma_runs * hw.dma_half_bytes / (hw.hbm_bytes_per_s * hw.hbm_efficiency)
     memory = dma_in + dma_out
     c, i, o = compute / steps, dma_in / steps, dma_out / steps
     if flags.double_buffer:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from superopt.ir.graph import Node
-from superopt.ir.opdef import SOURCE, ops_with
+from superopt.ir.opdef import ELEMENTWISE, SOURCE, ops_with
 from superopt.ir.rules import RuleTable
 from superopt.ir.types import TensorType
 from superopt.tpu_sim.layout import (
@@ -118,8 +118,11 @@ def _largest_operand_default(node: Node, ts: Types, ins: tuple[MaybeLayout, ...]
 
 
 _ELEMENTWISE = LayoutRule(_largest_operand_default, _follow_operands)
-for _op in ("ewadd", "ewmul", "smul", "relu", "sigmoid", "tanh", "gelu", "batch_norm",
-            "pool2d_avg", "pool2d_max", "lrn", "softmax", "layer_norm", "copy"):
+# Every element-wise op (by trait, so a new one needs no row), and the ops whose operands
+# have the output's shape or broadcast to it: norms (their per-feature vectors are rank 1
+# or follow), pools, softmax, copy, and expand (its input broadcasts to the output).
+for _op in (*ops_with(ELEMENTWISE), "batch_norm", "pool2d_avg", "pool2d_max", "lrn",
+            "softmax", "layer_norm", "rms_norm", "copy", "expand"):
     LAYOUT_RULES.register(_op, _ELEMENTWISE)
 
 
@@ -165,6 +168,12 @@ def _linear_operands(node: Node, ts: Types, outs: tuple[Layout, ...],
 LAYOUT_RULES.register("linear", LayoutRule(
     lambda node, ts, ins: (row_major(node.type.rank),), _linear_operands))
 
+# Attention streams q, k and v as matrices (heads and batch major): like matmul operands,
+# each keeps its two minor dims minor-most in either order (the kernel pays an XLU
+# transpose for the other one) and is copied to row-major otherwise.
+LAYOUT_RULES.register("attention", LayoutRule(
+    lambda node, ts, ins: (row_major(node.type.rank),), _matmul_operands))
+
 
 def _conv_operands(node: Node, ts: Types, outs: tuple[Layout, ...],
                    ins: tuple[MaybeLayout, ...]) -> tuple[MaybeLayout, ...]:
@@ -191,8 +200,8 @@ def _reduce_default(node: Node, ts: Types, ins: tuple[MaybeLayout, ...]) -> tupl
 
 
 _REDUCE = LayoutRule(_reduce_default, lambda node, ts, outs, ins: (None,))
-LAYOUT_RULES.register("reduce_sum", _REDUCE)
-LAYOUT_RULES.register("reduce_mean", _REDUCE)
+for _op in ("reduce_sum", "reduce_mean", "reduce_max"):
+    LAYOUT_RULES.register(_op, _REDUCE)
 
 
 # ---- transpose and reshape: bitcasts where the layouts allow -----------------------------
@@ -230,4 +239,11 @@ LAYOUT_RULES.register("layout", LayoutRule(
 LAYOUT_RULES.register("embedding", LayoutRule(
     default=lambda node, ts, ins: (row_major(node.type.rank),),
     operands=lambda node, ts, outs, ins: (None, row_major(2)),
+))
+
+# A gather fetches rows of x: x row-major keeps each gathered slice contiguous (as an
+# embedding's table); the indices are read in any layout.
+LAYOUT_RULES.register("gather", LayoutRule(
+    default=lambda node, ts, ins: (row_major(node.type.rank),),
+    operands=lambda node, ts, outs, ins: (row_major(ts[0].rank), None),
 ))

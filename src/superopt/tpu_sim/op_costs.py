@@ -44,14 +44,15 @@ from functools import cache
 
 from superopt.ir.analysis import COUNTS
 from superopt.ir.graph import Node
-from superopt.ir.opdef import OPS, REDUCTION, SOURCE, get_op
+from superopt.ir.opdef import ELEMENTWISE, OPS, REDUCTION, SOURCE, TRANSCENDENTAL, get_op, ops_with
 from superopt.ir.rules import RuleTable
-from superopt.ir.types import TensorType
+from superopt.ir.types import DType, TensorType
 from superopt.tpu_sim.hardware import Hardware
 from superopt.tpu_sim.layout import (
     Layout,
     padded_bytes,
     permute_layout,
+    row_major,
     sublane_tile,
     vregs,
 )
@@ -98,6 +99,9 @@ class OpCost:
     gemm: Gemm | None = None
     reads: tuple[float | None, ...] = ()
     transposing: bool = False  # moves data across lanes or sublanes (layout change)
+    # Separate DMA transfers the op issues besides the kernel's streamed blocks: a gather
+    # fetches each selected row by itself, each paying the per-run DMA cost.
+    dma_runs: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +138,10 @@ class OpView:
 
 
 CostRule = Callable[[OpView], OpCost]
+# (attributes, result types, result layouts) -> the role of each operand slot of an MXU op
+# ("lhs": streamed rows, "rhs": the stationary operand re-read per row block); slots past
+# the tuple feed the epilogue ("stream").
+RolesFn = Callable[[dict, tuple[TensorType, ...], tuple[Layout, ...]], tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,13 +156,22 @@ class OpRule:
     # The IR's REDUCTION trait (set by `_register`): a transposing producer is not fused
     # into a reduction.
     reduction: bool = False
+    # An MXU op's operand roles (`RolesFn`); None for vector ops.
+    roles: RolesFn | None = None
 
 
 COST_RULES: RuleTable[OpRule] = RuleTable("tpu_cost")
 
 
-def _register(op: str, cost: CostRule, *, mxu: bool = False, cheap: bool = False) -> None:
-    COST_RULES.register(op, OpRule(cost, mxu, cheap, get_op(op).has(REDUCTION)))
+def _lhs_rhs(attrs: dict, types: tuple[TensorType, ...], layouts: tuple[Layout, ...]
+             ) -> tuple[str, ...]:
+    return ("lhs", "rhs")
+
+
+def _register(op: str, cost: CostRule, *, mxu: bool = False, cheap: bool = False,
+              roles: RolesFn | None = None) -> None:
+    COST_RULES.register(op, OpRule(cost, mxu, cheap, get_op(op).has(REDUCTION),
+                                   (roles or _lhs_rhs) if mxu else None))
 
 
 @cache
@@ -164,7 +181,7 @@ def op_rule(op: str) -> OpRule:
 
 
 def is_mxu_op(op: str) -> bool:
-    """Whether `op` runs on the MXU (matmul, conv2d, linear): a kernel's hero."""
+    """Whether `op` runs on the MXU (matmul, conv2d, linear, attention): a kernel's hero."""
     return op_rule(op).mxu
 
 
@@ -289,16 +306,39 @@ def _conv(v: OpView) -> OpCost:
     return OpCost(cycles, gemm)
 
 
-_register("conv2d", _conv, mxu=True)
+def _conv_roles(attrs: dict, types: tuple[TensorType, ...], layouts: tuple[Layout, ...]
+               ) -> tuple[str, ...]:
+    # Computed transposed (batch in the result's lanes), a conv streams its weights as rows
+    # and keeps its input stationary: the roles swap.
+    if batch_in_lanes(types[0], layouts[0], attrs["groups"]):
+        return ("rhs", "lhs")
+    return ("lhs", "rhs")
+
+
+_register("conv2d", _conv, mxu=True, roles=_conv_roles)
 
 
 def _unary(arith: float, trans: float) -> CostRule:
     return lambda v: OpCost(v.vout() * (arith * v.op + trans * v.tr))
 
 
-for _op, _a, _t, _cheap in (("ewadd", 1, 0, True), ("ewmul", 1, 0, True),
-                           ("smul", 1, 0, True), ("relu", 1, 0, True), ("sigmoid", 2, 2, False),
-                           ("tanh", 1, 1, False), ("batch_norm", 2, 0, True),
+# Element-wise ops whose work is not the trait default below, in (VPU ops, EUP
+# transcendentals) per output vreg, with where the count comes from:
+# - sigmoid 1 / (1 + exp(-x)): negate and add on the VPU, exp and reciprocal on the EUP.
+# - silu x * sigmoid(x): sigmoid's work and one multiply.
+# - sqrt: x * rsqrt(x) (the EUP has rsqrt; XLA's TPU backend expands sqrt this way).
+# - div a / b: a * reciprocal(b), the reciprocal on the EUP.
+# - erf: no EUP instruction; XLA expands f32 erf into a clamp to [-4, 4] and a rational
+#   function of x^2 with 7 numerator and 5 denominator coefficients (ErfImpl32): 2 (clamp)
+#   + 1 (x^2) + 12 + 8 (Horner) + 1 (times x) VPU ops and a division (as div: 2 + 1).
+# - sin, cos: no EUP instruction; a Cody-Waite range reduction (x - k * 2pi in two parts:
+#   scale, round, two multiply-subtracts = 4) and a degree-11 odd (sin) / degree-10 even
+#   (cos) polynomial in x^2 (1 + 12 Horner + 1) = 18 VPU ops, as a libm-style expansion.
+# - batch_norm: scale and shift (folded); copy: one load and store.
+for _op, _a, _t, _cheap in (("sigmoid", 2, 2, False), ("silu", 3, 2, False),
+                           ("sqrt", 2, 1, False), ("div", 2, 1, False),
+                           ("erf", 26, 1, False), ("sin", 18, 0, False),
+                           ("cos", 18, 0, False), ("batch_norm", 2, 0, True),
                            ("copy", 1, 0, True)):
     _register(_op, _unary(_a, _t), cheap=_cheap)
 
@@ -309,6 +349,49 @@ def _gelu(v: OpView) -> OpCost:
 
 
 _register("gelu", _gelu)
+
+
+def pow_work(exponent: float) -> tuple[int, int]:
+    """(VPU ops, EUP transcendentals) per element of x ** exponent for a constant exponent.
+
+    An integer exponent is square-and-multiply (floor(log2 |e|) squarings and one multiply
+    per further set bit; x**2 is one multiply) and a negative one adds a reciprocal; +-0.5
+    are sqrt and rsqrt; any other exponent is exp(e * log(x)) (log, multiply, exp: three
+    ops and two transcendentals; log gives the NaN below 0).
+    """
+    e = float(exponent)
+    if e in (0.0, 1.0):
+        return 1, 0  # a constant or a copy
+    if e == 0.5:
+        return 2, 1
+    if e == -0.5:
+        return 1, 1
+    if e.is_integer() and abs(e) <= 2 ** 31:
+        n = int(abs(e))
+        muls = max(1, n.bit_length() - 1 + bin(n).count("1") - 1)
+        return (muls + 1, 1) if e < 0 else (muls, 0)
+    return 3, 2
+
+
+def _pow(v: OpView) -> OpCost:
+    arith, trans = pow_work(v.node.attr("exponent"))
+    return OpCost(v.vout() * (arith * v.op + trans * v.tr))
+
+
+_register("pow", _pow)
+
+# Every other element-wise op, from its traits (so a new one needs no row here): a
+# TRANSCENDENTAL op is one EUP push plus one VPU op to issue it and collect its result
+# (exp, log, rsqrt, reciprocal and tanh are EUP instructions on TPUs: Norrie et al., IEEE
+# Micro 2021, the "extended unary pipeline"); any other is one VPU op per vreg and cheap
+# enough to duplicate: add, sub, mul, neg, max/min, relu, comparisons (a compare writes a
+# mask), where (a select) and casts (one convert).
+for _op in ops_with(ELEMENTWISE):
+    if _op not in COST_RULES:
+        if get_op(_op).has(TRANSCENDENTAL):
+            _register(_op, _unary(1, 1))
+        else:
+            _register(_op, _unary(1, 0), cheap=True)
 
 
 def _lane_sublane(layout: Layout) -> tuple[int | None, int | None]:
@@ -337,6 +420,7 @@ def _reduce(v: OpView) -> OpCost:
 
 _register("reduce_sum", _reduce)
 _register("reduce_mean", _reduce)
+_register("reduce_max", _reduce)  # a max is a vector op like an add, lane reduce on the XLU
 
 
 def _softmax(v: OpView) -> OpCost:
@@ -352,8 +436,66 @@ def _layer_norm(v: OpView) -> OpCost:
     return OpCost(cycles)
 
 
+def _rms_norm(v: OpView) -> OpCost:
+    axes = range(v.node.attr("axis"), v.ins[0].rank)
+    # One fused reduction (square and sum), then per output pass rsqrt of the mean (EUP),
+    # normalise and weight: 3 ops and a transcendental -- half a layer_norm's passes.
+    cycles = _reduction_cycles(v, axes, 1) + v.vout() * (3 * v.op + v.tr)
+    return OpCost(cycles)
+
+
 _register("softmax", _softmax)
 _register("layer_norm", _layer_norm)
+_register("rms_norm", _rms_norm)
+
+
+# ---- attention: one fused flash-style kernel ----------------------------------------------
+
+def attention_gemm(q: TensorType, k: TensorType, v: TensorType) -> Gemm:
+    """Attention's MXU work as one product per (batch, head): rows Lq, columns Lk, and a
+    contraction of D (the scores q k^T: Lq x Lk x D) plus Dv (the weighted sum p v:
+    Lq x Dv x Lk), each padded to 128 as its own product pads it. 2 x Lq x Lk x (D + Dv)
+    useful FLOPs, the two matmuls'; the Lq x Lk scores stay on chip."""
+    count = math.prod(q.shape[:-2])
+    d, dv = q.shape[-1], v.shape[-1]
+    return Gemm(count, q.shape[-2], k.shape[-2], d + dv,
+                round_up(max(d, 1), 128) + round_up(max(dv, 1), 128))
+
+
+def _attention(v: OpView) -> OpCost:
+    """Flash attention (Dao et al. 2022) as one kernel: per block of queries it streams the
+    key/value blocks, computes scores on the MXU, an online softmax on the vector unit and
+    accumulates p v on the MXU; the scores are never written to HBM.
+
+    Vector work per vreg of scores (f32, Lk in lanes): scale (1 op), running row max (1 op +
+    an XLU lane reduce), subtract (1), exp (1 op + 1 EUP), row sum (1 + XLU); a causal mask
+    adds an iota compare and a select (2 ops) -- masked blocks are computed and discarded,
+    as XLA's fused attention does (Pallas' splash attention skips them). Per output vreg:
+    rescale the accumulator, reciprocal of the row sum (EUP) and normalise (3 ops + 1 EUP).
+    GQA: each key/value head serves H/Hkv query heads; the MXU work is per query head.
+    """
+    q, k, val = v.ins
+    gemm = attention_gemm(q, k, val)
+    scores = TensorType((*q.shape[:-1], k.shape[-2]), DType.F32)
+    per_score = (5 + (2 if v.node.attr("causal") else 0)) * v.op + 2 * v.xl + v.tr
+    cycles = vregs(scores, row_major(scores.rank)) * per_score + v.vout() * (3 * v.op + v.tr)
+    # q, k and v stream with their head dim minor (the MXU loads the stationary k block
+    # transposed), the result is written Dv-minor; any other minor dim is an XLU transpose.
+    for i, t in enumerate(v.ins):
+        if v.in_layouts[i][0] != t.rank - 1:
+            cycles += v.vin(i) * v.xl
+    if v.out_layouts[0][0] != v.out.rank - 1:
+        cycles += v.vout() * v.xl
+    return OpCost(cycles, gemm)
+
+
+def _attention_roles(attrs: dict, types: tuple[TensorType, ...], layouts: tuple[Layout, ...]
+                     ) -> tuple[str, ...]:
+    # Query blocks stream as rows; key and value blocks are re-read for every query block.
+    return ("lhs", "rhs", "rhs")
+
+
+_register("attention", _attention, mxu=True, roles=_attention_roles)
 
 
 def _pool(v: OpView) -> OpCost:
@@ -478,6 +620,36 @@ def _embedding(v: OpView) -> OpCost:
     return OpCost(v.vout() * 2 * v.op, reads=(None, reads))
 
 
+def _expand(v: OpView) -> OpCost:
+    # A broadcast writes every output element once (a sublane or lane broadcast of the
+    # input vreg, then a store): one op per output pass; the input is read once.
+    return OpCost(v.vout() * v.op)
+
+
+def _gather(v: OpView) -> OpCost:
+    """Row gathers (ONNX Gather, index_select): each selected slice of x along `axis` is
+    one DMA (`dma_runs`), memory-bound. Slices along a major or the sublane dim are rows
+    of tiles, read at their own size (as an embedding reads a table row); gathering along
+    the lane dim picks single elements out of every tile, so it reads x whole and permutes
+    across lanes (XLU) per output pass."""
+    x, idx = v.ins
+    axis = v.node.attr("axis")
+    layout = v.in_layouts[0]
+    lane, sub = _lane_sublane(layout)
+    cycles = v.vout() * 2 * v.op  # index arithmetic and the store, as embedding
+    if axis == lane:
+        return OpCost(cycles + v.vout() * v.xl, reads=(None, None))
+    outer = math.prod(x.shape[:axis])
+    rows = outer * idx.size
+    one = TensorType(tuple(1 if d <= axis else s for d, s in enumerate(x.shape)), x.dtype)
+    row_bytes = padded_bytes(one, layout) / (sublane_tile(x.dtype.itemsize) if axis == sub
+                                             else 1)
+    reads = min(padded_bytes(x, layout), rows * row_bytes)
+    return OpCost(cycles, reads=(reads, None), dma_runs=float(rows))
+
+
+_register("expand", _expand, cheap=True)
+_register("gather", _gather)
 _register("concat", _concat, cheap=True)
 _register("split", _split, cheap=True)
 _register("slice", _slice, cheap=True)

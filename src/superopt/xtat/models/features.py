@@ -7,7 +7,8 @@ the simulator's compile-time analysis only (`KernelCosts.stats`, the tile's grid
 `Bounds` plan): work (FLOPs, padded MXU FLOPs, vector cycles), bytes by operand role,
 padded GEMM dims, op counts by kind, the tile (dims, steps, bytes moved with re-reads,
 transfer count and size, the tile buffers' VMEM), the flags, and the default compiler's
-analytical estimate. Nothing here reads the simulated time (`KernelCosts.cost`), so a
+analytical estimate. Op kinds (`op_kind`) come from the op registry's traits and the
+simulator's cost table, so a new op is counted without an edit here. Nothing here reads the simulated time (`KernelCosts.cost`), so a
 model learns the time model from measurements only. Counts enter as log2(1 + x), which
 is what a tree splits on and keeps a network's inputs in a few units.
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -93,11 +94,29 @@ FEATURES = STAT_FEATURES + TILE_FEATURES + FLAG_FEATURES + EXTRA_FEATURES
 # models learn the measured time relative to it.
 ANALYTICAL = FEATURES.index("analytical_s")
 
-_MXU_OPS = frozenset({"conv2d", "matmul", "batch_matmul", "dense", "linear", "einsum"})
-_LAYOUT_OPS = frozenset({"layout", "transpose", "reshape", "copy", "concat", "slice", "pad"})
-_REDUCE_OPS = frozenset({"reduce_sum", "reduce_mean", "reduce_max", "softmax", "pool2d",
-                         "max_pool2d", "avg_pool2d", "global_avg_pool", "layer_norm",
-                         "batch_norm"})
+
+
+@cache
+def op_kind(op: str) -> str:
+    """The op-count column an op falls in, from the registry's traits and the cost table:
+    "mxu" (the cost table's MXU ops: conv2d, matmul, linear, attention), "layout" (the
+    MOVEMENT trait: transposes, reshapes, copies, concat/split/slice/pad, expand...),
+    "reduce" (the REDUCTION trait, and window reductions: ops with a `kernel` window
+    attribute, the pools), else "other". An op this version does not know is "other"."""
+    from superopt.ir.opdef import MOVEMENT, OPS, REDUCTION
+    from superopt.tpu_sim.op_costs import COST_RULES, is_mxu_op
+
+    opdef = OPS.get(op)
+    if opdef is None:
+        return "other"
+    if COST_RULES.supports(op) and is_mxu_op(op):
+        return "mxu"
+    if opdef.has(MOVEMENT):
+        return "layout"
+    if opdef.has(REDUCTION) or any(a.name == "kernel" for a in opdef.attrs):
+        return "reduce"
+    return "other"
+
 
 # Per node of the op graph: these numeric columns next to the opcode's embedding.
 NODE_FEATURES = ("out_elems", "rank", "last_dim", "second_dim", "itemsize", "row_major",
@@ -142,9 +161,8 @@ class Featurizer:
             return got
         s = self.kc.stats(sig)
         g = s.gemm
-        mxu = sum(op in _MXU_OPS for op in s.ops)
-        lay = sum(op in _LAYOUT_OPS for op in s.ops)
-        red = sum(op in _REDUCE_OPS for op in s.ops)
+        kinds = [op_kind(op) for op in s.ops]
+        mxu, lay, red = kinds.count("mxu"), kinds.count("layout"), kinds.count("reduce")
         got = [_lg(s.flops), _lg(g.padded_flops if g else 0), _lg(s.vector_cycles),
                _lg(s.lhs_bytes), _lg(s.rhs_bytes), _lg(s.stream_bytes), _lg(s.out_bytes),
                _lg(s.lhs_inter + s.stream_inter), _lg(s.rows), float(s.n_ops),
@@ -330,4 +348,4 @@ def _split_occupancy(split: str, rows: int, nb: int, kb: int, mxus: int, mxu_dim
 
 
 __all__ = ["ANALYTICAL", "EXTRA_FEATURES", "FEATURES", "NODE_FEATURES", "TASKS", "Featurizer",
-           "KernelSample", "op_vocab", "schema"]
+           "KernelSample", "op_kind", "op_vocab", "schema"]

@@ -1,6 +1,6 @@
 """The layout pass: a minor-to-major order for the outputs of the ops whose layout matters
-most (convolutions, matrix products, reshapes and transposes); every other value follows
-its operands as the default compiler propagates it, and a `layout` copy is inserted
+most (convolutions, matrix products, attention, reshapes and transposes); every other value
+follows its operands as the default compiler propagates it, and a `layout` copy is inserted
 wherever a consumer needs another layout (`Simulator.lay_out`).
 
 Which ops get layout sites, and which orders they are offered, is the per-op table
@@ -24,6 +24,7 @@ from superopt.ir.passes import compose
 from superopt.ir.rules import RuleTable
 from superopt.tpu_sim import Simulator, row_major
 from superopt.tpu_sim.layout import padded_bytes
+from superopt.tpu_sim.op_costs import is_mxu_op
 from superopt.xtat.passes.base import PassResult, TunablePass
 from superopt.xtat.space import PassConfig, Site, digest
 from superopt.xtat.stage import Stage
@@ -48,7 +49,9 @@ def _minor_orders(node: Node) -> tuple[Layout, ...]:
     return tuple(out)
 
 
-for _op in ("conv2d", "matmul", "linear", "reshape", "transpose"):
+# The MXU ops (conv2d, matmul, linear, attention: the cost table's fact) and the two
+# movement ops whose layout decides whether they are bitcasts.
+for _op in (*(o for o in sorted(OPS) if is_mxu_op(o)), "reshape", "transpose"):
     LAYOUT_OPTIONS.register(_op, _minor_orders)
 for _op in sorted(OPS):
     if _op not in LAYOUT_OPTIONS:
