@@ -67,7 +67,7 @@ def test_tpu_cost_entries_carry_op_facts() -> None:
         assert all(isinstance(x, bool) for x in (rule.mxu, rule.cheap, rule.reduction)), name
         assert rule.reduction == op.has(REDUCTION), name
         assert not (rule.mxu and rule.cheap), f"{name}: an MXU op is never duplicated"
-    assert sorted(n for n in OPS if op_rule(n).mxu) == ["conv2d", "linear", "matmul"]
+    assert sorted(n for n in OPS if op_rule(n).mxu) == ["attention", "conv2d", "linear", "matmul"]
 
 
 def test_tpu_bounds_mxu_ops_carry_their_contraction() -> None:
