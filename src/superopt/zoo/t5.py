@@ -11,7 +11,8 @@ whole encoder-decoder model, 60,506,624, is the paper's "60M").
 The relative position bucket of each (query i, key j) pair is computed in the graph from
 `iota`, as transformers' `_relative_position_bucket` computes it: n = j - i; half the
 buckets for n > 0; |n| < 8 is its own bucket; larger distances go to
-8 + trunc(log(|n| / 8) / log(128 / 8) * 8), capped at 15. The bias is a `gather` of the
+8 + trunc(log(|n| / 8) / log(128 / 8) * 8), capped at 15 (bucket 16, the first of the
+positive half, is never used: n = 0 falls in bucket 0). The bias is a `gather` of the
 (32, heads) table on that bucket index. Attention is decomposed (matmul, add bias,
 softmax, matmul) because the `attention` op has no bias input.
 """
@@ -57,6 +58,10 @@ def relative_buckets(net: Net, seq: int, buckets: int, max_distance: int) -> Val
     scaled = b.smul(b.log(b.smul(b.maximum(dist, scalar(net, "t5.exact", float(exact))),
                                  scalar(net, "t5.inv_exact", 1.0 / exact))),
                     scalar(net, "t5.log_scale", (half - exact) / math.log(max_distance / exact)))
+    # At distances 16, 32, 64 the exact value is an integer that float64 rounds to just
+    # below it (1.9999999999999998); a nudge far smaller than the gap of any other
+    # integer distance to the next integer (> 1e-3) truncates it as the real number would.
+    scaled = b.ewadd(scaled, scalar(net, "t5.round_nudge", 1e-6))
     large = b.ewadd(b.cast(b.cast(scaled, to="i64"), to="f32"), scalar(net, "t5.exact_base",
                                                                        float(exact)))
     large = b.minimum(large, scalar(net, "t5.last_bucket", float(half - 1)))
