@@ -21,7 +21,11 @@ movement ops, applying element by element) still hold. The definitions:
 - lrn: x * L(sum of squares over the channel window), L pseudo-random.
 - embedding: table[ids] (ids are plain integers, not residues).
 - neg, sub, expand, gather: exact (linear or movement); gather's indices are plain ints.
-- exp(x) = 7^x, so exp(a + b) = exp(a) * exp(b) holds exactly (softmax uses the same 7^x).
+- exp(x) = 7^c(x) (the centred value as exponent, taken mod p - 1, the order of 7), so
+  exp(a + b) = exp(a) * exp(b) and exp(-x) = 1 / exp(x) hold exactly whenever c(a) + c(b)
+  does not wrap around p (no map from residues under + to residues under * can make it
+  hold always: the two groups have coprime orders p and p - 1); softmax and attention use
+  the same exp.
 - recip(x) = x^(p-2) (the inverse mod p, 0 for 0) and div(a, b) = a * recip(b), so
   div(x, y) = x * recip(y) holds exactly; pow with a non-negative integer exponent is the
   exact power, with a negative one the power of the inverse.
@@ -63,6 +67,11 @@ TABLE: RuleTable[ModPRule] = RuleTable("modp", needs=lambda op: not op.named_sou
 INV2 = modp_inv(2)
 SALT_TANH, SALT_ERF, SALT_ERF_TANH, SALT_RSQRT, SALT_LRN = 1, 2, 3, 4, 5
 SALT_LOG, SALT_SQRT, SALT_ERF1, SALT_SIN, SALT_COS, SALT_POW = 6, 7, 8, 9, 10, 11
+
+
+def exp7(x: Arr) -> Arr:
+    """7 ** c(x) mod p: the exponential of the centred value (negative: the inverse)."""
+    return pow_mod(7, centred(x) % (P - 1))
 
 
 def pow_mod(base: Arr | int, exp: Arr) -> Arr:
@@ -185,7 +194,7 @@ def _mean(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ...]:
 
 @_reg("softmax")
 def _softmax(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ...]:
-    e = pow_mod(7, xs[0])
+    e = exp7(xs[0])
     s = _sum(e, (a["axis"],), True)
     return (e * pow_mod(s, np.full_like(s, P - 2)) % P,)
 
@@ -290,7 +299,7 @@ def _cast(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ...]:
 TABLE.register("cast", _cast)
 TABLE.register("neg", lambda xs, a, n: ((-xs[0]) % P,))
 TABLE.register("sub", lambda xs, a, n: ((xs[0] - xs[1]) % P,))
-TABLE.register("exp", lambda xs, a, n: (pow_mod(7, xs[0]),))
+TABLE.register("exp", lambda xs, a, n: (exp7(xs[0]),))
 TABLE.register("log", lambda xs, a, n: (mix(xs[0], SALT_LOG),))
 TABLE.register("sqrt", lambda xs, a, n: (sqrt(xs[0]),))
 TABLE.register("rsqrt", lambda xs, a, n: (rsqrt(xs[0]),))
@@ -348,7 +357,7 @@ def _attention(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ..
     if group > 1:
         k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
     s = kernels.modp_matmul(q, np.swapaxes(k, -1, -2)) * scalar_residue(a["scale"]) % P
-    e = pow_mod(7, s)
+    e = exp7(s)
     if a["causal"]:
         e = e * np.tril(np.ones(e.shape[-2:], dtype=np.int64)) % P
     total = _sum(e, (e.ndim - 1,), True)
