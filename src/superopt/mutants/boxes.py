@@ -35,7 +35,7 @@ from superopt.ir import kernels
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, GraphBuilder, Node, Value
 from superopt.ir.kernels import P, modp_inv
-from superopt.ir.opdef import get_op
+from superopt.ir.opdef import NONLINEAR, SOURCE, get_op, ops_with
 from superopt.ir.ops.pool import avg_divisor, pool_geometry
 from superopt.ir.rules import RuleTable
 from superopt.ir.types import TensorType
@@ -465,6 +465,19 @@ def _smul_restrict(b: GraphBuilder, n: Node, ins: tuple[TensorType, ...], k: int
 
 TABLE.register("smul", BoxRule(lambda n, ins, gs: (gs[0],), _smul_points, _smul_restrict))
 
+# Subtraction is a sum with a negated term; negation is linear: both keep their operands'
+# cells (under numpy broadcasting) and apply element by element.
+TABLE.register("sub", BoxRule(_ew_cuts, _ew_points(lambda a, c: (a - c) % P), _ew_restrict))
+
+
+def _neg_points(n: Node, ins: tuple[TensorType, ...], k: int, flat: np.ndarray) -> PointPlan:
+    return PointPlan((flat,), lambda vs: (-vs[0]) % P)
+
+
+TABLE.register("neg", BoxRule(lambda n, ins, gs: (gs[0],), _neg_points,
+                              lambda b, n, ins, k, region, sub: b.add(
+                                  "neg", (sub(0, region),), n.a)[0]))
+
 
 # ---- movement ------------------------------------------------------------------------
 
@@ -506,6 +519,22 @@ def _transpose_restrict(b: GraphBuilder, n: Node, ins: tuple[TensorType, ...], k
 
 
 TABLE.register("transpose", BoxRule(_transpose_cuts, _transpose_points, _transpose_restrict))
+
+
+def _expand_points(n: Node, ins: tuple[TensorType, ...], k: int, flat: np.ndarray) -> PointPlan:
+    out = n.type.shape
+    return _same((_ew_index(ins[0], unravel(flat, out), len(out)),))
+
+
+def _expand_restrict(b: GraphBuilder, n: Node, ins: tuple[TensorType, ...], k: int,
+                     region: Region, sub: Sub) -> Value | None:
+    xv = sub(0, tuple(_broadcast_region(ins[0], len(n.type.shape), region)))
+    return b.add("expand", (xv,), {"shape": region_shape(region)})[0]
+
+
+# A broadcast: each output element is the input element its position maps to (broadcast
+# dims read index 0), so the input's cuts carry over on the dims it does not broadcast.
+TABLE.register("expand", BoxRule(_ew_cuts, _expand_points, _expand_restrict))
 
 
 def reshape_groups(a: Sequence[int], c: Sequence[int]) -> list[tuple[list[int], list[int]]]:
@@ -862,10 +891,19 @@ TABLE.register("reduce_mean", BoxRule(_reduce_cuts, _reduce_points, _reduce_rest
 
 # ---- what the box theorem does not cover --------------------------------------------------
 
-for _name in ("relu", "sigmoid", "tanh", "gelu", "pool2d_max", "softmax", "layer_norm",
-              "batch_norm", "lrn"):
-    TABLE.unsupported(_name, "non-linear op: PET splits programs here")
+# Every op with the NONLINEAR trait (relu, sigmoid, softmax, the norms, exp, log, ...,
+# comparisons, where, cast, reduce_max, attention, and div: 1/b is no polynomial in a
+# free b -- mod p it is b^(p-2), a degree no random test bounds) is where PET splits a
+# program; a new such op needs no row here.
+for _name in ops_with(NONLINEAR):
+    TABLE.unsupported(_name, "non-linear op (NONLINEAR trait): PET splits programs here")
 TABLE.unsupported("linear", "affine, not multi-linear (its bias): PET splits programs here")
 TABLE.unsupported("embedding", "data-dependent indexing: not multi-linear in its ids")
-for _name in ("const_pool", "const_iconv", "const_imm", "const_one"):
-    TABLE.unsupported(_name, "constant tensor: the box theorem assumes free inputs")
+TABLE.unsupported("gather", "data-dependent indexing: linear in x only for fixed indices, and "
+                            "its indices are an integer source or a constant, neither a free "
+                            "input PET can draw")
+# Sources made from attributes (TASO's constants, iota, triangular masks): fixed tensors
+# whose values vary with the position, not the free inputs the box theorem assumes.
+for _name in ops_with(SOURCE):
+    if not get_op(_name).named_source:
+        TABLE.unsupported(_name, "constant tensor: the box theorem assumes free inputs")

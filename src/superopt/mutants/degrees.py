@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from superopt.ir.graph import Graph, Value
-from superopt.ir.opdef import LINEAR, SOURCE, get_op
+from superopt.ir.opdef import LINEAR, NONLINEAR, SOURCE, get_op
 from superopt.mutants.boxes import BoxError
 
 Monomial = tuple[str, ...]
@@ -41,11 +41,19 @@ def op_degrees(op: str, attrs: dict, ins: list[Degrees]) -> Degrees:
     d = get_op(op)
     if d.has(SOURCE):
         raise BoxError(f"{op}: sources have no inputs")
-    if not d.is_multilinear(attrs):
+    if not d.is_multilinear(attrs) or d.has(NONLINEAR):
         raise BoxError(f"{op}: not multi-linear (non-linear op or fused activation)")
+    if d.has(LINEAR):
+        return union(ins)
+    others = [i for i in range(len(ins)) if i not in d.linear_in]
+    if others:
+        # Linear in some inputs only (an embedding in its table, a gather in x): the others
+        # (ids, indices) are not free inputs of a multi-linear program.
+        raise BoxError(f"{op}: not multi-linear in its input(s) {others} (linear only in "
+                       f"{list(d.linear_in)})")
     if len(d.linear_in) == 2:
         return product(ins[0], ins[1])
-    if d.has(LINEAR) or d.linear_in == (0,):
+    if d.linear_in == (0,):
         return union(ins)
     raise BoxError(f"{op}: no degree rule (linear in inputs {d.linear_in})")
 
@@ -56,8 +64,8 @@ def degree_sets(graph: Graph) -> dict[Value, Degrees]:
         if n.is_named_source:
             out[Value(n.id)] = frozenset({(n.attr("name"),)})
             continue
-        # TASO's constants are sources with no free input; an embedding gathers rows.
-        if n.is_source or n.op == "embedding":
+        # TASO's constants and the index constants are sources with no free input.
+        if n.is_source:
             raise BoxError(f"{n.op} %{n.id}: not a multi-linear op over free inputs")
         deg = op_degrees(n.op, n.a, [out[v] for v in n.inputs])
         for i in range(len(n.types)):

@@ -1,8 +1,8 @@
 """Mutant enumeration: depth-first search over small programs, seeded by the families.
 
 The search builds programs over the original's sources from multi-linear ops (conv2d with
-strides, dilations and groups, matmul, ewadd, ewmul, smul, and the original's pooling or
-reductions) and movement ops (a composite reshape/transpose "fold" that moves a factor of
+strides, dilations and groups, matmul, ewadd, sub, ewmul, smul, and the original's one-input
+multi-linear ops: pooling, reductions, negation) and movement ops (a composite reshape/transpose "fold" that moves a factor of
 one dim into another, dim swaps, pad, slice, concat, split), up to `depth` ops, where a
 run of reshape/transpose counts as one op. Programs are built in a canonical order:
 movement chains on each source in turn ("pre" stage), then compute ops each consuming
@@ -42,6 +42,8 @@ from superopt.corrector.regions import copy_sources
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, GraphBuilder, Value
 from superopt.ir.kernels import resolve_pads
+from superopt.ir.opdef import MOVEMENT, NONLINEAR, get_op
+from superopt.mutants.boxes import TABLE as BOX_RULES
 from superopt.mutants.degrees import Degrees, Monomial, check_multilinear, op_degrees
 from superopt.mutants.families import Mutant
 from superopt.mutants.rebuild import fold
@@ -87,8 +89,9 @@ class _Search:
                 self.allowed |= _sub_multisets(m)
         self.ops = {n.op for n in original.nodes}
         self.convs = [n for n in original.nodes if n.op == "conv2d"]
-        self.unary = [n for n in original.nodes if n.op in ("pool2d_avg", "reduce_sum",
-                                                               "reduce_mean")]
+        # The original's one-input multi-linear compute ops (pooling, reductions, negation:
+        # by their traits and box rules, so a new such op is reused without an edit here).
+        self.unary = [n for n in original.nodes if _unary_compute(n.op, n.a)]
         ks = {2}
         for n in self.convs:
             ks |= {d for d in n.attr("dilation") if d > 1}
@@ -255,6 +258,8 @@ class _Search:
                 yield from self._try("ewadd", (a, c), {})  # bias broadcast
             if "smul" in self.ops and len(sc) == 0:
                 yield from self._try("smul", (a, c), {})
+            if "sub" in self.ops and sa == sc and fresh:  # both orders: not commutative
+                yield from self._try("sub", (a, c), {})
         for a, c in itertools.combinations(pool, 2):
             if last is not None and last not in (a, c):
                 continue
@@ -450,6 +455,12 @@ def dfs_mutants(original: Graph, depth: int = 4, max_states: int = 5000,
     stats.mutants = len(found)
     stats.seconds = time.perf_counter() - t0
     return found, stats
+
+
+def _unary_compute(op: str, attrs: dict) -> bool:
+    d = get_op(op)
+    return (d.num_inputs == 1 and not d.has(MOVEMENT) and not d.has(NONLINEAR)
+            and d.is_multilinear(attrs) and BOX_RULES.supports(op))
 
 
 COMPUTE_OPS = ("conv2d", "matmul", "pool2d_avg", "reduce_sum", "reduce_mean", "ewmul", "smul")
