@@ -22,7 +22,12 @@ and joint run with `--seeds` seeds (median, min, max). Prints a table, writes JS
 bar chart PNG.
 
 Run: `.venv/bin/python benchmarks/joint.py [--models a,b] [--batches 1,16] [--budget N]
-[--schedule joint|plan_last|rewrite_first] [--strategy sweep|ranked|...]`
+[--schedule joint|plan_last|rewrite_first] [--strategy sweep|ranked|...] [--attribution]`
+(`--attribution` adds each tuned run's per-pass attribution: the simulated time lost when
+that pass alone goes back to its default, `superopt.xtat.explain.passes`, as `tune`
+reports it). The default models are the ten of the committed joint.json; the
+transformer-era rows (issue 44) are `--models llama3_2_1b,vit_b16 --attribution --out
+results/joint_modern.json`.
 (`--resume --joint-only` with another `--schedule` and a copy of the result file
 measures only the joint column again; `--resume --remeasure
 xtat,joint` both tuner columns, after a change to the tuner, keeping TASO-only and
@@ -53,6 +58,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 STRATEGY = "sweep"  # the graph phases' strategy, XTAT-only's and joint's (--strategy)
 COMPILER = ("layout", "fusion", "tiling", "flags")  # XTAT-only's passes: no rewriting
+# The rows of the committed joint.json (TASO/PET/Tensat's models); the zoo's newer models
+# are measured when named with --models.
+TABLE_MODELS = ("resnet18", "resnet50", "resnext50", "inception_v3", "squeezenet", "nasnet_a",
+                "bert_base", "bert_small", "csrnet", "vgg19")
 
 
 def geomean(xs: list[float]) -> float:
@@ -95,7 +104,7 @@ def pet_rules(graph: Graph, batch: int, path: Path) -> tuple[str, int, float]:
 def run_tuner(model: str, batch: int, graph: Graph, rules: list[str] | None, passes: tuple,
               schedule: str, strategy: str, budget: int, seeds: range,
               keep: dict | None = None, plan_budget: int = 20,
-              plan_cache: str | None = None) -> list[dict]:
+              plan_cache: str | None = None, attribution: bool = False) -> list[dict]:
     """One tuning run per seed, on one session: its passes' caches (the plan's search,
     rule matching per stage) are keyed by content, so the seeds share them. With
     `plan_cache` (a file), the plan's searches are also kept there for later runs."""
@@ -105,8 +114,8 @@ def run_tuner(model: str, batch: int, graph: Graph, rules: list[str] | None, pas
                       "plan_budget": plan_budget}, graph)
     cache = use_plan_cache(s, plan_cache)
     try:
-        return [tune_once(s, graph, passes, schedule, strategy, budget, seed, keep)
-                for seed in seeds]
+        return [tune_once(s, graph, passes, schedule, strategy, budget, seed, keep,
+                          attribution) for seed in seeds]
     finally:
         if cache is not None:
             cache.close()
@@ -121,7 +130,8 @@ def finished(r: TuneResult) -> TuneResult:
 
 
 def tune_once(s: Session, graph: Graph, passes: tuple, schedule: str, strategy: str,
-              budget: int, seed: int, keep: dict | None) -> dict:
+              budget: int, seed: int, keep: dict | None, attribution: bool = False) -> dict:
+    from superopt.xtat.explain import passes as per_pass
     from superopt.xtat.session import applied_rewrites, rewritten_graph
     from superopt.xtat.tuner import Tuner, make_schedule
 
@@ -131,12 +141,16 @@ def tune_once(s: Session, graph: Graph, passes: tuple, schedule: str, strategy: 
         if "plan" in passes and r.best.config("plan").choices else None
     if keep is not None and (not keep or r.best_time < keep["time_s"]):
         keep.update(time_s=r.best_time, graph=rewritten_graph(s.pipeline, r.best))
-    return {"time_s": r.best_time, "default_s": r.default_time, "evaluations": r.evaluations,
-            "wall_s": r.wall_s, "changed": r.best.changed(), "phases": r.phases,
-            "applied": applied_rewrites(r.best),
-            # The plan's search priced graphs with its cost model (the simulator, as
-            # TASO-only does); those are not measurements and are counted apart.
-            "plan_cost_evaluations": plan.evaluations if plan else 0}
+    out = {"time_s": r.best_time, "default_s": r.default_time, "evaluations": r.evaluations,
+           "wall_s": r.wall_s, "changed": r.best.changed(), "phases": r.phases,
+           "applied": applied_rewrites(r.best),
+           # The plan's search priced graphs with its cost model (the simulator, as
+           # TASO-only does); those are not measurements and are counted apart.
+           "plan_cost_evaluations": plan.evaluations if plan else 0}
+    if attribution:  # per pass: choices changed, time lost when it alone reverts
+        out["per_pass"] = {k: {"changed": n, "gain_s": g}
+                           for k, (n, g) in per_pass(s.pipeline, s.runner, r.best).items()}
+    return out
 
 
 def torch_ratio(before: Graph, after: Graph) -> dict:
@@ -263,7 +277,7 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
           tmp: Path, torch: bool = True, row: dict | None = None,
           schedule: str = "joint", again: frozenset[str] = frozenset({"joint"}),
           strategy: str = STRATEGY, plan_cache: str | None = None,
-          save_graphs: Path | None = None) -> dict:
+          save_graphs: Path | None = None, attribution: bool = False) -> dict:
     """One table row. Given `row` (a row measured before), only the columns in `again`
     (xtat, taso, joint) are measured again and the others are kept: PET-only depends on
     neither the tuner's schedules nor the starter library. Given `save_graphs`, the
@@ -275,7 +289,7 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
     if row is None or "xtat" in again:
         row = row or {"model": model, "batch": batch}
         row["xtat"] = run_tuner(model, batch, graph, None, COMPILER, "joint", strategy,
-                                budget, range(seeds))
+                                budget, range(seeds), attribution=attribution)
         row["xtat_schedule"] = schedule_key("joint", COMPILER, strategy)
         row["default_s"] = row["xtat"][0]["default_s"]
     if "taso" not in row or "taso" in again:
@@ -296,7 +310,7 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
     best: dict = {}
     row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, schedule, strategy,
                              budget, range(seeds), keep=best, plan_budget=taso_budget,
-                             plan_cache=plan_cache)
+                             plan_cache=plan_cache, attribution=attribution)
     row["joint_schedule"] = schedule_key(schedule, strategy=strategy)
     row["joint_library"] = library_key()
     row["joint_schedule_name"] = schedule
@@ -324,6 +338,13 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
           f"{'' if row['joint_beats_best_single'] else '  (joint < best single)'}"
           + (f"  torch CPU {row['joint_torch'].get('torch_ratio', math.nan):.3f}x"
              if torch else ""), flush=True)
+    if attribution:
+        for col in ("xtat", "joint"):
+            runs = row[col]
+            top = min(runs, key=lambda x: x["time_s"])
+            print(f"    {col} best seed, time lost when one pass reverts: " + ", ".join(
+                f"{k} {v['gain_s'] / d * 100:+.1f}% ({v['changed']} choices)"
+                for k, v in top["per_pass"].items() if v["changed"]), flush=True)
     return row
 
 
@@ -351,7 +372,8 @@ def bar_chart(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default=None, help="comma-separated (default: every zoo model)")
+    ap.add_argument("--models", default=None,
+                    help="comma-separated zoo models (default: the ten of joint.json)")
     ap.add_argument("--batches", default="1,16")
     ap.add_argument("--budget", type=int, default=300)
     ap.add_argument("--taso-budget", type=int, default=20)
@@ -384,6 +406,9 @@ def main() -> None:
                          "in this SQLite file and replay the ones made before with the same "
                          "inputs and code (superopt.xtat.plancache): the same results, "
                          "without the searches (an hour on nasnet_a)")
+    ap.add_argument("--attribution", action="store_true",
+                    help="record each tuned run's per-pass attribution (per_pass: choices "
+                         "changed and the time lost when the pass alone reverts)")
     ap.add_argument("--save-graphs", default=None, metavar="DIR",
                     help="write each measured row's original and best joint graph there "
                          "(benchmarks/joint_device.py times them on another device)")
@@ -403,8 +428,8 @@ def main() -> None:
     # Rows are keyed by the zoo's canonical name ("bert-small" and "bert_small" are one
     # model: a row kept under one spelling must not be measured again under the other).
     try:
-        models = [zoo.get(m).name for m in args.models.split(",")] if args.models else [
-            m for m in zoo.names() if m != "squeezenet1_0"]
+        models = [zoo.get(m).name for m in args.models.split(",")] if args.models else list(
+            TABLE_MODELS)
     except zoo.ZooError as e:
         raise SystemExit(f"--models: {e}") from None
     batches = [int(b) for b in args.batches.split(",")]
@@ -470,12 +495,13 @@ def main() -> None:
                     rows[i] = bench(m, b, args.budget, args.taso_budget, args.seeds, Path(tmp),
                                     not args.no_torch, rows[i], args.schedule,
                                     frozenset(cols | {"joint"}), args.strategy,
-                                    args.plan_cache, save_graphs)
+                                    args.plan_cache, save_graphs, args.attribution)
                 elif (m, b) not in done:
                     rows.append(bench(m, b, args.budget, args.taso_budget, args.seeds,
                                       Path(tmp), not args.no_torch, schedule=args.schedule,
                                       strategy=args.strategy, plan_cache=args.plan_cache,
-                                      save_graphs=save_graphs))
+                                      save_graphs=save_graphs,
+                                      attribution=args.attribution))
                 else:
                     continue
                 write(False)
