@@ -46,6 +46,8 @@ def _shape(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
     batch = broadcast("attention", q.shape[:-3], k.shape[:-3])
     if tuple(batch) != q.shape[:-3]:
         raise ShapeError("attention", 1, f"batch dims {list(q.shape[:-3])}", str(k))
+    if tuple(broadcast("attention", q.shape[:-3], v.shape[:-3])) != q.shape[:-3]:
+        raise ShapeError("attention", 2, f"batch dims {list(q.shape[:-3])}", str(v))
     return (TensorType((*batch, heads, q.shape[-2], v.shape[-1]), dtype),)
 
 
