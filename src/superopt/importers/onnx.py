@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,8 @@ from superopt.importers.errors import ModelImportError, UnsupportedOpsError
 from superopt.importers.naming import UniqueNames
 from superopt.ir import kernels
 from superopt.ir.errors import IRError
-from superopt.ir.graph import Graph, GraphBuilder, Value
+from superopt.ir.graph import Graph, GraphBuilder, Node, Value
+from superopt.ir.ops.index import iota_value, tri_mask_value
 
 __all__ = [
     "CONVERTERS", "LIGHT_MODELS", "Const", "OnnxNode", "import_onnx", "light_model_path",
@@ -137,7 +139,7 @@ def supported_ops() -> list[str]:
 def _ir_dtype(dt: np.dtype) -> str:
     name = np.dtype(dt).name
     table = {"float32": "f32", "float64": "f32", "float16": "f16", "bfloat16": "bf16",
-             "int64": "i64", "int32": "i32"}
+             "int64": "i64", "int32": "i32", "bool": "bool"}
     if name not in table:
         raise _Unsupported(f"{name} tensors")
     return table[name]
@@ -152,6 +154,9 @@ class _Context:
         self.batch_change = batch_change  # (batch in the model, batch asked for)
         self._materialised: dict[int, tuple[Const, Value]] = {}
         self._names = UniqueNames()
+        # Norms made by the folds whose scale is still ones ("unit") or whose bias is still
+        # zeros ("scaled"): a following Mul / Add by a parameter moves into them.
+        self._bare: dict[Value, str] = {}
 
     # -- naming and sources --
 
@@ -170,8 +175,13 @@ class _Context:
         hit = self._materialised.get(id(t))
         if hit is not None:
             return hit[1]
-        dtype = _ir_dtype(t.data.dtype)
-        v = self.b.weight(self.unique(t.hint), t.shape, dtype, data=t.data)  # the builder copies
+        index = _index_constant(t.data)
+        if index is not None:  # an arange or a triangular mask: the IR's constant op
+            v = self.b.op(index[0], **index[1])
+            assert isinstance(v, Value)
+        else:
+            dtype = _ir_dtype(t.data.dtype)
+            v = self.b.weight(self.unique(t.hint), t.shape, dtype, data=t.data)  # copies
         self._materialised[id(t)] = (t, v)
         return v
 
@@ -221,6 +231,11 @@ class _Context:
             return Const(np.asarray(a.data + b.data), a.hint)
         if isinstance(a, Const):
             a, b = b, a
+        if not self.folding:
+            for n, beta in ((a, b), (b, a)):
+                absorbed = self._absorb_bias(n, beta)
+                if absorbed is not None:
+                    return absorbed
         return self.emit("ewadd", a, b)
 
     def mul(self, a: Tensor, b: Tensor) -> Tensor:
@@ -228,6 +243,10 @@ class _Context:
             return Const(np.asarray(a.data * b.data), a.hint)
         if isinstance(a, Const):
             a, b = b, a
+        if not self.folding:
+            folded = self._fold_product(a, b)
+            if folded is not None:
+                return folded
         if isinstance(b, Const) and b.data.size == 1 and \
                 np.broadcast_shapes(self.shape(a), b.shape) == self.shape(a):
             # The same Const when already rank 0, so a shared scalar stays one weight.
@@ -238,10 +257,264 @@ class _Context:
     def neg(self, t: Tensor) -> Tensor:
         if isinstance(t, Const):
             return Const(np.asarray(-t.data), f"{t.hint}:neg")
-        return self.emit("smul", t, self.scalar(-1.0, t, "minus_one"))
+        return self.emit("neg", t)
 
     def sub(self, a: Tensor, b: Tensor) -> Tensor:
-        return self.add(a, self.neg(b))
+        if isinstance(a, Const) and isinstance(b, Const):
+            return Const(np.asarray(a.data - b.data), a.hint)
+        return self.emit("sub", a, b)
+
+    def div(self, a: Tensor, b: Tensor) -> Tensor:
+        if isinstance(a, Const) and isinstance(b, Const):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return Const(np.asarray(a.data / b.data).astype(a.data.dtype), a.hint)
+        if not self.folding:
+            if _near(self.scalar_value(a), 1.0) and \
+                    np.broadcast_shapes(self.shape(a), self.shape(b)) == self.shape(b):
+                return self.recip(b)  # 1 / y: how torch's exporter writes rsqrt and recip
+            root = self.producer(b)
+            if root is not None and root.op == "sqrt":
+                folded = self._norm_core(a, root.inputs[0])
+                if folded is not None:
+                    return folded
+        return self.emit("div", a, b)
+
+    def recip(self, t: Tensor) -> Tensor:
+        if isinstance(t, Const):
+            with np.errstate(divide="ignore"):
+                return Const(np.asarray(1 / t.data).astype(t.data.dtype), f"{t.hint}:recip")
+        root = self.producer(t)
+        if root is not None and root.op == "sqrt":
+            return self.emit("rsqrt", root.inputs[0])
+        return self.emit("recip", t)
+
+    # -- looking back at what was emitted: the pattern folds --
+
+    def producer(self, t: Tensor | None) -> Node | None:
+        """The IR node that computes `t` (None for constants and while folding)."""
+        if not isinstance(t, Value) or self.folding:
+            return None
+        return self.b.nodes[t.node]
+
+    def const_data(self, t: Tensor | None) -> np.ndarray | None:
+        """`t`'s value when it is known at import time (a Const or a weight with data)."""
+        if isinstance(t, Const):
+            return t.data
+        node = self.producer(t)
+        if node is not None and node.op == "weight":
+            return self.b.weights.get(node.attr("name"))
+        return None
+
+    def scalar_value(self, t: Tensor | None) -> float | None:
+        """The value of a constant whose elements are all equal (a broadcast scalar)."""
+        data = self.const_data(t)
+        if data is None or data.size == 0 or data.dtype == np.bool_:
+            return None
+        flat = np.asarray(data, np.float64).ravel()
+        return float(flat[0]) if np.all(flat == flat[0]) else None
+
+    def factors(self, t: Tensor) -> tuple[list[Tensor], float]:
+        """`t` as a product: its run-time factors (through ewmul, smul and division by a
+        scalar) and the product of its scalar constant factors."""
+        c = self.scalar_value(t)
+        if c is not None:
+            return [], c
+        node = self.producer(t)
+        if node is not None and node.op in ("ewmul", "smul"):
+            fa, ca = self.factors(node.inputs[0])
+            fb, cb = self.factors(node.inputs[1])
+            return fa + fb, ca * cb
+        if node is not None and node.op == "div":
+            d = self.scalar_value(node.inputs[1])
+            if d is not None and d != 0.0:
+                fa, ca = self.factors(node.inputs[0])
+                return fa, ca / d
+        return [t], 1.0
+
+    def _trailing_mean(self, t: Tensor) -> tuple[Value, int] | None:
+        """(x, axis) when `t` is mean(x) over the dims axis.. with keepdims."""
+        node = self.producer(t)
+        if node is None or node.op != "reduce_mean" or not node.attr("keepdims"):
+            return None
+        x = node.inputs[0]
+        rank = self.b.type_of(x).rank
+        axes = tuple(node.attr("axes"))
+        if not axes or axes != tuple(range(axes[0], rank)):
+            return None
+        return x, axes[0]
+
+    def _square_of(self, t: Tensor) -> Value | None:
+        """x when `t` is x*x or x**2."""
+        node = self.producer(t)
+        if node is None:
+            return None
+        if node.op == "pow" and node.attr("exponent") == 2.0:
+            return node.inputs[0]
+        if node.op == "ewmul" and node.inputs[0] == node.inputs[1]:
+            return node.inputs[0]
+        return None
+
+    def _norm_core(self, num: Tensor, inner: Tensor) -> Value | None:
+        """rms_norm or layer_norm (unit scale, zero bias) for num / sqrt(inner) when
+        inner = mean(sq) + eps over trailing dims and num is x (sq = x*x: RMSNorm) or
+        x - mean(x) (sq = num*num: LayerNorm); None for anything else."""
+        node = self.producer(inner)
+        if node is None or node.op != "ewadd":
+            return None
+        for mean_t, eps_t in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
+            eps = self.scalar_value(eps_t)
+            found = self._trailing_mean(mean_t)
+            if eps is None or found is None or eps < 0:
+                continue
+            sq, axis = found
+            base = self._square_of(sq)
+            if base is None or base != num or not self.b.type_of(base).dtype.is_float:
+                continue
+            shape = self.shape(base)
+            norm, dt = shape[axis:], self.np_dtype(base)
+            centred = self.producer(base)
+            if centred is not None and centred.op == "sub":
+                m = self._trailing_mean(centred.inputs[1])
+                if m is not None and m == (centred.inputs[0], axis):
+                    x = centred.inputs[0]
+                    out = self.emit("layer_norm", x, Const(np.ones(norm, dt), "ln_scale"),
+                                    Const(np.zeros(norm, dt), "ln_bias"), axis=axis, eps=eps)
+                    self._bare[out] = "unit"
+                    return out
+            out = self.emit("rms_norm", base, Const(np.ones(norm, dt), "rms_scale"),
+                            axis=axis, eps=eps)
+            self._bare[out] = "unit"
+            return out
+        return None
+
+    def _norm_param(self, norm_value: Value, t: Tensor) -> np.ndarray | None:
+        """`t` as a per-element parameter of norm_value's normalised dims: a float constant
+        whose leading dims are 1 and whose trailing dims broadcast to them."""
+        data = self.const_data(t)
+        node = self.producer(norm_value)
+        if data is None or node is None or not np.issubdtype(data.dtype, np.floating):
+            return None
+        shape = self.shape(norm_value)
+        norm = shape[node.attr("axis"):]
+        cut = max(data.ndim - len(norm), 0)
+        if data.ndim > len(shape) or any(d != 1 for d in data.shape[:cut]):
+            return None
+        try:
+            out = np.broadcast_to(data.reshape(data.shape[cut:]), norm)
+        except ValueError:
+            return None
+        return np.array(out, dtype=self.np_dtype(norm_value))
+
+    def _absorb_scale(self, n: Tensor, g: Tensor) -> Value | None:
+        """norm(x) * g with a unit-scale norm and g per normalised element: g becomes the
+        norm's weight (rules fold it into the next matmul)."""
+        if not isinstance(n, Value) or self._bare.get(n) != "unit":
+            return None
+        node = self.producer(n)
+        assert node is not None
+        gamma: Tensor | None
+        if isinstance(g, Value) and self.shape(g) == self.shape(node.inputs[1]) and \
+                self.b.type_of(g).dtype == self.b.type_of(n).dtype:
+            gamma = g  # a run-time scale of exactly the normalised shape
+        else:
+            data = self._norm_param(n, g)
+            gamma = None if data is None else Const(data, self.const_hint(g))
+        if gamma is None:
+            return None
+        if node.op == "rms_norm":
+            out = self.emit("rms_norm", node.inputs[0], gamma,
+                            axis=node.attr("axis"), eps=node.attr("eps"))
+        else:
+            out = self.emit("layer_norm", node.inputs[0], gamma, node.inputs[2],
+                            axis=node.attr("axis"), eps=node.attr("eps"))
+            self._bare[out] = "scaled"
+        return out
+
+    def _absorb_bias(self, n: Tensor, beta: Tensor) -> Value | None:
+        node = self.producer(n)
+        if node is None or node.op != "layer_norm" or self._bare.get(n) not in ("unit",
+                                                                                  "scaled"):
+            return None
+        assert isinstance(n, Value)
+        data = self._norm_param(n, beta)
+        if data is None:
+            return None
+        return self.emit("layer_norm", node.inputs[0], node.inputs[1],
+                         Const(data, self.const_hint(beta)), axis=node.attr("axis"),
+                         eps=node.attr("eps"))
+
+    def const_hint(self, t: Tensor) -> str:
+        if isinstance(t, Const):
+            return t.hint
+        node = self.producer(t)
+        return str(node.attr("name")) if node is not None and node.op == "weight" else "param"
+
+    def _fold_product(self, a: Tensor, b: Tensor) -> Value | None:
+        """The IR op a product ends, when it ends one: SiLU, GELU (exact and tanh), a
+        normalisation written out with rsqrt, or a norm's scale."""
+        for x, y in ((a, b), (b, a)):
+            node = self.producer(x)
+            if node is not None and node.op == "sigmoid" and node.inputs[0] == y:
+                return self.emit("silu", y)
+            if node is not None and node.op in ("rsqrt", "recip"):
+                inner = node.inputs[0]
+                if node.op == "recip":
+                    root = self.producer(inner)
+                    if root is None or root.op != "sqrt":
+                        continue
+                    inner = root.inputs[0]
+                folded = self._norm_core(y, inner)
+                if folded is not None:
+                    return folded
+            absorbed = self._absorb_scale(x, y)
+            if absorbed is not None:
+                return absorbed
+        return self._fold_gelu(a, b)
+
+    def _fold_gelu(self, a: Tensor, b: Tensor) -> Value | None:
+        fa, ca = self.factors(a)
+        fb, cb = self.factors(b)
+        terms, c = fa + fb, ca * cb
+        if len(terms) != 2 or not _near(c, 0.5):
+            return None
+        for x, s in ((terms[0], terms[1]), (terms[1], terms[0])):
+            node = self.producer(s)
+            if node is None or node.op != "ewadd":
+                continue
+            for inner, one in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
+                fn = self.producer(inner)
+                if not _near(self.scalar_value(one), 1.0) or fn is None:
+                    continue
+                arg, k = self.factors(fn.inputs[0]) if fn.op in ("erf", "tanh") else ([], 0.0)
+                if len(arg) != 1:
+                    continue
+                if fn.op == "erf" and arg[0] == x and _near(k, 1 / math.sqrt(2.0)):
+                    return self.emit("gelu", x, approximate="none")
+                if fn.op == "tanh" and _near(k, math.sqrt(2 / math.pi)) and \
+                        self._is_cubic_poly(arg[0], x):
+                    return self.emit("gelu", x, approximate="tanh")
+        return None
+
+    def _is_cubic_poly(self, t: Tensor, x: Tensor) -> bool:
+        """t = x + 0.044715 * x**3 (in any order of factors)."""
+        node = self.producer(t)
+        if node is None or node.op != "ewadd":
+            return False
+        for lin, cub in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
+            if lin != x:
+                continue
+            terms, c = self.factors(cub)
+            cube = [t for t in terms if t != x]
+            powered = len(cube) == 1 and (p := self.producer(cube[0])) is not None and \
+                p.op == "pow" and p.attr("exponent") == 3.0 and p.inputs[0] == x
+            if _near(c, 0.044715) and ((not cube and len(terms) == 3) or
+                                       (powered and len(terms) == 1)):
+                return True
+            if _near(c, 0.044715) and len(cube) == 1 and len(terms) == 2:
+                sq = self._square_of(cube[0])
+                if sq == x:
+                    return True
+        return False
 
     def scale(self, t: Tensor, factor: float) -> Tensor:
         if factor == 1.0:
@@ -272,6 +545,43 @@ class _Context:
         if len(arrays) == len(parts):
             return Const(np.concatenate(arrays, axis=axis), f"concat_{len(parts)}")
         return self.emit("concat", *parts, axis=axis)
+
+
+def _near(value: float | None, target: float, rtol: float = 1e-4) -> bool:
+    """A constant equal to `target` up to its float32 rounding in the file."""
+    return value is not None and abs(value - target) <= rtol * abs(target)
+
+
+def _index_constant(data: np.ndarray) -> tuple[str, dict[str, Any]] | None:
+    """("iota", attrs) for an arange along one axis broadcast over the others, ("tri_mask",
+    attrs) for a boolean lower/upper triangle; None for any other array. So a causal mask
+    or a position ramp that a model computes from shapes reaches the IR as what it is."""
+    a = np.asarray(data)
+    if a.dtype == np.bool_:
+        if a.ndim != 2:
+            return None
+        rows, cols = a.shape
+        counts = a.sum(axis=1)
+        partial = np.flatnonzero((counts > 0) & (counts < cols))
+        if partial.size == 0:
+            return None
+        i, c = int(partial[0]), int(counts[partial[0]])
+        for lower, k in ((True, c - 1 - i), (False, cols - c - i)):
+            attrs = {"rows": rows, "cols": cols, "diagonal": k, "lower": lower}
+            if np.array_equal(a, tri_mask_value(attrs).astype(bool)):
+                return "tri_mask", attrs
+        return None
+    kinds = {"int64": "i64", "int32": "i32", "float32": "f32"}
+    if a.dtype.name not in kinds or a.ndim == 0:
+        return None
+    for axis, n in enumerate(a.shape):
+        if n < 2:
+            continue
+        attrs = {"shape": tuple(int(d) for d in a.shape), "axis": axis,
+                 "dtype": kinds[a.dtype.name]}
+        if np.array_equal(a, iota_value(attrs)):
+            return "iota", attrs
+    return None
 
 
 # ---- argument helpers ----------------------------------------------------------------
@@ -391,7 +701,10 @@ def _cast(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tenso
         return [Const(x.data.astype(target), x.hint)]
     if np.dtype(ctx.np_dtype(x)) == target:
         return [x]
-    raise _Unsupported(f"cast of a run-time {ctx.np_dtype(x)} tensor to {target}")
+    to = _ir_dtype(target)  # float64 runs as f32, as float64 inputs and initializers do
+    if to == ctx.b.type_of(x).dtype.value:
+        return [x]
+    return [ctx.emit("cast", x, to=to)]
 
 
 @_converter("Reshape")
@@ -537,15 +850,24 @@ def _slice(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tens
     return [ctx.emit("slice", x, starts=tuple(lo), ends=tuple(hi), steps=tuple(st))]
 
 
+# Constant indices on run-time data become slices (and a concat) up to this many runs of
+# consecutive indices, which every subsystem understands; beyond it, one gather.
+_MAX_GATHER_SLICES = 4
+
+
 @_converter("Gather")
 def _gather(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     data = _req(node, ins, 0)
     shape = ctx.shape(data)
     axis = _norm_axis(int(node.attr("axis", 0)), len(shape))
     indices = _req(node, ins, 1)
-    if not isinstance(indices, Const) and axis == 0 and len(shape) == 2:
-        # Rows of a table picked by run-time ids: an embedding lookup (as we export it).
-        return [ctx.emit("embedding", indices, data)]
+    if not isinstance(indices, Const):
+        if not np.issubdtype(ctx.np_dtype(indices), np.integer):
+            raise _Invalid("indices are not integers")
+        if axis == 0 and len(shape) == 2:
+            # Rows of a table picked by run-time ids: an embedding lookup (as we export it).
+            return [ctx.emit("embedding", indices, data)]
+        return [ctx.emit("gather", data, indices, axis=axis)]
     idx = np.asarray(_const(indices, "indices")).astype(np.int64)
     idx = np.where(idx < 0, idx + shape[axis], idx)
     if idx.size and (idx.min() < 0 or idx.max() >= shape[axis]):
@@ -555,8 +877,11 @@ def _gather(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Ten
         return [Const(np.take(data.data, idx, axis=axis), data.hint)]
     if idx.size == 0:
         raise _Unsupported("empty indices")
-    # Runs of consecutive indices become one slice each; the pieces are concatenated.
     flat = idx.ravel().tolist()
+    runs = 1 + sum(1 for p, q in pairwise(flat) if q != p + 1)
+    if runs > _MAX_GATHER_SLICES:
+        return [ctx.emit("gather", data, Const(idx, f"{node.outputs[0]}:indices"), axis=axis)]
+    # Runs of consecutive indices become one slice each; the pieces are concatenated.
     pieces: list[Tensor] = []
     start = prev = flat[0]
     for i in [*flat[1:], None]:
@@ -573,12 +898,12 @@ def _gather(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Ten
 def _expand(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     x = _req(node, ins, 0)
     target = _const_ints(_req(node, ins, 1), "the shape")
-    out = np.broadcast_shapes(ctx.shape(x), target)
+    out = tuple(int(d) for d in np.broadcast_shapes(ctx.shape(x), target))
     if isinstance(x, Const):
         return [Const(np.broadcast_to(x.data, out), x.hint)]
     if out == ctx.shape(x):
         return [x]
-    return [ctx.add(x, Const(np.zeros(out, ctx.np_dtype(x)), "expand_zeros"))]
+    return [ctx.emit("expand", x, shape=out)]
 
 
 # ---- element-wise arithmetic ----------------------------------------------------------
@@ -601,10 +926,7 @@ def _add(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor
 
 @_converter("Sub")
 def _sub(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
-    a, b = _binary_operands(ctx, node, ins)
-    if isinstance(a, Const) and isinstance(b, Const):
-        return [Const(np.asarray(a.data - b.data), a.hint)]
-    return [ctx.sub(a, b)]
+    return [ctx.sub(*_binary_operands(ctx, node, ins))]
 
 
 @_converter("Mul")
@@ -615,17 +937,17 @@ def _mul(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor
 @_converter("Div")
 def _div(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     a, b = _binary_operands(ctx, node, ins)
-    if not isinstance(b, Const):
-        raise _Unsupported("division by a run-time tensor")
-    if not np.issubdtype(b.data.dtype, np.floating):
-        if isinstance(a, Const):
+    if not np.issubdtype(ctx.np_dtype(b), np.floating):
+        if isinstance(a, Const) and isinstance(b, Const):
             raise _NotFoldable  # integer division: leave its rounding to onnx.reference
         raise _Unsupported("integer division")
-    if isinstance(a, Const):
-        return [Const(np.asarray(a.data / b.data), a.hint)]
-    with np.errstate(divide="ignore"):
-        recip = Const(np.asarray(1 / b.data).astype(b.data.dtype), f"{b.hint}:recip")
-    return [ctx.mul(a, recip)]
+    return [ctx.div(a, b)]
+
+
+@_converter("Reciprocal")
+def _reciprocal(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                ) -> list[Tensor | None]:
+    return [ctx.recip(_req(node, ins, 0))]
 
 
 @_converter("Neg")
@@ -646,9 +968,8 @@ def _max_min(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Te
     parts = [t for t in ins if t is not None]
     if not parts:
         raise _Invalid("no inputs")
-    if node.op_type == "Max":  # max(a, b) = a + relu(b - a)
-        return [reduce(lambda a, b: ctx.add(a, ctx.relu(ctx.sub(b, a))), parts)]
-    return [reduce(lambda a, b: ctx.sub(a, ctx.relu(ctx.sub(a, b))), parts)]
+    op = "maximum" if node.op_type == "Max" else "minimum"
+    return [reduce(lambda a, b: ctx.emit(op, a, b), parts)]
 
 
 @_converter("Abs")
@@ -665,9 +986,32 @@ def _pow(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor
     exponent = _const_float(e, "the exponent")
     if exponent == 1.0:
         return [x]
-    if exponent == 2.0:
-        return [ctx.emit("ewmul", x, x)]
-    raise _Unsupported(f"exponent {exponent:g} (only 1 and 2)")
+    return [ctx.emit("pow", x, exponent=exponent)]
+
+
+_UNARY_MATH = {"Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Erf": "erf", "Sin": "sin",
+               "Cos": "cos"}
+
+
+@_converter(*_UNARY_MATH)
+def _unary_math(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    return [ctx.emit(_UNARY_MATH[node.op_type], _req(node, ins, 0))]
+
+
+_COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt"}
+
+
+@_converter(*_COMPARE)
+def _compare(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    return [ctx.emit(_COMPARE[node.op_type], *_binary_operands(ctx, node, ins))]
+
+
+@_converter("Where")
+def _where(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    cond, a, b = (_req(node, ins, i) for i in range(3))
+    if ctx.np_dtype(cond) != np.bool_:
+        raise _Invalid("the condition is not a bool tensor")
+    return [ctx.emit("where", cond, a, b)]
 
 
 # ---- activations ---------------------------------------------------------------------
@@ -1010,14 +1354,32 @@ def _layer_norm(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list
     return [y] + [None] * (len(node.outputs) - 1)
 
 
-@_converter("ReduceMean", "ReduceSum")
+_REDUCE = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max"}
+
+
+@_converter(*_REDUCE)
 def _reduce(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     x = _req(node, ins, 0)
+    # Axes became an input in opset 13 for ReduceSum and 18 for the others.
     axes = _axes_input_or_attr(node, ins, 1)
     if not axes and node.attr("noop_with_empty_axes", 0):
         return [x]
-    op = "reduce_mean" if node.op_type == "ReduceMean" else "reduce_sum"
-    return [ctx.emit(op, x, axes=tuple(axes or ()), keepdims=bool(node.attr("keepdims", 1)))]
+    return [ctx.emit(_REDUCE[node.op_type], x, axes=tuple(axes or ()),
+                     keepdims=bool(node.attr("keepdims", 1)))]
+
+
+@_converter("RMSNormalization")
+def _rms_normalization(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                       ) -> list[Tensor | None]:
+    x, scale = _req(node, ins, 0), _req(node, ins, 1)
+    shape = ctx.shape(x)
+    axis = _norm_axis(int(node.attr("axis", -1)), len(shape))
+    norm = shape[axis:]
+    if ctx.shape(scale) != norm:
+        if not isinstance(scale, Const):
+            raise _Unsupported(f"scale of shape {list(ctx.shape(scale))} (needs {list(norm)})")
+        scale = Const(np.array(np.broadcast_to(scale.data, norm)), scale.hint)
+    return [ctx.emit("rms_norm", x, scale, axis=axis, eps=float(node.attr("epsilon", 1e-5)))]
 
 
 @_converter("Pad")
@@ -1139,7 +1501,7 @@ def _decode_attrs(proto: Any) -> dict[str, Any]:
 
 
 _INPUT_DTYPES = {"float32": "f32", "float64": "f32", "float16": "f16", "bfloat16": "bf16",
-                 "int64": "i64", "int32": "i32"}
+                 "int64": "i64", "int32": "i32", "bool": "bool"}
 
 
 class _Importer:
