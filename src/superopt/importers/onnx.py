@@ -1006,6 +1006,83 @@ def _compare(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Te
     return [ctx.emit(_COMPARE[node.op_type], *_binary_operands(ctx, node, ins))]
 
 
+def _not(ctx: _Context, c: Tensor) -> Tensor:
+    """Logical not of a bool tensor, as the IR writes it: c == false."""
+    if isinstance(c, Const):
+        return Const(np.logical_not(c.data), c.hint)
+    return ctx.emit("eq", c, Const(np.zeros((), np.bool_), "false"))
+
+
+def _bools(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> tuple[Tensor, Tensor]:
+    a, b = _binary_operands(ctx, node, ins)
+    if ctx.np_dtype(a) != np.bool_ or ctx.np_dtype(b) != np.bool_:
+        raise _Invalid("operands are not bool tensors")
+    return a, b
+
+
+@_converter("Not")
+def _not_op(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    c = _req(node, ins, 0)
+    if ctx.np_dtype(c) != np.bool_:
+        raise _Invalid("the operand is not a bool tensor")
+    return [_not(ctx, c)]
+
+
+@_converter("And", "Or")
+def _and_or(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    a, b = _bools(ctx, node, ins)
+    # As selects: a & b = where(a, b, false), a | b = where(a, true, b).
+    if node.op_type == "And":
+        return [ctx.emit("where", a, b, Const(np.zeros((), np.bool_), "false"))]
+    return [ctx.emit("where", a, Const(np.ones((), np.bool_), "true"), b)]
+
+
+@_converter("LessOrEqual", "GreaterOrEqual")
+def _compare_or_equal(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                      ) -> list[Tensor | None]:
+    op = "gt" if node.op_type == "LessOrEqual" else "lt"  # a <= b is not (a > b)
+    return [_not(ctx, ctx.emit(op, *_binary_operands(ctx, node, ins)))]
+
+
+@_converter("IsNaN")
+def _isnan(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    if not np.issubdtype(ctx.np_dtype(x), np.floating):
+        raise _Invalid("IsNaN of a non-float tensor")
+    return [_not(ctx, ctx.emit("eq", x, x))]  # NaN is the one value unequal to itself
+
+
+@_converter("CumSum")
+def _cumsum(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    if node.attr("exclusive", 0) or node.attr("reverse", 0):
+        raise _Unsupported("exclusive or reverse running sums")
+    rank = len(ctx.shape(x))
+    axis = _norm_axis(int(_const_ints(_req(node, ins, 1), "the axis")[0]), rank)
+    dt = ctx.np_dtype(x)
+    if dt == np.bool_:
+        raise _Invalid("CumSum of a bool tensor")
+    # A running sum along the last dim is a product with an upper-triangular matrix of ones.
+    n = ctx.shape(x)[axis]
+    swap = [*range(rank)]
+    swap[axis], swap[-1] = swap[-1], swap[axis]
+    y = ctx.transpose(x, swap)
+    y = ctx.emit("matmul", y, Const(np.triu(np.ones((n, n), dt)), "cumsum_triangle"))
+    return [ctx.transpose(y, swap)]
+
+
+@_converter("GatherElements")
+def _gather_elements(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                     ) -> list[Tensor | None]:
+    data, idx = _req(node, ins, 0), _req(node, ins, 1)
+    values = ctx.const_data(data)
+    if values is not None and values.size and np.all(values == values.ravel()[0]):
+        # One repeated value (BERT's buffered token-type ids): the indices do not matter.
+        return [Const(np.full(ctx.shape(idx), values.ravel()[0], values.dtype),
+                      f"{node.outputs[0]}:filled")]
+    raise _Unsupported("element-wise gather from a tensor of varying values")
+
+
 @_converter("Where")
 def _where(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     cond, a, b = (_req(node, ins, i) for i in range(3))
