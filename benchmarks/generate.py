@@ -18,6 +18,11 @@ benchmarks/results/generate4_pruned.json` (its library is DIR/taso4.json); its c
 `--coverage --lib DIR/taso4.json --ops 4 --no-prune --coverage-out
 benchmarks/results/generate_coverage4.json`.
 
+The `modern` preset (issue 44: transformer-era ops): `--preset modern --sizes 2,3 --workers 1`
+writes `benchmarks/results/generate_modern.json`, with each size's library in
+`out/generate_modern{size}.json` and its rules classified into families by the ops TASO's
+generator does not have (`families`: counts and examples).
+
 Run: `.venv/bin/python benchmarks/generate.py [--sizes 2,3] [--workers 2] [--out FILE]`
 (`--prune-derived --out benchmarks/results/generate_pruned.json`: with pruning by derivation),
 `.venv/bin/python benchmarks/generate.py --coverage [--lib LIB.json] [--workers 2]`,
@@ -78,6 +83,35 @@ def run(preset: str, size: int, workers: int, workdir: str | None = None,
     if timed:
         out["time_v"] = _time_v(proc.stderr)
     return out
+
+
+def families(lib: str, examples: int = 3) -> dict:
+    """The library's rules grouped by the ops in them that TASO's generator lacks (its
+    preset's template ops): counts and a few examples per group, shortest first. The
+    group `taso ops only` holds rules TASO's op set could express."""
+    from superopt.substitutions.library import load_library
+    from superopt.substitutions.pattern import PNode, walk
+    from superopt.substitutions.presets import make_config
+    from superopt.substitutions.text import format_rule
+
+    taso_ops = {t.op for t in make_config("taso").templates}
+    groups: dict[str, list[str]] = {}
+    for rule in load_library(lib).rules:
+        ops = {q.op for p in (*rule.source, *rule.target) for q in walk(p)
+               if isinstance(q, PNode)}
+        new = sorted(ops - taso_ops)
+        groups.setdefault(",".join(new) or "taso ops only", []).append(format_rule(rule))
+    out = {}
+    for key in sorted(groups, key=lambda k: (-len(groups[k]), k)):
+        texts = sorted(groups[key], key=len)
+        out[key] = {"rules": len(texts), "examples": texts[:examples]}
+    return out
+
+
+def print_families(size: int, fams: dict) -> None:
+    print(f"{size} ops: rules by the ops TASO's generator lacks")
+    for key, f in fams.items():
+        print(f"  {f['rules']:4d}  {key}: {f['examples'][0][:110]}")
 
 
 def _time_v(text: str) -> dict:
@@ -326,7 +360,8 @@ def main() -> None:
     parser.add_argument("--prune-derived", action="store_true",
                         help="generate --prune-derived (the largest rules that smaller ones "
                              "derive are left out before their test); use another --out")
-    parser.add_argument("--out", default="benchmarks/results/generate.json")
+    parser.add_argument("--out", help="default benchmarks/results/generate.json for the taso "
+                        "preset, generate_PRESET.json for the others")
     parser.add_argument("--coverage", action="store_true",
                         help="measure rule coverage instead of the generator")
     parser.add_argument("--lib", help="with --coverage: the library (else a 3-op one generated)")
@@ -355,6 +390,9 @@ def main() -> None:
         coverage(args)
         return
 
+    if args.out is None:
+        args.out = ("benchmarks/results/generate.json" if args.preset == "taso"
+                    else f"benchmarks/results/generate_{args.preset}.json")
     out = Path(args.out)
     runs: dict[int, dict] = {}
     if out.exists():  # rows not re-measured this time stay
@@ -365,6 +403,13 @@ def main() -> None:
             runs[size] = run(args.preset, size, args.workers, args.workdir,
                              str(Path(args.workdir) / f"{args.preset}{size}.json"),
                              args.executor, args.prune_derived)
+        elif args.preset != "taso":
+            lib = Path("out") / f"generate_{args.preset}{size}.json"
+            lib.parent.mkdir(parents=True, exist_ok=True)
+            runs[size] = run(args.preset, size, args.workers, lib=str(lib),
+                             prune_derived=args.prune_derived)
+            runs[size]["library"] = str(lib)
+            runs[size]["families"] = families(str(lib))
         else:
             runs[size] = run(args.preset, size, args.workers, prune_derived=args.prune_derived)
     if args.collect is not None:
@@ -430,6 +475,9 @@ def main() -> None:
     row("load average before / after",
         fig(lambda r: f"{r['load'][0]:.1f} / {r['load'][1]:.1f}"), "")
     Console(width=140).print(table)
+    for size, r in runs.items():
+        if "families" in r:
+            print_families(size, r["families"])
     if 3 in runs and "pieces" not in runs[3]:
         r = runs[3]
         print(f"size 3 vs TASO: {r['stages']['rules written'] / TASO_SIZE3['rules']:.2f}x the "

@@ -129,6 +129,12 @@ def split_info_of(t: Template, attrs: dict[str, Any], infos: Sequence[SplitInfo]
             else:
                 res.append(p if p == q else ())
         return tuple(res)
+    if kind == "op":
+        # boundaries survive on the axes an op keeps whole (a reduction's batch rows, an
+        # attention's heads); an operand's other axes are mixed or gone
+        (x, *_) = infos
+        return tuple(x[d] if d < len(x) and d < len(shapes[0]) and shapes[0][d] == n else ()
+                     for d, n in enumerate(_out_shape(t, attrs, shapes)))
     if kind == "split":
         (x,) = infos
         ax = t.axis
@@ -137,6 +143,12 @@ def split_info_of(t: Template, attrs: dict[str, Any], infos: Sequence[SplitInfo]
         right = tuple(p - mid for p in x[ax][:-1] if p > mid)
         return tuple((left if out == 0 else right) if d == ax else p for d, p in enumerate(x))
     raise ValueError(f"no split-info rule for template kind {kind!r}")
+
+
+def _out_shape(t: Template, attrs: dict[str, Any], shapes: Sequence[Shape]) -> Shape:
+    ap = resolve(t, shapes)
+    assert ap is not None
+    return ap[1][0]
 
 
 class TermTable:
@@ -171,7 +183,8 @@ class TermTable:
         self.by_size_group: dict[tuple[int, int], list[int]] = defaultdict(list)
         self.collapses: list[tuple[int, int, int, int, int]] = []  # tmpl, a0, a1, out, input
         self.level_counts: dict[int, Counter[str]] = {}
-        inputs = random_inputs([s.shape for s in cfg.inputs], cfg.seed, self.samples)
+        inputs = random_inputs([s.shape for s in cfg.inputs], cfg.seed, self.samples,
+                               cfg.input_bound)
         self.input_values = inputs
         for k, (spec, v) in enumerate(zip(cfg.inputs, inputs, strict=True)):
             g = self._group(spec.shape)

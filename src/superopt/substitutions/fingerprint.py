@@ -68,6 +68,8 @@ def full_attrs(t: Template, shapes: Sequence[Shape], split_mid: int | None = Non
             return None
     elif t.kind == "pool" and len(shapes[0]) != 4:
         return None
+    elif t.kind == "op" and t.rank and len(shapes[0]) != t.rank:
+        return None
     return a
 
 
@@ -132,6 +134,31 @@ def _pool(x: np.ndarray, a: dict[str, Any], op: str) -> np.ndarray:
     return modp.activation(y, a.get("activation", "none"))
 
 
+def _table_rule(op: str, args: Sequence[np.ndarray], attrs: dict[str, Any]
+                ) -> tuple[np.ndarray, ...]:
+    """An element-wise op's mod-p rule applied to batched operands of equal rank (the batch
+    axis broadcasts like any other)."""
+    return tuple(np.asarray(v, dtype=np.int64)
+                 for v in modp.TABLE.get(op)(tuple(args), attrs, None))
+
+
+def _batched_op(op: str, args: Sequence[np.ndarray], attrs: dict[str, Any]
+                ) -> tuple[np.ndarray, ...]:
+    """Any op's mod-p rule on operands with a leading batch axis: non-negative axis
+    attributes move past the batch axis, and lower-rank operands get unit axes after it so
+    that their trailing axes still line up (rms_norm's weight)."""
+    rank = max(a.ndim for a in args)
+    aligned = [a.reshape(a.shape[0], *(1,) * (rank - a.ndim), *a.shape[1:]) for a in args]
+    shifted: dict[str, Any] = dict(attrs)
+    for name in ("axis", "axes"):
+        v = shifted.get(name)
+        if isinstance(v, int) and not isinstance(v, bool):
+            shifted[name] = v + 1 if v >= 0 else v
+        elif isinstance(v, tuple):
+            shifted[name] = tuple(x + 1 if x >= 0 else x for x in v)
+    return _table_rule(op, aligned, shifted)
+
+
 def constant_value(t: Template) -> np.ndarray:
     """A constant template's value mod p, from the IR's own mod-p rule."""
     return np.asarray(modp.TABLE.get(t.op)((), get_op(t.op).check_attrs(t.attr_dict), None)[0],
@@ -150,14 +177,18 @@ def evaluate(t: Template, attrs: dict[str, Any], args: Sequence[np.ndarray]) -> 
         return (_conv(args[0], args[1], attrs),)
     if kind == "ew":
         a, b = args
-        return ((a + b) % P,) if t.op == "ewadd" else (a * b % P,)
+        if t.op == "ewadd":
+            return ((a + b) % P,)
+        if t.op == "ewmul":
+            return (a * b % P,)
+        return _table_rule(t.op, args, attrs)
     if kind == "smul":
         x, s = args
         return (x * s.reshape((s.shape[0],) + (1,) * (x.ndim - 1)) % P,)
-    if kind == "unary":
-        x = args[0]
-        fn = {"relu": modp.relu, "tanh": modp.tanh, "sigmoid": modp.sigmoid}[t.op]
-        return (fn(x),)
+    if kind == "unary":  # any element-wise op: the IR's own mod-p rule, row by row alike
+        return _table_rule(t.op, args, attrs)
+    if kind == "op":
+        return _batched_op(t.op, args, attrs)
     if kind == "pool":
         return (_pool(args[0], attrs, t.op),)
     if kind == "transpose":
@@ -229,16 +260,21 @@ def hash_rows(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return _avalanche(h1), _avalanche(h2 ^ np.uint64(0x5851F42D4C957F2D))
 
 
-def random_inputs(shapes: Sequence[Shape], seed: int, samples: int | None = None
-                  ) -> list[np.ndarray]:
+def random_inputs(shapes: Sequence[Shape], seed: int, samples: int | None = None,
+                  bound: int = 0) -> list[np.ndarray]:
     """Uniform residues mod p for each input shape (deterministic in `seed`).
 
     With `samples`, each input gets that many independent draws stacked on a leading axis,
     and its first element is negative (as a centred residue) in draw 0 and positive in
     draw 1: no input is then fixed by relu or any other sign-dependent op, which matters for
     tiny tensors such as the scalar, where a single draw is positive half of the time.
+
+    With `bound` > 0 the values are integers in [-bound, bound] (as residues; the signed
+    first elements nonzero), so that sums of a few never wrap around p.
     """
     rng = np.random.default_rng([seed, 0x7A50])
+    if bound:
+        return _bounded_inputs(rng, shapes, samples, bound)
     if samples is None:
         return [rng.integers(0, P, size=s, dtype=np.int64) for s in shapes]
     out = []
@@ -251,4 +287,19 @@ def random_inputs(shapes: Sequence[Shape], seed: int, samples: int | None = None
             if samples > 1:
                 flat[1, 0] = rng.integers(1, half + 1)
         out.append(v)
+    return out
+
+
+def _bounded_inputs(rng: np.random.Generator, shapes: Sequence[Shape], samples: int | None,
+                    bound: int) -> list[np.ndarray]:
+    out = []
+    for s in shapes:
+        v = rng.integers(-bound, bound + 1, size=(samples or 1, *s), dtype=np.int64)
+        flat = v.reshape(samples or 1, -1)
+        if flat.shape[1] and samples:
+            flat[0, 0] = -rng.integers(1, bound + 1)
+            if samples > 1:
+                flat[1, 0] = rng.integers(1, bound + 1)
+        v = v % P
+        out.append(v if samples else v[0])
     return out

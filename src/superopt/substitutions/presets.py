@@ -10,6 +10,16 @@ enlarge to 3x3 and the four constants. TASO's own restrictions are kept where th
 search without losing generality: a conv's input is never a weight variable, a matmul's
 right operand never has the batch size (2) as its row count, enlarge only applies to graph
 inputs, split only undoes a concatenation (it cuts at the last concat boundary on its axis).
+
+The `modern` preset adds the operators of transformer-era models (`modern_templates`): every
+element-wise unary op of the IR (neg, exp, log, sqrt, rsqrt, recip, erf, silu, sin, cos,
+sigmoid, tanh, gelu, relu; pow with exponents 2 and 0.5), the binary ones sub, div, maximum
+and minimum beside ewadd and ewmul, 2-D matmul and transpose, reduce_max and reduce_sum
+over the last axis, softmax over the last axis and rms_norm with a weight over the last axis (attention,
+comparisons and where are left out: see `modern_templates`). Its inputs are drawn as small signed
+integers (`input_bound`): exp is exact mod p only while its exponent's centred value does
+not wrap (see `superopt.ir.modp`), which small inputs guarantee for the sums and
+differences of a few-op graph, so exp(a + b) = exp(a) * exp(b) is found.
 """
 
 from __future__ import annotations
@@ -71,6 +81,9 @@ class GeneratorConfig:
     max_outputs: int = 2
     seed: int = 0
     samples: int = 2  # independent input draws every term is evaluated on
+    # > 0: inputs are drawn as integers in [-input_bound, input_bound] (as residues) instead
+    # of uniform residues, so sums of a few of them never wrap around p (exp stays exact)
+    input_bound: int = 0
 
     def __post_init__(self) -> None:
         names = [i.name for i in self.inputs]
@@ -91,15 +104,21 @@ class GeneratorConfig:
             raise GeneratorConfigError("no operator templates selected")
         if not 1 <= self.samples <= 16:
             raise GeneratorConfigError(f"samples must be in 1..16, found {self.samples}")
+        if not 0 <= self.input_bound < 2**20:
+            raise GeneratorConfigError(f"input_bound must be in 0..2**20-1, found "
+                                       f"{self.input_bound}")
 
     def key(self) -> dict[str, Any]:
         """A JSON-able description; a resumed run must match it exactly."""
-        return {
+        out: dict[str, Any] = {
             "preset": self.preset, "max_ops": self.max_ops, "max_outputs": self.max_outputs,
             "seed": self.seed, "samples": self.samples,
             "inputs": [[i.name, list(i.shape), i.role] for i in self.inputs],
             "templates": [t.key for t in self.templates],
         }
+        if self.input_bound:  # absent when 0, so the existing presets' digests stay
+            out["input_bound"] = self.input_bound
+        return out
 
 
 # ---- templates ----------------------------------------------------------------------
@@ -182,8 +201,54 @@ _TASO_TEMPLATE_KEYS = (
 )
 
 
+def modern_templates() -> dict[str, Template]:
+    """The transformer-era operators (see the module docstring), by key.
+
+    Element-wise ops come from the IR's traits: every registered ELEMENTWISE op with one
+    float input and no required attribute is a `unary` template, so an op added to the IR
+    joins the preset without an edit here. Left out, with the reason:
+
+    - comparisons (eq, lt, gt), where and cast: their results are bool, and the term table
+      groups terms by shape only; a bool term would be fed to float ops (its own group by
+      dtype is future work);
+    - pow beyond exponents 2 and 0.5: each exponent is another template, and these two are
+      the ones with exact counterparts (x * x, sqrt); the float-exponent case is a
+      pseudo-random function mod p that no other op equals;
+    - gather, expand, iota, tri_mask, embedding: index and constant ops whose identities
+      need integer inputs or masks (future work with dtype groups);
+    - attention (and where): three tensor operands, and a term records two (`a0`, `a1`
+      through enumeration, bucket files and the term store); its identities (linear in v,
+      softmax's) are those of its decomposition, which the preset's ops cover;
+    - layer_norm, batch_norm, lrn, conv and pooling: kept to the `taso` and `conv` presets
+      (layer_norm's identities are rms_norm's on a centred input, 4 ops here).
+    """
+    from superopt.ir.opdef import ELEMENTWISE, get_op, ops_with
+
+    t: list[Template] = []
+    for name in ops_with(ELEMENTWISE):
+        op = get_op(name)
+        if op.num_inputs != 1 or any(a.required for a in op.attrs):
+            continue
+        t.append(Template(name, "unary", name, 1))
+    t += [
+        Template("pow_2", "unary", "pow", 1, (("exponent", 2.0),)),
+        Template("pow_0.5", "unary", "pow", 1, (("exponent", 0.5),)),
+        Template("sub", "ew", "sub", 2),
+        Template("div", "ew", "div", 2),
+        Template("maximum", "ew", "maximum", 2, commutative=True),
+        Template("minimum", "ew", "minimum", 2, commutative=True),
+        Template("reduce_max_last", "op", "reduce_max", 1, (("axes", (-1,)),
+                                                           ("keepdims", True)), rank=2),
+        Template("reduce_sum_last", "op", "reduce_sum", 1, (("axes", (-1,)),
+                                                           ("keepdims", True)), rank=2),
+        Template("softmax_last", "op", "softmax", 1, (("axis", -1),), rank=2),
+        Template("rms_norm_last", "op", "rms_norm", 2, (("axis", -1),), rank=2),
+    ]
+    return {x.key: x for x in t}
+
+
 def _all_templates() -> dict[str, Template]:
-    return {**standard_templates(), **const_templates()}
+    return {**standard_templates(), **const_templates(), **modern_templates()}
 
 
 def _select(keys: Sequence[str], table: dict[str, Template] | None = None) -> tuple[Template, ...]:
@@ -218,7 +283,22 @@ def _preset_small() -> GeneratorConfig:
     return GeneratorConfig("small", inputs, _select(keys))
 
 
-PRESETS = {"taso": _preset_taso, "linear": _preset_linear, "conv": _preset_conv,
+MODERN_INPUTS = _inputs([("x1", (2, 4)), ("x2", (2, 4)), ("x3", (2, 4)), ("w1", (4, 4)),
+                         ("w2", (4, 4)), ("g1", (4,)), ("s0", ())])
+MODERN_INPUT_BOUND = 1024
+
+
+def _preset_modern() -> GeneratorConfig:
+    """Transformer-era ops (`modern_templates`) on 2x4 data, 4x4 weights, a 4-vector (the
+    rms_norm weight) and a scalar; inputs drawn as small integers (`input_bound`)."""
+    base = ("matmul", "ewadd", "ewmul", "smul", "transpose")
+    modern = modern_templates()
+    keys = tuple(dict.fromkeys((*base, *modern)))
+    return GeneratorConfig("modern", MODERN_INPUTS, _select(keys),
+                           input_bound=MODERN_INPUT_BOUND)
+
+
+PRESETS = {"taso": _preset_taso, "modern": _preset_modern, "linear": _preset_linear, "conv": _preset_conv,
            "small": _preset_small}
 
 

@@ -126,14 +126,21 @@ def tensor_vars_all(pats: tuple[Pattern, ...]) -> list[str]:
 
 
 def differs(rule: Rule, types: Mapping[str, TensorType], attrs: Mapping[str, Any] | None = None,
-            trials: int = 2, seed: int = 0) -> dict[str, np.ndarray] | None:
+            trials: int = 2, seed: int = 0, bound: int = 0) -> dict[str, np.ndarray] | None:
     """Test a rule on random exact inputs mod p; return separating inputs, or None if the
-    two sides agree on every trial (shape mismatches count as differing)."""
+    two sides agree on every trial (shape mismatches count as differing). With `bound`,
+    the inputs are integers in [-bound, bound] as the generator drew them (exp is exact
+    mod p only while sums do not wrap: `superopt.ir.modp`)."""
     from superopt.ir.interpret import interpret, random_feeds
+    from superopt.ir.kernels import P
 
     src, tgt = rule.instantiate(types, attrs)
     for t in range(trials):
         feeds = random_feeds(src, "modp", seed=seed + t)
+        if bound:
+            rng = np.random.default_rng([seed + t, bound])
+            feeds = {k: rng.integers(-bound, bound + 1, size=np.shape(v), dtype=np.int64) % P
+                     for k, v in feeds.items()}
         a = interpret(src, feeds, "modp")
         b = interpret(tgt, feeds, "modp")
         for x, y in zip(a, b, strict=True):

@@ -19,18 +19,20 @@ sides unless the discovery shapes already do (and `check_rule` has tested those)
 
 - rules whose condition pins every tensor variable to its discovery shape (and that have
   no attribute variables): the discovery instance is the only one there is;
-- rules built only from elementwise ops (`RANK_FREE_OPS`) whose every output uses the same
+- rules built only from elementwise ops (`rank_free_ops()`, from the IR's traits) whose every output uses the same
   tensor variables on both sides (`elementwise_everywhere`).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from superopt.ir.errors import IRError
+from superopt.ir.opdef import ELEMENTWISE, LAYOUT, all_ops
 from superopt.ir.types import TensorType
 from superopt.substitutions.pattern import (
     AExpr,
@@ -52,8 +54,16 @@ TEST_BUDGET_S = 5.0
 LEVELS = ("rank", "attributes", "equalities", "pinned")
 UNTESTED = "untested"  # the level of a rule that testing at other shapes cannot refute
 
-# Ops whose rules hold at every rank (elementwise, with the condition the typing adds).
-RANK_FREE_OPS = frozenset({"ewadd", "ewmul", "relu", "sigmoid", "tanh", "gelu", "smul", "copy"})
+
+
+@functools.cache
+def rank_free_ops() -> frozenset[str]:
+    """Ops whose rules hold at every rank (with the condition the typing adds), from the
+    IR's traits: every element-wise op, and layout ops without attributes (copy; `layout`
+    names a rank-specific axis order)."""
+    return frozenset(op.name for op in all_ops()
+                     if op.has(ELEMENTWISE) or (op.has(LAYOUT) and not op.attrs))
+
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,7 @@ def rank_conditions(rule: Rule, ranks: Mapping[str, int]) -> list[str]:
     """`rank(?v) == r` for every source variable of known rank, unless every op of the
     rule is elementwise (those rules hold at any rank)."""
     ops = {q.op for p in (*rule.source, *rule.target) for q in walk(p) if isinstance(q, PNode)}
-    if ops <= RANK_FREE_OPS:
+    if ops <= rank_free_ops():
         return []
     return [f"rank(?{v}) == {ranks[v]}" for v in rule.source_vars() if v in ranks]
 
@@ -166,7 +176,7 @@ def elementwise_everywhere(rule: Rule) -> bool:
         return False
     for src, tgt in zip(rule.source, rule.target, strict=True):
         nodes = [q for p in (src, tgt) for q in walk(p) if isinstance(q, PNode)]
-        if any(q.op not in RANK_FREE_OPS for q in nodes):
+        if any(q.op not in rank_free_ops() for q in nodes):
             return False
         if {q.name for q in walk(src) if isinstance(q, PVar)} != \
                 {q.name for q in walk(tgt) if isinstance(q, PVar)}:

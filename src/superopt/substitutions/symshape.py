@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from superopt.ir.errors import IRError
-from superopt.ir.opdef import get_op
+from superopt.ir.opdef import ELEMENTWISE, LAYOUT, REDUCTION, get_op
 from superopt.substitutions.pattern import AConst, AExpr, AttrPat, Pattern, PNode, PVar, eval_expr
 from superopt.substitutions.rule import Rule
 
@@ -167,15 +167,41 @@ class _Solver:
         op = node.op
         a = node.attr
         uf = self.uf
-        if op in ("relu", "sigmoid", "tanh", "gelu", "copy"):
-            return [ins[0]]
-        if op == "smul":
-            return [ins[0]]
-        if op in ("ewadd", "ewmul"):
-            x, y = ins
-            if x is not None and y is not None and len(x) == len(y):
-                self._unify(x, y)
-            return [x if x is not None else y]
+        if _pointwise(op):
+            # element-wise (the generator's operands have equal shapes; smul's scalar has
+            # rank 0): operands of the output's rank share its dims
+            known = [d for d in ins if d is not None]
+            if len(known) < len(ins):  # some rank unknown: a known operand that is not a scalar
+                return [next((d for d in known if d), None)]
+            top = max(len(d) for d in known)
+            first = next(d for d in known if len(d) == top)
+            for d in known:
+                if d is not first and len(d) == top:
+                    self._unify(first, d)
+            return [first]
+        if _normalizes(op):  # softmax, layer_norm, rms_norm: input 0's shape
+            x = ins[0]
+            if x is not None:
+                for w in ins[1:]:  # weights cover x's trailing axes
+                    if w is not None and 0 < len(w) <= len(x):
+                        self._unify(x[len(x) - len(w):], w)
+            return [x]
+        if get_op(op).has(REDUCTION) and get_op(op).attrs and \
+                any(sp.name == "axes" for sp in get_op(op).attrs):
+            (x,) = ins
+            if x is None:
+                return [None]
+            axes = {ax % len(x) for ax in a("axes", ()) or range(len(x))} if x else set()
+            if a("keepdims", False):
+                return [[self._int(1) if i in axes else d for i, d in enumerate(x)]]
+            return [[d for i, d in enumerate(x) if i not in axes]]
+        if op == "attention":
+            q, k, v = ins
+            if q is None or k is None or v is None:
+                return [None]
+            uf.union(q[-1], k[-1])
+            uf.union(k[-2], v[-2])
+            return [[*q[:-1], v[-1]]]
         if op == "matmul":
             x, y = ins
             if x is None or y is None:
@@ -292,6 +318,20 @@ class _Solver:
 _RANK4 = {"conv2d", "pool2d_avg", "pool2d_max", "enlarge"}
 
 
+def _pointwise(op: str) -> bool:
+    """Element-wise (trait), or a layout op without attributes (copy): output position i
+    reads position i of each operand."""
+    d = get_op(op)
+    return d.has(ELEMENTWISE) or (d.has(LAYOUT) and not d.attrs)
+
+
+def _normalizes(op: str) -> bool:
+    """A reduction over an `axis` whose output has its first input's shape (softmax,
+    layer_norm, rms_norm; reductions with `axes` drop or keep them as 1)."""
+    d = get_op(op)
+    return d.has(REDUCTION) and any(sp.name == "axis" for sp in d.attrs)
+
+
 def _check_ranks(node: SNode, ins: Sequence[Dims | None]) -> None:
     """Operand ranks the op cannot take (a rule using an input at another rank than its
     op needs) are a SymShapeError naming the op, not an IndexError further down."""
@@ -323,8 +363,19 @@ def _n_outputs(node: SNode) -> int:
 
 # ---- rank inference (for rules read from files, which carry no shapes) --------------
 
-_SAME_RANK = {"relu", "sigmoid", "tanh", "gelu", "copy", "smul", "ewadd", "ewmul", "pool2d_avg",
-              "pool2d_max", "transpose", "concat", "enlarge"}
+# Ops whose output has the rank of all of their inputs beyond the element-wise ones
+# (`_pointwise`, from the IR's traits), and those whose output has their first input's rank.
+_SAME_RANK_MOVE = {"pool2d_avg", "pool2d_max", "transpose", "concat", "enlarge"}
+_FIRST_RANK = {"smul", "split", "const_one"}
+
+
+def _same_rank(op: str) -> str:
+    """'all': output and every input share a rank; 'first': output and input 0; ''."""
+    if op in _FIRST_RANK or _normalizes(op):
+        return "first"
+    if op in _SAME_RANK_MOVE or _pointwise(op):
+        return "all"
+    return ""
 
 
 def infer_ranks(sides: Sequence[Side], n_vars: int, pair_outputs: bool = True,
@@ -378,9 +429,10 @@ def infer_ranks(sides: Sequence[Side], n_vars: int, pair_outputs: bool = True,
                     changed |= put(s, me, v)
                     for r in ins:
                         changed |= put(s, r, v)
-                if op in _SAME_RANK or op == "split" or op == "const_one":
-                    group = [me] + ([ins[0]] if op in ("smul", "split") else list(ins))
-                    if op in ("enlarge", "const_one"):
+                same = _same_rank(op)
+                if same:
+                    group = [me] + (list(ins[:1]) if same == "first" else list(ins))
+                    if op == "enlarge":
                         group = [me, *ins]
                     vals = [get(s, r) for r in group]
                     v = next((x for x in vals if x is not None), None)
