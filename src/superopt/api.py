@@ -114,7 +114,7 @@ def generate(preset: str = "taso", max_ops: int | None = None,
              seed: int | None = None) -> GenerateResult:
     """TASO's generator (`superopt generate`): enumerate every graph of up to `max_ops` ops
     over the preset's inputs and ops, and keep the pairs that compute the same thing as
-    rules, pruned. Presets: "taso", "linear", "conv", "small".
+    rules, pruned. Presets: "taso", "modern", "linear", "conv", "small".
 
     >>> lib = generate("small", max_ops=2, ops=["matmul", "ewadd"])
     >>> len(lib.rules) > 0

@@ -446,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "equal pairs confirmed on fresh inputs, prune as TASO does, "
                                    "check each rule with the IR's interpreter and write a "
                                    "JSON rule library.")
-    p.add_argument("--preset", choices=("taso", "linear", "conv", "small"), default="taso",
+    p.add_argument("--preset", choices=("taso", "modern", "linear", "conv", "small"), default="taso",
                    help="inputs and operator templates (taso: TASO's generator setting)")
     p.add_argument("--max-ops", type=int, default=None, help="largest graph size (default 3)")
     p.add_argument("--max-outputs", type=int, choices=(1, 2), default=None,
