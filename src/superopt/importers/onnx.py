@@ -495,6 +495,112 @@ class _Context:
                     return self.emit("gelu", x, approximate="tanh")
         return None
 
+    # -- attention: softmax(q k^T * scale [+ causal mask]) v --
+
+    def fold_attention(self, p: Tensor, v: Tensor) -> Value | None:
+        """`attention` for MatMul(p, v) when p is a last-axis softmax of scaled q @ k^T
+        with no mask or a causal one (an additive 0 / -inf constant, or a select against a
+        lower triangle), optionally behind the NaN guard torch's exporter writes after
+        SDPA's softmax (a NaN needs a fully masked row, which a causal mask never has).
+        K/V heads repeated by unsqueeze-expand-reshape (transformers' repeat_kv) are undone
+        into grouped-query attention."""
+        node = self.producer(p)
+        if node is not None and node.op == "where" and _near(self.scalar_value(node.inputs[1]),
+                                                             0.0, 0.0):
+            guard = self.producer(node.inputs[0])  # not(s == s): IsNaN(s)
+            false = self.const_data(guard.inputs[1]) if guard is not None else None
+            inner = self.producer(guard.inputs[0]) if guard is not None and \
+                guard.op == "eq" and false is not None and not false.any() else None
+            if inner is not None and inner.op == "eq" and \
+                    inner.inputs[0] == inner.inputs[1] == node.inputs[2]:
+                node = self.producer(node.inputs[2])
+        if node is None or node.op != "softmax":
+            return None
+        rank = len(self.shape(p))
+        if rank < 3 or node.attr("axis") != rank - 1:
+            return None
+        logits, causal = node.inputs[0], False
+        masked = self.producer(logits)
+        if masked is not None and masked.op in ("ewadd", "where"):
+            kind, scores = self._attention_mask(masked)
+            if kind is None or scores is None:
+                return None
+            logits, causal = scores, kind == "causal"
+        terms, scale = self.factors(logits)
+        mm = self.producer(terms[0]) if len(terms) == 1 else None
+        if mm is None or mm.op != "matmul" or mm.attr("activation") != "none":
+            return None
+        fq, cq = self.factors(mm.inputs[0])
+        fk, ck = self.factors(mm.inputs[1])
+        if len(fq) != 1 or len(fk) != 1:
+            return None
+        q, kt, scale = fq[0], fk[0], scale * cq * ck
+        if not isinstance(q, Value) or not isinstance(kt, Value) or not isinstance(v, Value):
+            return None
+        ranks = {len(self.shape(t)) for t in (q, kt, v)}
+        if ranks != {rank}:
+            return None
+        swap = (*range(rank - 2), rank - 1, rank - 2)
+        tnode = self.producer(kt)
+        k = tnode.inputs[0] if tnode is not None and tnode.op == "transpose" and \
+            tuple(tnode.attr("perm")) == swap else self.emit("transpose", kt, perm=swap)
+        k0, v0 = self._unrepeated(k), self._unrepeated(v)
+        if k0 is not None and v0 is not None and k0[1] == v0[1]:
+            k, v = k0[0], v0[0]
+        if causal and self.shape(q)[-2] > self.shape(k)[-2]:
+            return None
+        try:
+            return self.emit("attention", q, k, v, scale=scale, causal=causal)
+        except IRError:
+            return None  # shapes the op does not take (k batch dims not broadcasting, ...)
+
+    def _attention_mask(self, node: Node) -> tuple[str | None, Value | None]:
+        """("none" | "causal", scores) for scores + mask or where(mask, scores, -inf)."""
+        if node.op == "where":
+            tri = self.producer(node.inputs[0])
+            fill = self.scalar_value(node.inputs[2])
+            if tri is not None and tri.op == "tri_mask" and tri.attr("lower") and \
+                    tri.attr("diagonal") == 0 and fill is not None and fill < -1e30:
+                return "causal", node.inputs[1]
+            return None, None
+        for scores, mask in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
+            data = self.const_data(mask)
+            if data is None or not np.issubdtype(data.dtype, np.floating):
+                continue
+            shape = self.shape(scores)
+            if np.broadcast_shapes(shape, data.shape) != shape:
+                continue
+            m = np.broadcast_to(data, shape).reshape(-1, *shape[-2:])
+            if not np.all(m == m[0]):
+                continue
+            # Additive masks spell "masked" as -inf or as the dtype's most negative value.
+            keep, drop = m[0] == 0, m[0] <= np.finfo(np.float32).min / 2
+            if not np.all(keep | drop):
+                continue
+            if keep.all():
+                return "none", scores  # type: ignore[return-value]
+            if np.array_equal(keep, np.tril(np.ones(keep.shape, dtype=bool))):
+                return "causal", scores  # type: ignore[return-value]
+        return None, None
+
+    def _unrepeated(self, t: Value) -> tuple[Value, int] | None:
+        """(x, g) when t = reshape(expand(reshape(x))) repeats each of x's heads g times:
+        (..., Hkv, L, D) -> (..., Hkv, 1, L, D) -> (..., Hkv, g, L, D) -> (..., Hkv*g, L, D)."""
+        outer = self.producer(t)
+        wide = self.producer(outer.inputs[0]) if outer is not None and \
+            outer.op == "reshape" else None
+        unit = self.producer(wide.inputs[0]) if wide is not None and wide.op == "expand" else None
+        if unit is None or unit.op != "reshape":
+            return None
+        x = unit.inputs[0]
+        sx, su, sw, st = (self.shape(u) for u in (x, unit.outputs[0], wide.outputs[0], t))
+        if len(sx) < 3 or su != (*sx[:-2], 1, *sx[-2:]):
+            return None
+        g = sw[-3]
+        if sw != (*sx[:-2], g, *sx[-2:]) or st != (*sx[:-3], sx[-3] * g, *sx[-2:]):
+            return None
+        return x, g
+
     def _is_cubic_poly(self, t: Tensor, x: Tensor) -> bool:
         """t = x + 0.044715 * x**3 (in any order of factors)."""
         node = self.producer(t)
@@ -1172,6 +1278,10 @@ def _matmul(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Ten
     if not sa or not sb:
         raise _Invalid("matmul of a scalar")
     # numpy's 1-D rules: a vector operand gains a unit dim that the result loses again.
+    if len(sa) >= 3 and len(sa) == len(sb):
+        folded = ctx.fold_attention(a, b)
+        if folded is not None:
+            return [folded]
     a2 = ctx.reshape(a, (1, sa[0])) if len(sa) == 1 else a
     b2 = ctx.reshape(b, (sb[0], 1)) if len(sb) == 1 else b
     y: Tensor = ctx.emit("matmul", a2, b2)
