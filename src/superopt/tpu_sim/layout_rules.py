@@ -14,8 +14,9 @@ For every op the table says three things, as XLA's layout assignment does:
 
 Preferred layouts: convolutions keep feature dims in lanes (NCHW stored as NHWC) unless
 that pads more than twice the bytes of spatial-minor storage (a 3-channel image would pad
-3 to 128 lanes); matmul operands keep their two matrix dims minor-most, in either order; element-
-wise ops need every operand in the output's layout.
+3 to 128 lanes); matmul and attention operands keep their two matrix dims minor-most, in
+either order; element-wise ops (by trait) need every operand in the output's layout; a
+gather reads its source row-major.
 """
 
 from __future__ import annotations

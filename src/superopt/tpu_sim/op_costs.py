@@ -15,11 +15,19 @@ Per-op work, in vector passes over the op's padded output (one pass = one vreg o
 32-bit values: `vpu_op_cycles` for an add/mul/max, `transcendental_cycles` for exp, tanh,
 erf, rsqrt, `xlu_cycles` for a cross-lane move), as the rules below charge it:
 
-- ewadd, ewmul, smul, relu, copy: 1 op; batch_norm: 2 ops (scale and shift, folded);
-  sigmoid: 2 ops + 2 transcendentals; tanh: 1 + 1; gelu: 5 ops (6 for the tanh form) + 1.
-- reduce_sum/mean: 1 op per *input* pass, plus an XLU pass when the reduction crosses
+- element-wise ops by trait unless they have a row: a TRANSCENDENTAL op (exp, log, rsqrt,
+  recip, tanh) 1 op + 1 transcendental; any other (ewadd, ewmul, smul, relu, sub, neg,
+  maximum/minimum, eq/lt/gt, where, cast) 1 op, cheap. Rows: copy 1 op; batch_norm 2 ops
+  (scale and shift, folded); sigmoid 2 + 2; silu 3 + 2; sqrt and div 2 + 1; erf 26 + 1,
+  sin and cos 18 + 0 (polynomial expansions: no EUP instruction); pow by its exponent
+  (`pow_work`); gelu 5 ops (6 for the tanh form) + 1.
+- reduce_sum/mean/max: 1 op per *input* pass, plus an XLU pass when the reduction crosses
   lanes or an op when it crosses sublanes; softmax and layer_norm: two such reductions plus
-  3 (softmax) or 6 (layer_norm) ops and a transcendental per output pass.
+  3 (softmax) or 6 (layer_norm) ops and a transcendental per output pass; rms_norm: one
+  reduction plus 3 ops and a transcendental.
+- attention: one flash-style MXU kernel (`_attention`): the two products as one `Gemm`
+  per (batch, head), an online softmax over the scores on the vector unit, the scores
+  never in HBM; key and value blocks re-read per query block (`OpRule.roles`).
 - pooling: per window tap 1 op, plus an XLU shift when H or W sits in lanes; lrn: a
   window of `size` taps (XLU when channels sit in lanes) + 4 ops + 2 transcendentals.
 - matmul, conv2d, linear (its bias add: 1 op): the MXU (below); a fused activation on the result; an XLU transpose of
@@ -32,7 +40,12 @@ erf, rsqrt, `xlu_cycles` for a cross-lane move), as the rules below charge it:
 - transpose, reshape, layout: 1 op per pass when the two tiled dims stay in place (whole
   tiles move), else an XLU pass; bitcasts move nothing and never reach the cost model.
 - concat, split, slice, pad, enlarge: 1 op per pass, plus an XLU pass when an offset on a
-  tiled dim is not tile-aligned; slice and embedding read only the tiles they need.
+  tiled dim is not tile-aligned; slice and embedding read only the tiles they need;
+  expand: 1 op per output pass.
+- gather: 2 ops per output pass, reads only the rows it selects, each row its own DMA
+  (`OpCost.dma_runs`: the per-run DMA cost); along the lane dim, the whole array and an
+  XLU permute.
+- iota, tri_mask and the other sources: free here (their bytes are the consumer's).
 """
 
 from __future__ import annotations
