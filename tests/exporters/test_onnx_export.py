@@ -128,8 +128,9 @@ def round_trip_form(graph: Graph, weights: Mapping[str, tuple[int, ...]] | None 
             data = graph.weights[n.attr("name")]
         else:
             return None
-        return h("value", n.type.shape, n.type.dtype.value,
-                 np.asarray(data, np.float64).tobytes())
+        # A one-element constant multiplying reads back as smul's rank-0 scalar.
+        shape = n.type.shape if n.type.size != 1 else ()
+        return h("value", shape, n.type.dtype.value, np.asarray(data, np.float64).tobytes())
 
     for n in graph.nodes:
         ins = [digests[(v.node, v.index)] for v in n.inputs]
@@ -155,6 +156,8 @@ def round_trip_form(graph: Graph, weights: Mapping[str, tuple[int, ...]] | None 
             attrs["padding"] = pool_geometry(in_types[0].shape, n.a)[0]
         # A Mul reads back as smul only when its scalar is a constant: one op in the form.
         op = "ewmul" if n.op == "smul" else n.op
+        if op == "attention" and in_types[1].shape[-2] == 1:
+            attrs["causal"] = False  # a causal mask over a single key masks nothing
         if op == "embedding":  # a Gather of table rows: both read back as embedding
             op, ins, attrs = "gather", [ins[1], ins[0]], {"axis": 0}
         if op in _COMMUTATIVE:

@@ -60,8 +60,6 @@ NOT_INVERTIBLE: dict[str, str] = {
     "const_iconv": "an initializer: imports as a weight with its value",
     "const_imm": "an initializer: imports as a weight with its value",
     "const_one": "an initializer: imports as a weight with its value",
-    "attention": "written out as MatMul, Mul, Where (causal), Softmax, MatMul, with K/V heads "
-                 "repeated for grouped-query attention: imports as those ops",
 }
 
 

@@ -547,8 +547,6 @@ class _Context:
         k0, v0 = self._unrepeated(k), self._unrepeated(v)
         if k0 is not None and v0 is not None and k0[1] == v0[1]:
             k, v = k0[0], v0[0]
-        if causal and self.shape(q)[-2] > self.shape(k)[-2]:
-            return None
         try:
             return self.emit("attention", q, k, v, scale=scale, causal=causal)
         except IRError:
@@ -557,10 +555,22 @@ class _Context:
     def _attention_mask(self, node: Node) -> tuple[str | None, Value | None]:
         """("none" | "causal", scores) for scores + mask or where(mask, scores, -inf)."""
         if node.op == "where":
+            shape = self.shape(node.inputs[1])
             tri = self.producer(node.inputs[0])
+            keep = self.const_data(node.inputs[0])
+            if tri is not None and tri.op == "tri_mask":
+                keep = tri_mask_value(tri.a).astype(bool)
             fill = self.scalar_value(node.inputs[2])
-            if tri is not None and tri.op == "tri_mask" and tri.attr("lower") and \
-                    tri.attr("diagonal") == 0 and fill is not None and fill < -1e30:
+            if keep is None or fill is None or fill > np.finfo(np.float32).min / 2 or \
+                    self.shape(node.inputs[2]) != () or \
+                    np.broadcast_shapes(shape, keep.shape) != shape:
+                return None, None
+            k = np.broadcast_to(keep, shape).reshape(-1, *shape[-2:])
+            if not np.all(k == k[0]):
+                return None, None
+            if k[0].all():
+                return "none", node.inputs[1]
+            if np.array_equal(k[0], np.tril(np.ones(k[0].shape, dtype=bool))):
                 return "causal", node.inputs[1]
             return None, None
         for scores, mask in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
