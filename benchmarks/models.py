@@ -10,7 +10,8 @@ as `.onnx` (`torch.onnx.export`, TorchScript-based). Every file then goes throug
 2. values: the reference interpreter on the imported graph against torch running the
    original module in float64 on other inputs than the capture's; for `.onnx` also against
    onnxruntime running the captured file;
-3. optimize: `superopt.optimize` (the starter library; --cost, --budget), and the optimized
+3. optimize: `superopt.optimize` (the starter library; --cost, default the simulator's as
+   on the command line; --budget), and the optimized
    graph's values against torch's again;
 4. export: the optimized graph written as ONNX by `superopt.export`, run in onnxruntime and
    imported back, both compared with the reference interpreter;
@@ -84,19 +85,13 @@ def _compare(got: list[Any], want: list[Any], tol: float, what: str) -> float:
 def _capture(family: str, fmt: str, workdir: Path) -> Path:
     import torch
 
-    from superopt.importers.hf import hf_export, hf_inputs, hf_module
+    from superopt.importers.hf import hf_export, hf_onnx
 
     path = workdir / f"{family}.{fmt}"
     if fmt == "pt2":
         torch.export.save(hf_export(family), str(path))
         return path
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-        torch.onnx.export(hf_module(family), hf_inputs(family), str(path), dynamo=False,
-                          input_names=["x"], opset_version=17)
-    return path
+    return hf_onnx(family, path)
 
 
 def _feeds(graph: Any, inputs: tuple[Any, ...]) -> dict[str, Any]:
@@ -300,7 +295,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=None, help="comma-separated (default: all)")
     parser.add_argument("--formats", default=",".join(FORMATS))
-    parser.add_argument("--cost", default="flops", help="optimize's cost (default flops)")
+    parser.add_argument("--cost", default="sim",
+                        help="optimize's cost (default sim, as the CLI's optimize)")
     parser.add_argument("--budget", type=int, default=20, help="optimize's budget")
     parser.add_argument("--tune-budget", type=int, default=50)
     parser.add_argument("--tol", type=float, default=1e-4)

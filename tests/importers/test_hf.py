@@ -177,3 +177,20 @@ def test_hf_name_loads_a_family_and_bad_names_are_clear() -> None:
     assert g.inputs[0].type.shape == (2, 3, 32, 32)
     with pytest.raises(ModelImportError, match="unknown HuggingFace model 'hf:nope'.*hf:llama"):
         load_model("hf:nope")
+
+
+def test_hf_onnx_writes_the_family_for_onnxruntime(tmp_path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from superopt.importers.hf import hf_inputs, hf_module, hf_onnx
+
+    path = hf_onnx("convnext", tmp_path / "convnext.onnx")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in sess.get_inputs()] == ["x"]
+    (x,) = hf_inputs("convnext", 1, seed=2)
+    got = sess.run(None, {"x": x.numpy()})
+    with torch.no_grad():
+        want = hf_module("convnext")(x)
+    for a, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, w.numpy(), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ModelImportError, match="unknown HuggingFace family 'nope'"):
+        hf_onnx("nope", tmp_path / "nope.onnx")

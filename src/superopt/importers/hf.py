@@ -385,6 +385,29 @@ def hf_export(name: str, batch: int = 1, seed: int = 0) -> Any:
                                f"{_first_line(e)}") from e
 
 
+def hf_onnx(name: str, path: str | os.PathLike[str], batch: int = 1, seed: int = 0,
+            opset: int = 17) -> Any:
+    """Write the family's model as ONNX with `torch.onnx.export` (the TorchScript-based
+    exporter: the dynamo-based one needs onnxscript) and return the path; the one input is
+    named `x`. Torch's exporter lowers SDPA itself (with IsNaN/Where guards)."""
+    import warnings
+    from pathlib import Path
+
+    import torch
+
+    model = hf_module(name, seed)
+    args = hf_inputs(name, batch, seed)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+            torch.onnx.export(model, args, str(path), dynamo=False, input_names=["x"],
+                              opset_version=opset)
+    except Exception as e:
+        raise ModelImportError(f"hf:{name}: torch.onnx.export failed: {type(e).__name__}: "
+                               f"{_first_line(e)}") from e
+    return Path(path)
+
+
 def hf_graph(name: str, batch: int = 1, seed: int = 0) -> Graph:
     """`hf:NAME`: the family's small model captured with torch.export and imported."""
     from superopt.importers.torch import import_exported
@@ -394,4 +417,5 @@ def hf_graph(name: str, batch: int = 1, seed: int = 0) -> Graph:
 
 
 __all__ = ["BERT_SIZES", "FAMILIES", "BertSize", "Family", "bert_graph", "bert_inputs",
-           "bert_model", "hf_export", "hf_graph", "hf_input_high", "hf_inputs", "hf_module"]
+           "bert_model", "hf_export", "hf_graph", "hf_input_high", "hf_inputs", "hf_module",
+           "hf_onnx"]
