@@ -214,6 +214,8 @@ class Attentions(nn.Module):
         self.norm = nn.RMSNorm(16, eps=1e-5)
         self.register_buffer("causal", torch.ones(6, 6, dtype=torch.bool).tril())
         self.register_buffer("band", torch.ones(6, 6, dtype=torch.bool).triu(-1))
+        additive = torch.zeros(1, 1, 6, 6).masked_fill(~self.causal, float("-inf"))
+        self.register_buffer("additive", additive)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         h = self.norm(x)
@@ -221,7 +223,8 @@ class Attentions(nn.Module):
         k = self.kv(h).unflatten(-1, (2, 4)).transpose(1, 2)  # 2 key/value heads
         gqa = F.scaled_dot_product_attention(q, k, k, attn_mask=self.causal, enable_gqa=True)
         band = F.scaled_dot_product_attention(q, q, q, attn_mask=self.band, scale=0.3)
-        return gqa, band, F.rms_norm(x, (16,))
+        added = F.scaled_dot_product_attention(k, k, k, attn_mask=self.additive)
+        return gqa, band, F.rms_norm(x, (16,)), added
 
 
 class WrittenOut(nn.Module):
@@ -332,10 +335,12 @@ def test_gathers_casts_and_reductions(importer: Callable[..., Graph]) -> None:
 def test_attention_with_grouped_heads_and_masks(importer: Callable[..., Graph]) -> None:
     torch.manual_seed(14)
     g = check(importer, Attentions(), {"x": torch.randn(2, 6, 16)})
-    # The causal-mask buffer is recognised: one attention op over 2 K/V heads; the band mask
-    # is neither none nor causal, so that attention is decomposed around a select.
-    (att,) = [n for n in g.nodes if n.op == "attention"]
-    assert att.attr("causal") is True and g.type_of(att.inputs[1]).shape[1] == 2
+    # The causal masks (boolean, and additive 0/-inf) are recognised: attention ops, one of
+    # them over 2 K/V heads for 4 query heads; the band mask is neither none nor causal, so
+    # that attention is decomposed around a select.
+    gqa, added = [n for n in g.nodes if n.op == "attention"]
+    assert gqa.attr("causal") is True and added.attr("causal") is True
+    assert g.type_of(gqa.inputs[0]).shape[1] == 4 and g.type_of(gqa.inputs[1]).shape[1] == 2
     ops = compute_ops(g)
     assert ops["softmax"] == 1 and ops["where"] == 1 and ops["rms_norm"] == 2
 

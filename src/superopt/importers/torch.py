@@ -5,15 +5,23 @@ Both importers walk the captured FX graph once, in order, and keep for every FX 
 - a graph `Value` (the node computes on runtime inputs or on parameters);
 - a `Const` (a tensor known at import time: buffers, lifted constants, and every node whose
   operands are all known; such nodes are evaluated with torch right away, so attention-mask
-  arithmetic, position-id slicing and the like become weight data);
+  arithmetic, position-id slicing and the like become weight data; where an op reads one,
+  a known arange along one axis becomes `iota` and a triangle of ones `tri_mask` instead);
 - an `Expanded` value (a broadcast from `aten.expand`, kept lazy for the element-wise op that
-  reads it and materialised only where an op needs the full tensor);
+  reads it and materialised as `expand` only where an op needs the full tensor);
 - plain Python values (shapes, scalars) and tuples of the above (multi-output ops).
 
 Parameters become weights named by their fully qualified name, with data. The mapping from
 a torch target to the IR lives in three tables (`ATEN`, `FX_FUNCTIONS`/`FX_METHODS`,
 `FX_MODULES`). Unsupported operators are collected over the whole graph and reported at
 once as an `UnsupportedOpsError`; no partial graph is ever returned.
+
+Three spellings that transformers' modelling code writes out are recognised as the IR's
+primitive while the graph is built (the replaced nodes are left unused and pruned):
+RMSNorm (`x * rsqrt(mean(x^2) + eps)`, times its weight) as `rms_norm`, GELU's tanh form
+as `gelu`, and `repeat_kv` (heads repeated in place) in front of SDPA as grouped-query
+`attention`. SDPA whose mask is known to be all-true or the causal triangle is `attention`;
+other masks are decomposed.
 
 The graph is the inference graph: dropout is the identity and batch norm uses the running
 statistics; a module captured in training mode is refused where that would differ.
