@@ -19,7 +19,8 @@ over the last axis, softmax over the last axis and rms_norm with a weight over t
 comparisons and where are left out: see `modern_templates`). Its inputs are drawn as small signed
 integers (`input_bound`): exp is exact mod p only while its exponent's centred value does
 not wrap (see `superopt.ir.modp`), which small inputs guarantee for the sums and
-differences of a few-op graph, so exp(a + b) = exp(a) * exp(b) is found.
+differences of a few-op graph, so exp(a + b) = exp(a) * exp(b) is found. Its common-supergraph
+pruning is exact (`exact_supergraph`): many of its ops are not injective.
 """
 
 from __future__ import annotations
@@ -84,6 +85,9 @@ class GeneratorConfig:
     # > 0: inputs are drawn as integers in [-input_bound, input_bound] (as residues) instead
     # of uniform residues, so sums of a few of them never wrap around p (exp stays exact)
     input_bound: int = 0
+    # True: common-supergraph pruning drops f(X) = f(Y) only where X = Y too (TASO drops it
+    # always, losing rules of ops that are not injective, e.g. pow(-x, 2) = pow(x, 2))
+    exact_supergraph: bool = False
 
     def __post_init__(self) -> None:
         names = [i.name for i in self.inputs]
@@ -118,6 +122,8 @@ class GeneratorConfig:
         }
         if self.input_bound:  # absent when 0, so the existing presets' digests stay
             out["input_bound"] = self.input_bound
+        if self.exact_supergraph:
+            out["exact_supergraph"] = True
         return out
 
 
@@ -295,7 +301,7 @@ def _preset_modern() -> GeneratorConfig:
     modern = modern_templates()
     keys = tuple(dict.fromkeys((*base, *modern)))
     return GeneratorConfig("modern", MODERN_INPUTS, _select(keys),
-                           input_bound=MODERN_INPUT_BOUND)
+                           input_bound=MODERN_INPUT_BOUND, exact_supergraph=True)
 
 
 PRESETS = {"taso": _preset_taso, "modern": _preset_modern, "linear": _preset_linear, "conv": _preset_conv,

@@ -34,13 +34,18 @@ def common_subgraph(a: SideInfo, b: SideInfo) -> bool:
     return not a.leaves.isdisjoint(b.leaves)
 
 
-def common_supergraph(a: SideInfo, b: SideInfo) -> bool:
+def common_supergraph(a: SideInfo, b: SideInfo,
+                      same: Callable[[Any, Any], bool] | None = None) -> bool:
+    """Do the two sides apply one op to operands that differ in at most one place (TASO:
+    f(X, z) = f(Y, z) then follows from X = Y)? With `same`, the differing operands must
+    also be equal tensors: for an op that is not injective (a square, cos, a reduction)
+    f(X) = f(Y) holds without X = Y (pow(-x, 2) = pow(x, 2)), and is a rule of its own."""
     for ra, rb in zip(a.roots, b.roots, strict=True):
         if ra is None or rb is None or ra[0] != rb[0]:
             continue
-        diff = sum(1 for x, y in zip(ra[1], rb[1], strict=True)
-                   if not (x == y and isinstance(x, tuple) and x[0] == "in"))
-        if diff <= 1:
+        differ = [(x, y) for x, y in zip(ra[1], rb[1], strict=True)
+                  if not (x == y and isinstance(x, tuple) and x[0] == "in")]
+        if len(differ) <= 1 and (same is None or all(same(x, y) for x, y in differ)):
             return True
     return False
 
