@@ -12,6 +12,7 @@ text (the shipped expected outputs of the light models agree with the spec, see
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -632,3 +633,304 @@ def test_light_models_by_name_and_batch() -> None:
     assert g.type_of(g.outputs[0]).shape == (2, 1000)
     assert g.name == "light_shufflenet"
     assert all(n.attr("name") in g.weights for n in g.weight_nodes)
+
+
+# ---- transformer-era ops and the folds of torch's exporter ---------------------------------
+#
+# Small torch modules exported by torch.onnx.export (TorchScript, opset 17, as
+# benchmarks/models.py exports): the import must compute what torch computes, and the
+# written-out pattern must come back as the one IR op. Expected values come from torch.
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+def _export(module: Any, *args: Any, tmp: Path) -> Path:
+    import warnings
+
+    path = tmp / "m.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+        torch.onnx.export(module.eval(), tuple(args), str(path), dynamo=False,
+                          opset_version=17)
+    return path
+
+
+def _torch_check(module: Any, args: Sequence[Any], tmp: Path, rtol: float = 1e-5) -> Graph:
+    """Export, import, and compare the import (reference semantics, float64) with torch's
+    own float32 outputs on other inputs than the export's."""
+    graph = import_onnx(_export(module, *args, tmp=tmp))
+    graph.lint()
+    gen = torch.Generator().manual_seed(7)
+    fresh = [torch.randn(a.shape, generator=gen) for a in args]
+    with torch.no_grad():
+        want = module(*fresh)
+    want = want if isinstance(want, tuple) else (want,)
+    feeds = {n.attr("name"): a.numpy() for n, a in zip(graph.inputs, fresh, strict=True)}
+    got = interpret(graph, feeds)
+    for g, w in zip(got, want, strict=True):
+        w64 = w.double().numpy()
+        scale = float(np.abs(w64).max())
+        assert np.max(np.abs(np.asarray(g) - w64)) <= rtol * scale + 1e-7
+    return graph
+
+
+class Fn(torch.nn.Module):
+    """A module around a function (and optional parameters, built from the seed)."""
+
+    def __init__(self, fn: Any, *param_shapes: tuple[int, ...]) -> None:
+        super().__init__()
+        self.fn = fn
+        gen = torch.Generator().manual_seed(3)
+        self.params = torch.nn.ParameterList(
+            [torch.nn.Parameter(1.0 + 0.5 * torch.randn(s, generator=gen)) for s in param_shapes])
+
+    def forward(self, *xs: Any) -> Any:
+        return self.fn(*xs, *self.params)
+
+
+SQRT2 = math.sqrt(2.0)
+
+GELU_FORMS = {
+    "F.gelu": lambda x: F.gelu(x),
+    "half_x_first": lambda x: x * 0.5 * (1.0 + torch.erf(x / SQRT2)),
+    "half_last": lambda x: (x * (1.0 + torch.erf(x * (1 / SQRT2)))) * 0.5,
+    "half_of_sum": lambda x: x * (0.5 * (torch.erf(x / SQRT2) + 1.0)),
+    "tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gpt2_new_gelu": lambda x: 0.5 * x * (1.0 + torch.tanh(
+        math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0)))),
+}
+
+
+@pytest.mark.parametrize("form", sorted(GELU_FORMS))
+def test_gelu_written_out_folds_into_gelu(form: str, tmp_path: Path) -> None:
+    g = _torch_check(Fn(GELU_FORMS[form]), [torch.randn(2, 5, 8)], tmp_path)
+    h = ops(g)
+    assert h.get("gelu") == 1 and "erf" not in h and "tanh" not in h, h
+    assert g.node(g.outputs[0].node).attr("approximate") == \
+        ("tanh" if form in ("tanh", "gpt2_new_gelu") else "none")
+
+
+def test_near_gelu_is_left_written_out(tmp_path: Path) -> None:
+    # erf(x / 2) is not GELU's erf(x / sqrt 2): the fold must not fire, values still agree.
+    g = _torch_check(Fn(lambda x: x * 0.5 * (1.0 + torch.erf(x / 2.0))), [torch.randn(3, 8)],
+                     tmp_path)
+    assert "gelu" not in ops(g) and ops(g).get("erf") == 1
+
+
+@pytest.mark.parametrize("form", ["silu", "x_sigmoid", "sigmoid_x"])
+def test_silu_folds(form: str, tmp_path: Path) -> None:
+    fn = {"silu": F.silu, "x_sigmoid": lambda x: x * torch.sigmoid(x),
+          "sigmoid_x": lambda x: torch.sigmoid(x) * x}[form]
+    g = _torch_check(Fn(fn), [torch.randn(2, 6)], tmp_path)
+    assert ops(g).get("silu") == 1 and "sigmoid" not in ops(g)
+
+
+def _manual_ln(x: Any, w: Any, b: Any, dims: int = 1) -> Any:
+    axes = tuple(range(-dims, 0))
+    u = x.mean(axes, keepdim=True)
+    s = (x - u).pow(2).mean(axes, keepdim=True)
+    return (x - u) / torch.sqrt(s + 1e-6) * w + b
+
+
+def test_decomposed_layer_norm_folds(tmp_path: Path) -> None:
+    g = _torch_check(Fn(_manual_ln, (8,), (8,)), [torch.randn(2, 3, 8)], tmp_path)
+    assert ops(g).get("layer_norm") == 1 and "sqrt" not in ops(g), ops(g)
+    ln = next(n for n in g.nodes if n.op == "layer_norm")
+    assert ln.attr("axis") == 2 and ln.attr("eps") == pytest.approx(1e-6)
+    # Over the last two dims, with the scale of those dims.
+    g2 = _torch_check(Fn(lambda x, w, b: _manual_ln(x, w, b, 2), (3, 8), (3, 8)),
+                      [torch.randn(2, 3, 8)], tmp_path)
+    assert ops(g2).get("layer_norm") == 1 and \
+        next(n for n in g2.nodes if n.op == "layer_norm").attr("axis") == 1
+
+
+def test_channels_first_norm_is_left_written_out(tmp_path: Path) -> None:
+    # ConvNeXt's channels-first LayerNorm normalises dim 1 of NCHW: not trailing dims, so
+    # it is no layer_norm of the IR; it still imports, op by op.
+    def cf(x: Any) -> Any:
+        u = x.mean(1, keepdim=True)
+        s = (x - u).pow(2).mean(1, keepdim=True)
+        return (x - u) / torch.sqrt(s + 1e-6)
+
+    g = _torch_check(Fn(cf), [torch.randn(1, 4, 3, 3)], tmp_path)
+    assert "layer_norm" not in ops(g) and ops(g).get("sqrt") == 1
+
+
+RMS_FORMS = {
+    # T5LayerNorm / LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), weight after
+    "t5": lambda x, w: w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)),
+    "divide": lambda x, w: x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-5) * w,
+    # Gemma's (1 + weight)
+    "gemma": lambda x, w: (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)) * (1.0 + w),
+    "no_weight": lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),
+}
+
+
+@pytest.mark.parametrize("form", sorted(RMS_FORMS))
+def test_rms_norm_folds(form: str, tmp_path: Path) -> None:
+    g = _torch_check(Fn(RMS_FORMS[form], (8,)), [torch.randn(2, 3, 8)], tmp_path)
+    h = ops(g)
+    assert h.get("rms_norm") == 1 and not {"sqrt", "rsqrt", "pow", "div"} & set(h), h
+    # The weight moved into the norm: nothing multiplies its output.
+    assert g.node(g.outputs[0].node).op == "rms_norm"
+
+
+def _sdpa(causal: bool) -> Any:
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def _eager(q: Any, k: Any, v: Any) -> Any:
+    return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1) @ v
+
+
+def _repeat_kv_sdpa(q: Any, k: Any, v: Any) -> Any:
+    # transformers' repeat_kv before SDPA: each K/V head serves two query heads.
+    def rep(t: Any) -> Any:
+        b, h, n, d = t.shape
+        return t[:, :, None].expand(b, h, 2, n, d).reshape(b, h * 2, n, d)
+    return F.scaled_dot_product_attention(q, rep(k), rep(v), is_causal=True)
+
+
+@pytest.mark.parametrize("form,kv_heads,causal", [
+    ("sdpa", 4, False), ("sdpa_causal", 4, True), ("eager", 4, False), ("gqa", 2, True)])
+def test_attention_folds(form: str, kv_heads: int, causal: bool, tmp_path: Path) -> None:
+    fn = {"sdpa": _sdpa(False), "sdpa_causal": _sdpa(True), "eager": _eager,
+          "gqa": _repeat_kv_sdpa}[form]
+    q = torch.randn(1, 4, 5, 8)
+    k, v = torch.randn(1, kv_heads, 5, 8), torch.randn(1, kv_heads, 5, 8)
+    g = _torch_check(Fn(fn), [q, k, v], tmp_path)
+    assert ops(g).get("attention") == 1 and "softmax" not in ops(g), ops(g)
+    att = g.node(g.outputs[0].node)
+    assert att.op == "attention" and att.attr("causal") == causal
+    assert att.attr("scale") == pytest.approx(1 / math.sqrt(8), rel=1e-6)
+    assert g.type_of(att.inputs[1]).shape[1] == kv_heads
+
+
+def test_attention_with_another_mask_stays_written_out(tmp_path: Path) -> None:
+    # A band mask is neither causal nor empty: softmax stays, values still agree.
+    band = torch.ones(5, 5, dtype=torch.bool).tril().triu(-1)
+    g = _torch_check(Fn(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=band)),
+                     [torch.randn(1, 2, 5, 4)] * 3, tmp_path)
+    assert "attention" not in ops(g) and ops(g).get("softmax") == 1
+
+
+def test_new_elementwise_ops_import_as_themselves(tmp_path: Path) -> None:
+    def fn(x: Any, y: Any) -> Any:
+        a = torch.exp(x) - torch.log(y.abs() + 1.0) / torch.sqrt(y * y + 1.0)
+        b = torch.maximum(torch.sin(x), torch.cos(y)) + torch.minimum(x, -y)
+        return torch.where(x > y, a, b) + torch.where(x < y, torch.reciprocal(y.abs() + 2), x)
+
+    g = _torch_check(Fn(fn), [torch.randn(3, 4), torch.randn(3, 4)], tmp_path)
+    h = ops(g)
+    for op in ("exp", "log", "sqrt", "sub", "div", "maximum", "minimum", "sin", "cos", "where",
+               "gt", "lt", "recip"):
+        assert op in h, (op, h)
+
+
+def test_runtime_cast_gather_expand_and_reduce_max() -> None:
+    nodes = [N("Cast", ["ids"], ["i32"], to=TensorProto.INT32),
+             N("Cast", ["i32"], ["i64"], to=TensorProto.INT64),
+             N("Gather", ["x", "i64"], ["g"], axis=1),
+             N("Expand", ["z", "shape"], ["e"]),
+             N("ReduceMax", ["g"], ["m"], axes=[-1], keepdims=0)]
+    model = helper.make_model(helper.make_graph(
+        nodes, "t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 3]),
+         helper.make_tensor_value_info("ids", TensorProto.FLOAT, [4]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 1])],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in ("g", "e", "m")],
+        initializer=[numpy_helper.from_array(np.array([2, 3, 3], np.int64), "shape")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    g = import_onnx(model)
+    assert {"cast", "gather", "expand", "reduce_max"} <= set(ops(g))
+    feeds = {"x": rand(2, 5, 3), "ids": np.array([4.7, 0.2, -0.0, 2.9], np.float32),
+             "z": rand(3, 1)}
+    # Cast to int truncates toward zero: rows 4, 0, 0, 2 of dim 1.
+    want = reference_run(model, feeds)
+    assert_close(interpret(g, feeds), want)
+    assert np.array_equal(interpret(g, feeds)[0], feeds["x"][:, [4, 0, 0, 2]])
+
+
+def test_index_constants_become_iota_and_tri_mask() -> None:
+    # A causal select against a constant lower triangle and a position ramp added to x.
+    tri = np.tril(np.ones((4, 4), bool))
+    ramp = np.arange(4, dtype=np.int64)
+    nodes = [N("Where", ["tri", "x", "ninf"], ["s"]), N("Cast", ["ramp"], ["r"], to=1),
+             N("Add", ["s", "r"], ["y"])]
+    # A finite fill: the values check scales its tolerance by the largest output.
+    model = make_model(nodes, {"x": [4, 4]}, ["y"],
+                       {"tri": tri, "ninf": np.array(-1e4, np.float32), "ramp": ramp})
+    g = check(model)
+    assert ops(g).get("tri_mask") == 1 and ops(g).get("iota") == 1, ops(g)
+    mask = next(n for n in g.nodes if n.op == "tri_mask")
+    assert mask.attr("lower") and mask.attr("diagonal") == 0
+
+
+def test_rms_normalization_of_opset_23() -> None:
+    node = N("RMSNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-5)
+    model = make_model([node], {"x": [2, 3, 8]}, ["y"], {"w": rand(8)}, opset=23)
+    g = import_onnx(model)
+    assert ops(g).get("rms_norm") == 1
+    x = rand(2, 3, 8, seed=4)
+    want = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-5) * rand(8)
+    np.testing.assert_allclose(interpret(g, {"x": x})[0], want, rtol=1e-5)
+
+
+# ---- transformers families through torch's ONNX exporter --------------------------------
+
+# What each family must come back with: the folded ops its blocks are written with.
+HF_FOLDS: dict[str, set[str]] = {
+    "vit": {"gelu", "layer_norm", "attention"},
+    "distilbert": {"gelu", "layer_norm", "attention"},
+    "t5-encoder": {"rms_norm"},
+    "llama": {"rms_norm", "silu", "attention"},
+    "convnext": {"gelu", "layer_norm"},
+    "swin": {"gelu", "layer_norm", "attention"},
+    "gpt2": {"gelu", "layer_norm", "attention"},
+    "gemma": {"rms_norm", "gelu", "attention"},
+    "bert": {"gelu", "layer_norm", "attention"},
+    "roberta": {"gelu", "layer_norm", "attention"},
+    "mistral": {"rms_norm", "silu", "attention"},
+    "qwen2": {"rms_norm", "silu", "attention"},
+    "phi": {"gelu", "layer_norm", "attention"},
+    "deit": {"gelu", "layer_norm", "attention"},
+    "mobilevit": {"silu", "layer_norm", "attention"},
+    "efficientnet": {"silu"},
+    "resnet": set(),
+    "whisper-encoder": {"gelu", "layer_norm", "attention"},
+}
+FAST_HF = ("vit", "distilbert", "t5-encoder", "llama", "gpt2", "convnext", "swin", "bert")
+
+
+def _hf_check(family: str, tmp: Path) -> None:
+    """A family exported as benchmarks/models.py exports it imports with its folds, and the
+    import computes what onnxruntime computes on the original file (other inputs)."""
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("transformers")
+    from superopt.importers.hf import hf_inputs, hf_module
+
+    path = _export(hf_module(family), *hf_inputs(family), tmp=tmp)
+    g = import_onnx(path)
+    h = ops(g)
+    assert HF_FOLDS[family] <= set(h), (family, h)
+    # No written-out piece of a folded op is left behind.
+    assert not {"erf", "sqrt", "rsqrt", "pow"} & set(h), (family, h)
+    x = hf_inputs(family, seed=1)[0].numpy()
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {sess.get_inputs()[0].name: x})
+    got = interpret(g, {g.inputs[0].attr("name"): x})
+    for a, b in zip(got, want, strict=True):
+        scale = float(np.abs(b).max())
+        assert np.max(np.abs(np.asarray(a) - b)) <= 1e-5 * scale, family
+
+
+@pytest.mark.parametrize("family", FAST_HF)
+def test_hf_family_imports_through_onnx(family: str, tmp_path: Path) -> None:
+    _hf_check(family, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(set(HF_FOLDS) - set(FAST_HF)))
+def test_hf_family_imports_through_onnx_slow(family: str, tmp_path: Path) -> None:
+    _hf_check(family, tmp_path)
