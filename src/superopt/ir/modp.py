@@ -30,7 +30,8 @@ movement ops, applying element by element) still hold. The definitions:
   div(x, y) = x * recip(y) holds exactly; pow with a non-negative integer exponent is the
   exact power, with a negative one the power of the inverse.
 - silu(x) = x * sigmoid(x) with sigmoid as above.
-- log, sqrt, rsqrt (the same R as the norms), erf, sin: fixed pseudo-random functions
+- rsqrt(x) = recip(sqrt(x)) (the R of the norms), so rsqrt = 1 / sqrt holds exactly.
+- log, sqrt, erf, sin: fixed pseudo-random functions
   (erf and sin odd, cos even); pow with a non-integer exponent: one salted by the exponent.
 - maximum, minimum, eq, lt, gt, reduce_max: on centred values; comparisons give 0/1.
 - where(c, a, b): a where c != 0.  cast: float to float is the identity, an integer to a
@@ -105,7 +106,8 @@ def activation(x: Arr, name: str) -> Arr:
 
 
 def rsqrt(x: Arr) -> Arr:
-    return mix(x, SALT_RSQRT)
+    # the inverse of sqrt's pseudo-random value, so rsqrt(x) = 1 / sqrt(x) holds exactly
+    return recip(sqrt(x))
 
 
 def _reg(name: str) -> Callable[[ModPRule], ModPRule]:
