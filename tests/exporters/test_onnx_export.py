@@ -375,3 +375,21 @@ def test_zoo_round_trip_slow(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(set(LIGHT_MODELS) - set(FAST_LIGHT)))
 def test_light_model_round_trip_slow(name: str) -> None:
     check_round_trip(import_onnx(light_model_path(name)))
+
+
+def test_large_initializers_go_to_external_data(tmp_path: Any) -> None:
+    from superopt.exporters.onnx import save_onnx
+
+    b = GraphBuilder("big")
+    x = b.input("x", (2, 64))
+    w = b.weight("w", (64, 64), data=np.arange(64 * 64, dtype=np.float32).reshape(64, 64))
+    g = b.build(b.op("matmul", x, w))
+    # 16 KiB of weights over a 1 KiB threshold: the model file holds no tensor bytes.
+    path = save_onnx(g, tmp_path / "big.onnx", external_data_above=1024)
+    side = tmp_path / "big.onnx.data"
+    assert side.stat().st_size >= 64 * 64 * 4 and path.stat().st_size < 4096
+    back = import_onnx(path)
+    np.testing.assert_array_equal(weight_values(back)["w"], g.weights["w"])
+    xs = np.ones((2, 64), np.float32)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {"x": xs})[0], xs @ g.weights["w"], rtol=1e-6)

@@ -38,8 +38,8 @@ from superopt.ir.ops.pool import avg_divisor, pool_geometry
 from superopt.ir.rules import RuleTable
 from superopt.ir.types import DType
 
-__all__ = ["DEFAULT_OPSET", "LOWERING", "MAX_OPSET", "MIN_OPSET", "NOT_INVERTIBLE",
-           "ExportError", "save_onnx", "to_onnx"]
+__all__ = ["DEFAULT_OPSET", "EXTERNAL_DATA_ABOVE", "LOWERING", "MAX_OPSET", "MIN_OPSET",
+           "NOT_INVERTIBLE", "ExportError", "save_onnx", "to_onnx"]
 
 # Opset 20 has Gelu, ReduceMean with axes as an input and LayerNormalization; 17 is the
 # oldest with LayerNormalization, where gelu is written out with Erf instead.
@@ -582,11 +582,26 @@ def to_onnx(graph: Graph, opset: int = DEFAULT_OPSET, seed: int = 0) -> onnx.Mod
     return model
 
 
+# Protobuf refuses to serialise a message over 2 GiB, so a model with more initializer
+# bytes than this keeps them in one side file (ONNX external data) beside the model.
+EXTERNAL_DATA_ABOVE = 1 << 30
+
+
 def save_onnx(graph: Graph, path: str | os.PathLike[str], opset: int | None = None,
-              seed: int = 0) -> Path:
-    """Write `graph` as an ONNX file (checked by `onnx.checker` first) and return the path."""
+              seed: int = 0, external_data_above: int = EXTERNAL_DATA_ABOVE) -> Path:
+    """Write `graph` as an ONNX file (checked by `onnx.checker`) and return the path.
+
+    Initializers over `external_data_above` bytes in all go to `PATH.data` beside the file
+    (the model then needs that file next to it to load)."""
     model = to_onnx(graph, opset or DEFAULT_OPSET, seed)
-    onnx.checker.check_model(model)
     path = Path(path)
-    onnx.save_model(model, str(path))
+    size = sum(len(t.raw_data) for t in model.graph.initializer)
+    if size <= external_data_above:
+        onnx.checker.check_model(model)
+        onnx.save_model(model, str(path))
+        return path
+    onnx.save_model(model, str(path), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location=f"{path.name}.data",
+                    size_threshold=1024)
+    onnx.checker.check_model(str(path))  # by path: the checker reads the side file
     return path
