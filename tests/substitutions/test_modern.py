@@ -68,7 +68,7 @@ def _found(equation: str, result: GenerateResult) -> bool:
 @pytest.fixture(scope="module")
 def modern2() -> GenerateResult:
     ops = ["ewadd", "ewmul", "sub", "neg", "div", "recip", "exp", "sigmoid", "silu", "tanh",
-           "erf", "maximum", "relu", "pow_2", "cos"]
+           "erf", "maximum", "relu", "pow_2", "cos", "sqrt", "rsqrt"]
     return generate(make_config("modern", max_ops=2, ops=ops, max_outputs=1))
 
 
@@ -84,6 +84,8 @@ def modern2() -> GenerateResult:
     "(erf (neg ?a)) = (neg (erf ?a))",  # odd
     "(pow 2.0 (neg ?a)) = (pow 2.0 ?a)",  # (-a)^2 = a^2: f(X) = f(Y) with X != Y
     "(cos (neg ?a)) = (cos ?a)",  # even
+    "(rsqrt ?a) = (recip (sqrt ?a))",
+    "(div ?a (sqrt ?b)) = (ewmul ?a (rsqrt ?b))",
     "(relu (sub ?a ?b)) = (sub (maximum ?a ?b) ?b)",  # max(a - b, 0) = max(a, b) - b
 ])
 def test_modern_preset_finds_known_identities_at_two_ops(modern2: GenerateResult,
