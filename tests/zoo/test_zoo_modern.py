@@ -324,3 +324,26 @@ def test_rope_tables_have_the_llama3_frequencies() -> None:
             expected.append((1 - s) * f / 32 + s * f)
     assert np.allclose(ours, expected, rtol=1e-12)
     assert (ours < np.array([500000.0 ** (-2 * i / 64) for i in range(32)])).sum() >= 10
+
+
+@pytest.mark.parametrize("name, options, match", [
+    ("llama3_2_1b", {"seq_len": 131073}, "seq_len must be in"),
+    ("gpt2", {"seq_len": 1025}, "seq_len must be in"),
+    ("t5_small_encoder", {"seq_len": 0}, "must be an int >= 1"),
+    ("vit_b16", {"image_size": 200}, "multiple of the patch size"),
+    ("mobilenet_v2", {"depth": 2}, "unknown option 'depth'"),
+])
+def test_bad_options_raise_one_line_errors(name: str, options: dict[str, object],
+                                           match: str) -> None:
+    with pytest.raises(zoo.BadOption, match=match) as info:
+        zoo.build(name, **options)  # type: ignore[arg-type]
+    assert "\n" not in str(info.value)
+
+
+def test_options_change_the_graph() -> None:
+    g = zoo.build("llama3_2_1b", batch=2, seq_len=32)
+    assert g.type_of(g.outputs[0]).shape == (2, 32, 128256)
+    g = zoo.build("vit_b16", image_size=(224, 160), num_classes=10)
+    assert g.type_of(g.outputs[0]).shape == (1, 10)
+    # 14 x 10 patches + the class token
+    assert learned_params(g) == 86_567_656 - (197 - 141) * 768 - 990 * 769
