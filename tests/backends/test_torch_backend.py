@@ -292,3 +292,53 @@ def test_small_vgg_matches_reference() -> None:
     g = _vgg19(size=32)
     c = compare(g, dtype=torch.float32, rtol=1e-4)
     assert c.ok, c.summary()
+
+
+# ---- transformer-era ops, hand-worked ------------------------------------------------------
+
+def test_gather_counts_negative_indices_from_the_end() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (2, 3))
+    ids = b.input("ids", (2,), "i64", high=3)
+    g = b.build(b.gather(x, ids, axis=1))
+    (y,) = run(g, {"x": np.arange(6.0).reshape(2, 3), "ids": np.array([-1, 0])},
+               dtype=torch.float64)
+    np.testing.assert_array_equal(y, [[2.0, 0.0], [5.0, 3.0]])
+
+
+def test_grouped_query_attention_serves_consecutive_heads() -> None:
+    # 4 query heads over 2 K/V heads: query heads 0 and 1 read K/V head 0, heads 2 and 3
+    # read head 1. V head h is constant h + 1, so each output row is a convex combination
+    # of equal values: exactly its K/V head's constant, whatever the scores.
+    b = GraphBuilder()
+    q, k = b.input("q", (1, 4, 3, 2)), b.input("k", (1, 2, 3, 2))
+    v = b.input("v", (1, 2, 3, 2))
+    g = b.build(b.attention(q, k, v, causal=True))
+    rng = np.random.default_rng(0)
+    vals = np.stack([np.full((3, 2), 1.0), np.full((3, 2), 2.0)])[None]
+    (y,) = run(g, {"q": rng.standard_normal((1, 4, 3, 2)),
+                   "k": rng.standard_normal((1, 2, 3, 2)), "v": vals}, dtype=torch.float64)
+    np.testing.assert_allclose(y[0, :, 0, 0], [1.0, 1.0, 2.0, 2.0])
+
+
+def test_causal_attention_first_query_sees_only_the_first_key() -> None:
+    b = GraphBuilder()
+    q, k, v = (b.input(n, (1, 3, 2)) for n in "qkv")
+    g = b.build(b.attention(q, k, v, causal=True))
+    vals = np.arange(6.0).reshape(1, 3, 2)
+    ones = np.ones((1, 3, 2))
+    (y,) = run(g, {"q": ones, "k": ones, "v": vals}, dtype=torch.float64)
+    # Equal scores: row i averages V rows 0..i.
+    np.testing.assert_allclose(y[0], [[0.0, 1.0], [1.0, 2.0], [2.0, 3.0]])
+
+
+def test_cast_truncates_toward_zero_and_booleans_select() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (4,))
+    c = b.input("c", (4,), "bool", high=2)
+    g = b.build([b.cast(x, to="i32"), b.cast(x, to="bool"), b.where(c, x, b.neg(x))])
+    xs = np.array([-1.7, 1.7, 0.0, -0.2])
+    ints, bools, sel = run(g, {"x": xs, "c": np.array([1, 0, 1, 0])}, dtype=torch.float64)
+    np.testing.assert_array_equal(ints, [-1, 1, 0, 0])
+    np.testing.assert_array_equal(bools, [1, 1, 0, 1])
+    np.testing.assert_array_equal(sel, [-1.7, -1.7, 0.0, 0.2])
