@@ -96,3 +96,43 @@ def test_pt2_errors_are_one_line(tmp_path: Path) -> None:
     bad.write_bytes(b"not a zip")
     with pytest.raises(ModelImportError, match="not a torch.export program"):
         load_model(str(bad))
+
+
+def _decoder_block() -> Graph:
+    """A Llama-style block over the new ops: RMSNorm, grouped-query causal attention, SiLU
+    gate, a gathered position table and a boolean select."""
+    b = GraphBuilder("block")
+    x = b.input("x", (1, 6, 16))
+    pos = b.input("pos", (6,), "i64", high=6)
+    table = b.weight("pos_table", (6, 16), init="normal")
+    h = b.ewadd(x, b.gather(table, pos, axis=0))
+    n = b.rms_norm(h, b.weight("norm", (16,), init="positive"), eps=1e-6)
+
+    def proj(name: str, out: int) -> Any:
+        return b.linear(n, b.weight(f"{name}.w", (out, 16)), b.weight(f"{name}.b", (out,)))
+
+    q = b.transpose(b.reshape(proj("q", 16), shape=(1, 6, 4, 4)), perm=(0, 2, 1, 3))
+    k = b.transpose(b.reshape(proj("k", 8), shape=(1, 6, 2, 4)), perm=(0, 2, 1, 3))
+    v = b.transpose(b.reshape(proj("v", 8), shape=(1, 6, 2, 4)), perm=(0, 2, 1, 3))
+    a = b.attention(q, k, v, causal=True)
+    a = b.reshape(b.transpose(a, perm=(0, 2, 1, 3)), shape=(1, 6, 16))
+    gate = b.silu(b.linear(a, b.weight("g.w", (16, 16)), b.weight("g.b", (16,))))
+    out = b.ewadd(h, b.ewmul(gate, a))
+    return b.build(b.where(b.gt(out, b.neg(out)), out, b.exp(out)))
+
+
+def test_transformer_block_module_and_pt2_round_trip(tmp_path: Path) -> None:
+    g = _decoder_block()
+    module = to_module(g)
+    _check(g, module)
+    feeds = random_feeds(g, seed=4)
+    program = torch.export.export(module, tuple(_args(g, feeds)))
+    path = tmp_path / "block.pt2"
+    torch.export.save(program, str(path))
+    back = load_model(str(path))
+    hist = back.op_histogram()
+    assert hist["attention"] == 1 and hist["rms_norm"] == 1 and hist["silu"] == 1, hist
+    names = [n.attr("name") for n in back.inputs]
+    got = interpret(back, dict(zip(names, (feeds["x"], feeds["pos"]), strict=True)))[0]
+    want = interpret(g, feeds)[0]
+    assert np.max(np.abs(got - want)) <= 1e-5 * np.max(np.abs(want))
