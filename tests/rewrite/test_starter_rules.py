@@ -145,7 +145,33 @@ CASES: dict[str, list[Case]] = {
                            "w2": T((3, 3, 3, 3)), "b2": T((3, 1, 1))}, {})],
     "split_concat0": [({"x": T((2, 3)), "y": T((2, 4))}, {"a": 1}),
                       ({"x": T((1, 3)), "y": T((2, 3))}, {"a": 0})],
+    # Llama's MLP (gate and up of one width) and unequal widths over a batch.
+    "merge_swiglu": [({"x": T((3, 4)), "wg": T((4, 6)), "wu": T((4, 6))}, {}),
+                     ({"x": T((2, 3, 5)), "wg": T((5, 4)), "wu": T((5, 4))}, {})],
+    # Grouped-query projections: K and V narrower than Q (4 query heads, 2 or 1 kv heads).
+    "merge_qkv": [({"x": T((2, 3, 8)), "wq": T((8, 8)), "wk": T((8, 4)), "wv": T((8, 4))}, {}),
+                  ({"x": T((5, 6)), "wq": T((6, 12)), "wk": T((6, 3)), "wv": T((6, 3))}, {})],
+    # Head dims 4 and 16 (scales 1/2 and 1/4), causal and not, grouped-query.
+    "fold_attention_scale": [({"q": T((1, 2, 3, 4)), "k": T((1, 2, 5, 4)), "v": T((1, 2, 5, 3))},
+                              {"s": 0.5, "c": False}),
+                             ({"q": T((2, 4, 5, 16)), "k": T((2, 2, 5, 16)),
+                               "v": T((2, 2, 5, 8))}, {"s": 0.25, "c": True})],
+    "fold_rms_norm_weight": [({"x": T((3, 4)), "g": T((4,)), "w": T((4, 5))},
+                              {"a": 1, "e": 1e-6}),
+                             ({"x": T((2, 3, 6)), "g": T((6,)), "w": T((6, 2))},
+                              {"a": 2, "e": 1e-5})],
+    "fold_rms_norm_weight2": [({"x": T((3, 4)), "g": T((4,)), "w1": T((4, 5)), "w2": T((4, 5))},
+                               {"a": 1, "e": 1e-6}),
+                              ({"x": T((2, 3, 6)), "g": T((6,)), "w1": T((6, 2)),
+                                "w2": T((6, 7))}, {"a": 2, "e": 1e-5})],
+    "fold_rms_norm_weight3": [({"x": T((2, 3, 8)), "g": T((8,)), "w1": T((8, 8)),
+                                "w2": T((8, 4)), "w3": T((8, 4))}, {"a": 2, "e": 1e-6}),
+                              ({"x": T((3, 4)), "g": T((4,)), "w1": T((4, 2)), "w2": T((4, 1)),
+                                "w3": T((4, 3))}, {"a": 1, "e": 1e-5})],
 }
+# Exact over the reals only: the mod-p semantics has no exact square roots (rsqrt is a
+# pseudo-random function there) and reads the scale attribute as a rational's residue.
+REAL_ONLY = {"fold_attention_scale"}
 # Rules that differ from a listed one only in the op or activation share its cases.
 SAME_AS = {"fuse_conv_sigmoid": "fuse_conv_relu", "fuse_conv_tanh": "fuse_conv_relu",
            "relu_after_fused_relu": "fuse_conv_relu", "fuse_matmul_sigmoid": "fuse_matmul_relu",
@@ -175,7 +201,8 @@ def test_rule_is_exact_on_several_shapes(name: str) -> None:
     for types, attrs in cases(name):
         types = {k: v for k, v in types.items() if k in rule.source_vars()}
         assert rule.holds_condition(types, attrs), f"{name}: case does not meet the condition"
-        assert differs(rule, types, attrs, trials=2) is None, f"{name} differs at {types}"
+        if name not in REAL_ONLY:
+            assert differs(rule, types, attrs, trials=2) is None, f"{name} differs at {types}"
         src, tgt = rule.instantiate(types, attrs)
         feeds = _float_feeds(src, seed=1)
         for a, b in zip(interpret(src, feeds), interpret(tgt, feeds), strict=True):
@@ -236,5 +263,70 @@ def test_vgg_blocks_fold_and_keep_their_values() -> None:
     assert sum(n.op == "pool2d_max" for n in new.nodes) == 2 * sum(
         n.op == "pool2d_max" for n in g.nodes)
     new.lint()
+    check = check_values(g, new, rtol=1e-9)
+    assert check.ok, check.summary()
+
+
+def _decoder_block() -> Any:
+    """A small Llama-style block: RMSNorm, grouped-query causal attention (4 query heads,
+    2 kv heads, head dim 4, default scale 1/2), output projection, RMSNorm, SwiGLU MLP."""
+    from superopt.ir import GraphBuilder
+
+    b = GraphBuilder("decoder_block")
+    x = b.input("x", (2, 5, 16))
+
+    def heads(t: Any, n: int) -> Any:
+        return b.transpose(b.reshape(t, shape=(2, 5, n, 4)), perm=(0, 2, 1, 3))
+
+    n = b.rms_norm(x, b.weight("ln1", (16,), init="positive"), axis=-1, eps=1e-6)
+    q = heads(b.matmul(n, b.weight("wq", (16, 16))), 4)
+    k = heads(b.matmul(n, b.weight("wk", (16, 8))), 2)
+    v = heads(b.matmul(n, b.weight("wv", (16, 8))), 2)
+    ctx = b.transpose(b.attention(q, k, v, causal=True), perm=(0, 2, 1, 3))
+    h = b.ewadd(x, b.matmul(b.reshape(ctx, shape=(2, 5, 16)), b.weight("wo", (16, 16))))
+    m = b.rms_norm(h, b.weight("ln2", (16,), init="positive"), axis=-1, eps=1e-6)
+    gate = b.silu(b.matmul(m, b.weight("wg", (16, 24))))
+    up = b.matmul(m, b.weight("wu", (16, 24)))
+    return b.build(b.ewadd(h, b.matmul(b.ewmul(gate, up), b.weight("wd", (24, 16)))))
+
+
+@pytest.mark.parametrize("name,sites", [("merge_swiglu", 1), ("merge_qkv", 1),
+                                        ("fold_attention_scale", 1),
+                                        ("fold_rms_norm_weight", 0),
+                                        ("fold_rms_norm_weight2", 1),
+                                        ("fold_rms_norm_weight3", 1)])
+def test_transformer_rules_match_a_decoder_block(name: str, sites: int) -> None:
+    # Each norm feeds several matmuls, so the one-matmul RMSNorm fold has no exclusive
+    # site; the two- and three-matmul forms cover the MLP's and the attention's norm.
+    from superopt.rewrite.check import check_values
+
+    g = _decoder_block()
+    m = Matcher([RULES[name]])
+    found = m.match(g).sites
+    assert len(found) == sites, (name, dict(m.match(g).rejected))
+    if not sites:
+        return
+    new = apply_sites(g, found, m).graph
+    new.lint()
+    assert new.structural_hash != g.structural_hash
+    check = check_values(g, new, rtol=1e-9)
+    assert check.ok, check.summary()
+
+
+def test_attention_scale_moves_into_the_query_weight() -> None:
+    # fold_attention_scale, then the scale_* rules carry the factor through the head split
+    # into the query projection's weight; the attention is left with scale 1.
+    from superopt.rewrite.check import check_values
+
+    g = _decoder_block()
+    names = ("fold_attention_scale", "scale_through_transpose", "scale_through_reshape",
+             "scale_matmul_rhs")
+    _, run = RewritePass([RULES[n] for n in names]).iterate(g, choose_all(), max_rounds=5)
+    new = run.graph
+    new.lint()
+    (att,) = [n for n in new.nodes if n.op == "attention"]
+    assert att.attr("scale") == 1.0
+    (sm,) = [n for n in new.nodes if n.op == "smul"]
+    assert new.nodes[sm.inputs[0].node].op == "weight"  # the factor sits on W_q
     check = check_values(g, new, rtol=1e-9)
     assert check.ok, check.summary()

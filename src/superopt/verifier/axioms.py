@@ -570,10 +570,141 @@ def _fold_lemmas(kern: str, kc: str) -> list[str]:
     ]
 
 
+# ---- the transformer-era ops (issue 44) ----------------------------------------------
+
+def _rowwise(c: str, x: str, axis: str) -> str:
+    """?c broadcasts into ?x with size 1 along `axis` (a per-row constant): same rank, and
+    every other dim of ?c is 1 or ?x's."""
+    return f"rank(?{c}) == rank(?{x}) and dim(?{c},{axis}) == 1 and " + " and ".join(
+        f"(rank(?{x}) <= {k} or dim(?{c},{k}) == 1 or dim(?{c},{k}) == dim(?{x},{k}))"
+        for k in range(MAX_RANK))
+
+
+# A positive tensor as rules write one: exp of anything (no op or condition states
+# positivity, and laws like sqrt(x)^2 = x hold only there).
+_POS = "(exp ?y)"
+_POS2 = "(exp ?z)"
+
+
+def _transformer_axioms() -> list[str]:
+    q4 = _ranks(4, "q", "k", "v")
+    ax = [
+        "# subtraction, negation, division, reciprocals, roots and powers",
+        "sub_def: (sub ?a ?b) <=> (ewadd ?a (neg ?b))",
+        "neg_neg: (neg (neg ?x)) => ?x",
+        "neg_ewadd: (neg (ewadd ?x ?y)) <=> (ewadd (neg ?x) (neg ?y))",
+        "neg_ewmul: (neg (ewmul ?x ?y)) <=> (ewmul (neg ?x) ?y)",
+        "neg_smul: (neg (smul ?x ?w)) <=> (smul (neg ?x) ?w)",
+        "neg_matmul_l: (neg (matmul ?x ?y)) <=> (matmul (neg ?x) ?y)",
+        "neg_matmul_r: (neg (matmul ?x ?y)) <=> (matmul ?x (neg ?y))",
+        "neg_reduce_sum: (neg (reduce_sum ?ax ?kd ?x)) <=> (reduce_sum ?ax ?kd (neg ?x))",
+        "div_def: (div ?x ?y) <=> (ewmul ?x (recip ?y))",
+        "recip_recip: (recip (recip ?x)) => ?x",
+        "recip_ewmul: (recip (ewmul ?x ?y)) <=> (ewmul (recip ?x) (recip ?y))",
+        "rsqrt_def: (rsqrt ?x) <=> (recip (sqrt ?x))",
+        "pow_two: (pow 2.0 ?x) <=> (ewmul ?x ?x)",
+        "pow_half: (pow 0.5 ?x) <=> (sqrt ?x)",
+        "pow_minus_half: (pow -0.5 ?x) <=> (rsqrt ?x)",
+        "pow_minus_one: (pow -1.0 ?x) <=> (recip ?x)",
+        f"sqrt_square: (ewmul (sqrt {_POS}) (sqrt {_POS})) => {_POS}",
+        f"rsqrt_square: (ewmul (rsqrt {_POS}) (rsqrt {_POS})) => (recip {_POS})",
+        f"sqrt_rsqrt: (ewmul (sqrt {_POS}) (rsqrt {_POS})) => (const_one {{shape(?y)}})",
+        f"sqrt_ewmul: (sqrt (ewmul {_POS} {_POS2})) <=> (ewmul (sqrt {_POS}) (sqrt {_POS2}))",
+        "# exp, log and the gated activations",
+        "exp_add: (exp (ewadd ?a ?b)) <=> (ewmul (exp ?a) (exp ?b))",
+        "exp_neg: (exp (neg ?x)) <=> (recip (exp ?x))",
+        "log_exp: (log (exp ?x)) => ?x",
+        "silu_def: (silu ?x) <=> (ewmul ?x (sigmoid ?x))",
+        "# comparisons, select, maximum and minimum",
+        "lt_gt: (lt ?a ?b) <=> (gt ?b ?a)",
+        "eq_comm: (eq ?a ?b) => (eq ?b ?a)",
+        "maximum_comm: (maximum ?a ?b) => (maximum ?b ?a)",
+        "minimum_comm: (minimum ?a ?b) => (minimum ?b ?a)",
+        "maximum_where: (maximum ?a ?b) <=> (where (gt ?a ?b) ?a ?b)",
+        "minimum_where: (minimum ?a ?b) <=> (where (lt ?a ?b) ?a ?b)",
+        "neg_maximum: (neg (maximum ?a ?b)) <=> (minimum (neg ?a) (neg ?b))",
+        "where_same: (where ?c ?x ?x) => ?x if shape(?c) == shape(?x)",
+        "where_swap: (where (lt ?a ?b) ?x ?y) <=> (where (gt ?b ?a) ?x ?y)",
+        "where_ewadd: (ewadd (where ?c ?x ?y) ?z) <=> (where ?c (ewadd ?x ?z) (ewadd ?y ?z)) if "
+        "shape(?c) == shape(?x) and shape(?x) == shape(?y) and shape(?y) == shape(?z)",
+        # tril(ones(r, c), d) transposed is triu(ones(c, r), -d).
+        "tri_mask_transpose: (transpose [1,0] (tri_mask ?r ?c ?d ?l)) => "
+        "(tri_mask ?c ?r {-?d} {not ?l})",
+        "# gather and expand are linear; element-wise maps commute with them",
+        "gather_ewadd: (gather ?a (ewadd ?x ?y) ?i) <=> (ewadd (gather ?a ?x ?i) (gather ?a ?y ?i)) "
+        "if shape(?x) == shape(?y)",
+        "gather_smul: (smul (gather ?a ?x ?i) ?w) <=> (gather ?a (smul ?x ?w) ?i)",
+        "gather_neg: (neg (gather ?a ?x ?i)) <=> (gather ?a (neg ?x) ?i)",
+        "expand_ewadd: (expand ?s (ewadd ?x ?y)) <=> (ewadd (expand ?s ?x) (expand ?s ?y)) "
+        "if shape(?x) == shape(?y)",
+        "expand_ewmul: (expand ?s (ewmul ?x ?y)) <=> (ewmul (expand ?s ?x) (expand ?s ?y)) "
+        "if shape(?x) == shape(?y)",
+        "expand_smul: (smul (expand ?s ?x) ?w) <=> (expand ?s (smul ?x ?w))",
+        "expand_id: (expand ?s ?x) => ?x if ?s == shape(?x)",
+    ]
+    for u in ("neg", "exp", "silu", "sqrt"):
+        ax += [
+            f"{u}_concat: ({u} (concat axis=?a ?x ?y)) <=> (concat axis=?a ({u} ?x) ({u} ?y))",
+            f"{u}_transpose: ({u} (transpose ?p ?x)) <=> (transpose ?p ({u} ?x))",
+            f"{u}_gather: ({u} (gather ?a ?x ?i)) <=> (gather ?a ({u} ?x) ?i)",
+            f"{u}_expand: ({u} (expand ?s ?x)) <=> (expand ?s ({u} ?x))",
+        ]
+    ax += [
+        "# softmax, rms_norm and attention",
+        # Adding a constant to every entry of a softmax's row scales numerator and sum alike
+        # (the numerically stable softmax subtracts the row maximum).
+        f"softmax_shift: (softmax ?a (ewadd ?x ?c)) => (softmax ?a ?x) if {_rowwise('c', 'x', '?a')}",
+        "softmax_sub_max: (softmax ?a (sub ?x (reduce_max ?ax true ?x))) => (softmax ?a ?x) "
+        "if ?ax == (?a,)",
+        # rms_norm(x, w) = rms_norm(x, 1) * w; with eps 0 it ignores a positive scale.
+        "rms_norm_weight: (rms_norm ?a ?e ?x ?w) => "
+        "(ewmul (rms_norm ?a ?e ?x (const_one {shape(?w)})) ?w)",
+        "rms_norm_unweight: (ewmul (rms_norm ?a ?e ?x (const_one ?t)) ?w) => "
+        "(rms_norm ?a ?e ?x ?w) if ?t == shape(?w)",
+        f"rms_norm_scale: (rms_norm ?a 0.0 (smul ?x {_POS}) ?w) => (rms_norm ?a 0.0 ?x ?w)",
+        "rms_norm_concat: (rms_norm ?b ?e (concat axis=?a ?x ?y) ?w) <=> "
+        "(concat axis=?a (rms_norm ?b ?e ?x ?w) (rms_norm ?b ?e ?y ?w)) if ?a < ?b",
+        # A row scale of a matmul's lhs is a row scale of its (rank-2) rhs.
+        "matmul_scale_rows: (matmul (ewmul ?y ?g) ?w) => "
+        "(matmul ?y (ewmul (reshape {(dim(?g,0), 1)} ?g) ?w)) if rank(?g) == 1 and "
+        "rank(?w) == 2 and dim(?y,-1) == dim(?g,0)",
+        "smul_linear: (smul (linear none ?x ?w ?b) ?t) <=> (linear none ?x (smul ?w ?t) "
+        "(smul ?b ?t))",
+        # Scaling the queries by n (a sum of n ones) is scaling the scores by n.
+        "attention_smul_q: (attention ?s ?c (smul ?q (reduce_sum [0] false (const_one ?n))) ?k ?v)"
+        " => (attention {?s * ?n[0]} ?c ?q ?k ?v) if len(?n) == 1",
+        # The default scale 1/sqrt(d) as a factor of the queries (d = the head dim).
+        "attention_scale_q: (attention ?s ?c ?q ?k ?v) => (attention 1.0 ?c (smul ?q (rsqrt "
+        "(reduce_sum [0] false (const_one {(dim(?q,-1),)})))) ?k ?v) if "
+        "?s * ?s * dim(?q,-1) == 1 and ?s > 0",
+        # Batch rows and (without the causal mask) query rows are independent.
+        f"attention_batch_concat: (attention ?s ?c (concat 0 ?q ?p) (concat 0 ?k ?l) "
+        f"(concat 0 ?v ?u)) => (concat 0 (attention ?s ?c ?q ?k ?v) (attention ?s ?c ?p ?l ?u))"
+        f" if {q4} and {_ranks(4, 'p', 'l', 'u')} and dim(?k,0) == dim(?q,0) and "
+        "dim(?v,0) == dim(?q,0) and dim(?l,0) == dim(?p,0) and dim(?u,0) == dim(?p,0)",
+        "attention_rows_concat: (attention ?s false (concat axis=?a ?q ?p) ?k ?v) <=> "
+        "(concat axis=?a (attention ?s false ?q ?k ?v) (attention ?s false ?p ?k ?v)) "
+        "if ?a == rank(?q) - 2",
+        # Heads of the same group size concatenate (grouped-query: kv head h // g serves
+        # query head h in each part).
+        f"attention_heads_concat: (attention ?s ?c (concat 1 ?q ?p) (concat 1 ?k ?l) "
+        f"(concat 1 ?v ?u)) => (concat 1 (attention ?s ?c ?q ?k ?v) (attention ?s ?c ?p ?l ?u))"
+        f" if {q4} and {_ranks(4, 'p', 'l', 'u')} and dim(?v,1) == dim(?k,1) and "
+        "dim(?q,1) * dim(?l,1) == "
+        "dim(?p,1) * dim(?k,1) and dim(?k,0) == dim(?q,0) and dim(?l,0) == dim(?p,0) and "
+        "dim(?v,0) == dim(?q,0) and dim(?u,0) == dim(?p,0)",
+        "attention_transpose_batch: (attention ?s ?c (transpose [1,0,2,3,4] ?q) "
+        "(transpose [1,0,2,3,4] ?k) (transpose [1,0,2,3,4] ?v)) => (transpose [1,0,2,3,4] "
+        "(attention ?s ?c ?q ?k ?v)) if " + " and ".join(
+            f"dim(?{t},{k}) == dim(?q,{k})" for t in "kv" for k in (0, 1)),
+    ]
+    return ax
+
+
 def builtin_text() -> str:
     """The built-in axioms in the rule text format (one per line, `#` comments)."""
     lines = [*_core_axioms(), *_transpose_axioms(), *_concat_axioms(), *_pool_axioms(),
-             *_batch_norm_axioms(), *_other_axioms(), *_fold_axioms()]
+             *_batch_norm_axioms(), *_other_axioms(), *_fold_axioms(), *_transformer_axioms()]
     return "\n".join(lines) + "\n"
 
 
@@ -602,21 +733,43 @@ SPECS: dict[str, SamplerSpec] = {
 }
 
 
+_NOT_MODP = "holds over the reals, not in the mod-p fingerprint semantics"
+_EXP_WRAP = ("holds over the reals; mod p, exp(x) = 7^x of a residue, and an exponent that "
+             "wraps past p gains a factor 7^-p = 1/7")
+_PSEUDO = ("holds over the reals; mod p, sqrt, rsqrt and log are fixed pseudo-random "
+           "functions (no exact square roots of residues)")
+
+# Laws of real arithmetic that the exact mod-p semantics (`superopt.ir.modp`) does not
+# model: validated on the float64 reference only. Soundness is about the real semantics;
+# mod p is the generator's fingerprint, which may then tell such rewrites apart.
+REAL_ONLY: dict[str, str] = {
+    "exp_add": _EXP_WRAP, "softmax_shift": _EXP_WRAP,
+    "softmax_sub_max": _EXP_WRAP, "log_exp": _PSEUDO, "rsqrt_def": _PSEUDO,
+    "sqrt_square": _PSEUDO, "rsqrt_square": _PSEUDO, "sqrt_rsqrt": _PSEUDO,
+    "sqrt_ewmul": _PSEUDO, "rms_norm_scale": _PSEUDO,
+    "attention_scale_q": "holds over the reals; mod p the scale attribute is a rational "
+                         "approximation's residue and rsqrt is pseudo-random",
+}
+
+
 @dataclass(frozen=True)
 class Axiom:
     """`weak`: the target is also required to be well typed before the axiom applies
-    (library rules that are only partial, see `DirectionCheck.kind`)."""
+    (library rules that are only partial, see `DirectionCheck.kind`). `real_only`: why
+    the mod-p semantics is not asked to agree (see `REAL_ONLY`); '' for most axioms."""
 
     name: str
     rule: Rule
     spec: SamplerSpec = field(default_factory=SamplerSpec)
     origin: str = "builtin"
     weak: bool = False
+    real_only: str = ""
 
 
 def builtin_axioms() -> list[Axiom]:
     rules = parse_rules(builtin_text(), "<builtin axioms>")
-    return [Axiom(r.name, r, SPECS.get(r.name, SamplerSpec())) for r in rules]
+    return [Axiom(r.name, r, SPECS.get(r.name, SamplerSpec()), real_only=REAL_ONLY.get(r.name, ""))
+            for r in rules]
 
 
 def axioms_from_rules(rules: Iterable[Rule], origin: str) -> list[Axiom]:
@@ -675,7 +828,8 @@ class AxiomCheck:
 
 
 def _check_direction(rule: Rule, direction: str, spec: SamplerSpec, samples: int, seed: int,
-                     deadline: float, shape_checks: int, problems: list[str]) -> DirectionCheck:
+                     deadline: float, shape_checks: int, problems: list[str],
+                     modp: bool = True) -> DirectionCheck:
     try:
         sampler = Sampler(rule, spec, seed=seed)
     except (Unsupported, IRError) as err:
@@ -698,7 +852,7 @@ def _check_direction(rule: Rule, direction: str, spec: SamplerSpec, samples: int
             return DirectionCheck(direction, valid, failure=f"the sides differ at "
                                   f"{inst.describe()}", kind="differs",
                                   counterexample=cmp.counterexample)
-        if cmp.modp_differs:
+        if cmp.modp_differs and modp:
             return DirectionCheck(direction, valid, failure=f"the mod-p semantics tells the sides "
                                   f"apart at {inst.describe()}", kind="differs")
         if valid < shape_checks:
@@ -721,7 +875,7 @@ def validate_axiom(ax: Axiom, samples: int = 8, seed: int = 0, budget_s: float =
     checks = []
     for d, r in directions(ax.rule):
         checks.append(_check_direction(r, d, ax.spec, samples, seed, t0 + budget_s,
-                                       shape_checks, problems))
+                                       shape_checks, problems, modp=not ax.real_only))
     return AxiomCheck(ax.name, ax.origin, format_rule(ax.rule), tuple(checks),
                       tuple(dict.fromkeys(problems)), time.perf_counter() - t0)
 
@@ -738,21 +892,21 @@ def validate_axioms(axioms: Sequence[Axiom], samples: int = 8, seed: int = 0, jo
     return run_parallel(_validate_task, tasks, jobs, progress, executor)
 
 
-Payload = tuple[str, str, str, bool, SamplerSpec]
+Payload = tuple[str, str, str, bool, SamplerSpec, str]
 
 
 def payload(ax: Axiom) -> Payload:
     """An axiom as picklable data (rules hold mapping proxies, which do not pickle)."""
     from superopt.substitutions.text import format_rule
 
-    return (ax.name, format_rule(ax.rule), ax.origin, ax.weak, ax.spec)
+    return (ax.name, format_rule(ax.rule), ax.origin, ax.weak, ax.spec, ax.real_only)
 
 
 def from_payload(p: Payload) -> Axiom:
     from superopt.substitutions.text import parse_rule
 
-    name, text, origin, weak, spec = p
-    return Axiom(name, parse_rule(text, f"<axiom {name}>"), spec, origin, weak)
+    name, text, origin, weak, spec, real_only = p
+    return Axiom(name, parse_rule(text, f"<axiom {name}>"), spec, origin, weak, real_only)
 
 
 def _validate_task(task: tuple[Payload, int, int, int]) -> AxiomCheck:

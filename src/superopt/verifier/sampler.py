@@ -107,18 +107,23 @@ def unique_instance(rule: Rule) -> Instance | None:
     shapes = pinned_shapes(rule)
     if not shapes or set(rule.source_vars()) - set(shapes):
         return None
-    ints = _int_vars(rule)
-    return Instance({v: TensorType(shapes[v], DType.I64 if v in ints else DType.F32)
+    dtypes = var_dtypes(rule)
+    return Instance({v: TensorType(shapes[v], dtypes.get(v, DType.F32))
                      for v in rule.source_vars()}, {})
 
 
-def _int_vars(rule: Rule) -> dict[str, int]:
-    """Tensor variables that index an embedding table (integer ids), -> table var."""
-    out: dict[str, int] = {}
+def var_dtypes(rule: Rule) -> dict[str, DType]:
+    """Tensor variables that are not float: the ids of an embedding and the indices of a
+    gather (int64), the condition of a where (bool). Every other variable is float."""
+    out: dict[str, DType] = {}
     for p in (*rule.source, *rule.target):
         for q in walk(p):
-            if isinstance(q, PNode) and q.op == "embedding" and isinstance(q.children[0], PVar):
-                out[q.children[0].name] = 1
+            if not isinstance(q, PNode):
+                continue
+            slot = {"embedding": (0, DType.I64), "gather": (1, DType.I64),
+                    "where": (0, DType.BOOL)}.get(q.op)
+            if slot is not None and isinstance(q.children[slot[0]], PVar):
+                out.setdefault(q.children[slot[0]].name, slot[1])
     return out
 
 
@@ -283,7 +288,7 @@ class Sampler:
         prep = _prepare(rule, self.given, narrow)
         self.spec = prep.spec
         self.g: GroundRule = prep.g
-        self.int_vars = _int_vars(rule)
+        self.dtypes = var_dtypes(rule)
         self.nonlinear = prep.nonlinear
         # A fresh Z3 context per sampler: Z3's choices depend on the AST ids of what it
         # solves, and ids in the shared context depend on everything the process built
@@ -399,7 +404,7 @@ class Sampler:
         for name, (rank, dim) in self._shape_terms.items():
             r = _eval_int(m, rank)
             dims = tuple(_eval_int(m, dim[k]) for k in range(r))
-            dtype = DType.I64 if name in self.int_vars else DType.F32
+            dtype = self.dtypes.get(name, DType.F32)
             types[name] = TensorType(dims, dtype)
             same += [self._eq(rank, r), *[self._eq(dim[k], d) for k, d in enumerate(dims)]]
         attrs: dict[str, Any] = {}
@@ -526,28 +531,42 @@ def build(rule: Rule, inst: Instance) -> Built:
 
 
 def feeds_for(graphs: list[Graph], semantics: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random inputs shared by both sides; integer ids stay inside their tables and
-    batch-norm variances positive."""
+    """Random inputs shared by both sides; integer ids stay inside their tables (gather's
+    indices inside [-n, n) of their axis), booleans are 0/1 and batch-norm variances
+    positive."""
     specs: dict[str, TensorType] = {}
     high: dict[str, int] = {}
+    signed: set[str] = set()
     positive: set[str] = set()
+
+    def bound(g: Graph, v: Value, n: int, negative: bool = False) -> None:
+        node = g.nodes[v.node]
+        if node.op == "input":
+            name = node.attr("name")
+            high[name] = min(high.get(name, n), n)
+            if negative:
+                signed.add(name)
+
     for g in graphs:
         for n in g.nodes:
             if n.op == "input":
                 specs[n.attr("name")] = n.type
             elif n.op == "embedding":
-                ids = g.nodes[n.inputs[0].node]
-                if ids.op == "input":
-                    rows = g.type_of(n.inputs[1]).shape[0]
-                    high[ids.attr("name")] = min(high.get(ids.attr("name"), rows), rows)
+                bound(g, n.inputs[0], g.type_of(n.inputs[1]).shape[0])
+            elif n.op == "gather":
+                bound(g, n.inputs[1], g.type_of(n.inputs[0]).shape[n.attr("axis")], True)
             elif n.op == "batch_norm":
                 var = g.nodes[n.inputs[4].node]
                 if var.op == "input":
                     positive.add(var.attr("name"))
     out: dict[str, np.ndarray] = {}
     for name, t in specs.items():
-        if not t.dtype.is_float:
-            out[name] = rng.integers(0, max(high.get(name, 1), 1), size=t.shape, dtype=np.int64)
+        if t.dtype == DType.BOOL:
+            out[name] = rng.integers(0, 2, size=t.shape, dtype=np.int64)
+        elif not t.dtype.is_float:
+            hi = max(high.get(name, 1), 1)
+            lo = -hi if name in signed else 0
+            out[name] = rng.integers(lo, hi, size=t.shape, dtype=np.int64)
         elif semantics == "modp":
             out[name] = rng.integers(1, 64, size=t.shape, dtype=np.int64) if name in positive \
                 else rng.integers(0, P, size=t.shape, dtype=np.int64)

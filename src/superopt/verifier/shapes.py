@@ -632,6 +632,116 @@ _reg(("const_imm",), _const_imm)
 _reg(("const_one",), _const_one)
 
 
+# ---- the transformer-era ops (issue 44) ----------------------------------------------
+
+_reg(("neg", "exp", "log", "sqrt", "rsqrt", "recip", "erf", "silu", "sin", "cos", "pow",
+      "cast"), same_shape())
+_reg(("sub", "div", "maximum", "minimum", "eq", "lt", "gt"), _elementwise)
+
+
+def _where(c: Call) -> ShapeInfo:
+    """numpy broadcasting of all three inputs: (cond, a) first, then with b."""
+    r01, at01 = _broadcast(c, 0, 1, 0)
+    r2 = c.R(2)
+    r = zmax(r01, r2)
+
+    def at(i: Num) -> tuple[Num, z3.BoolRef]:
+        i01, i2 = i - (r - r01), i - (r - r2)
+        d01, ok01 = at01(i01)
+        dx = z3.If(i01 >= 0, d01, z3.IntVal(1))
+        dy = z3.If(i2 >= 0, c.D(2, i2), z3.IntVal(1))
+        ok = z3.And(z3.Implies(i01 >= 0, ok01), z3.Or(dx == dy, dx == 1, dy == 1))
+        return z3.If(dx == 1, dy, dx), ok
+
+    return ShapeInfo([], r, lambda i: at(i)[0], dim_ok=lambda i: at(i)[1])
+
+
+_reg(("where",), _where)
+
+
+def _gather(c: Call) -> ShapeInfo:
+    ax, rx, ri = _num(c.a["axis"]), c.R(0), c.R(1)
+    facts = [rx >= 1, ax >= 0, ax < rx, rx - 1 + ri <= MAX_RANK]
+
+    def dim(i: Num) -> Num:
+        return z3.If(i < ax, c.D(0, i), z3.If(i < ax + ri, c.D(1, i - ax), c.D(0, i - ri + 1)))
+
+    return ShapeInfo(facts, rx - 1 + ri, dim)
+
+
+_reg(("gather",), _gather, _axis_canon())
+
+
+def _expand(c: Call) -> ShapeInfo:
+    s, rx = _tup(c.a["shape"]), c.R()
+    facts = [s.length >= rx, *[z3.Implies(k < s.length, s.item(k) >= 1)
+                               for k in range(len(s.items))]]
+    # Input dim i sits under output dim i + (len - rank): size 1 or that size.
+    return ShapeInfo(facts, s.length, _dims(s.items), arg_dims={
+        0: lambda i: z3.Or(c.D(0, i) == 1, c.D(0, i) == sel(list(s.items), i + s.length - rx))})
+
+
+_reg(("expand",), _expand)
+
+
+def _iota(c: Call) -> ShapeInfo:
+    # The IR stores iota's axis as given (-1 and len - 1 are both valid).
+    s, ax = _tup(c.a["shape"]), _num(c.a["axis"])
+    facts = [ax >= -s.length, ax < s.length, *[z3.Implies(k < s.length, s.item(k) >= 1)
+                                               for k in range(len(s.items))]]
+    return ShapeInfo(facts, s.length, _dims(s.items))
+
+
+_reg(("iota",), _iota)
+
+
+def _tri_mask(c: Call) -> ShapeInfo:
+    rows, cols = _num(c.a["rows"]), _num(c.a["cols"])
+    return ShapeInfo([rows >= 1, cols >= 1], z3.IntVal(2), _dims([rows, cols]))
+
+
+_reg(("tri_mask",), _tri_mask)
+_reg(("reduce_max",), _reduce, _reduce_canon)
+
+
+def _rms_norm(c: Call) -> ShapeInfo:
+    ax = _num(c.a["axis"])
+    return ShapeInfo([*_axis_ok(c), c.R(1) == c.R() - ax], c.R(), lambda i: c.D(0, i),
+                     arg_dims={1: lambda i: c.D(1, i) == c.D(0, i + ax)})
+
+
+_reg(("rms_norm",), _rms_norm, _axis_canon())
+
+
+def _attention(c: Call) -> ShapeInfo:
+    """q (..., H, Lq, D), k (..., Hkv, Lk, D), v (..., Hkv, Lk, Dv) -> (..., H, Lq, Dv);
+    k's and v's batch dims broadcast into q's (which are the output's)."""
+    rq, rk, rv = c.R(0), c.R(1), c.R(2)
+    h, hkv = c.D(0, rq - 3), c.D(1, rk - 3)
+    facts = [rq >= 3, rk >= 3, rv >= 3, rk <= rq, rv <= rq, c.D(1, rk - 1) == c.D(0, rq - 1),
+             c.D(2, rv - 2) == c.D(1, rk - 2), c.D(2, rv - 3) == hkv, h % hkv == 0]
+
+    def dim(i: Num) -> Num:
+        return z3.If(i == rq - 1, c.D(2, rv - 1), c.D(0, i))
+
+    def batch(j: int, r: Num) -> Callable[[Num], z3.BoolRef]:
+        # Batch dim i of input j (i < rank - 3) sits under q's dim i + rank(q) - rank.
+        return lambda i: z3.Or(i >= r - 3, c.D(j, i) == 1, c.D(j, i) == c.D(0, i + rq - r))
+
+    return ShapeInfo(facts, rq, dim, arg_dims={1: batch(1, rk), 2: batch(2, rv)})
+
+
+def _attention_canon(c: Call) -> dict[str, ZVal]:
+    s = z3.simplify(_num(c.a["scale"]))
+    if z3.is_rational_value(s) and s.as_fraction() == 0:
+        raise Unsupported("attention scale 0 (1/sqrt(head dim)) is resolved when a graph is "
+                          "built; write the scale explicitly")
+    return c.a
+
+
+_reg(("attention",), _attention, _attention_canon)
+
+
 # ---- building terms and shape facts -------------------------------------------------
 
 def make_call(e: Z3Env, op: str, attrs: dict[str, ZVal], args: Sequence[z3.ExprRef], out: int = 0,
