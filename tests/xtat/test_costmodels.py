@@ -310,3 +310,18 @@ def test_topk_goes_down_the_models_ranking_until_the_budget_is_spent() -> None:
     plain = Tuner(s.pipeline, s.runner, s.default, seed=0).run(
         make_schedule("custom", ("tiling",), "exhaustive"), 10_000)
     assert plain.phases == [("tiling", sum(len(site.options) - 1 for site in sites))]
+
+
+def test_op_kinds_come_from_traits_and_the_cost_table() -> None:
+    from superopt.ir.opdef import OPS
+    from superopt.xtat.models.features import op_kind
+
+    # Pools are window reductions (their old names, max_pool2d/avg_pool2d, never matched
+    # the registry's), attention runs on the MXU, expand and split move data.
+    assert op_kind("pool2d_avg") == op_kind("pool2d_max") == "reduce"
+    assert op_kind("reduce_max") == op_kind("rms_norm") == op_kind("softmax") == "reduce"
+    assert op_kind("attention") == op_kind("matmul") == op_kind("conv2d") == "mxu"
+    assert op_kind("expand") == op_kind("split") == op_kind("transpose") == "layout"
+    assert op_kind("exp") == op_kind("where") == op_kind("ewadd") == "other"
+    assert op_kind("no_such_op") == "other"
+    assert {op_kind(op) for op in OPS} == {"mxu", "layout", "reduce", "other"}
