@@ -616,7 +616,10 @@ def compare(rule: Rule, inst: Instance, built: Built, seed: int) -> Comparison:
         ref_t = interpret(tgt, feeds_f)
     for i, (x, y) in enumerate(zip(ref_s, ref_t, strict=True)):
         if not np.allclose(x, y, rtol=1e-6, atol=1e-9, equal_nan=True):
-            diff = float(np.nanmax(np.abs(x - y))) if x.size else 0.0
+            # NaN on one side only (sqrt of a negative in a false rule): the largest
+            # finite difference, NaN when there is none.
+            finite = np.abs(x - y)[np.isfinite(x - y)]
+            diff = float(finite.max()) if finite.size else float("nan")
             return Comparison(True, modp_differs, {
                 **base, "kind": "value", "output": i, "semantics": "reference (float64)",
                 "inputs": {k: _jsonable(v) for k, v in feeds_f.items()},
