@@ -395,8 +395,9 @@ _register("pow", _pow)
 
 # Every other element-wise op, from its traits (so a new one needs no row here): a
 # TRANSCENDENTAL op is one EUP push plus one VPU op to issue it and collect its result
-# (exp, log, rsqrt, reciprocal and tanh are EUP instructions on TPUs: Norrie et al., IEEE
-# Micro 2021, the "extended unary pipeline"); any other is one VPU op per vreg and cheap
+# (exp, log, rsqrt, reciprocal and tanh are single instructions of the TPU core's
+# transcendental unit, the "extended unary pipeline", in XLA's and Pallas' TPU lowerings;
+# tanh kept its existing 1 + 1); any other is one VPU op per vreg and cheap
 # enough to duplicate: add, sub, mul, neg, max/min, relu, comparisons (a compare writes a
 # mask), where (a select) and casts (one convert).
 for _op in ops_with(ELEMENTWISE):
