@@ -9,7 +9,12 @@ only for the steps before tuning: tracing slows tuning several-fold) and the pro
 resident memory after it (resource.getrusage ru_maxrss, cumulative over the run). Prints a
 table and writes JSON (`results/scale.json`).
 
-Run: `.venv/bin/python benchmarks/scale.py [--models llama2_7b] [--batch 1] [--budget 300]`
+Tuning records every measurement in a records database (`--db`, the `tune --db` format),
+so a run stopped early still shows how far it got and at what pace:
+`sqlite3 DB "select count(*), max(at) - min(at) from measurements"`.
+
+Run: `.venv/bin/python benchmarks/scale.py [--models llama2_7b] [--batch 1] [--budget 300]
+[--db FILE]`
 """
 
 from __future__ import annotations
@@ -51,11 +56,12 @@ def step(name: str, fn: Callable[[], Any], traced: bool, steps: list[dict]) -> A
     return out
 
 
-def measure(model: str, batch: int, budget: int, seed: int) -> dict:
-    from superopt import tune, zoo
+def measure(model: str, batch: int, budget: int, seed: int, db: str | None) -> dict:
+    from superopt import zoo
     from superopt.ir.analysis import stats
     from superopt.ir.serialize import load, save
     from superopt.tpu_sim import compile_default, simulate
+    from superopt.xtat import tune
 
     steps: list[dict] = []
     print(f"{model} batch {batch}\n  {'step':22s} {'wall s':>9s} {'cpu s':>9s} "
@@ -70,8 +76,10 @@ def measure(model: str, batch: int, budget: int, seed: int) -> dict:
         raise SystemExit(f"{model}: the loaded graph differs from the built one")
     st = step("lint + stats", lambda: (graph.lint(), stats(graph))[1], True, steps)
     sim = step("compile + simulate", lambda: simulate(compile_default(graph)), True, steps)
-    result = step(f"tune ({budget} meas.)", lambda: tune(graph, budget=budget, seed=seed),
-                  False, steps)
+    # superopt.tune's path (all six passes, joint schedule), with a records database
+    result = step(f"tune ({budget} meas.)",
+                  lambda: tune(model, budget=budget, seed=seed, batch=batch, graph=graph,
+                               db=db and f"{db}.{model}_b{batch}.sqlite"), False, steps)
     return {"model": model, "batch": batch, "nodes": len(graph), "params": st.params,
             "param_bytes": st.param_bytes, "macs": st.macs, "graph_file_bytes": size,
             "default_sim_s": sim.time, "tuned_sim_s": result.best_time,
@@ -89,6 +97,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "scale.json"))
+    ap.add_argument("--db", default=None, metavar="PREFIX",
+                    help="record the measurements in PREFIX.<model>_b<batch>.sqlite")
     args = ap.parse_args()
     from superopt import zoo
 
@@ -98,7 +108,7 @@ def main() -> None:
         raise SystemExit(f"--models: {e}") from None
     if args.batch < 1 or args.budget < 1:
         raise SystemExit("--batch and --budget must be >= 1")
-    rows = [measure(m, args.batch, args.budget, args.seed) for m in models]
+    rows = [measure(m, args.batch, args.budget, args.seed, args.db) for m in models]
     for r in rows:
         print(f"{r['model']}: {r['nodes']} nodes, {r['params'] / 1e9:.2f}G parameters, "
               f"tuned {r['evaluations']} measurements in {r['tune_wall_s']:.1f} s "
