@@ -17,6 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from op_cases import OP_CASES, op_case  # noqa: E402
 from superopt import zoo  # noqa: E402
+from superopt.backends.torch import compare as torch_compare  # noqa: E402
 from superopt.exporters.onnx import (  # noqa: E402
     LOWERING,
     NOT_INVERTIBLE,
@@ -167,10 +168,10 @@ def round_trip_form(graph: Graph, weights: Mapping[str, tuple[int, ...]] | None 
             n.op in ("reshape", "transpose", "slice", "pad", "concat", "split", "cast", "expand")
             and len(ins) == 1 and len(out_types) == 1 and out_types[0] == in_types[0])
         for i, t in enumerate(out_types):
-            if folded:
-                d = h("folded", t.shape, t.dtype.value)
-            elif identity:
+            if identity:  # first: a no-op on a weight reads back as the weight itself
                 d = ins[0]
+            elif folded:
+                d = h("folded", t.shape, t.dtype.value)
             elif n.is_source:
                 d = h(n.op, n.attr("name"), t.shape, t.dtype.value)
             else:
@@ -195,7 +196,13 @@ def check_round_trip(graph: Graph) -> None:
     feeds = random_feeds(graph, seed=3)
     want = interpret(logits(graph), feeds)
     assert isinstance(want, tuple)
-    assert_close(run_ort(to_onnx(logits(graph)), feeds), want, 1e-4, 1e-6)
+    # Deep models (EfficientNet-B0's 1.7e-4) lose more than 1e-4 to float32 itself: the
+    # bound is then a small multiple of what float32 torch loses on the same inputs.
+    rtol = 1e-4
+    single = torch_compare(logits(graph), feeds, dtype="float32", rtol=rtol, atol=1e-6)
+    if not single.ok:
+        rtol = 2 * single.max_rel_err
+    assert_close(run_ort(to_onnx(logits(graph)), feeds), want, rtol, 1e-6)
     back = import_onnx(model)
     before, after = weight_values(graph), weight_values(back)
     shapes = {k: v.shape for k, v in before.items()}
@@ -209,9 +216,12 @@ def check_round_trip(graph: Graph) -> None:
 
 
 def folded_ops(graph: Graph) -> int:
-    """Ops that read only weights: each may come back as one new weight."""
-    return sum(1 for n in graph.nodes if n.inputs and not n.is_source
-               and all(graph.node(v.node).op == "weight" for v in n.inputs))
+    """Ops computed from weights and constants alone (T5's relative-position buckets, say):
+    the importer evaluates them, and each may come back as one new weight."""
+    constant: dict[int, bool] = {}
+    for n in graph.nodes:
+        constant[n.id] = n.op != "input" and all(constant[v.node] for v in n.inputs)
+    return sum(1 for n in graph.nodes if n.inputs and constant[n.id])
 
 
 def rebuild(graph: Graph, outputs: list[Any] | None = None, as_inputs: bool = False) -> Graph:
