@@ -734,21 +734,20 @@ SPECS: dict[str, SamplerSpec] = {
 
 
 _NOT_MODP = "holds over the reals, not in the mod-p fingerprint semantics"
-_EXP_WRAP = ("holds over the reals; mod p, exp(x) = 7^x of a residue, and an exponent that "
-             "wraps past p gains a factor 7^-p = 1/7")
-_PSEUDO = ("holds over the reals; mod p, sqrt, rsqrt and log are fixed pseudo-random "
-           "functions (no exact square roots of residues)")
+_EXP_WRAP = ("holds over the reals; mod p, exp(x) = 7^c(x) (c: the centred residue), and "
+             "a sum of residues that wraps past p changes the exponent by p, not p - 1")
+_PSEUDO = ("holds over the reals; mod p, sqrt and log are fixed pseudo-random functions "
+           "(no exact square roots of residues; rsqrt = 1/sqrt does hold)")
 
 # Laws of real arithmetic that the exact mod-p semantics (`superopt.ir.modp`) does not
 # model: validated on the float64 reference only. Soundness is about the real semantics;
 # mod p is the generator's fingerprint, which may then tell such rewrites apart.
 REAL_ONLY: dict[str, str] = {
     "exp_add": _EXP_WRAP, "softmax_shift": _EXP_WRAP,
-    "softmax_sub_max": _EXP_WRAP, "log_exp": _PSEUDO, "rsqrt_def": _PSEUDO,
-    "sqrt_square": _PSEUDO, "rsqrt_square": _PSEUDO, "sqrt_rsqrt": _PSEUDO,
-    "sqrt_ewmul": _PSEUDO, "rms_norm_scale": _PSEUDO,
+    "softmax_sub_max": _EXP_WRAP, "log_exp": _PSEUDO, "sqrt_square": _PSEUDO,
+    "rsqrt_square": _PSEUDO, "sqrt_ewmul": _PSEUDO, "rms_norm_scale": _PSEUDO,
     "attention_scale_q": "holds over the reals; mod p the scale attribute is a rational "
-                         "approximation's residue and rsqrt is pseudo-random",
+                         "approximation's residue and sqrt is pseudo-random",
 }
 
 
