@@ -206,13 +206,28 @@ def check_round_trip(graph: Graph) -> None:
     back = import_onnx(model)
     before, after = weight_values(graph), weight_values(back)
     shapes = {k: v.shape for k, v in before.items()}
-    assert round_trip_form(back, shapes) == round_trip_form(graph, shapes)
+    orig_ops, back_ops = graph.op_histogram(), back.op_histogram()
+    if any(back_ops.get(op, 0) > orig_ops.get(op, 0) for op in PATTERN_FOLDS):
+        # The graph wrote out a pattern the importer folds (bert_small's attention as
+        # matmul-softmax-matmul): the import computes the same function, and exporting
+        # and importing it again changes nothing.
+        feeds = random_feeds(graph, seed=5)
+        got, ref = interpret(back, feeds), interpret(graph, feeds)
+        assert_close(list(got), ref, 1e-5, 1e-9)
+        again = import_onnx(to_onnx(back))
+        assert round_trip_form(again, shapes) == round_trip_form(back, shapes)
+    else:
+        assert round_trip_form(back, shapes) == round_trip_form(graph, shapes)
     # Weights come back with the values the reference gave them, under the same names
     # (a new name or shape only for computations on weights that the importer folded).
     kept = [k for k in after if k in before and after[k].shape == before[k].shape]
     assert len(kept) >= len(after) - folded_ops(graph)
     for name in kept:
         np.testing.assert_array_equal(after[name], before[name].astype(np.float32), name)
+
+
+# Ops the importer builds from written-out patterns (superopt.importers.onnx's folds).
+PATTERN_FOLDS = ("attention", "gelu", "silu", "rms_norm", "layer_norm", "rsqrt")
 
 
 def folded_ops(graph: Graph) -> int:
@@ -378,7 +393,13 @@ def test_light_model_round_trip(name: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(set(zoo.names()) - set(FAST_ZOO)))
 def test_zoo_round_trip_slow(name: str) -> None:
-    check_round_trip(zoo.build(name))
+    graph = zoo.build(name)
+    params = sum(n.type.size for n in graph.weight_nodes)
+    if params > 300_000_000:
+        # Llama 3.2 1B: ~5 GB of float32 initializers and a float64 reference run; the
+        # external-data path it needs is tested on a small model above.
+        pytest.skip(f"{name}: {params / 1e9:.1f}B parameters, too large to run twice here")
+    check_round_trip(graph)
 
 
 @pytest.mark.slow
