@@ -7,6 +7,7 @@ Libraries (each verified with the same validated built-in axioms):
   and matmul merging, concat/split, transpose, pooling, constants, enlarge), every rule
   true (with its shape condition where it needs one);
 - `data/false_rules.rules`: plausible but false rules, each of which must be refuted;
+- `data/false_transformer.rules`: the same over the transformer-era ops (issue 44);
 - a generated library: `superopt generate --preset taso --max-ops N` (when the generator
   is available; --max-ops 0 skips it);
 - `--mutants`: the false one-place mutants (`superopt.verifier.mutate`) of the starter
@@ -19,8 +20,8 @@ Libraries (each verified with the same validated built-in axioms):
   them, e.g. TASO's `graph_subst.pb`, verified at TASO's input shapes (rules the reader
   cannot make count as invalid or unknown, as in the command).
 
-`--only NAME,...` runs some of them: taso_like, false_rules, generated, tensat, rules,
-mutants (e.g. `--only tensat` for the 931-equation row alone).
+`--only NAME,...` runs some of them: taso_like, false_rules, false_transformer, generated,
+tensat, rules, mutants (e.g. `--only tensat` for the 931-equation row alone).
 
 For each: rules, outputs, proved / refuted / invalid / unknown, wall time with `--jobs`
 workers, CPU time in the workers, rules per second, the slowest rules, and, only on the
@@ -111,8 +112,8 @@ def main() -> None:
     ap.add_argument("--rules", action="append", default=[], metavar="FILE",
                     help="also verify a published rule file (Tensat, TASO .pb, ...)")
     ap.add_argument("--only", default=None, metavar="NAME,...",
-                    help="run only these: taso_like, false_rules, generated, tensat, rules, "
-                         "mutants")
+                    help="run only these: taso_like, false_rules, false_transformer, "
+                         "generated, tensat, rules, mutants")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs of the 931-equation row (median wall reported, all kept)")
     ap.add_argument("--save-generated", default=None, metavar="LIB.json",
@@ -146,7 +147,7 @@ def main() -> None:
 
     # (name, rules, rules the reader could not make, TASO's time and rule count)
     libraries: list[tuple[str, list, list, tuple[float, int] | None]] = []
-    for key in ("taso_like", "false_rules"):
+    for key in ("taso_like", "false_rules", "false_transformer"):
         if wanted(key):
             libraries.append((key, read_rules(HERE / "data" / f"{key}.rules"), [], None))
     gen_info = None
@@ -233,7 +234,7 @@ def main() -> None:
                          f"{x['prove_s']:.3f}")
         console.print(slow)
         shown = [x for x in r["not_proved"]
-                 if r["library"] != "false_rules" or x["state"] != "refuted"]
+                 if not r["library"].startswith("false_") or x["state"] != "refuted"]
         for x in shown[:10]:
             console.print(f"  {r['library']}: {x['rule']} {x['state']}: {x['reason']}")
         if len(shown) > 10:

@@ -28,6 +28,10 @@ SWAPS = {
     "ewadd": "ewmul", "ewmul": "ewadd", "relu": "sigmoid", "sigmoid": "tanh",
     "tanh": "relu", "gelu": "relu", "pool2d_avg": "pool2d_max", "pool2d_max": "pool2d_avg",
     "reduce_sum": "reduce_mean", "reduce_mean": "reduce_sum",
+    "sub": "ewadd", "div": "ewmul", "maximum": "minimum", "minimum": "maximum", "lt": "gt",
+    "gt": "lt", "eq": "lt", "exp": "sigmoid", "log": "tanh", "silu": "gelu", "sqrt": "rsqrt",
+    "rsqrt": "sqrt", "recip": "neg", "neg": "recip", "sin": "cos", "cos": "sin", "erf": "tanh",
+    "reduce_max": "reduce_sum",
 }
 COMMUTATIVE = frozenset({"ewadd", "ewmul"})
 
