@@ -6,6 +6,14 @@ is evaluated here instead (constant folding) and its outputs become weights with
 weight subgraphs such as the `ConstantOfShape` placeholders of the ONNX "light" models, or
 the `Unsqueeze`d batch-norm scales of DenseNet, never reach the IR.
 
+Patterns that exporters write out op by op are folded back while the graph is built, by
+looking at the IR nodes already emitted (`_Context.mul`, `.add`, `.div`, `.recip` and the
+MatMul converter): `x * Sigmoid(x)` is `silu`, GELU's erf and tanh forms are `gelu`,
+normalisations over trailing dims are `rms_norm` / `layer_norm` (a following per-element
+scale and bias move into them), `1 / Sqrt` is `rsqrt`, and a softmax of scaled `q @ k^T`
+(no mask or a causal one) times `v` is `attention`. A near miss (another constant, another
+mask) stays written out. Constant aranges and triangular masks become `iota` / `tri_mask`.
+
 Every unsupported operator (an op type without a converter, or a node whose attributes or
 non-constant inputs a converter cannot express) is collected over the whole model before
 anything is raised: `UnsupportedOpsError` lists them all with where they occur, and no
