@@ -18,8 +18,8 @@ as `.onnx` (`torch.onnx.export`, TorchScript-based). Every file then goes throug
 5. tune: `superopt.tune(budget=--tune-budget)` on the simulated TPU, its speedup.
 
 A step that fails is recorded with the exact reason (the error's first line) and the
-steps that need its result are skipped. Each file runs in its own process (a crash or a
-hang costs one row, --timeout s at most). Values agree when the largest absolute
+steps that need its result are skipped. Each family runs in its own process (a crash or a
+hang costs that family's rows, --timeout s per file at most). Values agree when the largest absolute
 difference is at most --tol times the largest magnitude of the expected output: float32
 constants folded by torch's capture (rotary tables), scalars stored as float32 weights and
 the models' own casts to float32 (RMSNorm's `.to(torch.float32)`, which rounds even in the
@@ -226,25 +226,30 @@ def run_one(family: str, fmt: str, args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
-def _child(family: str, fmt: str, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--one", f"{family}:{fmt}", "--workdir", args.workdir,
-           "--cost", args.cost, "--budget", str(args.budget), "--tune-budget",
-           str(args.tune_budget), "--tol", str(args.tol)]
+def _child(family: str, formats: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One family's files in a process of their own (torch and transformers load once per
+    family); a crash or a hang costs that family's rows only."""
+    cmd = [sys.executable, __file__, "--one", family, "--formats", ",".join(formats),
+           "--workdir", args.workdir, "--cost", args.cost, "--budget", str(args.budget),
+           "--tune-budget", str(args.tune_budget), "--tol", str(args.tol)]
+
+    def failed(reason: str, wall: float) -> list[dict[str, Any]]:
+        return [{"family": family, "format": fmt, "wall_s": round(wall, 1),
+                 "steps": {"run": {"ok": False, "reason": reason}}} for fmt in formats]
+
     t0 = time.perf_counter()
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        out = subprocess.run(cmd, capture_output=True, text=True,
+                             timeout=args.timeout * len(formats))
     except subprocess.TimeoutExpired:
-        return {"family": family, "format": fmt, "wall_s": args.timeout,
-                "steps": {"run": {"ok": False, "reason": f"timed out after {args.timeout} s"}}}
-    wall = time.perf_counter() - t0
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode != 0 or not lines:
+        return failed(f"timed out after {args.timeout * len(formats)} s", time.perf_counter() - t0)
+    rows = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or len(rows) != len(formats):
         tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"family": family, "format": fmt, "wall_s": wall,
-                "steps": {"run": {"ok": False, "reason": f"exit {out.returncode}: {tail}"}}}
-    row = json.loads(lines[-1])
-    row["wall_s"] = round(wall, 1)
-    return row
+        done = {r["format"] for r in rows}
+        return rows + [r for r in failed(f"exit {out.returncode}: {tail}",
+                                         time.perf_counter() - t0) if r["format"] not in done]
+    return rows
 
 
 def status(row: dict[str, Any]) -> str:
@@ -300,16 +305,19 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=20, help="optimize's budget")
     parser.add_argument("--tune-budget", type=int, default=50)
     parser.add_argument("--tol", type=float, default=1e-4)
-    parser.add_argument("--timeout", type=int, default=600, help="seconds per file")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per file at most")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "superopt_models"))
     parser.add_argument("--out", default="benchmarks/results/models.json")
-    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # FAMILY:FORMAT (child)
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # FAMILY (a child)
     parser.add_argument("--traceback", action="store_true", help="print failed steps' tracebacks")
     args = parser.parse_args()
 
     if args.one:
-        family, fmt = args.one.split(":")
-        print(json.dumps(run_one(family, fmt, args)))
+        for fmt in args.formats.split(","):
+            t0 = time.perf_counter()
+            row = run_one(args.one, fmt, args)
+            row["wall_s"] = round(time.perf_counter() - t0, 1)
+            print(json.dumps(row), flush=True)
         return
 
     from superopt.importers import HF_FAMILIES
@@ -319,10 +327,10 @@ def main() -> None:
     rows = []
     t0 = time.perf_counter()
     for family in families:
-        for fmt in formats:
-            row = _child(family, fmt, args)
+        for row in _child(family, formats, args):
             rows.append(row)
-            print(f"{family:16s} {fmt:5s} {row['wall_s']:6.1f}s  {status(row)}", flush=True)
+            print(f"{family:16s} {row['format']:5s} {row['wall_s']:6.1f}s  {status(row)}",
+                  flush=True)
     print_table(rows)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
