@@ -383,6 +383,29 @@ def test_written_out_rms_norm_and_repeated_heads_are_recognised(
 
 
 @IMPORTERS
+def test_eager_attention_without_a_mask_is_attention(importer: Callable[..., Graph]) -> None:
+    class Eager(nn.Module):
+        """MobileViT's self-attention: matmul, divide by sqrt(d), softmax, matmul."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(8, 24)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            q, k, v = self.qkv(x).unflatten(-1, (3, 2, 4)).permute(2, 0, 3, 1, 4)
+            s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(4)
+            plain = torch.softmax(s, dim=-1) @ v
+            over_keys = torch.softmax(s, dim=-2) @ v  # not attention: softmax over queries
+            return plain, over_keys
+
+    torch.manual_seed(16)
+    g = check(importer, Eager(), {"x": torch.randn(3, 5, 8)})
+    (att,) = [n for n in g.nodes if n.op == "attention"]
+    assert att.attr("scale") == pytest.approx(0.5) and att.attr("causal") is False
+    assert compute_ops(g)["softmax"] == 1
+
+
+@IMPORTERS
 def test_embedding_input_is_integer_with_vocab_range(importer: Callable[..., Graph]) -> None:
     torch.manual_seed(7)
     g = check(importer, Embed(), {"ids": torch.randint(0, 50, (3, 5))})

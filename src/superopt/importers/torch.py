@@ -16,11 +16,11 @@ a torch target to the IR lives in three tables (`ATEN`, `FX_FUNCTIONS`/`FX_METHO
 `FX_MODULES`). Unsupported operators are collected over the whole graph and reported at
 once as an `UnsupportedOpsError`; no partial graph is ever returned.
 
-Three spellings that transformers' modelling code writes out are recognised as the IR's
+Four spellings that transformers' modelling code writes out are recognised as the IR's
 primitive while the graph is built (the replaced nodes are left unused and pruned):
 RMSNorm (`x * rsqrt(mean(x^2) + eps)`, times its weight) as `rms_norm`, GELU's tanh form
-as `gelu`, and `repeat_kv` (heads repeated in place) in front of SDPA as grouped-query
-`attention`. SDPA whose mask is known to be all-true or the causal triangle is `attention`;
+as `gelu`, eager attention without a mask (`softmax(q @ k^T * scale) @ v`) as `attention`,
+and `repeat_kv` (heads repeated in place) in front of SDPA as grouped-query `attention`. SDPA whose mask is known to be all-true or the causal triangle is `attention`;
 other masks are decomposed.
 
 The graph is the inference graph: dropout is the identity and batch norm uses the running
@@ -467,6 +467,38 @@ class _Ctx:
                     return self.b.op("gelu", x0, approximate="tanh")
         return None
 
+    def _eager_attention(self, probs: Value, v: Value) -> Value | None:
+        """`softmax(q @ k^T [* scale]) @ v` written out (eager attention without a mask:
+        BERT's and MobileViT's modelling code) as the IR's `attention`."""
+        soft = self._node(probs)
+        rank = len(self.b.shape(probs))
+        if soft is None or soft.op != "softmax" or rank < 3 or soft.attr("axis") != rank - 1:
+            return None
+        scores, scale = soft.inputs[0], 1.0
+        sm = self._node(scores)
+        if sm is not None and sm.op == "smul":
+            got = self._scalar_data(sm.inputs[1])
+            if got is None or got == 0.0:
+                return None
+            scores, scale = sm.inputs[0], got
+        qk = self._node(scores)
+        if qk is None or qk.op != "matmul":
+            return None
+        q, kt = qk.inputs
+        tr = self._node(kt)
+        swap = (*range(rank - 2), rank - 1, rank - 2)
+        if tr is None or tr.op != "transpose" or tuple(tr.attr("perm")) != swap:
+            return None
+        k = tr.inputs[0]
+        sq, sk, sv = self.b.shape(q), self.b.shape(k), self.b.shape(v)
+        if not (len(sq) == len(sk) == len(sv) == rank and sk[:-1] == sv[:-1]
+                and sq[:-2] == sk[:-2]):
+            return None
+        try:
+            return self.b.op("attention", q, k, v, scale=scale, causal=False)
+        except ShapeError:
+            return None
+
     def _rms_denominator(self, v: Value, x: Value) -> tuple[float, int] | None:
         """(eps, first normalised axis) if v is mean(x^2 over the last dims, keepdim) + eps."""
         add = self._node(v)
@@ -622,6 +654,9 @@ class _Ctx:
         sa, sb = self.b.shape(av), self.b.shape(bv)
         if not sa or not sb:
             raise _Refuse("matmul of a rank-0 tensor")
+        fused = self._eager_attention(av, bv)
+        if fused is not None:
+            return fused
         if len(sa) == 1:
             av = self.reshape(av, (1, sa[0]))
         if len(sb) == 1:
