@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 MODEL_HELP = ("a zoo model (resnet50, bert-base, ...), onnx:light_<name>, hf:bert-<tiny|small|base>, "
-              "an .onnx file or a saved graph .json")
+              "hf:<family> (gpt2, llama, vit, ...: a transformers architecture from a small "
+              "config), an .onnx file, a torch.export .pt2 program or a saved graph .json")
 
 
 def _console() -> Any:
