@@ -645,14 +645,14 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 
-def _export(module: Any, *args: Any, tmp: Path) -> Path:
+def _export(module: Any, *args: Any, tmp: Path, opset: int = 17) -> Path:
     import warnings
 
     path = tmp / "m.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
         torch.onnx.export(module.eval(), tuple(args), str(path), dynamo=False,
-                          opset_version=17)
+                          opset_version=opset)
     return path
 
 
@@ -903,14 +903,14 @@ HF_FOLDS: dict[str, set[str]] = {
 FAST_HF = ("vit", "distilbert", "t5-encoder", "llama", "gpt2", "convnext", "swin", "bert")
 
 
-def _hf_check(family: str, tmp: Path) -> None:
+def _hf_check(family: str, tmp: Path, opset: int = 17) -> None:
     """A family exported as benchmarks/models.py exports it imports with its folds, and the
     import computes what onnxruntime computes on the original file (other inputs)."""
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("transformers")
     from superopt.importers.hf import hf_inputs, hf_module
 
-    path = _export(hf_module(family), *hf_inputs(family), tmp=tmp)
+    path = _export(hf_module(family), *hf_inputs(family), tmp=tmp, opset=opset)
     g = import_onnx(path)
     h = ops(g)
     assert HF_FOLDS[family] <= set(h), (family, h)
@@ -934,3 +934,11 @@ def test_hf_family_imports_through_onnx(family: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("family", sorted(set(HF_FOLDS) - set(FAST_HF)))
 def test_hf_family_imports_through_onnx_slow(family: str, tmp_path: Path) -> None:
     _hf_check(family, tmp_path)
+
+
+@pytest.mark.parametrize("family", ["vit", "gpt2"])
+def test_hf_family_at_opset_14_folds_the_written_out_layer_norm(family: str,
+                                                                 tmp_path: Path) -> None:
+    # Before opset 17 there is no LayerNormalization: torch writes ReduceMean, Sub, Pow,
+    # ReduceMean, Add, Sqrt, Div, Mul, Add, which must come back as layer_norm.
+    _hf_check(family, tmp_path, opset=14)
