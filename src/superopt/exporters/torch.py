@@ -3,7 +3,8 @@
 `to_module(graph)` reuses the torch backend's lowering (`superopt.backends.torch.LOWERING`,
 one rule per op) instead of a second copy of it: every node's kernel is applied to fx
 proxies, which records the torch calls it makes as an fx graph. Inputs become the
-module's positional arguments in `graph.inputs` order; float weights become parameters
+module's positional arguments in `graph.inputs` order (floats in the module's dtype,
+booleans as torch.bool, other integers as int64); float weights become parameters
 (`requires_grad=False`, so the module is ready for inference and can be unfrozen for
 fine-tuning), integer weights and TASO's constants become buffers. A weight without data
 gets the value the reference interpreter draws for it at `seed`, so the module computes

@@ -543,6 +543,8 @@ class _Context:
         if len(fq) != 1 or len(fk) != 1:
             return None
         q, kt, scale = fq[0], fk[0], scale * cq * ck
+        if scale == 0.0:  # the op reads a scale of 0 as "1/sqrt(head dim)"
+            return None
         if not isinstance(q, Value) or not isinstance(kt, Value) or not isinstance(v, Value):
             return None
         ranks = {len(self.shape(t)) for t in (q, kt, v)}
