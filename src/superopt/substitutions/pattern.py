@@ -120,6 +120,9 @@ FUNCTIONS: dict[str, Any] = {
     "max": max,
     "sum": sum,
     "tuple": tuple,
+    # 1/sqrt(n) computed as attention resolves its default scale, so a condition
+    # `?s == rsqrt(dim(?q,-1))` recognises that scale exactly (for every head dim).
+    "rsqrt": lambda n: 1.0 / math.sqrt(n),
 }
 
 
