@@ -3,6 +3,7 @@ the matcher and the rewriter, and on real models before and after rewriting."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -151,11 +152,12 @@ CASES: dict[str, list[Case]] = {
     # Grouped-query projections: K and V narrower than Q (4 query heads, 2 or 1 kv heads).
     "merge_qkv": [({"x": T((2, 3, 8)), "wq": T((8, 8)), "wk": T((8, 4)), "wv": T((8, 4))}, {}),
                   ({"x": T((5, 6)), "wq": T((6, 12)), "wk": T((6, 3)), "wv": T((6, 3))}, {})],
-    # Head dims 4 and 16 (scales 1/2 and 1/4), causal and not, grouped-query.
+    # Head dims 4 and 128 (scales 1/2 and Python's 1 / sqrt(128)), causal and not,
+    # grouped-query.
     "fold_attention_scale": [({"q": T((1, 2, 3, 4)), "k": T((1, 2, 5, 4)), "v": T((1, 2, 5, 3))},
                               {"s": 0.5, "c": False}),
-                             ({"q": T((2, 4, 5, 16)), "k": T((2, 2, 5, 16)),
-                               "v": T((2, 2, 5, 8))}, {"s": 0.25, "c": True})],
+                             ({"q": T((2, 4, 5, 128)), "k": T((2, 2, 5, 128)),
+                               "v": T((2, 2, 5, 8))}, {"s": 1.0 / math.sqrt(128), "c": True})],
     "fold_rms_norm_weight": [({"x": T((3, 4)), "g": T((4,)), "w": T((4, 5))},
                               {"a": 1, "e": 1e-6}),
                              ({"x": T((2, 3, 6)), "g": T((6,)), "w": T((6, 2))},
@@ -330,3 +332,21 @@ def test_attention_scale_moves_into_the_query_weight() -> None:
     assert new.nodes[sm.inputs[0].node].op == "weight"  # the factor sits on W_q
     check = check_values(g, new, rtol=1e-9)
     assert check.ok, check.summary()
+
+
+@pytest.mark.parametrize("head_dim", [4, 32, 96, 128])
+def test_default_attention_scale_is_recognised_at_every_head_dim(head_dim: int) -> None:
+    # The scale is resolved to 1.0 / math.sqrt(d) when the graph is built; the rule's
+    # condition computes the same float (a product like s * s * d == 1 misses d = 32, 128).
+    from superopt.ir import GraphBuilder
+    from superopt.rewrite.check import check_values
+
+    b = GraphBuilder("sdpa")
+    q, k, v = (b.input(n, (1, 2, 3, head_dim)) for n in "qkv")
+    g = b.build(b.attention(q, k, v, causal=True))
+    m = Matcher([RULES["fold_attention_scale"]])
+    sites = m.match(g).sites
+    assert len(sites) == 1
+    new = apply_sites(g, sites, m).graph
+    assert [n.attr("scale") for n in new.nodes if n.op == "attention"] == [1.0]
+    assert check_values(g, new, rtol=1e-9).ok

@@ -71,3 +71,30 @@ def test_new_starter_rules_are_proved(name: str) -> None:
     res = Prover(builtin_axioms(), VerifyOptions(timeout_s=30, samples=6)).verify(rule)
     assert res.state == PROVED, res.reason
     assert res.test.instances > 0 and res.axioms
+
+
+def test_rsqrt_in_conditions_means_one_over_the_square_root() -> None:
+    import math
+
+    import z3
+
+    from superopt.ir import TensorType
+    from superopt.verifier.zvalues import Translator
+
+    q = z3.Const("q", z3.DeclareSort("T"))
+    d = z3.Int("d")
+    s = z3.Real("s")
+    tr = Translator({"q": q}, {"s": s}, lambda t: z3.IntVal(4), lambda t, i: d)
+    cond = tr.condition("?s == rsqrt(dim(?q,-1))")
+    solver = z3.Solver()
+    solver.add(cond, d == 16)
+    assert solver.check() == z3.sat and solver.model()[s].as_fraction() == 0.25
+    solver.add(s != 0.25)
+    assert solver.check() == z3.unsat
+    # Python evaluates it as attention resolves its default scale (also where s * s * d
+    # is not exactly 1 in floats).
+    rule = next(r for r in starter_rules() if r.name == "fold_attention_scale")
+    t = TensorType((1, 2, 3, 128))
+    assert rule.holds_condition({"q": t, "k": t, "v": t},
+                                {"s": 1.0 / math.sqrt(128), "c": False})
+    assert not rule.holds_condition({"q": t, "k": t, "v": t}, {"s": 0.088, "c": False})

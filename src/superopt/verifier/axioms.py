@@ -676,7 +676,7 @@ def _transformer_axioms() -> list[str]:
         # The default scale 1/sqrt(d) as a factor of the queries (d = the head dim).
         "attention_scale_q: (attention ?s ?c ?q ?k ?v) => (attention 1.0 ?c (smul ?q (rsqrt "
         "(reduce_sum [0] false (const_one {(dim(?q,-1),)})))) ?k ?v) if "
-        "?s * ?s * dim(?q,-1) == 1 and ?s > 0",
+        "?s == rsqrt(dim(?q,-1))",
         # Batch rows and (without the causal mask) query rows are independent.
         f"attention_batch_concat: (attention ?s ?c (concat 0 ?q ?p) (concat 0 ?k ?l) "
         f"(concat 0 ?v ?u)) => (concat 0 (attention ?s ?c ?q ?k ?v) (attention ?s ?c ?p ?l ?u))"

@@ -412,7 +412,9 @@ class Sampler:
             vals = []
             for c in self._attr_consts[name]:
                 v = m.eval(c, model_completion=True)
-                vals.append(v.as_fraction() if z3.is_rational_value(v) else v.as_long())
+                # An irrational attribute (rsqrt(2)): its value to ~1e-40, read as a float.
+                w = v.approx(40) if z3.is_algebraic_value(v) else v
+                vals.append(w.as_fraction() if z3.is_rational_value(w) else w.as_long())
                 same.append(c == v)
             attrs[name] = codec.decode(vals)
         # Never propose the same instance twice; running out means the bounds are covered.

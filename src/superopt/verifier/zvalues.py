@@ -261,6 +261,8 @@ def codec_for(op: str, spec: AttrSpec) -> AttrCodec:
 
 # ---- the condition language in Z3 ----------------------------------------------------
 
+RSQRT = z3.Function("rsqrt", z3.RealSort(), z3.RealSort())  # the condition language's rsqrt()
+
 ShapeFns = tuple[Callable[[z3.ExprRef], Num], Callable[[z3.ExprRef, Num], Num]]
 
 
@@ -588,4 +590,11 @@ class Translator:
             for x in nums[1:]:
                 acc = pick(*_numeric_pair(acc, x))
             return acc, ok
+        if fn == "rsqrt":
+            # Uninterpreted beyond what defines it: r > 0 and r * r * n == 1 (Python's
+            # 1.0 / math.sqrt(n) is its correctly rounded neighbour).
+            n = to_num(vals[0])
+            n = z3.ToReal(n) if n.is_int() else n
+            r = RSQRT(n)
+            return r, z3.And(ok, n > 0, r > 0, r * r * n == 1)
         raise Unsupported(f"function {fn}() is not supported in verified conditions")
