@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("transformers")
 import torch
 
+from superopt.importers import HF_FAMILIES
 from superopt.importers.errors import ModelImportError
 from superopt.importers.hf import BERT_SIZES, bert_graph, bert_inputs, bert_model
 from superopt.ir import Graph, interpret
@@ -143,6 +144,13 @@ def family_matches_torch(name: str) -> Graph:
         # The capture folds rotary tables and masks in float32: errors near 1e-7 relative.
         np.testing.assert_allclose(a, w.numpy(), rtol=1e-5, atol=1e-5 * float(w.abs().max()))
     return g
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", HF_FAMILIES)
+def test_every_family_matches_torch(name: str) -> None:
+    g = family_matches_torch(name)
+    assert len(g) > 20
 
 
 def test_family_names_are_listed_without_transformers() -> None:
