@@ -404,9 +404,11 @@ def main() -> None:
                              str(Path(args.workdir) / f"{args.preset}{size}.json"),
                              args.executor, args.prune_derived)
         elif args.preset != "taso":
+            # in a work directory: a killed run resumes (the machine is shared)
             lib = Path("out") / f"generate_{args.preset}{size}.json"
-            lib.parent.mkdir(parents=True, exist_ok=True)
-            runs[size] = run(args.preset, size, args.workers, lib=str(lib),
+            work = Path("out") / f"generate_{args.preset}{size}_work"
+            work.mkdir(parents=True, exist_ok=True)
+            runs[size] = run(args.preset, size, args.workers, str(work), str(lib),
                              prune_derived=args.prune_derived)
             runs[size]["library"] = str(lib)
             runs[size]["families"] = families(str(lib))
