@@ -31,7 +31,7 @@ import numpy as np
 
 from superopt.ir import kernels
 from superopt.ir.graph import Node
-from superopt.ir.interpret import ModPSemantics
+from superopt.ir.interpret import ModPSemantics, register_semantics
 from superopt.ir.kernels import P, centred, mix, modp_inv, odd_mix
 from superopt.ir.opdef import OpDef
 from superopt.ir.ops.constants import const_iconv_value
@@ -223,3 +223,4 @@ TABLE.register("const_imm", lambda xs, a, n: (np.eye(a["n"], dtype=np.int64),))
 TABLE.register("const_one", lambda xs, a, n: (np.ones(a["shape"], dtype=np.int64),))
 
 MODP = ModPSemantics(TABLE)
+register_semantics("modp", MODP)
