@@ -21,6 +21,7 @@ import importlib.util
 import sys
 import textwrap
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
