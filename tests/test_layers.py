@@ -21,7 +21,6 @@ import importlib.util
 import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
