@@ -277,7 +277,7 @@ def test_every_term_of_the_small_preset_is_enumerated_once() -> None:
 def test_a_resumed_run_redoes_no_finished_stage(tmp_path, monkeypatch) -> None:
     """Stopped during the test at other shapes (most of a run's time), a run resumes with
     every earlier stage from the work directory and tests only the rules left."""
-    from superopt.substitutions import generator, strengthen
+    from superopt.substitutions import generator, strengthen, termstore
     from superopt.substitutions.library import rule_to_json
 
     cfg = make_config("small", max_ops=2)  # 16 rules tested at other shapes
@@ -306,7 +306,8 @@ def test_a_resumed_run_redoes_no_finished_stage(tmp_path, monkeypatch) -> None:
 
     calls.clear()
     monkeypatch.setattr(strengthen, "strengthen_task", counted)
-    for stage in ("TermTable", "enumerate_last_level", "_single_output_candidates",
+    monkeypatch.setattr(termstore, "_single_output_candidates", redone)  # the bucket stage
+    for stage in ("TermTable", "enumerate_last_level",
                   "_make_rule", "check_rule"):
         monkeypatch.setattr(generator, stage, redone)
     again = generate(cfg, workdir=tmp_path)

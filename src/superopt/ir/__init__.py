@@ -4,6 +4,7 @@ This package imports neither z3 nor torch (a test enforces it); every other subs
 imports it.
 """
 
+from superopt.ir import modp as _modp  # noqa: F401  (registers the "modp" semantics)
 from superopt.ir import ops as _ops  # noqa: F401  (registers the op set)
 from superopt.ir.errors import AttrError, IRError, LintError, ShapeError, UnknownOp
 from superopt.ir.graph import Graph, GraphBuilder, Node, Value

@@ -266,9 +266,31 @@ class Graph:
         return g
 
     def __str__(self) -> str:
-        from superopt.ir.serialize import to_text
-
         return to_text(self)
+
+
+def to_text(graph: Graph, max_nodes: int | None = None) -> str:
+    """One line per node: `%3 = conv2d(%0, %1) stride=(2,2) ... : f32[1,64,112,112]`.
+    (Here, not in `serialize`, so that `str(graph)` needs no import of a module above this
+    one; `serialize` re-exports it.)"""
+    lines = [f"graph {graph.name} ({len(graph)} nodes, hash {graph.structural_hash[:12]})"]
+    for n in graph.nodes[:max_nodes]:
+        lhs = ", ".join(str(v) for v in n.outputs)
+        args = ", ".join(str(v) for v in n.inputs)
+        types = ", ".join(str(t) for t in n.types)
+        if n.is_named_source:
+            data = " (data)" if n.attr("name") in graph.weights else ""
+            lines.append(f"  {lhs} = {n.op} {n.attr('name')!r}{data} : {types}")
+            continue
+        spec = get_op(n.op)
+        # Attributes at their default value are left out to keep lines short.
+        attrs = " ".join(f"{k}={_attr_repr(v)}" for k, v in n.attrs
+                         if spec.attr_spec(k).required or v != spec.attr_spec(k).default)
+        lines.append(f"  {lhs} = {n.op}({args}){' ' + attrs if attrs else ''} : {types}")
+    if max_nodes is not None and len(graph) > max_nodes:
+        lines.append(f"  ... {len(graph) - max_nodes} more nodes")
+    lines.append("  return " + ", ".join(str(v) for v in graph.outputs))
+    return "\n".join(lines)
 
 
 class GraphBuilder:

@@ -178,18 +178,24 @@ class ShapeSemantics(Semantics):
         return self.accept(node, feeds[name], graph) if name in feeds else node.type
 
 
+# Semantics by name. `modp` registers its own on import (it builds on `ModPSemantics` here,
+# so this module cannot import it); the `superopt.ir` package imports it, so the name is
+# there before any module of the package runs.
+_NAMED: dict[str, Semantics] = {}
+
+
+def register_semantics(name: str, semantics: Semantics) -> None:
+    """Make `semantics` available as `interpret(..., semantics=name)`."""
+    _NAMED[name] = semantics
+
+
 def _semantics(name: str | Semantics) -> Semantics:
     if isinstance(name, Semantics):
         return name
-    if name in ("reference", "ref"):
-        return REFERENCE
-    if name == "modp":
-        from superopt.ir.modp import MODP
-
-        return MODP
-    if name == "shapes":
-        return SHAPES
-    raise IRError(f"unknown semantics {name!r}; expected reference, modp or shapes")
+    got = _NAMED.get(name)
+    if got is None:
+        raise IRError(f"unknown semantics {name!r}; expected reference, modp or shapes")
+    return got
 
 
 def interpret(graph: Graph, feeds: Mapping[str, Any] | None = None,
@@ -252,3 +258,6 @@ def random_feeds(graph: Graph, semantics: str | Semantics = "reference", seed: i
 
 REFERENCE = ReferenceSemantics()
 SHAPES = ShapeSemantics()
+register_semantics("reference", REFERENCE)
+register_semantics("ref", REFERENCE)
+register_semantics("shapes", SHAPES)

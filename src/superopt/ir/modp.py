@@ -52,7 +52,7 @@ import numpy as np
 
 from superopt.ir import kernels
 from superopt.ir.graph import Node
-from superopt.ir.interpret import ModPSemantics
+from superopt.ir.interpret import ModPSemantics, register_semantics
 from superopt.ir.kernels import P, centred, mix, modp_inv, odd_mix
 from superopt.ir.opdef import OpDef
 from superopt.ir.ops.constants import const_iconv_value
@@ -368,3 +368,4 @@ def _attention(xs: tuple[Arr, ...], a: dict[str, Any], n: Node) -> tuple[Arr, ..
 
 
 MODP = ModPSemantics(TABLE)
+register_semantics("modp", MODP)

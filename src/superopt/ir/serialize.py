@@ -1,4 +1,8 @@
-"""Graph files: versioned JSON (weights in a side .npz) and a readable text form."""
+"""Graph files: versioned JSON (weights in a side .npz) and a readable text form.
+
+`to_text` (the text form) is defined with `Graph` in `graph`, whose `str` it is, and
+named here too; this module imports `graph`, never the other way round.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,7 @@ import numpy as np
 
 from superopt.ir.errors import IRError
 from superopt.ir.files import atomic_path, atomic_write_text, read_text, sibling
-from superopt.ir.graph import Graph, GraphBuilder, Node, Value, _attr_repr
-from superopt.ir.opdef import get_op
+from superopt.ir.graph import Graph, GraphBuilder, Node, Value, to_text
 
 SCHEMA = "superopt.graph"
 VERSION = 1
@@ -169,28 +172,6 @@ def _load_weights(wp: Path) -> dict[str, np.ndarray]:
     except MemoryError:
         raise GraphFileError(f"{wp}: weight data too large for memory") from None
     return weights
-
-
-def to_text(graph: Graph, max_nodes: int | None = None) -> str:
-    """One line per node: `%3 = conv2d(%0, %1) stride=(2,2) ... : f32[1,64,112,112]`."""
-    lines = [f"graph {graph.name} ({len(graph)} nodes, hash {graph.structural_hash[:12]})"]
-    for n in graph.nodes[:max_nodes]:
-        lhs = ", ".join(str(v) for v in n.outputs)
-        args = ", ".join(str(v) for v in n.inputs)
-        types = ", ".join(str(t) for t in n.types)
-        if n.is_named_source:
-            data = " (data)" if n.attr("name") in graph.weights else ""
-            lines.append(f"  {lhs} = {n.op} {n.attr('name')!r}{data} : {types}")
-            continue
-        spec = get_op(n.op)
-        # Attributes at their default value are left out to keep lines short.
-        attrs = " ".join(f"{k}={_attr_repr(v)}" for k, v in n.attrs
-                         if spec.attr_spec(k).required or v != spec.attr_spec(k).default)
-        lines.append(f"  {lhs} = {n.op}({args}){' ' + attrs if attrs else ''} : {types}")
-    if max_nodes is not None and len(graph) > max_nodes:
-        lines.append(f"  ... {len(graph) - max_nodes} more nodes")
-    lines.append("  return " + ", ".join(str(v) for v in graph.outputs))
-    return "\n".join(lines)
 
 
 def with_weights(graph: Graph, weights: dict[str, np.ndarray]) -> Graph:

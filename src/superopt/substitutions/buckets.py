@@ -28,7 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from superopt.substitutions.enumerate import COUNT_KEYS, Shard, load_shard, shard_path
+from superopt.substitutions import termstore
+from superopt.substitutions.enumerate import (
+    COUNT_KEYS,
+    Shard,
+    config_digest,
+    load_shard,
+    shard_path,
+)
 from superopt.substitutions.presets import GeneratorConfig
 
 COLUMNS = ("tmpl", "a0", "a1", "out", "h1", "h2")  # per last-level term, memory-mapped
@@ -152,13 +159,10 @@ def _state(cfg: GeneratorConfig, folder: str) -> dict[str, Any]:
     """The worker's table of lower levels (shared with a forked parent, else built once),
     the memory-mapped last level and the fresh values computed so far (kept across
     partitions: most table terms occur in many)."""
-    from superopt.substitutions import generator
-    from superopt.substitutions.enumerate import config_digest
-
     key = (config_digest(cfg), folder)
     if _STATE.get("key") != key:
-        generator._worker_init(cfg)
-        table = generator._WORKER["table"]
+        termstore._worker_init(cfg)
+        table = termstore._WORKER["table"]
         n_in = table.n_inputs
         last, _ = open_last_level(Path(folder))
         _STATE.clear()
@@ -172,12 +176,10 @@ def bucket_task(task: tuple[GeneratorConfig, str, int, int]) -> tuple[int, dict[
     """Partition `p` of `parts` on any executor's worker: its buckets, the classes that
     fresh inputs confirm, and each member paired with the earliest smaller member that
     passes pruning. Returns the partition's index and arrays for the caller to save."""
-    from superopt.substitutions.generator import TermStore, _single_output_candidates
-
     cfg, folder, p, parts = task
     st = _state(cfg, folder)
     table, last = st["table"], st["last"]
-    store = TermStore(table, last, cfg.max_ops)
+    store = termstore.TermStore(table, last, cfg.max_ops)
     if st["fresh"] is not None:
         store.share_fresh(st["fresh"])
     st["fresh"] = store.fresh_cache()
@@ -214,7 +216,7 @@ def bucket_task(task: tuple[GeneratorConfig, str, int, int]) -> tuple[int, dict[
                 members.sort(key=lambda t: (store.size(t), t))
                 classes.append(members)
                 fps.append((int(h1[s]), int(h2[s])))
-    candidates, after_sub = _single_output_candidates(store, classes)
+    candidates, after_sub = termstore._single_output_candidates(store, classes)
     off = np.zeros(len(classes) + 1, dtype=np.int64)
     off[1:] = np.cumsum([len(m) for m in classes])
     out = {
@@ -330,11 +332,10 @@ def _fork_pool(tasks: list[tuple[GeneratorConfig, str, int, int]], workers: int,
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     from superopt.executor import stop_pool
-    from superopt.substitutions.generator import _forked_worker_init
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
-                             initializer=_forked_worker_init,
+                             initializer=termstore._forked_worker_init,
                              initargs=(tasks[0][0], os.getpid())) as pool:
         pending = {pool.submit(bucket_task, t) for t in tasks}
         try:

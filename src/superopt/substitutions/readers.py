@@ -31,10 +31,10 @@ from typing import Any
 
 from superopt.ir.errors import IRError
 from superopt.ir.files import decode, read_bytes
+from superopt.substitutions.conditions import add_conditions, rank_conditions
 from superopt.substitutions.library import LibraryError, load_library
 from superopt.substitutions.presets import TASO_INPUTS
 from superopt.substitutions.rule import Rule
-from superopt.substitutions.strengthen import add_conditions, rank_conditions
 from superopt.substitutions.symshape import (
     Ref,
     RuleSpec,

@@ -6,13 +6,22 @@ partial configuration makes), `.simulate` returns the runtime with a per-kernel 
 and `.measure` adds seeded noise. The module-level `compile_default`, `compile_with`,
 `simulate`, `measure` and `evaluate` do the same on a given or fresh `Simulator`.
 
-Modules: `hardware` (presets, their sources and the calibrated constants), the passes
-`layout_pass`, `fusion`, `tiling` and `flags`, `compiler` (orchestration and validation),
-`kernels` (kernels from fusion decisions), `op_costs` (per-op cost rules and op facts),
-`signature` (kernel cache keys), `kernel_time` (a kernel's time under a tile and flags),
-`bounds` (XLA-style tile bounds), `simulator` (`KernelCosts`, `Simulator`), `simulate`,
-and `replay` and `calibration` for the replay of real TPU measurements and the fit of the
-constants.
+Modules in layers, each importing only from its own layer or below (the contract is
+`superopt.layers`, held by `tests/test_layers.py`; docs/architecture.md draws it):
+
+1. types and machine: `hardware` (presets, sources, calibrated constants), `layout`,
+   `config` (`Tile`, `Flags`, `Config`), `kernels` (kernels from fusion decisions),
+   `signature` (kernel cache keys) and the per-op tables `op_costs`, `layout_rules`,
+   `bounds_rules`;
+2. kernel cost model: `bounds` (XLA-style tile bounds), `kernel_time` (a kernel's time
+   under a tile and flags);
+3. compiler passes: `layout_pass`, `fusion`, `tiling`, `flags`, and `kernel_costs`
+   (`KernelCosts`, the per-signature cache they share);
+4. compiler driver: `pipeline` (`Compiled`, the passes in order), `timing` (a compiled
+   graph's time), `simulator` (`Simulator`), `compiler` (`compile_with`, `validate`);
+5. entry points and tools: `simulate` (`simulate`, `measure`, `evaluate`), `replay` and
+   `calibration` (real TPU measurements and the fit of the constants), `incremental`,
+   `synthetic`, `plot`.
 """
 
 from superopt.tpu_sim.bounds import Bounds
@@ -25,7 +34,6 @@ from superopt.tpu_sim.compiler import (
 )
 from superopt.tpu_sim.config import (
     DEFAULT_FLAGS,
-    Compiled,
     Config,
     Flags,
     InvalidConfig,
@@ -43,6 +51,7 @@ from superopt.tpu_sim.hardware import (
     Hardware,
     get_hardware,
 )
+from superopt.tpu_sim.kernel_costs import KernelCosts
 from superopt.tpu_sim.kernel_time import KernelCost, KernelStats, tile_options
 from superopt.tpu_sim.kernels import (
     Kernel,
@@ -57,6 +66,7 @@ from superopt.tpu_sim.layout import Layout, NodeLayouts, feature_minor, row_majo
 from superopt.tpu_sim.layout_pass import LaidOut, apply_layouts, assign_layouts
 from superopt.tpu_sim.layout_rules import LAYOUT_RULES
 from superopt.tpu_sim.op_costs import COST_RULES, OpRule, is_mxu_op, op_rule
+from superopt.tpu_sim.pipeline import Compiled
 from superopt.tpu_sim.signature import Signature, kernel_signature
 from superopt.tpu_sim.simulate import (
     NOISE_SIGMA,
@@ -66,7 +76,7 @@ from superopt.tpu_sim.simulate import (
     measure,
     simulate,
 )
-from superopt.tpu_sim.simulator import KernelCosts, Simulator
+from superopt.tpu_sim.simulator import Simulator
 from superopt.tpu_sim.synthetic import synthetic_graph
 
 __all__ = [

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from superopt.tpu_sim.hardware import Constants, Hardware
+from superopt.tpu_sim.kernel_costs import KernelCosts
 from superopt.tpu_sim.replay import (
     LAYOUT_FILE,
     TILE_FILE,
@@ -64,7 +65,6 @@ from superopt.tpu_sim.replay import (
     replay_layouts,
     replay_tiles,
 )
-from superopt.tpu_sim.simulator import KernelCosts
 
 PACKAGE_DATA = "superopt.tpu_sim/data (package data)"
 

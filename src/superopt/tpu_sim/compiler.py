@@ -19,32 +19,30 @@ caches (`sim=`; a fresh one without); `Simulator.compile` is the same call.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, Value
 from superopt.ir.types import DType
 from superopt.tpu_sim import layout_pass
-from superopt.tpu_sim.config import DEFAULT_FLAGS, Compiled, Config, Flags, InvalidConfig
-from superopt.tpu_sim.flags import bounds_columns, default_flags
+from superopt.tpu_sim.config import Config, InvalidConfig
 from superopt.tpu_sim.hardware import Hardware, get_hardware
-from superopt.tpu_sim.kernels import form_kernels, is_source
-from superopt.tpu_sim.layout import Layout, is_layout, paused_gc, row_major
+from superopt.tpu_sim.kernels import is_source
+from superopt.tpu_sim.layout import Layout, is_layout, row_major
 from superopt.tpu_sim.layout_pass import LaidOut
 from superopt.tpu_sim.layout_rules import LAYOUT_RULES
 from superopt.tpu_sim.op_costs import is_mxu_op
+from superopt.tpu_sim.pipeline import Caches, Compiled
+from superopt.tpu_sim.simulator import Simulator
 
-if TYPE_CHECKING:
-    from superopt.tpu_sim.simulator import Simulator
+S = TypeVar("S", bound=Caches)
 
 
-def simulator_for(hw: Hardware | str | None, sim: Simulator | None) -> Simulator:
-    """`sim` (checked against `hw` when both are given), else a fresh `Simulator(hw)`."""
+def simulator_for(hw: Hardware | str | None, sim: S | None) -> S | Simulator:
+    """`sim` (checked against `hw` when both are given), else a fresh `Simulator(hw)`.
+    (Any cache owner passes: `Compiled.simulator` is typed by the `pipeline.Caches` it
+    needs, so that the pipeline does not import the driver.)"""
     if sim is None:
-        # Imported here: simulator.py imports this module.
-        from superopt.tpu_sim.simulator import Simulator
-
         return Simulator(hw)
     if hw is not None and get_hardware(hw) != sim.hw:
         raise ValueError(f"hardware {get_hardware(hw).name} given with a simulator for "
@@ -70,57 +68,7 @@ def compile_with(graph: Graph, config: Config | None = None,
     the configuration leaves any node out, or are "materialise" with `"none"`. `sim`
     supplies the caches (and the hardware when `hw` is None); a fresh one without.
     """
-    sim = simulator_for(hw, sim)
-    with paused_gc():
-        return _compile_with(sim, graph, config, fusion_default)
-
-
-def _compile_with(sim: Simulator, graph: Graph, config: Config | None, fusion_default: str
-                  ) -> Compiled:
-    hw = sim.hw
-    config = config or Config()
-    if fusion_default not in ("priority", "none"):
-        raise InvalidConfig(f"fusion_default must be 'priority' or 'none', found "
-                            f"{fusion_default!r}")
-    lo = sim.lay_out(graph, config.layouts, config.dtypes)
-    layouts, laid, origin, laid_layouts, bitcasts = (lo.layouts, lo.graph, lo.origin,
-                                                     lo.laid_layouts, lo.bitcasts)
-    given = config.fusion
-    n_laid = len(laid.nodes)
-    if any(not isinstance(k, int) or not 0 <= k < n_laid for k in given):
-        bad = next(k for k in given if not isinstance(k, int) or not 0 <= k < n_laid)
-        raise InvalidConfig(f"fusion decision for node {bad!r}, which the laid-out graph "
-                            f"{laid.name!r} (nodes %0..%{n_laid - 1}) lacks")
-    for k, d in given.items():
-        if not isinstance(d, bool) and not (isinstance(d, int) and k < d < n_laid):
-            raise InvalidConfig(f"fusion decision of %{k} must be a bool or the root of a "
-                                f"later kernel, found {d!r}")
-    if len(given) >= n_laid:
-        fusion = dict(given)
-    elif fusion_default == "priority":
-        fusion = sim.fusion_default(lo)
-        fusion.update(given)
-    else:
-        fusion = {i: bool(given.get(i, False)) for i in range(n_laid)}
-    partition = form_kernels(laid, laid_layouts, fusion, bitcasts, lo.consumers)
-    model = sim.kernels
-    sigs = tuple(lo.signature(k, partition.resolved, model) for k in partition.kernels)
-    tiles: dict[int, tuple[int, ...]] = {}
-    flags: dict[int, Flags] = {}
-    for k, sig in zip(partition.kernels, sigs, strict=True):
-        f = config.flags.get(k.root)
-        tile = config.tiles.get(k.root)
-        if tile is None:
-            tile = model.default_tile(sig, f or DEFAULT_FLAGS)
-        if f is None:
-            g = model.stats(sig).gemm
-            f = default_flags(g.n if g is not None else None, tile, hw,
-                              bounds_columns(model, sig, tile))
-        tiles[k.root] = tile
-        flags[k.root] = f
-    full = Config(layouts, MappingProxyType(fusion), MappingProxyType(tiles),
-                  MappingProxyType(flags))
-    return Compiled(graph, laid, origin, laid_layouts, full, partition, sigs, hw, sim)
+    return simulator_for(hw, sim).compile(graph, config, fusion_default)
 
 
 def compile_default(graph: Graph, hw: Hardware | str | None = None,
@@ -131,7 +79,7 @@ def compile_default(graph: Graph, hw: Hardware | str | None = None,
 
 # ---- validation ------------------------------------------------------------------------------------
 
-def problems(compiled: Compiled, lint: bool = True, sim: Simulator | None = None
+def problems(compiled: Compiled, lint: bool = True, sim: Caches | None = None
              ) -> list[str]:
     """Everything wrong with a compiled configuration (empty when it is valid): layouts
     that are not permutations or violate an operand requirement, kernels that read values
@@ -225,7 +173,7 @@ def problems(compiled: Compiled, lint: bool = True, sim: Simulator | None = None
     return out
 
 
-def validate(compiled: Compiled, lint: bool = True, sim: Simulator | None = None) -> None:
+def validate(compiled: Compiled, lint: bool = True, sim: Caches | None = None) -> None:
     """Raise `InvalidConfig` naming every problem of a compiled configuration."""
     found = problems(compiled, lint=lint, sim=sim)
     if found:
@@ -234,5 +182,5 @@ def validate(compiled: Compiled, lint: bool = True, sim: Simulator | None = None
         raise InvalidConfig(f"{compiled.source.name}: invalid configuration: {shown}")
 
 
-__all__ = ["InvalidConfig", "LaidOut", "compile_default", "compile_with", "lay_out",
+__all__ = ["Compiled", "InvalidConfig", "LaidOut", "compile_default", "compile_with", "lay_out",
            "problems", "simulator_for", "validate"]

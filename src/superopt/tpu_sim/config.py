@@ -21,29 +21,24 @@ a collection of per-item choices on the graph that pass sees:
 
 A configuration may be partial; `superopt.tpu_sim.compiler.compile_with` (or
 `Simulator.compile`) completes it with the default compiler's choices and returns a
-`Compiled`, whose config is complete. `InvalidConfig` is the error for one that cannot be
-compiled.
+`pipeline.Compiled`, whose config is complete. `InvalidConfig` is the error for one that
+cannot be compiled.
+
+This module is the bottom of the simulator's layers, with `hardware` and `layout`: the
+types every layer above shares (`Tile`, `Flags`, `Config`) and nothing that computes a
+cost or runs a pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from superopt.ir.errors import IRError
-from superopt.ir.graph import Graph, Value
-from superopt.ir.passes import Origin
+from superopt.ir.graph import Value
 from superopt.ir.types import DType
-from superopt.tpu_sim.hardware import Hardware
 from superopt.tpu_sim.layout import Layout, NodeLayouts
-
-if TYPE_CHECKING:
-    from superopt.tpu_sim.kernels import Kernel, Kernels
-    from superopt.tpu_sim.signature import Signature
-    from superopt.tpu_sim.simulator import Simulator
 
 Tile = tuple[int, ...]  # or a `Bounds` (a named tuple of two tuples)
 
@@ -121,33 +116,3 @@ class Config:
         they are, so the compiler recognises them and skips the layout pass."""
         return replace(self, **{k: v if isinstance(v, NodeLayouts) else MappingProxyType(dict(v))
                                 for k, v in changes.items()})
-
-
-@dataclass(frozen=True, eq=False)
-class Compiled:
-    """A graph compiled for one core: laid out, fused into kernels, tiled and flagged."""
-
-    source: Graph
-    graph: Graph  # the laid-out graph (layout ops inserted)
-    origin: Origin  # laid-out node -> source node ids
-    layouts: NodeLayouts  # every value of `graph`
-    config: Config  # complete: layouts of `source`, fusion of `graph`, tiles and flags
-    partition: Kernels
-    signatures: tuple[Signature, ...]  # per kernel, the cost model's cache key
-    hw: Hardware
-    # The simulator that compiled it: `simulate(compiled)` reuses its kernel caches.
-    simulator: Simulator | None = field(default=None, repr=False)
-
-    @property
-    def kernels(self) -> tuple[Kernel, ...]:
-        return self.partition.kernels
-
-    @cached_property
-    def kernel_by_root(self) -> Mapping[int, Kernel]:
-        return MappingProxyType({k.root: k for k in self.kernels})
-
-    def tile(self, kernel: Kernel) -> Tile:
-        return self.config.tiles[kernel.root]
-
-    def flags(self, kernel: Kernel) -> Flags:
-        return self.config.flags.get(kernel.root, DEFAULT_FLAGS)

@@ -14,7 +14,7 @@ from superopt.tpu_sim.hardware import Hardware
 from superopt.tpu_sim.signature import Signature
 
 if TYPE_CHECKING:
-    from superopt.tpu_sim.simulator import KernelCosts
+    from superopt.tpu_sim.kernel_costs import KernelCosts
 
 
 def default_flags(gemm_columns: int | None, tile: tuple[int, ...], hw: Hardware,

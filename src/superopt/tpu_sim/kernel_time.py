@@ -3,7 +3,7 @@
 The per-op rules (table "tpu_cost") and op facts live in `op_costs`. A kernel's statistics
 are the sum over its member ops; they are computed once per *kernel signature* (ops,
 attributes, types, layouts and the wiring inside the kernel), so repeated layers and
-re-evaluated configurations hit a cache (`simulator.KernelCosts`). Signatures are built
+re-evaluated configurations hit a cache (`kernel_costs.KernelCosts`). Signatures are built
 in `signature`; the default compiler's tile choice is in `tiling`. (This and those modules
 were `cost.py`.)
 

@@ -28,7 +28,7 @@ from superopt.tpu_sim.layout_rules import LAYOUT_RULES
 from superopt.tpu_sim.signature import Signature, kernel_signature
 
 if TYPE_CHECKING:
-    from superopt.tpu_sim.simulator import KernelCosts
+    from superopt.tpu_sim.kernel_costs import KernelCosts
 
 Override = dict[int, dict[int, Layout]]
 

@@ -43,14 +43,15 @@ from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, Value
 from superopt.tpu_sim.bounds import Bounds
 from superopt.tpu_sim.compiler import compile_with, lay_out, simulator_for
-from superopt.tpu_sim.config import DEFAULT_FLAGS, Compiled, Config, Flags, Tile
+from superopt.tpu_sim.config import DEFAULT_FLAGS, Config, Flags, Tile
 from superopt.tpu_sim.flags import bounds_columns, default_flags
 from superopt.tpu_sim.hardware import Hardware, get_hardware
+from superopt.tpu_sim.kernel_costs import KernelCosts
 from superopt.tpu_sim.kernel_time import KernelCost, tile_options
 from superopt.tpu_sim.kernels import is_source, resolve_bitcasts
+from superopt.tpu_sim.pipeline import Compiled
 from superopt.tpu_sim.signature import Signature
 from superopt.tpu_sim.simulate import simulate
-from superopt.tpu_sim.simulator import KernelCosts
 
 TILE_FILE = "op_tuning_data.json"
 LAYOUT_FILE = "module_tuning_data_layout.json"

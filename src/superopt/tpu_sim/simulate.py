@@ -5,222 +5,55 @@ kernels' times (bitcasts are free views). `simulate` returns the total and a per
 breakdown; `measure` adds seeded multiplicative noise of about 1.5% (log-normal), like a
 real benchmark: the same seed and configuration always give the same number.
 
-The roofline lower bound of a graph is max(useful FLOPs / peak, compulsory bytes /
-bandwidth), where compulsory bytes are the logical (unpadded) bytes of the inputs, the
-parts of the weights that are read (a whole matrix, but only the looked-up rows of an
-embedding table) and the outputs.
+These module-level functions take an optional `sim` and make a fresh `Simulator` without
+one, so they sit above the driver; the timing itself (`Simulation`, the roofline bound,
+the noise) is `timing`'s, re-exported here under the names callers know.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
-from typing import TYPE_CHECKING
-
-import numpy as np
-
 from superopt.ir.graph import Graph
-from superopt.tpu_sim.bounds_rules import bounds_rule
 from superopt.tpu_sim.compiler import compile_with
-from superopt.tpu_sim.config import Compiled, Config, Flags, Tile
-from superopt.tpu_sim.hardware import DEFAULT, Hardware
-from superopt.tpu_sim.kernel_time import KernelCost
-from superopt.tpu_sim.kernels import is_source
-from superopt.tpu_sim.layout import padded_bytes, paused_gc, row_major
-
-if TYPE_CHECKING:
-    from superopt.tpu_sim.simulator import Simulator
-from superopt.tpu_sim.op_costs import OpView, op_flops, op_rule
-
-NOISE_SIGMA = 0.015
-
-
-@dataclass(frozen=True, slots=True)
-class KernelReport:
-    root: int
-    name: str  # the member ops, e.g. "conv2d+batch_norm+relu"
-    nodes: int
-    tile: Tile
-    flags: Flags
-    cost: KernelCost
-
-    @property
-    def time(self) -> float:
-        return self.cost.time
-
-    @property
-    def bound(self) -> str:
-        return self.cost.bound
-
-    @property
-    def intensity(self) -> float:
-        """FLOPs per HBM byte."""
-        return self.cost.flops / self.cost.bytes if self.cost.bytes else math.inf
+from superopt.tpu_sim.config import Config
+from superopt.tpu_sim.hardware import Hardware
+from superopt.tpu_sim.layout import paused_gc
+from superopt.tpu_sim.pipeline import Caches, Compiled
+from superopt.tpu_sim.simulator import Simulator
+from superopt.tpu_sim.timing import (
+    NOISE_SIGMA,
+    KernelReport,
+    Simulation,
+    compulsory_bytes,
+    graph_totals,
+    time_compiled,
+    with_noise,
+)
 
 
-@dataclass(frozen=True)
-class Simulation:
-    """The simulated run of one compiled graph (times in seconds)."""
-
-    name: str
-    hw: Hardware
-    time: float
-    kernels: tuple[KernelReport, ...]
-    flops: float  # useful FLOPs of the source graph
-    executed_flops: float  # FLOPs the kernels execute (duplicated producers count twice)
-    bytes: float  # HBM bytes the kernels move (padded, with re-reads)
-    compulsory_bytes: float
-    problems: tuple[str, ...]
-
-    @property
-    def valid(self) -> bool:
-        return not self.problems
-
-    @property
-    def flops_fraction(self) -> float:
-        """Achieved fraction of the MXU peak (useful FLOPs)."""
-        return self.flops / self.time / self.hw.peak_flops if self.time > 0 else 0.0
-
-    @property
-    def bandwidth_fraction(self) -> float:
-        return self.bytes / self.time / self.hw.hbm_bytes_per_s if self.time > 0 else 0.0
-
-    @property
-    def roofline(self) -> float:
-        """Lower bound on the graph's time: max(FLOPs / peak, compulsory bytes / bandwidth)."""
-        return max(self.flops / self.hw.peak_flops,
-                   self.compulsory_bytes / self.hw.hbm_bytes_per_s)
-
-    @property
-    def roofline_ratio(self) -> float:
-        return self.time / self.roofline if self.roofline > 0 else math.inf
-
-    def top(self, k: int = 10) -> list[KernelReport]:
-        return sorted(self.kernels, key=lambda r: -r.time)[:k]
-
-    def breakdown(self) -> Mapping[str, float]:
-        """Seconds by what bounds each kernel (compute, memory, overhead)."""
-        out = {"compute": 0.0, "memory": 0.0, "overhead": 0.0}
-        for r in self.kernels:
-            out[r.bound] += r.time
-        return MappingProxyType(out)
-
-    def to_json(self) -> dict:
-        return {
-            "model": self.name, "hardware": self.hw.name, "time_s": self.time,
-            "kernels": len(self.kernels), "flops": self.flops,
-            "executed_flops": self.executed_flops, "hbm_bytes": self.bytes,
-            "compulsory_bytes": self.compulsory_bytes, "roofline_s": self.roofline,
-            "roofline_ratio": self.roofline_ratio, "flops_fraction": self.flops_fraction,
-            "bandwidth_fraction": self.bandwidth_fraction, "valid": self.valid,
-            "problems": list(self.problems),
-            "per_kernel": [
-                {"root": r.root, "name": r.name, "nodes": r.nodes, "tile": list(r.tile),
-                 "flags": {"double_buffer": r.flags.double_buffer, "unroll": r.flags.unroll,
-                           "mxu_split": r.flags.mxu_split},
-                 "time_s": r.time, "compute_s": r.cost.compute, "memory_s": r.cost.memory,
-                 "overhead_s": r.cost.overhead, "bound": r.bound, "flops": r.cost.flops,
-                 "bytes": r.cost.bytes, "steps": r.cost.steps, "vmem_bytes": r.cost.vmem}
-                for r in self.kernels],
-        }
-
-
-def compulsory_bytes(graph: Graph, hw: Hardware = DEFAULT) -> float:
-    """Logical bytes that any execution must move: inputs, the read part of each weight,
-    outputs."""
-    reads: dict[int, float | None] = {}  # source -> logical bytes read (None: all of it)
-    for n in graph.nodes:
-        partial: tuple[float | None, ...] = ()
-        if not bounds_rule(n.op).reads_operands_whole:  # ask its cost rule what it reads
-            in_types = tuple(graph.type_of(v) for v in n.inputs)
-            view = OpView(n, in_types, tuple(row_major(t.rank) for t in in_types),
-                          (row_major(n.type.rank),), hw)
-            partial = op_rule(n.op).cost(view).reads
-        for i, v in enumerate(n.inputs):
-            p = partial[i] if i < len(partial) else None
-            if p is None or (v.node in reads and reads[v.node] is None):
-                reads[v.node] = None
-                continue
-            t = graph.type_of(v)  # rules report padded bytes: keep their share of the array
-            share = min(1.0, p / max(1, padded_bytes(t, row_major(t.rank))))
-            reads[v.node] = (reads.get(v.node) or 0.0) + share * t.nbytes
-    total = 0.0
-    for n in graph.nodes:
-        if n.op == "input":
-            total += n.type.nbytes
-        elif is_source(n.op):
-            r = reads.get(n.id)
-            total += n.type.nbytes if r is None else min(n.type.nbytes, r)
-    return total + sum(graph.type_of(v).nbytes for v in graph.outputs)
-
-
-def _simulator(compiled: Compiled, sim: Simulator | None) -> Simulator:
+def _caches(compiled: Compiled, sim: Caches | None) -> Caches:
     """`sim`, else the simulator that compiled it, else a fresh one for its hardware."""
     if sim is not None:
         return sim
     if compiled.simulator is not None:
         return compiled.simulator
-    from superopt.tpu_sim.simulator import Simulator  # simulator.py imports this module
-
     return Simulator(compiled.hw)
 
 
-def simulate(compiled: Compiled, sim: Simulator | None = None) -> Simulation:
+def simulate(compiled: Compiled, sim: Caches | None = None) -> Simulation:
     """The noise-free simulated run: total time and a per-kernel breakdown. Kernel costs
     come from `sim`, else from the simulator that compiled it (`Compiled.simulator`)."""
     with paused_gc():
-        return _simulate(compiled, _simulator(compiled, sim))
-
-
-def graph_totals(graph: Graph, hw: Hardware) -> tuple[float, float]:
-    """(useful FLOPs, compulsory bytes) of a graph (`Simulator.graph_totals` caches it)."""
-    flops = sum(op_flops(n, tuple(graph.type_of(v) for v in n.inputs)) for n in graph.nodes)
-    return flops, compulsory_bytes(graph, hw)
-
-
-def _simulate(compiled: Compiled, sim: Simulator) -> Simulation:
-    model = sim.kernels
-    tiles = compiled.config.tiles
-    flags_of = compiled.config.flags
-    reports = []
-    total = executed = moved = 0.0
-    problems = []
-    for k, sig in zip(compiled.kernels, compiled.signatures, strict=True):
-        tile = tiles[k.root]
-        flags = flags_of[k.root]
-        cost = model.cost(sig, tile, flags)
-        if not cost.valid:
-            problems.append(f"kernel %{k.root}: {cost.problem}")
-        reports.append(KernelReport(k.root, model.name(sig), len(k.nodes), tile, flags, cost))
-        total += cost.time
-        executed += cost.flops
-        moved += cost.bytes
-    flops, compulsory = sim.graph_totals(compiled.source)
-    return Simulation(compiled.source.name, compiled.hw, total if not problems else math.inf,
-                      tuple(reports), flops, executed, moved, compulsory, tuple(problems))
-
-
-def _digest(sim: Simulation) -> int:
-    h = hashlib.blake2b(digest_size=8)
-    h.update(np.array([r.time for r in sim.kernels], dtype=np.float64).tobytes())
-    return int.from_bytes(h.digest(), "little")
+        return time_compiled(compiled, _caches(compiled, sim))
 
 
 def measure(compiled: Compiled, seed: int = 0, sigma: float = NOISE_SIGMA,
-            sim: Simulator | None = None) -> float:
+            sim: Caches | None = None) -> float:
     """The simulated runtime with seeded multiplicative noise (log-normal, `sigma` ~ 1.5%).
 
     The noise depends on the seed and on the configuration's kernel times, so repeating a
     measurement with the same seed reproduces it exactly and two configurations measured
     with one seed do not share their noise."""
-    run = simulate(compiled, sim)
-    if not math.isfinite(run.time):
-        return run.time
-    rng = np.random.default_rng([int(seed) & 0xFFFFFFFFFFFFFFFF, _digest(run)])
-    return run.time * float(np.exp(sigma * rng.standard_normal()))
+    return with_noise(simulate(compiled, sim), seed, sigma)
 
 
 def evaluate(graph: Graph, config: Config | None = None, hw: Hardware | str | None = None,

@@ -8,154 +8,34 @@ Layout-pass results and graph totals are keyed by content (the graph's nodes' st
 hashes in order, its outputs and name, plus the layout overrides and storage dtypes), so a rebuilt
 but equal graph or configuration hits them; both caches are bounded LRUs.
 
-The passes live in their own modules: `layout_pass` (assign_layouts, apply_layouts,
-stored_types), `fusion` (priority_fusion), `tiling` (default tiles), `flags` (default
-flags); `compiler` orchestrates them and validates; `simulate` times a compiled graph.
-The module-level `compile_with`, `compile_default`, `simulate`, `measure` and `evaluate`
-take an optional `sim` and make a fresh `Simulator` without one.
+The `Simulator` is the compiler driver: `.compile` runs the passes (`pipeline.run_passes`:
+`layout_pass`, `fusion`, `tiling`, `flags`, each in its own module), `.simulate` and
+`.measure` time the result (`timing`), and the kernel costs come from `KernelCosts`
+(`kernel_costs`; re-exported here, where it used to live). Everything it runs sits below
+it; the module-level `compile_with`, `compile_default` (`compiler`), `simulate`, `measure`
+and `evaluate` (`simulate`), which take an optional `sim` and make a fresh `Simulator`
+without one, sit above it.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 from superopt.ir.graph import Graph, Value
 from superopt.ir.types import DType
-from superopt.tpu_sim import bounds as bounds_module
-from superopt.tpu_sim import compiler, layout_pass, tiling
-from superopt.tpu_sim.bounds import Bounds, Space
-from superopt.tpu_sim.config import Compiled, Config, Flags, Tile
+from superopt.tpu_sim import layout_pass
+from superopt.tpu_sim.config import Config
 from superopt.tpu_sim.fusion import priority_fusion
 from superopt.tpu_sim.hardware import Hardware, get_hardware
-from superopt.tpu_sim.kernel_time import (
-    KernelCost,
-    KernelStats,
-    analytical,
-    analytical_compute,
-    grid,
-    kernel_cost,
-    kernel_stats,
-    tile_problem,
-)
-from superopt.tpu_sim.layout import Layout, NodeLayouts
+from superopt.tpu_sim.kernel_costs import KernelCosts
+from superopt.tpu_sim.layout import Layout, NodeLayouts, paused_gc
 from superopt.tpu_sim.layout_pass import LaidOut
-from superopt.tpu_sim.signature import Signature
-from superopt.tpu_sim.simulate import NOISE_SIGMA, Simulation, graph_totals
-from superopt.tpu_sim.simulate import measure as measure_compiled
-from superopt.tpu_sim.simulate import simulate as simulate_compiled
-
-# (simulate's functions by name: the package's `simulate` attribute is the function.)
+from superopt.tpu_sim.pipeline import Compiled, run_passes
+from superopt.tpu_sim.timing import NOISE_SIGMA, Simulation, graph_totals, time_compiled, with_noise
 
 V = TypeVar("V")
-
-
-class KernelCosts:
-    """Kernel statistics, costs and default tiles for one hardware preset, cached by kernel
-    signature (and tile and flags). Caches are bounded: they are cleared when full.
-    (Was `cost.CostModel`; that name is kept for the learned cost models.)"""
-
-    def __init__(self, hw: Hardware, max_entries: int = 1 << 20) -> None:
-        self.hw = hw
-        self.max_entries = max_entries
-        self._stats: dict[Signature, KernelStats] = {}
-        self._costs: dict[tuple[Signature, Tile, Flags], KernelCost] = {}
-        self._tiles: dict[tuple[Signature, Flags], Tile] = {}
-        self._spaces: dict[Signature, Space] = {}
-        self._canon: dict[Signature, Signature] = {}
-        self._names: dict[Signature, str] = {}
-        self.hits = 0
-        self.misses = 0
-
-    def intern(self, sig: Signature) -> Signature:
-        """The cached instance equal to `sig` (so later lookups compare by identity)."""
-        known = self._canon.get(sig)
-        if known is None:
-            if len(self._canon) >= self.max_entries:
-                self._canon.clear()
-                self._names.clear()
-            known = self._canon[sig] = sig
-        return known
-
-    def stats(self, sig: Signature) -> KernelStats:
-        s = self._stats.get(sig)
-        if s is None:
-            if len(self._stats) >= self.max_entries:
-                self._stats.clear()
-            s = self._stats[sig] = kernel_stats(sig, self.hw)
-        return s
-
-    def space(self, sig: Signature) -> Space:
-        """The kernel's iteration space for XLA-style `Bounds` tiles (see `bounds`)."""
-        sp = self._spaces.get(sig)
-        if sp is None:
-            if len(self._spaces) >= self.max_entries:
-                self._spaces.clear()
-            sp = self._spaces[sig] = bounds_module.analyse(sig.key, self.stats(sig).hero)
-        return sp
-
-    def problem(self, sig: Signature, tile: Tile) -> str | None:
-        """Why `tile` is not a tile of the kernel (shape only; VMEM is checked by `cost`)."""
-        if isinstance(tile, Bounds):
-            return bounds_module.problem(self.space(sig), tile)
-        return tile_problem(self.stats(sig), tile)
-
-    def analytical_time(self, sig: Signature, tile: Tile) -> float:
-        """The default compiler's analytical estimate of the kernel under `tile` (compute is
-        tile-independent; memory counts the tile's operand re-reads)."""
-        stats = self.stats(sig)
-        if isinstance(tile, Bounds):
-            pl = bounds_module.plan(self.space(sig), tile)
-            _, _, in_b, out_b = bounds_module.transfers(self.space(sig), pl)
-            moved = in_b + out_b
-        else:
-            gr = grid(stats, tile)
-            moved = gr.in_bytes + gr.out_bytes
-        return analytical(analytical_compute(stats, self.hw), moved / self.hw.hbm_bytes_per_s,
-                          self.hw)
-
-    def tile_rank(self, sig: Signature, tile: tuple[int, ...]) -> tuple:
-        """The default compiler's order of a kernel's (tm, tn, tk) or (rows,) tiles
-        (`tiling.tile_rank`): analytical time, then fewer grid steps, then larger."""
-        return tiling.tile_rank(self.analytical_time(sig, tile),
-                                grid(self.stats(sig), tile).steps, tile)
-
-    def default_choice(self, sig: Signature, tiles: Sequence[Tile], flags: Flags) -> Tile:
-        """The default compiler's pick among candidate tiles (`tiling.default_choice`)."""
-        return tiling.default_choice(tiles, lambda t: self.cost(sig, t, flags),
-                                     lambda t: self.analytical_time(sig, t))
-
-    def cost(self, sig: Signature, tile: Tile, flags: Flags) -> KernelCost:
-        key = (sig, tile, flags)
-        c = self._costs.get(key)
-        if c is None:
-            self.misses += 1
-            if len(self._costs) >= self.max_entries:
-                self._costs.clear()
-            space = self.space(sig) if isinstance(tile, Bounds) else None
-            c = self._costs[key] = kernel_cost(self.stats(sig), tile, flags, self.hw, space)
-        else:
-            self.hits += 1
-        return c
-
-    def name(self, sig: Signature) -> str:
-        """The kernel's ops in order, each once: "conv2d+batch_norm+relu"."""
-        got = self._names.get(sig)
-        if got is None:
-            got = self._names[sig] = "+".join(dict.fromkeys(self.stats(sig).ops))
-        return got
-
-    def default_tile(self, sig: Signature, flags: Flags) -> Tile:
-        """The default compiler's tile of the kernel (`tiling.default_tile`), cached."""
-        key = (sig, flags)
-        t = self._tiles.get(key)
-        if t is None:
-            t = tiling.default_tile(self.stats(sig), flags, self.hw)
-            if len(self._tiles) >= self.max_entries:
-                self._tiles.clear()
-            self._tiles[key] = t
-        return t
 
 
 def graph_key(graph: Graph) -> tuple[bytes, ...]:
@@ -300,16 +180,21 @@ class Simulator:
 
     def compile(self, graph: Graph, config: Config | None = None,
                 fusion_default: str = "priority") -> Compiled:
-        """`compile_with` on this simulator's caches."""
-        return compiler.compile_with(graph, config, self.hw, fusion_default, sim=self)
+        """`compiler.compile_with` on this simulator's caches: the four passes in order
+        (`pipeline.run_passes`)."""
+        with paused_gc():
+            return run_passes(self, graph, config, fusion_default)
 
     # ---- timing -------------------------------------------------------------------------
 
     def simulate(self, compiled: Compiled) -> Simulation:
-        return simulate_compiled(compiled, sim=self)
+        """The noise-free run of `compiled` with this simulator's kernel costs."""
+        with paused_gc():
+            return time_compiled(compiled, self)
 
     def measure(self, compiled: Compiled, seed: int, sigma: float = NOISE_SIGMA) -> float:
-        return measure_compiled(compiled, seed, sigma, sim=self)
+        """The run's time with seeded noise (`simulate.measure`)."""
+        return with_noise(self.simulate(compiled), seed, sigma)
 
     def evaluate(self, graph: Graph, config: Config | None = None, seed: int | None = None
                  ) -> float:
@@ -326,3 +211,5 @@ class Simulator:
             self._totals.put(graph, None, got)
         return got
 
+
+__all__ = ["GraphCache", "KernelCosts", "Simulator", "dtypes_key", "graph_key", "layouts_key"]

@@ -2,7 +2,7 @@
 
 `default_tile` is the argmin of the XLA-like analytical model (`kernel_time.analytical`)
 over a kernel's tile options that fit VMEM; `default_choice` is the same pick among given
-candidate tiles (e.g. the `Bounds` a measured program lists). `simulator.KernelCosts`
+candidate tiles (e.g. the `Bounds` a measured program lists). `kernel_costs.KernelCosts`
 caches both per kernel signature. (Moved out of the old `cost.CostModel`.)
 """
 

@@ -35,9 +35,7 @@ def code_fingerprint() -> str:
     import numpy
     import z3
 
-    import superopt
-
-    root = Path(superopt.__file__).parent
+    root = Path(__file__).parent.parent  # the superopt package (not imported: it is above)
     h = hashlib.sha256()
     files = sorted([*(root / "ir").rglob("*.py"), *(root / "verifier").rglob("*.py"),
                     *(root / "substitutions" / n for n in ("pattern.py", "rule.py", "text.py"))])

@@ -20,12 +20,12 @@ from dataclasses import replace
 
 from superopt.ir.errors import IRError
 from superopt.ir.types import TensorType
-from superopt.substitutions.rule import Rule
-from superopt.substitutions.strengthen import (
+from superopt.substitutions.conditions import (
     _attribute_conditions,
     _equality_conditions,
     add_conditions,
 )
+from superopt.substitutions.rule import Rule
 from superopt.verifier.axioms import Axiom
 from superopt.verifier.prover import PROVED, RuleResult, VerifyOptions, verify_rules
 

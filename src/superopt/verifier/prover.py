@@ -31,16 +31,13 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import z3
 
 from superopt.ir.errors import IRError
 from superopt.substitutions.rule import ProofStatus, Rule
 from superopt.substitutions.text import format_rule, parse_rule
-
-if TYPE_CHECKING:
-    from superopt.verifier.checkpoint import VerdictLog
 from superopt.verifier.axioms import Axiom, Payload, compile_axioms, from_payload, payload
 from superopt.verifier.encoding import GroundRule, QAxiom, encode_rule
 from superopt.verifier.sampler import (
@@ -429,11 +426,22 @@ def _verify_task(task: tuple[int, str, AxiomData, VerifyOptions, tuple[str, ...]
                                  n_outputs=rule.outputs, location=location)
 
 
+class Verdicts(Protocol):
+    """Verdicts kept across runs (`checkpoint.VerdictLog`, which builds on this module's
+    `RuleResult` and so is named here by what `verify_rules` asks of it)."""
+
+    def key(self, body: str, exclude: tuple[str, ...]) -> str: ...
+
+    def get(self, key: str) -> RuleResult | None: ...
+
+    def add(self, key: str, result: RuleResult) -> None: ...
+
+
 def verify_rules(rules: Sequence[Rule], axioms: Sequence[Axiom], options: VerifyOptions =
                  VerifyOptions(), jobs: int = 1,
                  exclude: Callable[[Rule], Sequence[str]] | None = None,
                  progress: Callable[[RuleResult], None] | None = None,
-                 executor: str | None = None, log: VerdictLog | None = None
+                 executor: str | None = None, log: Verdicts | None = None
                  ) -> list[RuleResult]:
     """Verify every rule (in parallel over `jobs` workers of `executor`, see
     `superopt.executor`); results in input order.

@@ -35,9 +35,9 @@ from superopt.ir.interpret import interpret
 from superopt.ir.kernels import P
 from superopt.ir.opdef import get_op
 from superopt.ir.types import DType, TensorType
+from superopt.substitutions.conditions import pinned_shapes
 from superopt.substitutions.pattern import AVar, Bindings, Pattern, PNode, PVar, resolve_attrs, walk
 from superopt.substitutions.rule import Rule
-from superopt.substitutions.strengthen import pinned_shapes
 from superopt.verifier.encoding import GroundRule, attr_var_codecs, encode_rule
 from superopt.verifier.shapes import env, general_ground, ground_facts, smooth_tables, subterms
 from superopt.verifier.zvalues import AttrCodec

@@ -18,6 +18,7 @@ from __future__ import annotations
 import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -135,8 +136,15 @@ def register(name: str) -> Callable[[type[CostModel]], type[CostModel]]:
     return deco
 
 
+# The modules that register a model (`create` imports them by name, as
+# `strategies.base.create` does its strategies: the implementations build on this module,
+# so it names them rather than importing them).
+KINDS = ("analytical", "ensemble", "gbt", "graphsage")
+
+
 def _register_all() -> None:
-    from superopt.xtat.models import analytical, ensemble, gbt, graphsage  # noqa: F401
+    for module in KINDS:
+        import_module(f"superopt.xtat.models.{module}")
 
 
 def create(name: str, hardware: str = "v4", **opts: Any) -> CostModel:

@@ -16,6 +16,7 @@ from typing import Any
 from superopt.ir.errors import IRError
 from superopt.xtat.context import TuneContext
 from superopt.xtat.stage import Candidate
+from superopt.xtat.strategies.catalogue import CATALOGUE
 
 
 class SearchStrategy(ABC):
@@ -58,8 +59,6 @@ def register(name: str) -> Callable[[type[SearchStrategy]], type[SearchStrategy]
 def create(name: str, **opts: Any) -> SearchStrategy:
     """A strategy by name, one of `superopt.xtat.strategies.CATALOGUE` (whose modules are
     imported here, registering them)."""
-    from superopt.xtat.strategies import CATALOGUE
-
     for module in CATALOGUE:
         import_module(f"superopt.xtat.strategies.{module}")
     cls = STRATEGIES.get(name)
