@@ -162,6 +162,13 @@ CASES: dict[str, list[Case]] = {
                               {"a": 1, "e": 1e-6}),
                              ({"x": T((2, 3, 6)), "g": T((6,)), "w": T((6, 2))},
                               {"a": 2, "e": 1e-5})],
+    "scale_through_mul": [({"x": T((2, 3)), "y": T((3,)), "c": T(())}, {}),
+                          ({"x": T((1, 4)), "y": T((3, 1)), "c": T(())}, {})],
+    "scale_through_concat": [({"x": T((2, 3)), "y": T((2, 4)), "c": T(())}, {"a": 1}),
+                             ({"x": T((1, 2, 2)), "y": T((3, 2, 2)), "c": T(())}, {"a": 0})],
+    "scale_through_neg": [({"x": T((2, 3)), "c": T(())}, {}), ({"x": T((4,)), "c": T(())}, {})],
+    "scale_through_split": [({"x": T((2, 6)), "c": T(())}, {"a": 1, "n": (3, 3)}),
+                            ({"x": T((5, 2, 4)), "c": T(())}, {"a": 0, "n": (1, 4)})],
     "fold_rms_norm_weight2": [({"x": T((3, 4)), "g": T((4,)), "w1": T((4, 5)), "w2": T((4, 5))},
                                {"a": 1, "e": 1e-6}),
                               ({"x": T((2, 3, 6)), "g": T((6,)), "w1": T((6, 2)),
@@ -269,16 +276,22 @@ def test_vgg_blocks_fold_and_keep_their_values() -> None:
     assert check.ok, check.summary()
 
 
-def _decoder_block() -> Any:
+def _decoder_block(rope: bool = False) -> Any:
     """A small Llama-style block: RMSNorm, grouped-query causal attention (4 query heads,
-    2 kv heads, head dim 4, default scale 1/2), output projection, RMSNorm, SwiGLU MLP."""
+    2 kv heads, head dim 4, default scale 1/2; with `rope`, rotary embeddings on q and k:
+    x * cos + concat(-x2, x1) * sin), output projection, RMSNorm, SwiGLU MLP."""
     from superopt.ir import GraphBuilder
 
     b = GraphBuilder("decoder_block")
     x = b.input("x", (2, 5, 16))
+    cos, sin = b.input("cos", (5, 4)), b.input("sin", (5, 4))
 
     def heads(t: Any, n: int) -> Any:
-        return b.transpose(b.reshape(t, shape=(2, 5, n, 4)), perm=(0, 2, 1, 3))
+        h = b.transpose(b.reshape(t, shape=(2, 5, n, 4)), perm=(0, 2, 1, 3))
+        if not rope:
+            return h
+        x1, x2 = b.split(h, axis=3, sizes=(2, 2))
+        return b.ewadd(b.ewmul(h, cos), b.ewmul(b.concat(b.neg(x2), x1, axis=3), sin))
 
     n = b.rms_norm(x, b.weight("ln1", (16,), init="positive"), axis=-1, eps=1e-6)
     q = heads(b.matmul(n, b.weight("wq", (16, 16))), 4)
@@ -315,15 +328,20 @@ def test_transformer_rules_match_a_decoder_block(name: str, sites: int) -> None:
     assert check.ok, check.summary()
 
 
-def test_attention_scale_moves_into_the_query_weight() -> None:
+SCALE_PATH = ("fold_attention_scale", "scale_through_transpose", "scale_through_reshape",
+              "scale_matmul_rhs", "scale_through_add", "scale_through_mul",
+              "scale_through_concat", "scale_through_neg", "scale_through_split")
+
+
+@pytest.mark.parametrize("rope", [False, True])
+def test_attention_scale_moves_into_the_query_weight(rope: bool) -> None:
     # fold_attention_scale, then the scale_* rules carry the factor through the head split
-    # into the query projection's weight; the attention is left with scale 1.
+    # (and rotary embeddings) into the query projection's weight; attention keeps scale 1.
     from superopt.rewrite.check import check_values
 
-    g = _decoder_block()
-    names = ("fold_attention_scale", "scale_through_transpose", "scale_through_reshape",
-             "scale_matmul_rhs")
-    _, run = RewritePass([RULES[n] for n in names]).iterate(g, choose_all(), max_rounds=5)
+    g = _decoder_block(rope)
+    names = SCALE_PATH
+    _, run = RewritePass([RULES[n] for n in names]).iterate(g, choose_all(), max_rounds=12)
     new = run.graph
     new.lint()
     (att,) = [n for n in new.nodes if n.op == "attention"]

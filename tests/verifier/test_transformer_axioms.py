@@ -61,8 +61,9 @@ def test_wrong_variants_fail_validation(axiom: Axiom) -> None:
     assert next(d.kind for d in check.directions if d.failure) in ("differs", "partial")
 
 
-NEW_STARTER = ("merge_swiglu", "merge_qkv", "fold_attention_scale", "fold_rms_norm_weight",
-               "fold_rms_norm_weight2", "fold_rms_norm_weight3")
+NEW_STARTER = ("merge_swiglu", "merge_qkv", "fold_attention_scale", "scale_through_mul",
+               "scale_through_concat", "scale_through_neg", "scale_through_split",
+               "fold_rms_norm_weight", "fold_rms_norm_weight2", "fold_rms_norm_weight3")
 
 
 @pytest.mark.parametrize("name", NEW_STARTER)

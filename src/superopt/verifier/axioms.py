@@ -636,6 +636,9 @@ def _transformer_axioms() -> list[str]:
         "gather_ewadd: (gather ?a (ewadd ?x ?y) ?i) <=> (ewadd (gather ?a ?x ?i) (gather ?a ?y ?i)) "
         "if shape(?x) == shape(?y)",
         "gather_smul: (smul (gather ?a ?x ?i) ?w) <=> (gather ?a (smul ?x ?w) ?i)",
+        # (rotary embeddings split the head dim; a query scale passes through them)
+        "smul_split0: (smul (split.0 ?a ?n ?x) ?w) <=> (split.0 ?a ?n (smul ?x ?w))",
+        "smul_split1: (smul (split.1 ?a ?n ?x) ?w) <=> (split.1 ?a ?n (smul ?x ?w))",
         "gather_neg: (neg (gather ?a ?x ?i)) <=> (gather ?a (neg ?x) ?i)",
         "expand_ewadd: (expand ?s (ewadd ?x ?y)) <=> (ewadd (expand ?s ?x) (expand ?s ?y)) "
         "if shape(?x) == shape(?y)",
