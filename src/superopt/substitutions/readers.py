@@ -217,7 +217,7 @@ class _SideBuilder:
         return RuleSyntaxError(self.source, t.line, t.col, msg)
 
     def add(self, node: SNode) -> int:
-        key = (node.op, node.attrs, node.inputs, node.infer)
+        key = (node.op, node.attrs, node.inputs, node.infer, node.rank)
         if key not in self.index:
             self.index[key] = len(self.nodes)
             self.nodes.append(node)
@@ -305,7 +305,8 @@ class _SideBuilder:
             if len(xs) < 2:
                 raise self.error(t, "concat: expected at least two tensor operands")
             refs = tuple(self.ref(a) for a in xs)
-            return ("node", self.add(SNode("concat", (("axis", nums[0]),), refs)), 0)
+            ndim = nums[1] if len(nums) == 2 else None
+            return ("node", self.add(SNode("concat", (("axis", nums[0]),), refs, rank=ndim)), 0)
         if name in ("poolavg", "poolmax", "pool2d_avg", "pool2d_max"):
             nums = self._nums(t, args, (5, 6))
             (x,) = self._tensors(t, args, 1)
@@ -410,13 +411,24 @@ def at_taso_shapes(name: str, src: Side, tgt: Side, names: Sequence[str],
     return {"at_taso_shapes": format_rule(r).split(":", 1)[1].strip()}
 
 
-def _rank_checked(rule: Rule, types: dict[str, list[int]] | None) -> Rule:
+def _rank_checked(rule: Rule, types: dict[str, list[int]] | None,
+                  used: dict[str, int] | None = None) -> Rule:
     """TASO checked its rules only at its input shapes: where those are known, the rule is
     claimed only at their ranks (a 2-D matmul identity need not hold for batched matmul),
-    unless all of its ops are elementwise."""
+    unless all of its ops are elementwise. Where the file's own ranks (a concat's
+    PM_NUMDIM) overrode the table, `used` holds them and they are the ranks claimed."""
     if types is None:
-        return rule
+        return rule if not used else add_conditions(rule, rank_conditions(rule, used))
     return add_conditions(rule, rank_conditions(rule, {k: len(v) for k, v in types.items()}))
+
+
+def _used_ranks(src: Side, tgt: Side, names: Sequence[str]) -> dict[str, int]:
+    """The ranks the rule's ops (and the file's stated ranks) give its variables."""
+    try:
+        used, _ = infer_ranks((src, tgt), len(names))
+    except (IRError, IndexError):
+        return {}
+    return {n: r for n, r in zip(names, used, strict=True) if r is not None}
 
 
 def _make(source: str, name: str, src: Side, tgt: Side, var_index: dict[str, int],
@@ -436,7 +448,7 @@ def _make(source: str, name: str, src: Side, tgt: Side, var_index: dict[str, int
         # TASO sizes a constant kernel by its use (Iconv, Cpool): so does the general form.
         rule = build_rule(RuleSpec(name, src, tgt, names, None, bidirectional, ranks),
                           kind="taso", provenance=prov, by_use=True)
-        return _rank_checked(rule, types)
+        return _rank_checked(rule, types, _used_ranks(src, tgt, names) if note else None)
     except IRError as e:
         raise RuleSemanticError(source, line, col, str(e), name) from None
 
@@ -578,7 +590,10 @@ def _pb_node(op: PbOperator, refs: tuple[Ref, ...], where: str) -> SNode:
         n = op.param("PM_NUM_INPUTS", len(refs))
         if n != len(refs) or n < 1:
             raise TasoPbError(f"{where}: concat of {n} inputs lists {len(refs)}")
-        return SNode("concat", (("axis", op.param("PM_AXIS", 0)),), refs)
+        # PM_NUMDIM is the rank TASO built the concat at: the only type some rules carry
+        # (a concat of inputs no conv or matmul touches), and it overrides the input table.
+        return SNode("concat", (("axis", op.param("PM_AXIS", 0)),), refs,
+                     rank=op.param("PM_NUMDIM"))
     if t == OP["OP_SPLIT"]:
         need(1)
         if op.param("PM_NUM_OUTPUTS", 2) != 2:
@@ -667,7 +682,8 @@ def _pb_rule(r: PbRule, i: int, where: str, source: str, name: str) -> Rule:
     try:
         return _rank_checked(build_rule(RuleSpec(f"{name}_{i + 1:04d}", src, tgt, names,
                                                  var_ranks=ranks),
-                                        kind="taso", provenance=prov, by_use=True), types)
+                                        kind="taso", provenance=prov, by_use=True), types,
+                             _used_ranks(src, tgt, names) if note else None)
     except IRError as e:
         raise TasoPbError(f"{where}: {e}") from None
 
