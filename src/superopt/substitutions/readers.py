@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from superopt.ir.errors import IRError
-from superopt.ir.files import decode, read_bytes
+from superopt.ir.files import MAX_NESTING, decode, nesting_error, read_bytes
 from superopt.substitutions.library import LibraryError, load_library
 from superopt.substitutions.presets import TASO_INPUTS
 from superopt.substitutions.rule import Rule
@@ -52,6 +52,7 @@ from superopt.substitutions.taso_pb import (
     PbOperator,
     PbRule,
     TasoPbError,
+    TasoPbTooDeep,
     decode_rules,
     perm_decode,
 )
@@ -159,7 +160,7 @@ def _atom(tok: tuple[str, str, int, int]) -> Term:
     return Term("sym", text, line=line, col=col)
 
 
-def _parse_call(lx: _Lexer) -> Term:
+def _parse_call(lx: _Lexer, depth: int = 1) -> Term:
     """name | name(args) (equations)."""
     tok = lx.next("an expression")
     if tok[0] in "(),=":
@@ -169,24 +170,28 @@ def _parse_call(lx: _Lexer) -> Term:
         t = _atom(tok)
         return t if t.kind == "num" else Term("var" if tok[0] not in _CONSTS else "sym",
                                               tok[0], line=tok[2], col=tok[3])
+    if depth > MAX_NESTING:
+        raise lx.error(tok, f"term {nesting_error(depth)}")
     lx.next("'('")
-    args = [_parse_call(lx)]
+    args = [_parse_call(lx, depth + 1)]
     while True:
         sep = lx.next("',' or ')'")
         if sep[0] == ")":
             break
         if sep[0] != ",":
             raise lx.error(sep, f"expected ',' or ')', found {sep[0]!r}")
-        args.append(_parse_call(lx))
+        args.append(_parse_call(lx, depth + 1))
     return Term("app", tok[0], tuple(args), tok[2], tok[3])
 
 
-def _parse_sexpr(lx: _Lexer) -> Term:
+def _parse_sexpr(lx: _Lexer, depth: int = 1) -> Term:
     tok = lx.next("a term")
     if tok[0] != "(":
         if tok[0] in (")", "=>", "<=>"):
             raise lx.error(tok, f"expected a term, found {tok[0]!r}")
         return _atom(tok)
+    if depth > MAX_NESTING:
+        raise lx.error(tok, f"term {nesting_error(depth)}")
     head = lx.next("an op name")
     if head[0] in ("(", ")") or head[0].startswith("?"):
         raise lx.error(head, f"expected an op name, found {head[0]!r}")
@@ -198,7 +203,7 @@ def _parse_sexpr(lx: _Lexer) -> Term:
         if t[0] == ")":
             lx.next("')'")
             break
-        args.append(_parse_sexpr(lx))
+        args.append(_parse_sexpr(lx, depth + 1))
     return Term("app", head[0], tuple(args), head[2], head[3])
 
 
@@ -540,6 +545,7 @@ def _rules_from_pairs(eqs: list[tuple[Term, Term]], source: str, multi: bool, na
 def _pb_side(ops: list[PbOperator], outs: list[tuple[int, int]], var_index: dict[str, int],
              where: str) -> Side:
     nodes: list[SNode] = []
+    depth: list[int] = []  # operators on the longest path to each op, inputs excluded
     for k, op in enumerate(ops):
         refs: list[Ref] = []
         for t in op.inputs:
@@ -550,6 +556,10 @@ def _pb_side(ops: list[PbOperator], outs: list[tuple[int, int]], var_index: dict
                                   "earlier op")
             else:
                 refs.append(("node", t.op_id, t.ts_id))
+        depth.append(1 + max((depth[r[1]] for r in refs if r[0] == "node"), default=0))
+        if depth[-1] > MAX_NESTING:
+            # later stages walk the rule's terms recursively, as deep as this chain
+            raise TasoPbTooDeep(f"{where} op {k}: operators {nesting_error(depth[-1])}")
         nodes.append(_pb_node(op, tuple(refs), f"{where} op {k}"))
     for o, _ in outs:
         if not 0 <= o < len(ops):
@@ -644,6 +654,8 @@ def taso_pb_rules(rules: list[PbRule], source: str = "<pb>", name: str = "taso",
         where = f"{source}: rule {i}"
         try:
             out.append(_pb_rule(r, i, where, source, name))
+        except TasoPbTooDeep:
+            raise
         except (IRError, IndexError, ValueError, KeyError, ZeroDivisionError) as e:
             # IndexError and friends: a rule the shape inference was not written for;
             # it must cost that rule, not the file (and never show a traceback).
