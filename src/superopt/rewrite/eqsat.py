@@ -55,6 +55,7 @@ from superopt.substitutions.egraph import VAR, BudgetExceeded, EGraph
 from superopt.substitutions.rule import Rule
 
 EXTRACTIONS = ("greedy", "ilp")
+SITE_PROBES = 8  # a rule applied at most this often is also probed site by site
 
 
 class EqsatError(IRError):
@@ -160,7 +161,10 @@ def _directions(matcher: Matcher) -> list[Any]:
     return out
 
 
-def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions) -> tuple[int, str, Counter[str]]:
+def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
+              made: dict[str, list[frozenset[int]]]) -> tuple[int, str, Counter[str]]:
+    """Apply every match of every direction per iteration until nothing changes or a limit
+    is hit; `made` collects, per rule, the e-nodes each of its applications created."""
     from superopt.substitutions.covers import _apply, _matches
 
     applied: Counter[str] = Counter()
@@ -181,8 +185,11 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions) -> tuple[int, str
                     eg.check_deadline()
             size, unions = len(eg), eg.unions
             for d, m, rts in found:
+                n0 = len(eg)
                 if _apply(eg, d, m, rts):
                     applied[d.rule.name] += 1
+                if len(eg) > n0:
+                    made.setdefault(d.rule.name, []).append(frozenset(range(n0, len(eg))))
                 eg.check_deadline()
             eg.rebuild()
             if len(eg) == size and eg.unions == unions:
@@ -229,6 +236,8 @@ class FusedOpCost(AdditiveCost):
                 weights: tuple[bool, ...] = ()) -> float:
         d = get_op(op)
         share = self.share if d.has(ELEMENTWISE) or d.has(MOVEMENT) else 1.0
+        if share == 0.0:
+            return 0.0  # not 0 * inf: an op the simulator cannot place alone is fused
         return share * self.inner.op_cost(op, attrs, ins, outs, weights)
 
 
@@ -244,7 +253,9 @@ def _extraction_costs(cost: CostFunction) -> list[AdditiveCost]:
     return [proxies[0], FusedOpCost(proxies[0], 0.05), FusedOpCost(proxies[0], 0.0)]
 
 
-def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost) -> _Space:
+def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost,
+           favored: frozenset[int] = frozenset()) -> _Space:
+    """The extraction problem under `cost`; e-nodes in `favored` cost nothing."""
     eg = ld.eg
     weights = {i for i, nid in ld.leaf_of.items() if graph.nodes[nid].op != "input"}
     # Weight-only classes (with `fold`, their values are computed once, for free): a class
@@ -288,7 +299,8 @@ def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost) -> _Space:
     for c in order:
         for i in nodes[c]:
             n = eg.nodes[i]
-            if n.op == VAR or (cost.fold and c in wo and all(k in wo for k in kids[i])):
+            if n.op == VAR or i in favored or (cost.fold and c in wo and
+                                                all(k in wo for k in kids[i])):
                 prices[i] = 0.0
                 continue
             ins = tuple(eg.type_of(k) for k in n.children)
@@ -464,14 +476,16 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
     # The limit counts every e-node, the input's included; the input always fits.
     eg.max_nodes = max(opts.node_limit, len(eg))
     eg.deadline = t0 + opts.time_limit
-    iters, stopped, applied = _saturate(eg, _directions(matcher), opts)
+    made: dict[str, list[frozenset[int]]] = {}
+    iters, stopped, applied = _saturate(eg, _directions(matcher), opts, made)
     t1 = time.perf_counter()
-    best: tuple[float, Graph, Origin, AdditiveCost, float, str] | None = None
-    for ext in ext_costs:
-        sp = _space(ld, graph, ext)
+
+    def extract(ext: AdditiveCost, method: str, favored: frozenset[int] = frozenset()
+                ) -> tuple[float, Graph, Origin, AdditiveCost, float, str]:
+        sp = _space(ld, graph, ext, favored)
         pick = _greedy(sp)
         status = ""
-        if opts.extraction == "ilp":
+        if method == "ilp":
             got, status = _ilp(sp, [eg.find(r) for r in ld.roots], opts.ilp_time_limit)
             if got is not None:
                 pick = got
@@ -480,9 +494,27 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
         new, origin = _build(ld, graph, pick)
         objective = ext.cost(new)
         after = cost_fn.cost(new) if cost_fn is not ext else objective
-        if best is None or after < best[0]:
-            best = (after, new, origin, ext, objective, status)
-    assert best is not None
+        return after, new, origin, ext, objective, status
+
+    best = min((extract(ext, opts.extraction) for ext in ext_costs), key=lambda b: b[0])
+    if not isinstance(cost_fn, AdditiveCost):
+        # A per-op proxy misprices what only pays once fused (a VGG block folded into one
+        # wider conv: more FLOPs, fewer memory round trips). Rule by rule, most applied
+        # first: extract again with that rule's e-nodes free (and those kept so far),
+        # greedily, and keep it if the whole-graph cost says it is faster; a rule applied
+        # at most `SITE_PROBES` times is also tried one application at a time (csrnet:
+        # one of its three VGG blocks pays folded, the other two do not).
+        favored: frozenset[int] = frozenset()
+        for rule, _ in sorted(applied.items(), key=lambda t: (-t[1], t[0])):
+            groups = made.get(rule, [])
+            trials = [frozenset().union(*groups)]
+            if 1 < len(groups) <= SITE_PROBES:
+                trials += groups
+            for group in trials:
+                trial = favored | group
+                got = extract(ext_costs[-1], "greedy", trial)
+                if got[0] < best[0]:
+                    best, favored = (*got[:5], f"{got[5]} favouring {rule}".strip()), trial
     after, new, origin, ext, objective, status = best
     t2 = time.perf_counter()
     kept = not after <= before
