@@ -253,9 +253,8 @@ def _extraction_costs(cost: CostFunction) -> list[AdditiveCost]:
     return [proxies[0], FusedOpCost(proxies[0], 0.05), FusedOpCost(proxies[0], 0.0)]
 
 
-def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost,
-           favored: frozenset[int] = frozenset()) -> _Space:
-    """The extraction problem under `cost`; e-nodes in `favored` cost nothing."""
+def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost) -> _Space:
+    """The extraction problem under `cost`."""
     eg = ld.eg
     weights = {i for i, nid in ld.leaf_of.items() if graph.nodes[nid].op != "input"}
     # Weight-only classes (with `fold`, their values are computed once, for free): a class
@@ -299,8 +298,7 @@ def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost,
     for c in order:
         for i in nodes[c]:
             n = eg.nodes[i]
-            if n.op == VAR or i in favored or (cost.fold and c in wo and
-                                                all(k in wo for k in kids[i])):
+            if n.op == VAR or (cost.fold and c in wo and all(k in wo for k in kids[i])):
                 prices[i] = 0.0
                 continue
             ins = tuple(eg.type_of(k) for k in n.children)
@@ -480,9 +478,16 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
     iters, stopped, applied = _saturate(eg, _directions(matcher), opts, made)
     t1 = time.perf_counter()
 
+    spaces: dict[int, _Space] = {}
+
     def extract(ext: AdditiveCost, method: str, favored: frozenset[int] = frozenset()
                 ) -> tuple[float, Graph, Origin, AdditiveCost, float, str]:
-        sp = _space(ld, graph, ext, favored)
+        base = spaces.get(id(ext))
+        if base is None:
+            base = spaces[id(ext)] = _space(ld, graph, ext)
+        sp = base if not favored else _Space(
+            base.classes, base.nodes, base.kids,
+            {i: 0.0 if i in favored else p for i, p in base.cost.items()})
         pick = _greedy(sp)
         status = ""
         if method == "ilp":
@@ -492,9 +497,8 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
             else:
                 status += "; greedy used"
         new, origin = _build(ld, graph, pick)
-        objective = ext.cost(new)
-        after = cost_fn.cost(new) if cost_fn is not ext else objective
-        return after, new, origin, ext, objective, status
+        after = cost_fn.cost(new)
+        return after, new, origin, ext, math.nan, status  # objective: priced once, below
 
     best = min((extract(ext, opts.extraction) for ext in ext_costs), key=lambda b: b[0])
     if not isinstance(cost_fn, AdditiveCost):
@@ -515,7 +519,8 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
                 got = extract(ext_costs[-1], "greedy", trial)
                 if got[0] < best[0]:
                     best, favored = (*got[:5], f"{got[5]} favouring {rule}".strip()), trial
-    after, new, origin, ext, objective, status = best
+    after, new, origin, ext, _, status = best
+    objective = ext.cost(new)
     t2 = time.perf_counter()
     kept = not after <= before
     if kept:
