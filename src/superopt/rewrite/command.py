@@ -195,11 +195,13 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
                         "extraction"):
         res = eqsat_optimize(graph, matcher, cost, opts)
     final = res.graph if args.no_fold else fold_weights(res.graph, seed=args.seed).graph
-    table = Table(title=f"rules that joined e-classes on {graph.name}")
+    table = Table(title=f"rules in the e-graph of {graph.name}")
     table.add_column("rule")
-    table.add_column("unions", justify="right")
-    for name, n in sorted(res.applied.items(), key=lambda t: (-t[1], t[0])):
-        table.add_row(name, str(n))
+    table.add_column("unions made", justify="right")
+    table.add_column("applications in the result", justify="right")
+    for name, n in sorted(res.applied.items(), key=lambda t: (-res.used.get(t[0], 0), -t[1],
+                                                               t[0])):
+        table.add_row(name, str(n), str(res.used.get(name, 0)))
     console.print(table)
     summary = Table(title="equality saturation", show_header=False)
     summary.add_column("what")
@@ -226,7 +228,7 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
         "extraction_cost": res.extraction_cost, "ilp_status": res.ilp_status,
         "nodes_before": len(graph), "nodes_after": len(final), "cost": res.cost_name,
         "cost_before": res.cost_before, "cost_after": res.cost_after,
-        "applied": dict(res.applied), "enodes": res.enodes, "eclasses": res.eclasses,
+        "unions": dict(res.applied), "applied": dict(res.used), "enodes": res.enodes, "eclasses": res.eclasses,
         "iterations": res.iterations, "stopped": res.stopped, "search_s": res.seconds,
         "saturate_s": res.saturate_s, "extract_s": res.extract_s, "kept_input": res.kept_input,
     }

@@ -108,6 +108,7 @@ class EqsatResult:
     stopped: str  # "saturated", "node limit", "time limit" or "iterations"
     ilp_status: str  # "" (greedy), "optimal", "time limit: best found", "failed: ..."
     applied: Mapping[str, int]  # per rule direction: the unions its matches made
+    used: Mapping[str, int]  # per rule direction: its applications the result contains
     saturate_s: float
     extract_s: float
     seconds: float
@@ -410,6 +411,21 @@ def _ilp(sp: _Space, roots: list[int], time_limit: float) -> tuple[dict[int, int
     return pick, status
 
 
+def _chosen(eg: EGraph, roots: list[int], pick: Mapping[int, int]) -> set[int]:
+    """The e-node ids the extraction uses."""
+    out: set[int] = set()
+    seen: set[int] = set()
+    stack = [eg.find(r) for r in roots]
+    while stack:
+        c = stack.pop()
+        if c in seen or c not in pick:
+            continue
+        seen.add(c)
+        out.add(pick[c])
+        stack.extend(eg.find(k) for k in eg.nodes[pick[c]].children)
+    return out
+
+
 def _build(ld: _Loaded, graph: Graph, pick: Mapping[int, int]) -> tuple[Graph, Origin]:
     """The graph of the chosen e-nodes, built without recursion (graphs are deep)."""
     eg = ld.eg
@@ -481,7 +497,7 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
     spaces: dict[int, _Space] = {}
 
     def extract(ext: AdditiveCost, method: str, favored: frozenset[int] = frozenset()
-                ) -> tuple[float, Graph, Origin, AdditiveCost, float, str]:
+                ) -> tuple[float, Graph, Origin, AdditiveCost, dict[int, int], str]:
         base = spaces.get(id(ext))
         if base is None:
             base = spaces[id(ext)] = _space(ld, graph, ext)
@@ -497,8 +513,7 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
             else:
                 status += "; greedy used"
         new, origin = _build(ld, graph, pick)
-        after = cost_fn.cost(new)
-        return after, new, origin, ext, math.nan, status  # objective: priced once, below
+        return cost_fn.cost(new), new, origin, ext, pick, status
 
     best = min((extract(ext, opts.extraction) for ext in ext_costs), key=lambda b: b[0])
     if not isinstance(cost_fn, AdditiveCost):
@@ -519,16 +534,20 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
                 got = extract(ext_costs[-1], "greedy", trial)
                 if got[0] < best[0]:
                     best, favored = (*got[:5], f"{got[5]} favouring {rule}".strip()), trial
-    after, new, origin, ext, _, status = best
+    after, new, origin, ext, pick, status = best
     objective = ext.cost(new)
+    # Rule applications whose new e-nodes the extracted graph contains.
+    chosen = _chosen(eg, ld.roots, pick)
+    used = Counter(rule for rule, groups in made.items() for g in groups if g & chosen)
     t2 = time.perf_counter()
     kept = not after <= before
     if kept:
-        new, origin, after = graph, identity_origin(graph), before
+        new, origin, after, used = graph, identity_origin(graph), before, Counter()
     return EqsatResult(
         graph=new, origin=origin, cost_before=before, cost_after=after,
         cost_name=cost_fn.name, extraction=opts.extraction, extraction_cost=ext.name,
         objective=objective, iterations=iters, enodes=len(eg), eclasses=len(eg.members),
         stopped=stopped, ilp_status=status, applied=MappingProxyType(dict(applied)),
+        used=MappingProxyType(dict(used)),
         saturate_s=t1 - t0, extract_s=t2 - t1, seconds=time.perf_counter() - t0,
         kept_input=kept)

@@ -177,8 +177,8 @@ class RewritePlan(TunablePass):
         res = eqsat_optimize(graph, matcher, self._cost)
         if res.kept_input or not res.cost_after < res.cost_before:
             return None
-        # The rules whose rewrites joined e-classes: what the extracted graph may use.
-        rules = tuple(r for r, n in sorted(res.applied.items()) for _ in range(n))
+        # One entry per rule application whose e-nodes the extracted graph contains.
+        rules = tuple(r for r, n in sorted(res.used.items()) for _ in range(n))
         return Plan(f"eqsat:{digest(res.graph.structural_hash, 12)}", res.graph, res.origin,
                     rules, res.cost_before, res.cost_after, 1, res.seconds)
 
