@@ -534,6 +534,27 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
                 got = extract(ext_costs[-1], "greedy", trial)
                 if got[0] < best[0]:
                     best, favored = (*got[:5], f"{got[5]} favouring {rule}".strip()), trial
+        # And the other way: each rule the best graph uses, undone where it is used (its
+        # e-nodes priced out, their classes re-chosen greedily, every other choice kept),
+        # kept if faster (inception_v3: average pooling as a convolution with a constant
+        # kernel is cheaper alone, slower fused).
+        chosen = _chosen(eg, ld.roots, best[4])
+        for rule, groups in sorted(made.items()):
+            banned = frozenset().union(*groups) & chosen
+            if not banned:
+                continue
+            base = spaces[id(best[3])]
+            sp = _Space(base.classes, base.nodes, base.kids,
+                        {i: math.inf if i in banned else p for i, p in base.cost.items()})
+            repick = {**_greedy(sp), **{c: i for c, i in best[4].items() if i not in banned}}
+            try:
+                new, origin = _build(ld, graph, repick)
+            except EqsatError:
+                continue  # the mix closed a cycle, or a class has nothing left
+            t = cost_fn.cost(new)
+            if t < best[0]:
+                best = (t, new, origin, best[3], repick, f"{best[5]} without {rule}".strip())
+                chosen = _chosen(eg, ld.roots, repick)
     after, new, origin, ext, pick, status = best
     objective = ext.cost(new)
     # Rule applications whose new e-nodes the extracted graph contains.
