@@ -583,7 +583,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("optimize", help="search rewrites of a model (TASO), check and time it",
                        description="Optimize a model with substitution rules: TASO's cost-based "
-                                   "backtracking search, then a value check against the "
+                                   "backtracking search (or Tensat's equality saturation, "
+                                   "--search eqsat), then a value check against the "
                                    "original (reference interpreter) and the torch CPU time "
                                    "of both graphs side by side. Ctrl-C ends the search early "
                                    "and keeps the best graph found so far.")
@@ -596,11 +597,24 @@ def build_parser() -> argparse.ArgumentParser:
                         " the sum of each op's simulated time alone (simop), the sum of "
                         "per-op torch CPU times as in TASO (torch), or an analytical "
                         "FLOP/byte count (flops)")
+    p.add_argument("--search", choices=("backtracking", "eqsat"), default="backtracking",
+                   help="backtracking: TASO's cost-ordered search (default); eqsat: "
+                        "equality saturation as in Tensat (every rewrite of the same rules "
+                        "into an e-graph, then the cheapest graph extracted)")
+    p.add_argument("--extraction", choices=("ilp", "greedy"), default="ilp",
+                   help="with --search eqsat: exact extraction by integer programming "
+                        "(scipy milp/HiGHS, default) or greedy per e-class")
+    p.add_argument("--node-limit", type=int, default=50_000, metavar="N",
+                   help="with --search eqsat: stop saturating at N e-nodes (default 50000)")
+    p.add_argument("--ilp-time-limit", type=float, default=60.0, metavar="S",
+                   help="with --search eqsat: HiGHS time limit per extraction (default 60; "
+                        "at the limit its best solution so far is used)")
     p.add_argument("--alpha", type=float, default=1.05,
                    help="keep graphs costing less than alpha x the best (default 1.05)")
     p.add_argument("--budget", type=int, default=100, help="graphs to expand at most (default 100)")
     p.add_argument("--time-limit", type=float, default=300.0, metavar="S",
-                   help="stop the search after S seconds (default 300)")
+                   help="stop the search (with eqsat: the saturation) after S seconds "
+                        "(default 300)")
     p.add_argument("--no-batch-moves", action="store_true",
                    help="propose single rewrites only (TASO exactly); by default a rule's "
                         "independent sites may also be applied together in one step")

@@ -69,3 +69,10 @@ def test_text_form_shows_every_node() -> None:
     assert "conv2d(%0, %1)" in text and "stride=(1,2)" in text and "activation=relu" in text
     assert "weight 'w' (data)" in text
     assert lines[-1].strip().startswith("return")
+
+
+def test_a_graph_file_nested_10000_deep_is_a_positioned_one_line_error(tmp_path) -> None:
+    p = tmp_path / "deep.json"
+    p.write_text('{"schema": "superopt.graph",\n "nodes": ' + "[" * 10_000 + "]" * 10_000 + "}")
+    with pytest.raises(GraphFileError, match=r"deep\.json:2:\d+: invalid JSON: nesting deeper"):
+        load(p)

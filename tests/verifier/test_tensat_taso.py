@@ -33,3 +33,33 @@ def test_all_931_equations_are_proved_at_taso_s_shapes() -> None:
                                       if r.state != PROVED][:5]
     # PROVED means a concrete agreeing instance and a premise Z3 satisfied with a model.
     assert all(r.test.instances >= 1 and r.premise.startswith("sat") for r in results)
+
+
+# ---- TASO's concat rules from its own graph_subst.pb (issue 46) -------------------------
+
+PB_CONCAT = Path(__file__).resolve().parents[1] / "substitutions" / "fixtures" / \
+    "taso_concat_rules.pb"
+
+
+def test_taso_s_concat_rules_are_typed_by_their_stated_rank_and_proved() -> None:
+    """Rules 100-115 of TASO's graph_subst.pb, byte for byte. Six of them concatenate
+    input_4/input_5 (2-D in TASO's input table) with 4-D kernels; the concat's PM_NUMDIM
+    says 4, so they are read at rank 4 and must all be proved, as TASO proved them."""
+    problems: list = []
+    rules = read_any(PB_CONCAT, problems)
+    assert (len(rules), problems) == (16, [])
+    by_index = {100 + r.provenance["index"]: r for r in rules}  # the fixture starts at 100
+    mixed = [103, 104, 110, 111, 112, 113]
+    for i in mixed:
+        cond = by_index[i].condition or ""
+        assert "rank(?input_4) == 4" in cond, (i, cond)
+        assert "input table" in by_index[i].provenance["taso_types_note"]
+    # (a|b) + (c|d) == (c|b) + (a|d) along the axis needs |a| == |c| there (and so
+    # |b| == |d|): the source alone types for any split, so that is the condition.
+    assert "dim(?input_4,1) == dim(?input_10,1)" in (by_index[103].condition or "")
+    assert "dim(?input_4,0) == dim(?input_5,0)" in (by_index[110].condition or "")
+    # As `superopt verify` checks TASO's rules: at the shapes TASO found them at.
+    results = verify_rules([at_source_shapes(r)[0] for r in rules], builtin_axioms(),
+                           VerifyOptions(), jobs=1)
+    assert Counter(r.state for r in results) == {PROVED: 16}, [
+        (r.name, r.state, r.reason) for r in results if r.state != PROVED]

@@ -233,3 +233,59 @@ def test_a_checkpointed_run_resumes_without_verifying_finished_rules(
     calls.clear()  # other settings: nothing of the checkpoint applies
     assert _verify(tmp_path, rules, "--checkpoint", str(ckpt), "--seed", "7") == 1
     assert calls == [0, 1, 2, 3]
+
+
+# ---- nesting 10,000 levels deep (issue 46) ----------------------------------------------
+
+DEEP = 10_000
+
+
+def _deep_pb() -> bytes:
+    from superopt.substitutions.taso_pb import OP, PbOperator, PbRule, PbTensor, encode_rules
+
+    chain = [PbOperator(OP["OP_RELU"], [PbTensor(-1, 0)])] + [
+        PbOperator(OP["OP_RELU"], [PbTensor(k, 0)]) for k in range(DEEP - 1)]
+    return encode_rules([PbRule(src=chain, dst=[PbOperator(OP["OP_RELU"], [PbTensor(-1, 0)])],
+                                mapped=[(DEEP - 1, 0, 0, 0)])])
+
+
+@pytest.mark.parametrize(("name", "text", "where"), [
+    ("deep.rules", "ok: (relu ?x) => (relu ?x)\nr: " + "(relu " * DEEP + "?x" + ")" * DEEP
+     + " => (relu ?x)\n", ":2:"),
+    ("deep_attr.rules", "r: (transpose perm=" + "[" * DEEP + "]" * DEEP + " ?x) => ?x\n",
+     ":1:"),
+    ("deep_cond.rules", "r: (relu ?x) => (relu ?x) if " + "not " * DEEP + "true\n", ":1:"),
+    ("tensat_equations.txt", "relu(input_1)==relu(input_1)\n" + "relu(" * DEEP + "input_1"
+     + ")" * DEEP + "==relu(input_1)\n", ":2:"),
+    ("tensat_rules.txt", "(relu ?input_1)=>(relu ?input_1)\n" + "(relu " * DEEP
+     + "?input_1" + ")" * DEEP + "=>(relu ?input_1)\n", ":2:"),
+    ("deep.json", '{"schema": "superopt.rules",\n "rules": ' + "[" * DEEP + "]" * DEEP + "}",
+     ":2:"),
+    ("deep.jsonl", '{"schema": "superopt.rules", "version": 1}\n' + "[" * DEEP + "]" * DEEP
+     + "\n", ":2:"),
+    ("graph_subst.pb", None, ": rule 0 srcOp op 200:"),
+])
+def test_deeply_nested_files_are_one_line_input_errors(tmp_path: Path, capsys, name: str,
+                                                       text: str | None, where: str) -> None:
+    """Every reader bounds its recursion: a file nested 10,000 levels deep is exit 2 with
+    one line naming the file and where, never a RecursionError traceback."""
+    p = tmp_path / name
+    if text is None:
+        p.write_bytes(_deep_pb())
+    else:
+        p.write_text(text)
+    assert main(["verify", "--jobs", "1", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err[-2000:]
+    assert f"{p}{where}" in err, err
+    assert "deeper than" in err or "nested too deeply" in err, err
+    assert "Traceback" not in err and "RecursionError" not in err
+
+
+def test_nesting_within_the_bound_is_read(tmp_path: Path) -> None:
+    from superopt.ir.files import MAX_NESTING
+
+    depth = MAX_NESTING - 1
+    p = _write(tmp_path, "ok.rules", "r: " + "(relu " * depth + "?x" + ")" * depth
+               + " => (relu ?x)\n")
+    assert len(parse_rules(Path(p).read_text(), p)) == 1

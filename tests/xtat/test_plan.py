@@ -382,3 +382,25 @@ def test_plan_phase_measures_the_option_tasos_cost_prices_lowest(setup) -> None:
             plan._plans.pop(key)
         if saved[1] is None:
             plan._variants.pop(key, None)
+
+
+def test_eqsat_is_a_plan_source() -> None:
+    """`plan_search="eqsat"`: the plan is equality saturation's graph, the same one
+    `eqsat_optimize` finds with the same rules and cost; applying it keeps the values."""
+    from superopt.rewrite.eqsat import eqsat_optimize
+
+    sim = Simulator("v4")
+    pipe = make_pipeline(sim, plan_search="eqsat")
+    graph = two_branches()
+    default = pipe.initial(graph)
+    plan = pipe.passes[pipe.index("plan")]
+    site = plan.sites(default.stages[0])[PLAN_SITE]
+    assert site.options[0] is None and str(site.options[1]).startswith("eqsat:")
+    cand = pipe.with_choice(default, "plan", PLAN_SITE, site.options[1])
+    ref = eqsat_optimize(graph, Matcher(rule_set(None).rules), create_cost("sim", hardware="v4"))
+    assert cand.stages[1].graph.structural_hash == ref.graph.structural_hash
+    assert ref.cost_after < ref.cost_before
+    check = check_values(graph, rewritten_graph(pipe, cand))
+    assert check.ok, check.summary()
+    with pytest.raises(ValueError, match="plan search"):
+        make_pipeline(sim, plan_search="annealing")

@@ -88,3 +88,44 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 
 __all__ = ["atomic_path", "atomic_write_text", "decode", "read_bytes", "read_text", "sibling"]
+
+
+# Deepest nesting a reader accepts (a term's parentheses, a JSON document's brackets, a
+# TASO rule's chain of operators). Every later stage (matcher, Z3 encoding, interpreter,
+# printers) walks a term recursively with a few frames per level, so a bound well below
+# Python's 1000-frame stack keeps a hostile or corrupt file a one-line error; real rules
+# nest a handful of levels, real graph documents under ten.
+MAX_NESTING = 200
+
+
+def nesting_error(depth: int, what: str = "nesting") -> str:
+    return f"{what} deeper than {MAX_NESTING} levels (found at least {depth})"
+
+
+def json_too_deep(text: str, limit: int = MAX_NESTING) -> tuple[int, int, int] | None:
+    """(line, column, depth) of the first bracket that nests a JSON text deeper than
+    `limit`, else None. Scanned without recursion, before `json.loads`, whose own error for
+    this (a RecursionError) has no position."""
+    depth, line, line_start, in_str, esc = 0, 1, 0, False, False
+    for i, c in enumerate(text):
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+            elif c == "\n":
+                line, line_start = line + 1, i + 1
+            continue
+        if c == '"':
+            in_str = True
+        elif c in "[{":
+            depth += 1
+            if depth > limit:
+                return line, i - line_start + 1, depth
+        elif c in "]}":
+            depth -= 1
+        elif c == "\n":
+            line, line_start = line + 1, i + 1
+    return None

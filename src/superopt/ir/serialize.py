@@ -14,7 +14,14 @@ from typing import Any
 import numpy as np
 
 from superopt.ir.errors import IRError
-from superopt.ir.files import atomic_path, atomic_write_text, read_text, sibling
+from superopt.ir.files import (
+    atomic_path,
+    atomic_write_text,
+    json_too_deep,
+    nesting_error,
+    read_text,
+    sibling,
+)
 from superopt.ir.graph import Graph, GraphBuilder, Node, Value, to_text
 
 SCHEMA = "superopt.graph"
@@ -127,6 +134,10 @@ def _parse_constant(name: str) -> float:
 def load(path: str | Path) -> Graph:
     path = Path(path)
     text = read_text(path, GraphFileError)
+    deep = json_too_deep(text)
+    if deep is not None:
+        raise GraphFileError(f"{path}:{deep[0]}:{deep[1]}: invalid JSON: "
+                             f"{nesting_error(deep[2])}")
     try:
         doc = json.loads(text, parse_constant=_parse_constant)
     except json.JSONDecodeError as e:

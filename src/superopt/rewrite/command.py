@@ -56,6 +56,8 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
                   f"{len(matcher.rules)} rules from {source}"
                   + (f" ({refuted} refuted rules left out)" if refuted else "")
                   + f"; cost: {cost.describe()}")
+    if getattr(args, "search", "backtracking") == "eqsat":
+        return _run_eqsat(args, console, graph, matcher, cost)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[best]}"), TimeElapsedColumn(), console=console,
                   transient=True) as progress:
@@ -173,6 +175,93 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
     if stopped or interrupted():
         print("superopt: interrupted", file=sys.stderr)
         return 130  # saved, but the run did not finish: a script must not read it as done
+    return 0 if ok else 1
+
+
+def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
+               cost: Any) -> int:
+    """`--search eqsat`: saturate, extract, then the same fold, value check, timing and
+    output as the backtracking search."""
+    from rich.table import Table
+
+    from superopt.rewrite import fold_weights
+    from superopt.rewrite.check import check_values, time_side_by_side
+    from superopt.rewrite.eqsat import EqsatOptions, eqsat_optimize
+    from superopt.rewrite.fold import runtime_ops
+
+    opts = EqsatOptions(extraction=args.extraction, node_limit=args.node_limit,
+                        time_limit=args.time_limit, ilp_time_limit=args.ilp_time_limit)
+    with console.status(f"equality saturation on {graph.name}, then {args.extraction} "
+                        "extraction"):
+        res = eqsat_optimize(graph, matcher, cost, opts)
+    final = res.graph if args.no_fold else fold_weights(res.graph, seed=args.seed).graph
+    table = Table(title=f"rules in the e-graph of {graph.name}")
+    table.add_column("rule")
+    table.add_column("unions made", justify="right")
+    table.add_column("applications in the result", justify="right")
+    for name, n in sorted(res.applied.items(), key=lambda t: (-res.used.get(t[0], 0), -t[1],
+                                                               t[0])):
+        table.add_row(name, str(n), str(res.used.get(name, 0)))
+    console.print(table)
+    summary = Table(title="equality saturation", show_header=False)
+    summary.add_column("what")
+    summary.add_column("value", justify="right")
+    rows = [
+        (f"cost ({res.cost_name})", f"{_fmt(res.cost_before, cost.unit)} -> "
+                                   f"{_fmt(res.cost_after, cost.unit)} ({res.speedup:.3f}x)"
+                                   + (" (input kept: no extraction was cheaper)"
+                                      if res.kept_input else "")),
+        ("runtime ops", f"{runtime_ops(graph)} -> {runtime_ops(final)}"),
+        ("nodes", f"{len(graph)} -> {len(final)}"),
+        ("e-graph", f"{res.enodes} e-nodes, {res.eclasses} e-classes, {res.iterations} "
+                    f"iterations; stopped: {res.stopped}"),
+        ("extraction", f"{res.extraction} under {res.extraction_cost}"
+                       + (f" ({res.ilp_status})" if res.ilp_status else "")),
+        ("search time", f"{res.seconds:.2f} s (saturation {res.saturate_s:.2f} s, "
+                        f"extraction {res.extract_s:.2f} s)"),
+    ]
+    for k, v in rows:
+        summary.add_row(k, v)
+    console.print(summary)
+    figures: dict[str, Any] = {
+        "model": graph.name, "search": "eqsat", "extraction": res.extraction,
+        "extraction_cost": res.extraction_cost, "ilp_status": res.ilp_status,
+        "nodes_before": len(graph), "nodes_after": len(final), "cost": res.cost_name,
+        "cost_before": res.cost_before, "cost_after": res.cost_after,
+        "unions": dict(res.applied), "applied": dict(res.used), "enodes": res.enodes, "eclasses": res.eclasses,
+        "iterations": res.iterations, "stopped": res.stopped, "search_s": res.seconds,
+        "saturate_s": res.saturate_s, "extract_s": res.extract_s, "kept_input": res.kept_input,
+    }
+    ok = True
+    if not args.no_check:
+        with console.status("checking values with the reference interpreter"):
+            check = check_values(graph, final, seed=args.seed)
+        ok = check.ok
+        console.print(("[green]" if ok else "[red]") + check.summary() + "[/]", markup=True)
+        figures["max_rel_err"] = check.max_rel_err
+        figures["values"] = "equal" if ok else "differ"
+    if args.repeats > 0:
+        with console.status(f"timing both graphs on torch (cpu), {args.repeats} runs each"):
+            timing = time_side_by_side([graph, final], repeats=args.repeats,
+                                       warmup=args.warmup, threads=args.threads or None,
+                                       seed=args.seed)
+        before, after = timing.medians
+        console.print(f"torch cpu ({timing.threads} threads), median of {args.repeats}: "
+                      f"{before * 1e3:.2f} ms -> {after * 1e3:.2f} ms "
+                      f"({timing.ratio():.3f}x paired per round)")
+        figures.update(torch_before_s=before, torch_after_s=after, torch_ratio=timing.ratio())
+    if args.out and (ok or args.keep_different):
+        from superopt.exporters import export
+
+        console.print(f"saved {export(final, args.out)}"
+                      + ("" if ok else " (values differ: kept by --keep-different)"))
+        figures["saved"] = str(args.out)
+    elif args.out:
+        console.print(f"[red]not saved[/]: the values differ, so {args.out} would not compute "
+                      "the model (--keep-different saves it anyway)")
+    if args.json:
+        atomic_write_text(args.json, json.dumps(figures, indent=1) + "\n")
+        console.print(f"wrote {args.json}")
     return 0 if ok else 1
 
 

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from superopt.ir.errors import IRError
+from superopt.ir.files import json_too_deep, nesting_error
 from superopt.substitutions.rule import ProofStatus, Rule
 from superopt.substitutions.text import RuleSyntaxError, format_rule, parse_rule
 
@@ -127,6 +128,10 @@ def _parse_library(path: Path, text: str) -> RuleLibrary:
         lines = [ln for ln in text.splitlines() if ln.strip()]
         docs = []
         for i, ln in enumerate(lines, start=1):
+            deep = json_too_deep(ln)
+            if deep is not None:
+                raise LibraryError(f"{path}:{i}:{deep[1]}: invalid JSON: "
+                                   f"{nesting_error(deep[2])}")
             try:
                 docs.append(json.loads(ln, parse_constant=_no_constant))
             except json.JSONDecodeError as e:
@@ -135,6 +140,10 @@ def _parse_library(path: Path, text: str) -> RuleLibrary:
             raise LibraryError(f"{path}: empty library file")
         header, items = docs[0], docs[1:]
     else:
+        deep = json_too_deep(text)
+        if deep is not None:
+            raise LibraryError(f"{path}:{deep[0]}:{deep[1]}: invalid JSON: "
+                               f"{nesting_error(deep[2])}")
         try:
             header = json.loads(text, parse_constant=_no_constant)
         except json.JSONDecodeError as e:

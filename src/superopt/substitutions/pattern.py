@@ -17,6 +17,7 @@ from types import CodeType
 from typing import Any
 
 from superopt.ir.errors import IRError
+from superopt.ir.files import MAX_NESTING, nesting_error
 from superopt.ir.graph import GraphBuilder, Value
 from superopt.ir.opdef import get_op
 from superopt.ir.types import TensorType
@@ -134,8 +135,15 @@ def compile_expr(text: str) -> ast.Expression:
     """Parse an expression; only arithmetic, comparisons, booleans and FUNCTIONS."""
     try:
         tree = ast.parse(_to_python(text), mode="eval")
+        depth = _ast_depth(tree)
     except SyntaxError as e:
-        raise PatternError(f"bad expression {text!r}: {e.msg}") from None
+        raise PatternError(f"bad expression {_short(text)!r}: {e.msg}") from None
+    except (RecursionError, MemoryError):
+        # `not not not ...` or `1+1+...` thousands long: the parser's own stack runs out.
+        raise PatternError(f"bad expression {_short(text)!r}: nested too deeply") from None
+    if depth > MAX_NESTING:
+        # Compiling and evaluating recurse over the tree as deep as it is.
+        raise PatternError(f"bad expression {_short(text)!r}: {nesting_error(depth)}")
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED):
             raise PatternError(f"bad expression {text!r}: {type(node).__name__} is not allowed")
@@ -145,6 +153,20 @@ def compile_expr(text: str) -> ast.Expression:
         if isinstance(node, ast.Name) and not (node.id.startswith("v_") or node.id in FUNCTIONS):
             raise PatternError(f"bad expression {text!r}: unknown name {node.id!r}")
     return tree
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _ast_depth(tree: ast.AST) -> int:
+    """The tree's depth, without recursion (a left-leaning `1+1+...` is as deep as long)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((c, d + 1) for c in ast.iter_child_nodes(node))
+    return deepest
 
 
 @functools.lru_cache(maxsize=8192)

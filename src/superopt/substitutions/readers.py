@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from superopt.ir.errors import IRError
-from superopt.ir.files import decode, read_bytes
+from superopt.ir.files import MAX_NESTING, decode, nesting_error, read_bytes
 from superopt.substitutions.conditions import add_conditions, rank_conditions
 from superopt.substitutions.library import LibraryError, load_library
 from superopt.substitutions.presets import TASO_INPUTS
@@ -52,6 +52,7 @@ from superopt.substitutions.taso_pb import (
     PbOperator,
     PbRule,
     TasoPbError,
+    TasoPbTooDeep,
     decode_rules,
     perm_decode,
 )
@@ -159,7 +160,7 @@ def _atom(tok: tuple[str, str, int, int]) -> Term:
     return Term("sym", text, line=line, col=col)
 
 
-def _parse_call(lx: _Lexer) -> Term:
+def _parse_call(lx: _Lexer, depth: int = 1) -> Term:
     """name | name(args) (equations)."""
     tok = lx.next("an expression")
     if tok[0] in "(),=":
@@ -169,24 +170,28 @@ def _parse_call(lx: _Lexer) -> Term:
         t = _atom(tok)
         return t if t.kind == "num" else Term("var" if tok[0] not in _CONSTS else "sym",
                                               tok[0], line=tok[2], col=tok[3])
+    if depth > MAX_NESTING:
+        raise lx.error(tok, f"term {nesting_error(depth)}")
     lx.next("'('")
-    args = [_parse_call(lx)]
+    args = [_parse_call(lx, depth + 1)]
     while True:
         sep = lx.next("',' or ')'")
         if sep[0] == ")":
             break
         if sep[0] != ",":
             raise lx.error(sep, f"expected ',' or ')', found {sep[0]!r}")
-        args.append(_parse_call(lx))
+        args.append(_parse_call(lx, depth + 1))
     return Term("app", tok[0], tuple(args), tok[2], tok[3])
 
 
-def _parse_sexpr(lx: _Lexer) -> Term:
+def _parse_sexpr(lx: _Lexer, depth: int = 1) -> Term:
     tok = lx.next("a term")
     if tok[0] != "(":
         if tok[0] in (")", "=>", "<=>"):
             raise lx.error(tok, f"expected a term, found {tok[0]!r}")
         return _atom(tok)
+    if depth > MAX_NESTING:
+        raise lx.error(tok, f"term {nesting_error(depth)}")
     head = lx.next("an op name")
     if head[0] in ("(", ")") or head[0].startswith("?"):
         raise lx.error(head, f"expected an op name, found {head[0]!r}")
@@ -198,7 +203,7 @@ def _parse_sexpr(lx: _Lexer) -> Term:
         if t[0] == ")":
             lx.next("')'")
             break
-        args.append(_parse_sexpr(lx))
+        args.append(_parse_sexpr(lx, depth + 1))
     return Term("app", head[0], tuple(args), head[2], head[3])
 
 
@@ -217,7 +222,7 @@ class _SideBuilder:
         return RuleSyntaxError(self.source, t.line, t.col, msg)
 
     def add(self, node: SNode) -> int:
-        key = (node.op, node.attrs, node.inputs, node.infer)
+        key = (node.op, node.attrs, node.inputs, node.infer, node.rank)
         if key not in self.index:
             self.index[key] = len(self.nodes)
             self.nodes.append(node)
@@ -305,7 +310,8 @@ class _SideBuilder:
             if len(xs) < 2:
                 raise self.error(t, "concat: expected at least two tensor operands")
             refs = tuple(self.ref(a) for a in xs)
-            return ("node", self.add(SNode("concat", (("axis", nums[0]),), refs)), 0)
+            ndim = nums[1] if len(nums) == 2 else None
+            return ("node", self.add(SNode("concat", (("axis", nums[0]),), refs, rank=ndim)), 0)
         if name in ("poolavg", "poolmax", "pool2d_avg", "pool2d_max"):
             nums = self._nums(t, args, (5, 6))
             (x,) = self._tensors(t, args, 1)
@@ -410,13 +416,24 @@ def at_taso_shapes(name: str, src: Side, tgt: Side, names: Sequence[str],
     return {"at_taso_shapes": format_rule(r).split(":", 1)[1].strip()}
 
 
-def _rank_checked(rule: Rule, types: dict[str, list[int]] | None) -> Rule:
+def _rank_checked(rule: Rule, types: dict[str, list[int]] | None,
+                  used: dict[str, int] | None = None) -> Rule:
     """TASO checked its rules only at its input shapes: where those are known, the rule is
     claimed only at their ranks (a 2-D matmul identity need not hold for batched matmul),
-    unless all of its ops are elementwise."""
+    unless all of its ops are elementwise. Where the file's own ranks (a concat's
+    PM_NUMDIM) overrode the table, `used` holds them and they are the ranks claimed."""
     if types is None:
-        return rule
+        return rule if not used else add_conditions(rule, rank_conditions(rule, used))
     return add_conditions(rule, rank_conditions(rule, {k: len(v) for k, v in types.items()}))
+
+
+def _used_ranks(src: Side, tgt: Side, names: Sequence[str]) -> dict[str, int]:
+    """The ranks the rule's ops (and the file's stated ranks) give its variables."""
+    try:
+        used, _ = infer_ranks((src, tgt), len(names))
+    except (IRError, IndexError):
+        return {}
+    return {n: r for n, r in zip(names, used, strict=True) if r is not None}
 
 
 def _make(source: str, name: str, src: Side, tgt: Side, var_index: dict[str, int],
@@ -436,7 +453,7 @@ def _make(source: str, name: str, src: Side, tgt: Side, var_index: dict[str, int
         # TASO sizes a constant kernel by its use (Iconv, Cpool): so does the general form.
         rule = build_rule(RuleSpec(name, src, tgt, names, None, bidirectional, ranks),
                           kind="taso", provenance=prov, by_use=True)
-        return _rank_checked(rule, types)
+        return _rank_checked(rule, types, _used_ranks(src, tgt, names) if note else None)
     except IRError as e:
         raise RuleSemanticError(source, line, col, str(e), name) from None
 
@@ -528,6 +545,7 @@ def _rules_from_pairs(eqs: list[tuple[Term, Term]], source: str, multi: bool, na
 def _pb_side(ops: list[PbOperator], outs: list[tuple[int, int]], var_index: dict[str, int],
              where: str) -> Side:
     nodes: list[SNode] = []
+    depth: list[int] = []  # operators on the longest path to each op, inputs excluded
     for k, op in enumerate(ops):
         refs: list[Ref] = []
         for t in op.inputs:
@@ -538,6 +556,10 @@ def _pb_side(ops: list[PbOperator], outs: list[tuple[int, int]], var_index: dict
                                   "earlier op")
             else:
                 refs.append(("node", t.op_id, t.ts_id))
+        depth.append(1 + max((depth[r[1]] for r in refs if r[0] == "node"), default=0))
+        if depth[-1] > MAX_NESTING:
+            # later stages walk the rule's terms recursively, as deep as this chain
+            raise TasoPbTooDeep(f"{where} op {k}: operators {nesting_error(depth[-1])}")
         nodes.append(_pb_node(op, tuple(refs), f"{where} op {k}"))
     for o, _ in outs:
         if not 0 <= o < len(ops):
@@ -578,7 +600,10 @@ def _pb_node(op: PbOperator, refs: tuple[Ref, ...], where: str) -> SNode:
         n = op.param("PM_NUM_INPUTS", len(refs))
         if n != len(refs) or n < 1:
             raise TasoPbError(f"{where}: concat of {n} inputs lists {len(refs)}")
-        return SNode("concat", (("axis", op.param("PM_AXIS", 0)),), refs)
+        # PM_NUMDIM is the rank TASO built the concat at: the only type some rules carry
+        # (a concat of inputs no conv or matmul touches), and it overrides the input table.
+        return SNode("concat", (("axis", op.param("PM_AXIS", 0)),), refs,
+                     rank=op.param("PM_NUMDIM"))
     if t == OP["OP_SPLIT"]:
         need(1)
         if op.param("PM_NUM_OUTPUTS", 2) != 2:
@@ -629,6 +654,8 @@ def taso_pb_rules(rules: list[PbRule], source: str = "<pb>", name: str = "taso",
         where = f"{source}: rule {i}"
         try:
             out.append(_pb_rule(r, i, where, source, name))
+        except TasoPbTooDeep:
+            raise
         except (IRError, IndexError, ValueError, KeyError, ZeroDivisionError) as e:
             # IndexError and friends: a rule the shape inference was not written for;
             # it must cost that rule, not the file (and never show a traceback).
@@ -667,7 +694,8 @@ def _pb_rule(r: PbRule, i: int, where: str, source: str, name: str) -> Rule:
     try:
         return _rank_checked(build_rule(RuleSpec(f"{name}_{i + 1:04d}", src, tgt, names,
                                                  var_ranks=ranks),
-                                        kind="taso", provenance=prov, by_use=True), types)
+                                        kind="taso", provenance=prov, by_use=True), types,
+                             _used_ranks(src, tgt, names) if note else None)
     except IRError as e:
         raise TasoPbError(f"{where}: {e}") from None
 

@@ -40,6 +40,9 @@ class SNode:
     attrs: tuple[tuple[str, Any], ...]  # attributes known as constants
     inputs: tuple[Ref, ...]
     infer: tuple[str, ...] = ()  # attributes to compute from shapes
+    # The output rank where the file states it (TASO's concat carries PM_NUMDIM): a rule
+    # whose ops alone do not fix its inputs' ranks is typed by what its writer said.
+    rank: int | None = None
 
     def attr(self, name: str, default: Any = None) -> Any:
         for k, v in self.attrs:
@@ -132,6 +135,35 @@ class _Solver:
         if pair_outputs and all(s in which for s in range(len(sides))):
             for r0, r1 in zip(sides[0].outputs, sides[1].outputs, strict=True):
                 self._unify(self._dims(0, r0), self._dims(1, r1))
+        self._cancel_sums()
+
+    def _cancel_sums(self) -> None:
+        """Concatenated dims are sums: two equal sums with an equal addend have equal other
+        addends (a + b = c + b gives a = c), and equal addends give equal sums. Without
+        this, `ewadd (concat a b) (concat c d)` rewritten to `ewadd (concat c b) (concat a
+        d)` types for any split of the concat axis, though only a = c, b = d make the
+        target well-typed; with it those equalities become the rule's condition."""
+        uf = self.uf
+        changed = True
+        while changed:
+            changed = False
+            items = list(uf.sums.items())
+            for i, (e, (p, q)) in enumerate(items):
+                for f, (p2, q2) in items[i + 1:]:
+                    fp, fq, fp2, fq2 = uf.find(p), uf.find(q), uf.find(p2), uf.find(q2)
+                    same_sum = uf.find(e) == uf.find(f)
+                    pairs = ((fp, fq, fp2, fq2), (fp, fq, fq2, fp2))  # a + b = b + a
+                    for x, y, x2, y2 in pairs:
+                        if same_sum and x == x2 and y != y2:
+                            uf.union(y, y2)
+                            changed = True
+                        elif same_sum and y == y2 and x != x2:
+                            uf.union(x, x2)
+                            changed = True
+                        elif not same_sum and x == x2 and y == y2:
+                            uf.union(e, f)
+                            changed = True
+                        same_sum = uf.find(e) == uf.find(f)
 
     def _dims(self, s: int, r: Ref) -> Dims | None:
         if r[0] == "var":
@@ -406,6 +438,8 @@ def infer_ranks(sides: Sequence[Side], n_vars: int, pair_outputs: bool = True,
                 me: Ref = ("node", k, 0)
                 op = node.op
                 ins = node.inputs
+                if node.rank is not None:
+                    changed |= put(s, me, node.rank)
                 if op in ("conv2d", "pool2d_avg", "pool2d_max", "enlarge", "lrn"):
                     for r in ins:
                         changed |= put(s, r, 4)

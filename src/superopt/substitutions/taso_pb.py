@@ -58,6 +58,11 @@ class TasoPbError(IRError):
     """A TASO rule file that cannot be decoded; names the file, the rule and the problem."""
 
 
+class TasoPbTooDeep(TasoPbError):
+    """A rule whose operators chain deeper than any reader accepts: a corrupt or hostile
+    file, so the whole file is refused (exit 2), like a truncated one."""
+
+
 @dataclass
 class PbTensor:
     op_id: int

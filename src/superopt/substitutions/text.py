@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from superopt.ir.errors import IRError
+from superopt.ir.files import MAX_NESTING, nesting_error
 from superopt.ir.opdef import VARIADIC, get_op
 from superopt.substitutions.pattern import (
     AConst,
@@ -125,12 +126,14 @@ class _Parser:
         if t is not None:
             raise self.error(t.col, f"unexpected {t.text!r} after the term")
 
-    def term(self) -> Pattern:
+    def term(self, depth: int = 1) -> Pattern:
         t = self.next("a term")
         if t.kind == "var":
             return PVar(t.text[1:])
         if t.kind != "(":
             raise self.error(t.col, f"expected '(' or a ?variable, found {t.text!r}")
+        if depth > MAX_NESTING:
+            raise self.error(t.col, f"term {nesting_error(depth)}")
         head = self.expect("ident", "an op name")
         op_name, _, out = head.text.partition(".")
         try:
@@ -151,7 +154,7 @@ class _Parser:
                 self.i += 2
                 items.append((t, ("kw", t.text, self.attr_value())))
             elif t.kind == "(":
-                items.append((t, self.term()))
+                items.append((t, self.term(depth + 1)))
             elif t.kind == "var":
                 self.i += 1
                 items.append((t, t))
@@ -234,7 +237,9 @@ class _Parser:
             return AExpr(t.text)
         return AConst(self._const(t))
 
-    def _const(self, t: Tok) -> Any:
+    def _const(self, t: Tok, depth: int = 1) -> Any:
+        if depth > MAX_NESTING:
+            raise self.error(t.col, f"attribute value {nesting_error(depth)}")
         if t.kind == "num":
             return float(t.text) if any(c in t.text for c in ".eE") else int(t.text)
         if t.kind == "ident":
@@ -247,7 +252,7 @@ class _Parser:
                     return tuple(vals)
                 if nxt.kind == ",":
                     continue
-                vals.append(self._const(nxt))
+                vals.append(self._const(nxt, depth + 1))
         raise self.error(t.col, f"expected an attribute value, found {t.text!r}")
 
 

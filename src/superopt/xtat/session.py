@@ -40,10 +40,12 @@ PLAN_BUDGET = 20  # graphs TASO's search expands for the rewrite plan (TASO-only
 
 
 def make_pipeline(sim: Simulator, rules: Any = None, check: bool = False,
-                  plan_budget: int = PLAN_BUDGET) -> Pipeline:
+                  plan_budget: int = PLAN_BUDGET, plan_search: str = "backtracking"
+                  ) -> Pipeline:
     """The six passes in order; `rules`: a rule list, a `Matcher`, or rule sources
     (None: the verified starter library; see `superopt.xtat.rules`). The rewrite plan
-    searches with the simulator's default-compiled time as its cost model."""
+    searches with the simulator's default-compiled time as its cost model, by TASO's
+    backtracking or (`plan_search="eqsat"`) by equality saturation."""
     from superopt.rewrite import Matcher, create_cost
 
     if rules is None or (isinstance(rules, str | list | tuple) and all(
@@ -54,7 +56,8 @@ def make_pipeline(sim: Simulator, rules: Any = None, check: bool = False,
     def cost() -> object:
         return create_cost("sim", hardware=hw)
 
-    return Pipeline([RewritePlan(rules, cost, plan_budget, cost_key=f"sim:{hw}"),
+    return Pipeline([RewritePlan(rules, cost, plan_budget, cost_key=f"sim:{hw}",
+                                 search=plan_search),
                      RewriteSites(rules),
                      LayoutSites(sim), FusionSites(sim), TileSites(sim), FlagSites(sim)],
                     check=check)

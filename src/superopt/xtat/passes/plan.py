@@ -62,6 +62,7 @@ from superopt.xtat.space import PassConfig, Site, digest
 from superopt.xtat.stage import Stage
 
 PLAN_SITE = "plan"
+PLAN_SEARCHES = ("backtracking", "eqsat")  # how a plan is searched (`RewritePlan(search=)`)
 # The plan without one group of its rules, for at most this many groups (the most applied
 # first): each is a replay of the path, and a revisit flip costs measurements.
 MAX_VARIANTS = 8
@@ -98,7 +99,14 @@ class RewritePlan(TunablePass):
     name = "plan"
 
     def __init__(self, rules: Matcher, cost: Callable[[], object] | None, budget: int = 20,
-                 alpha: float = 1.05, cost_key: str = "") -> None:
+                 alpha: float = 1.05, cost_key: str = "", search: str = "backtracking") -> None:
+        if search not in PLAN_SEARCHES:
+            raise ValueError(f"unknown plan search {search!r}; expected one of "
+                             f"{', '.join(PLAN_SEARCHES)}")
+        # "eqsat": the plan is equality saturation's extracted graph (`superopt.rewrite.
+        # eqsat`): one graph, no path, so it has no variants by rule group; the source
+        # plans are eqsat searches too.
+        self.search = search
         self.matcher = rules
         self.cost_factory = cost
         self.budget = budget
@@ -142,6 +150,8 @@ class RewritePlan(TunablePass):
         if self._cost is None:
             assert self.cost_factory is not None
             self._cost = self.cost_factory()
+        if self.search == "eqsat":
+            return self._eqsat(graph, matcher)
         res = optimize(graph, matcher, self._cost, alpha=self.alpha, budget=self.budget)
         out = None
         if res.steps and res.cost_after < res.cost_before:
@@ -158,9 +168,24 @@ class RewritePlan(TunablePass):
                                  "evaluations": res.evaluated, "seconds": res.seconds})
         return out
 
+    def _eqsat(self, graph: Graph, matcher: Matcher) -> Plan | None:
+        """Equality saturation's graph as the plan; None unless it lowers the cost."""
+        from superopt.rewrite.cost import CostFunction
+        from superopt.rewrite.eqsat import eqsat_optimize
+
+        assert isinstance(self._cost, CostFunction)
+        res = eqsat_optimize(graph, matcher, self._cost)
+        if res.kept_input or not res.cost_after < res.cost_before:
+            return None
+        # One entry per rule application whose e-nodes the extracted graph contains.
+        rules = tuple(r for r, n in sorted(res.used.items()) for _ in range(n))
+        return Plan(f"eqsat:{digest(res.graph.structural_hash, 12)}", res.graph, res.origin,
+                    rules, res.cost_before, res.cost_after, 1, res.seconds)
+
     def _cache_key(self, graph: Graph, matcher: Matcher) -> str | None:
-        """The plan cache's key of this search (None: no cache, or a cost it cannot name)."""
-        if self.cache is None or not self.cost_key:
+        """The plan cache's key of this search (None: no cache, or a cost it cannot name;
+        eqsat plans are not cached: the cache replays a path, and they have none)."""
+        if self.cache is None or not self.cost_key or self.search != "backtracking":
             return None
         names = tuple(r.name for r in matcher.rules)
         text = self._rules_digest.get(names)
@@ -365,4 +390,4 @@ class RewritePlan(TunablePass):
             "plan_without": list(p.dropped), "plan_only": p.only})
 
 
-__all__ = ["PLAN_SITE", "SITE_OPTIONS", "Plan", "RewritePlan"]
+__all__ = ["PLAN_SEARCHES", "PLAN_SITE", "SITE_OPTIONS", "Plan", "RewritePlan"]

@@ -1,0 +1,574 @@
+"""Equality saturation as a graph optimizer (Tensat), beside TASO's backtracking search.
+
+Yang et al., "Equality Saturation for Tensor Graph Superoptimization", MLSys 2021. The
+model graph goes into an e-graph (`superopt.substitutions.egraph`: typed e-classes, one
+e-node per op output), the same rule directions the backtracking search matches are
+applied to every match at once, iteration after iteration, until nothing new is added
+(saturated) or a limit is hit (e-nodes, wall time, iterations). Then one e-node per needed
+e-class is extracted:
+
+- `greedy`: per e-class the e-node of least tree cost (its own cost plus its operand
+  classes' best), by fixpoint iteration. Shared operands are counted once per use, so it
+  can miss a merge whose pay-off is sharing (Tensat's greedy extractor, same weakness).
+- `ilp`: exact DAG cost by integer programming (`scipy.optimize.milp`, HiGHS): a binary
+  per e-node, the outputs' classes need one chosen e-node, a chosen e-node needs one in
+  each operand class; each e-node's cost counts once however often it is used.
+
+Cycles: an e-graph has them (x = relu(relu(x))-like unions, split of a concat), and an
+extraction must not. Greedy cannot choose a cycle (with non-negative costs an e-node is
+only taken when strictly cheaper, and every class on a cycle through it was priced from
+its old, higher cost). The ILP carries an order variable per e-class with, for every
+e-node, `order(class) > order(operand class)` when it is chosen, as Tensat does, but only
+for the e-nodes inside a strongly connected component of the class graph (networkx): an
+edge between components can never close a cycle, so the rest need no constraint.
+
+Costs: the extraction needs a per-op cost. An additive search cost (`flops`, `simop`,
+`torch`) is used as it is; the whole-graph `sim` cost is extracted under its per-op proxy
+(`simop`: each op simulated alone) and the extracted graph then priced with `sim` itself.
+Weight-only values are free with the cost's `fold` (a compiler computes them once). If
+the extracted graph costs more than the input under the search cost (fusion the per-op
+proxy cannot see), the input is kept and `kept_input` says so.
+
+The result has the backtracking search's shape (graph, origin, costs, seconds), so both
+are plan sources for the tuner's rewrite pass (`superopt.xtat.passes.plan`). Its origin
+maps an extracted e-node that was a node of the input to that node, and a new one to the
+input nodes of its e-class (what it is equal to).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from superopt.ir.errors import IRError
+from superopt.ir.graph import Graph, GraphBuilder, Value
+from superopt.ir.opdef import ELEMENTWISE, MOVEMENT, get_op
+from superopt.ir.passes import Origin, identity_origin
+from superopt.rewrite.cost import AdditiveCost, CostFunction, SimOpCost, create_cost
+from superopt.rewrite.match import Matcher
+from superopt.substitutions.egraph import VAR, BudgetExceeded, EGraph
+from superopt.substitutions.rule import Rule
+
+EXTRACTIONS = ("greedy", "ilp")
+SITE_PROBES = 8  # a rule applied at most this often is also probed site by site
+
+
+class EqsatError(IRError):
+    """Bad options of the equality-saturation search."""
+
+
+@dataclass(frozen=True)
+class EqsatOptions:
+    """Limits: `node_limit` e-nodes, `time_limit` seconds of saturation, `iter_limit`
+    iterations, `match_limit` matches of one rule direction per iteration (so that
+    associativity cannot crowd out the rest), `ilp_time_limit` seconds for HiGHS.
+    `multi_iters`: the iterations in which rules with several outputs (merging two convs
+    that share an input) are applied, Tensat's k_multi: each merge's result shares its
+    input with the rest, so applied every iteration they merge every subset of siblings
+    and fill the e-graph with nothing else (squeezenet: 20,000 e-nodes in 4 iterations)."""
+
+    extraction: str = "ilp"
+    node_limit: int = 50_000
+    time_limit: float = 60.0
+    iter_limit: int = 12
+    match_limit: int = 2_000
+    ilp_time_limit: float = 60.0
+    multi_iters: int = 2
+
+    def __post_init__(self) -> None:
+        if self.extraction not in EXTRACTIONS:
+            raise EqsatError(f"unknown extraction {self.extraction!r}; expected one of "
+                             f"{', '.join(EXTRACTIONS)}")
+        for name in ("node_limit", "iter_limit", "match_limit", "multi_iters"):
+            if getattr(self, name) < 1:
+                raise EqsatError(f"{name} must be >= 1, found {getattr(self, name)}")
+        for name in ("time_limit", "ilp_time_limit"):
+            if not getattr(self, name) > 0:
+                raise EqsatError(f"{name} must be > 0 seconds, found {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class EqsatResult:
+    graph: Graph
+    origin: Origin
+    cost_before: float
+    cost_after: float
+    cost_name: str
+    extraction: str
+    extraction_cost: str  # the additive cost the extraction minimised
+    objective: float  # the extracted graph under that cost (greedy: tree cost)
+    iterations: int
+    enodes: int
+    eclasses: int
+    stopped: str  # "saturated", "node limit", "time limit" or "iterations"
+    ilp_status: str  # "" (greedy), "optimal", "time limit: best found", "failed: ..."
+    applied: Mapping[str, int]  # per rule direction: the unions its matches made
+    used: Mapping[str, int]  # per rule direction: its applications the result contains
+    saturate_s: float
+    extract_s: float
+    seconds: float
+    kept_input: bool
+
+    @property
+    def speedup(self) -> float:
+        return self.cost_before / self.cost_after if self.cost_after > 0 else math.inf
+
+
+# ---- building and saturating the e-graph ------------------------------------------------
+
+
+@dataclass
+class _Loaded:
+    eg: EGraph
+    roots: list[int]
+    leaf_of: dict[int, int] = field(default_factory=dict)  # e-node id -> input node id
+    orig_of: dict[int, int] = field(default_factory=dict)  # e-node id -> input node id
+
+
+def _load(graph: Graph, eg: EGraph) -> _Loaded:
+    ids: dict[Value, int] = {}
+    out = _Loaded(eg, [])
+    for n in graph.nodes:
+        if n.is_source:
+            i = eg.var(f"%{n.id}", n.type)
+            ids[Value(n.id, 0)] = i
+            out.leaf_of[i] = n.id
+            out.orig_of[i] = n.id
+            continue
+        for k in range(len(n.types)):
+            i = eg.add(n.op, dict(n.attrs), [ids[v] for v in n.inputs], k)
+            ids[Value(n.id, k)] = i
+            out.orig_of.setdefault(i, n.id)
+    out.roots = [ids[v] for v in graph.outputs]
+    return out
+
+
+def _directions(matcher: Matcher) -> list[Any]:
+    """The matcher's rules as e-graph rewrite directions: exactly what the backtracking
+    search matches (each `<=>` rule both ways, as `Matcher` expands it)."""
+    from superopt.substitutions.covers import _direction
+
+    out = []
+    for r in matcher.rules:
+        try:
+            out.append(_direction(r, True))
+        except IRError:
+            continue  # a bare-variable source: the matcher cannot use it either
+    return out
+
+
+def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
+              made: dict[str, list[frozenset[int]]]) -> tuple[int, str, Counter[str]]:
+    """Apply every match of every direction per iteration until nothing changes or a limit
+    is hit; `made` collects, per rule, the e-nodes each of its applications created."""
+    from superopt.substitutions.covers import _apply, _matches
+
+    applied: Counter[str] = Counter()
+    it = 0
+    try:
+        while True:
+            if it >= opts.iter_limit:
+                return it, "iterations", applied
+            it += 1
+            by_op = eg.by_op()
+            present = set(by_op)
+            found = []
+            for d in dirs:
+                if len(d.sources) > 1 and it > opts.multi_iters:
+                    continue
+                if d.ops <= present:
+                    found += [(d, m, rts) for m, rts in _matches(eg, d, by_op, opts.match_limit)]
+                    eg.check_deadline()
+            size, unions = len(eg), eg.unions
+            for d, m, rts in found:
+                n0 = len(eg)
+                if _apply(eg, d, m, rts):
+                    applied[d.rule.name] += 1
+                if len(eg) > n0:
+                    made.setdefault(d.rule.name, []).append(frozenset(range(n0, len(eg))))
+                eg.check_deadline()
+            eg.rebuild()
+            if len(eg) == size and eg.unions == unions:
+                return it, "saturated", applied
+    except BudgetExceeded as e:
+        eg.rebuild()  # congruence over what was added before the limit
+        return it, "time limit" if "time" in str(e) else "node limit", applied
+
+
+# ---- extraction ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Space:
+    """The e-classes the outputs need, their distinct e-nodes and each e-node's cost."""
+
+    classes: list[int]
+    nodes: dict[int, list[int]]  # class -> e-node ids (one per distinct canonical e-node)
+    kids: dict[int, tuple[int, ...]]  # e-node id -> distinct operand classes
+    cost: dict[int, float]  # e-node id -> cost (inf: cannot be priced or typed)
+
+
+class FusedOpCost(AdditiveCost):
+    """An additive stand-in for a fusing compiler: an elementwise or movement op costs
+    `share` of what `inner` says (the default compiler fuses it into the kernel that
+    produces or consumes it, saving its launch and memory round trip), every other op
+    what `inner` says. Under `simop` (each op its own kernel) a merge of two convolutions
+    that share an input pays for the split after it as a kernel of its own, and never
+    wins; under the simulator's fused time it does (squeezenet's expand convolutions,
+    1.2x). With a share above zero, a bias fused into its matmul (`linear`) beats matmul +
+    ewadd; at zero the two tie. Neither ranks every pair of graphs as the fused
+    simulator does (bert_base: the graph cheaper at 0.05 is 1% slower simulated), so the
+    whole-graph cost picks among the extractions (`_extraction_costs`)."""
+
+    name = "fused"
+
+    def __init__(self, inner: AdditiveCost, share: float = 0.05) -> None:
+        super().__init__(inner.fold)
+        self.inner = inner
+        self.share = share
+        self.name = f"fused {inner.name} ({share:g})"
+
+    def measure(self, op: str, attrs: Any, ins: Any, outs: Any,
+                weights: tuple[bool, ...] = ()) -> float:
+        d = get_op(op)
+        share = self.share if d.has(ELEMENTWISE) or d.has(MOVEMENT) else 1.0
+        if share == 0.0:
+            return 0.0  # not 0 * inf: an op the simulator cannot place alone is fused
+        return share * self.inner.op_cost(op, attrs, ins, outs, weights)
+
+
+def _extraction_costs(cost: CostFunction) -> list[AdditiveCost]:
+    """The additive costs to extract under: the search cost itself if additive; else its
+    per-op simulator proxy as it is and with fusion (each extraction is then priced with
+    the whole-graph cost and the cheapest kept)."""
+    if isinstance(cost, AdditiveCost):
+        return [cost]
+    proxies = [p for p in cost.proxies() if isinstance(p, SimOpCost)] or list(cost.proxies())
+    if not proxies:
+        raise EqsatError(f"cost {cost.name!r} has no additive proxy to extract with")
+    return [proxies[0], FusedOpCost(proxies[0], 0.05), FusedOpCost(proxies[0], 0.0)]
+
+
+def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost) -> _Space:
+    """The extraction problem under `cost`."""
+    eg = ld.eg
+    weights = {i for i, nid in ld.leaf_of.items() if graph.nodes[nid].op != "input"}
+    # Weight-only classes (with `fold`, their values are computed once, for free): a class
+    # holding a weight, or an e-node over weight-only classes only. A fixpoint, since
+    # unions may put such an e-node anywhere.
+    wo: set[int] = {eg.find(i) for i in weights}
+    seen: set[int] = set()
+    order: list[int] = []
+    stack = [eg.find(r) for r in ld.roots]
+    while stack:
+        c = stack.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        order.append(c)
+        for i in eg.members[c]:
+            stack.extend(eg.find(k) for k in eg.nodes[i].children)
+    nodes: dict[int, list[int]] = {}
+    kids: dict[int, tuple[int, ...]] = {}
+    for c in order:
+        keys: set[Any] = set()
+        for i in eg.members[c]:
+            n = eg.nodes[i]
+            canon = tuple(eg.find(k) for k in n.children)
+            key = (n.op, n.attrs, canon, n.output)
+            if key in keys:
+                continue
+            keys.add(key)
+            nodes.setdefault(c, []).append(i)
+            kids[i] = tuple(dict.fromkeys(canon))
+    if cost.fold:
+        changed = True
+        while changed:
+            changed = False
+            for c in order:
+                if c not in wo and any(eg.nodes[i].op != VAR and all(k in wo for k in kids[i])
+                                       for i in nodes[c]):
+                    wo.add(c)
+                    changed = True
+    prices: dict[int, float] = {}
+    for c in order:
+        for i in nodes[c]:
+            n = eg.nodes[i]
+            if n.op == VAR or (cost.fold and c in wo and all(k in wo for k in kids[i])):
+                prices[i] = 0.0
+                continue
+            ins = tuple(eg.type_of(k) for k in n.children)
+            try:
+                outs = tuple(get_op(n.op).shape(ins, dict(n.attrs)))
+                flags = tuple(eg.find(k) in wo for k in n.children)
+                p = cost.op_cost(n.op, n.attrs, ins, outs, flags) / max(len(outs), 1)
+            except (IRError, ValueError, KeyError, TypeError, ZeroDivisionError):
+                p = math.inf
+            # A multi-output op (split) is one e-node per output: each carries its share.
+            prices[i] = p if math.isfinite(p) and p >= 0 else math.inf
+    return _Space(order, nodes, kids, prices)
+
+
+def _greedy(sp: _Space) -> dict[int, int]:
+    """Per class the e-node of least tree cost (strict improvements only: no cycles)."""
+    best = dict.fromkeys(sp.classes, math.inf)
+    pick: dict[int, int] = {}
+    changed = True
+    rounds = 0
+    while changed and rounds < 10_000:
+        changed = False
+        rounds += 1
+        for c in reversed(sp.classes):  # operands were found after their users
+            for i in sp.nodes[c]:
+                total = sp.cost[i] + sum(best[k] for k in sp.kids[i])
+                if total < best[c]:
+                    best[c], pick[c] = total, i
+                    changed = True
+    return pick
+
+
+def _ilp(sp: _Space, roots: list[int], time_limit: float) -> tuple[dict[int, int] | None, str]:
+    """Exact DAG-cost extraction with HiGHS; None and why when no solution was found."""
+    import networkx as nx
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    enodes = [i for c in sp.classes for i in sp.nodes[c]]
+    col = {i: k for k, i in enumerate(enodes)}
+    cls_of = {i: c for c in sp.classes for i in sp.nodes[c]}
+    # Classes on a cycle of the class graph (an edge per e-node to each operand class).
+    g = nx.DiGraph()
+    g.add_nodes_from(sp.classes)
+    g.add_edges_from((cls_of[i], k) for i in enodes for k in sp.kids[i])
+    scc_of: dict[int, int] = {}
+    for n, comp in enumerate(nx.strongly_connected_components(g)):
+        if len(comp) > 1:
+            for c in comp:
+                scc_of[c] = n
+    ordered = sorted(scc_of)
+    ocol = {c: len(enodes) + k for k, c in enumerate(ordered)}
+    nvar = len(enodes) + len(ordered)
+    big = float(max(len(ordered), 1))
+    finite = [sp.cost[i] for i in enodes if math.isfinite(sp.cost[i]) and sp.cost[i] > 0]
+    scale = 1.0 / max(finite) if finite else 1.0  # HiGHS tolerances are absolute: costs ~1
+    c_vec = np.zeros(nvar)
+    ub = np.ones(nvar)
+    lb = np.zeros(nvar)
+    for i in enodes:
+        p = sp.cost[i]
+        if not math.isfinite(p) or cls_of[i] in sp.kids[i]:
+            ub[col[i]] = 0.0  # cannot be priced, or is its own operand
+        else:
+            c_vec[col[i]] = p * scale
+    for c in ordered:
+        ub[ocol[c]] = big
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+
+    def row(entries: Iterable[tuple[int, float]], low: float, high: float) -> None:
+        r = len(lo)
+        for cidx, v in entries:
+            rows.append(r)
+            cols.append(cidx)
+            vals.append(v)
+        lo.append(low)
+        hi.append(high)
+
+    for r in dict.fromkeys(roots):
+        row(((col[i], 1.0) for i in sp.nodes[r]), 1.0, math.inf)
+    for i in enodes:
+        for k in sp.kids[i]:
+            # chosen -> some e-node of the operand class is chosen
+            row([(col[i], 1.0), *((col[j], -1.0) for j in sp.nodes[k])], -math.inf, 0.0)
+            p = cls_of[i]
+            if p in scc_of and scc_of.get(k) == scc_of[p] and k != p:
+                # chosen -> order(p) >= order(k) + 1
+                row([(ocol[p], 1.0), (ocol[k], -1.0), (col[i], -big)], 1.0 - big, math.inf)
+    a = coo_matrix((vals, (rows, cols)), shape=(len(lo), nvar)).tocsr()
+    integrality = np.zeros(nvar)
+    integrality[:len(enodes)] = 1
+    res = milp(c_vec, constraints=LinearConstraint(a, np.array(lo), np.array(hi)),
+               integrality=integrality, bounds=Bounds(lb, ub),
+               options={"time_limit": time_limit, "disp": False})
+    if res.x is None:
+        return None, f"failed: {res.message}"
+    chosen = {i for i in enodes if res.x[col[i]] > 0.5}
+    pick: dict[int, int] = {}
+    for c in sp.classes:
+        cands = [i for i in sp.nodes[c] if i in chosen]
+        if cands:
+            pick[c] = min(cands, key=lambda i: sp.cost[i])
+    status = "optimal" if res.status == 0 else "time limit: best found"
+    return pick, status
+
+
+def _chosen(eg: EGraph, roots: list[int], pick: Mapping[int, int]) -> set[int]:
+    """The e-node ids the extraction uses."""
+    out: set[int] = set()
+    seen: set[int] = set()
+    stack = [eg.find(r) for r in roots]
+    while stack:
+        c = stack.pop()
+        if c in seen or c not in pick:
+            continue
+        seen.add(c)
+        out.add(pick[c])
+        stack.extend(eg.find(k) for k in eg.nodes[pick[c]].children)
+    return out
+
+
+def _build(ld: _Loaded, graph: Graph, pick: Mapping[int, int]) -> tuple[Graph, Origin]:
+    """The graph of the chosen e-nodes, built without recursion (graphs are deep)."""
+    eg = ld.eg
+    b = GraphBuilder(graph.name)
+    value: dict[int, Value] = {}
+    made: dict[int, set[int]] = {}  # builder node id -> input node ids
+    equal_input: dict[int, set[int]] = {}
+    for i, nid in ld.orig_of.items():
+        equal_input.setdefault(eg.find(i), set()).add(nid)
+    for root in ld.roots:
+        stack: list[tuple[int, bool]] = [(eg.find(root), False)]
+        on_path: set[int] = set()
+        while stack:
+            c, expanded = stack.pop()
+            if c in value:
+                continue
+            if c not in pick:
+                raise EqsatError(f"extraction chose nothing for e-class {c}")
+            i = pick[c]
+            n = eg.nodes[i]
+            kids = [eg.find(k) for k in n.children]
+            if not expanded:
+                if c in on_path:
+                    raise EqsatError("extraction chose a cycle")
+                on_path.add(c)
+                stack.append((c, True))
+                stack.extend((k, False) for k in kids if k not in value)
+                continue
+            on_path.discard(c)
+            start = len(b.nodes)
+            if n.op == VAR:
+                src = graph.nodes[ld.leaf_of[i]]
+                data = graph.weights.get(src.attr("name")) if src.op == "weight" else None
+                v = b.recreate(src, (), (), data)[0]
+            else:
+                v = b.add(n.op, [value[k] for k in kids], dict(n.attrs))[n.output]
+            value[c] = v
+            from_input = {ld.orig_of[i]} if i in ld.orig_of else equal_input.get(c, set())
+            for nid in {*range(start, len(b.nodes)), v.node}:
+                made.setdefault(nid, set()).update(from_input)
+    out, remap = b.build_with_map([value[eg.find(r)] for r in ld.roots], graph.name)
+    origin = {remap[k]: tuple(sorted(v)) for k, v in made.items() if k in remap}
+    return out, MappingProxyType(origin)
+
+
+# ---- the optimizer --------------------------------------------------------------------
+
+
+def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
+                   cost: str | CostFunction = "flops",
+                   options: EqsatOptions | None = None) -> EqsatResult:
+    """Saturate `graph`'s e-graph with the rules, extract the cheapest graph (module
+    docstring). The result is never costlier than the input under `cost`."""
+    opts = options or EqsatOptions()
+    t0 = time.perf_counter()
+    matcher = rules if isinstance(rules, Matcher) else Matcher(rules)
+    cost_fn = create_cost(cost) if isinstance(cost, str) else cost
+    ext_costs = _extraction_costs(cost_fn)
+    before = cost_fn.cost(graph)
+    eg = EGraph(max_nodes=2**62)
+    ld = _load(graph, eg)
+    # The limit counts every e-node, the input's included; the input always fits.
+    eg.max_nodes = max(opts.node_limit, len(eg))
+    eg.deadline = t0 + opts.time_limit
+    made: dict[str, list[frozenset[int]]] = {}
+    iters, stopped, applied = _saturate(eg, _directions(matcher), opts, made)
+    t1 = time.perf_counter()
+
+    spaces: dict[int, _Space] = {}
+
+    def extract(ext: AdditiveCost, method: str, favored: frozenset[int] = frozenset()
+                ) -> tuple[float, Graph, Origin, AdditiveCost, dict[int, int], str]:
+        base = spaces.get(id(ext))
+        if base is None:
+            base = spaces[id(ext)] = _space(ld, graph, ext)
+        sp = base if not favored else _Space(
+            base.classes, base.nodes, base.kids,
+            {i: 0.0 if i in favored else p for i, p in base.cost.items()})
+        pick = _greedy(sp)
+        status = ""
+        if method == "ilp":
+            got, status = _ilp(sp, [eg.find(r) for r in ld.roots], opts.ilp_time_limit)
+            if got is not None:
+                pick = got
+            else:
+                status += "; greedy used"
+        new, origin = _build(ld, graph, pick)
+        return cost_fn.cost(new), new, origin, ext, pick, status
+
+    best = min((extract(ext, opts.extraction) for ext in ext_costs), key=lambda b: b[0])
+    if not isinstance(cost_fn, AdditiveCost):
+        # A per-op proxy misprices what only pays once fused (a VGG block folded into one
+        # wider conv: more FLOPs, fewer memory round trips). Rule by rule, most applied
+        # first: extract again with that rule's e-nodes free (and those kept so far),
+        # greedily, and keep it if the whole-graph cost says it is faster; a rule applied
+        # at most `SITE_PROBES` times is also tried one application at a time (csrnet:
+        # one of its three VGG blocks pays folded, the other two do not).
+        favored: frozenset[int] = frozenset()
+        for rule, _ in sorted(applied.items(), key=lambda t: (-t[1], t[0])):
+            groups = made.get(rule, [])
+            trials = [frozenset().union(*groups)]
+            if 1 < len(groups) <= SITE_PROBES:
+                trials += groups
+            for group in trials:
+                trial = favored | group
+                got = extract(ext_costs[-1], "greedy", trial)
+                if got[0] < best[0]:
+                    best, favored = (*got[:5], f"{got[5]} favouring {rule}".strip()), trial
+        # And the other way: each rule the best graph uses, undone where it is used (its
+        # e-nodes priced out, their classes re-chosen greedily, every other choice kept),
+        # kept if faster (inception_v3: average pooling as a convolution with a constant
+        # kernel is cheaper alone, slower fused).
+        chosen = _chosen(eg, ld.roots, best[4])
+        for rule, groups in sorted(made.items()):
+            banned = frozenset().union(*groups) & chosen
+            if not banned:
+                continue
+            base = spaces[id(best[3])]
+            sp = _Space(base.classes, base.nodes, base.kids,
+                        {i: math.inf if i in banned else p for i, p in base.cost.items()})
+            repick = {**_greedy(sp), **{c: i for c, i in best[4].items() if i not in banned}}
+            try:
+                new, origin = _build(ld, graph, repick)
+            except EqsatError:
+                continue  # the mix closed a cycle, or a class has nothing left
+            t = cost_fn.cost(new)
+            if t < best[0]:
+                best = (t, new, origin, best[3], repick, f"{best[5]} without {rule}".strip())
+                chosen = _chosen(eg, ld.roots, repick)
+    after, new, origin, ext, pick, status = best
+    objective = ext.cost(new)
+    # Rule applications whose new e-nodes the extracted graph contains.
+    chosen = _chosen(eg, ld.roots, pick)
+    used = Counter(rule for rule, groups in made.items() for g in groups if g & chosen)
+    t2 = time.perf_counter()
+    kept = not after <= before
+    if kept:
+        new, origin, after, used = graph, identity_origin(graph), before, Counter()
+    return EqsatResult(
+        graph=new, origin=origin, cost_before=before, cost_after=after,
+        cost_name=cost_fn.name, extraction=opts.extraction, extraction_cost=ext.name,
+        objective=objective, iterations=iters, enodes=len(eg), eclasses=len(eg.members),
+        stopped=stopped, ilp_status=status, applied=MappingProxyType(dict(applied)),
+        used=MappingProxyType(dict(used)),
+        saturate_s=t1 - t0, extract_s=t2 - t1, seconds=time.perf_counter() - t0,
+        kept_input=kept)
