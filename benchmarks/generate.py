@@ -21,7 +21,9 @@ benchmarks/results/generate_coverage4.json`.
 The `modern` preset (issue 44: transformer-era ops): `--preset modern --sizes 2,3 --workers 1`
 writes `benchmarks/results/generate_modern.json`, with each size's library in
 `out/generate_modern{size}.json` and its rules classified into families by the ops TASO's
-generator does not have (`families`: counts and examples).
+generator does not have (`families`: counts and examples). `--verify N` adds `superopt
+verify`'s verdicts on at most N rules of each library (every k-th; `--verify-only`: on the
+libraries of the rows already in --out).
 
 Run: `.venv/bin/python benchmarks/generate.py [--sizes 2,3] [--workers 2] [--out FILE]`
 (`--prune-derived --out benchmarks/results/generate_pruned.json`: with pruning by derivation),
@@ -106,6 +108,39 @@ def families(lib: str, examples: int = 3) -> dict:
         texts = sorted(groups[key], key=len)
         out[key] = {"rules": len(texts), "examples": texts[:examples]}
     return out
+
+
+def verify_library(lib: str, most: int, workers: int, timeout: float = 5.0) -> dict:
+    """`superopt verify` on every k-th rule of `lib` (at most `most` rules): the verdict
+    counts, and per op TASO's generator lacks the verdicts of the rules using it."""
+    import re
+    from collections import Counter
+
+    from superopt.substitutions.library import load_library, save_library
+    from superopt.substitutions.presets import make_config
+
+    rules = load_library(lib).rules
+    step = max(1, -(-len(rules) // most))
+    sample = rules[::step]
+    tmp = Path(tempfile.mkdtemp())
+    save_library(sample, tmp / "sample.json")
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "superopt", "verify", str(tmp / "sample.json"),
+                    "--timeout", str(timeout), "--jobs", str(workers), "--json",
+                    str(tmp / "verify.json")], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    got = json.loads((tmp / "verify.json").read_text())["rules"]
+    taso_ops = {t.op for t in make_config("taso").templates}
+    by_op: dict[str, Counter] = {}
+    for r in got:
+        ops = set(re.findall(r"\((\w+)", r["rule"].split(": ", 1)[1].split(" if ")[0]))
+        for op in sorted(ops - taso_ops) or ["taso ops only"]:
+            by_op.setdefault(op, Counter())[r["state"]] += 1
+    return {"rules": len(rules), "verified": len(sample), "every": step,
+            "timeout_s": timeout, "wall_s": wall,
+            "states": dict(Counter(r["state"] for r in got)),
+            "by_op": {k: dict(v) for k, v in sorted(by_op.items())},
+            "refuted": [r["rule"] for r in got if r["state"] in ("refuted", "invalid")]}
 
 
 def print_families(size: int, fams: dict) -> None:
@@ -357,6 +392,12 @@ def main() -> None:
                         help="record the 4-op row from --workdir's checkpoints and these "
                              "/usr/bin/time -v logs of its pieces, without running")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--verify", type=int, default=0, metavar="N",
+                        help="also run superopt verify on each size's library (every k-th "
+                             "rule, at most N of them) and record the verdicts by op")
+    parser.add_argument("--verify-only", action="store_true",
+                        help="with --verify: verify the libraries of the rows in --out "
+                             "without generating again")
     parser.add_argument("--prune-derived", action="store_true",
                         help="generate --prune-derived (the largest rules that smaller ones "
                              "derive are left out before their test); use another --out")
@@ -397,7 +438,9 @@ def main() -> None:
     runs: dict[int, dict] = {}
     if out.exists():  # rows not re-measured this time stay
         runs = {int(k): v for k, v in json.loads(out.read_text()).get("runs", {}).items()}
-    for size in ([] if args.collect is not None else (int(s) for s in args.sizes.split(","))):
+    measure = [] if args.collect is not None or args.verify_only else \
+        [int(x) for x in args.sizes.split(",")]
+    for size in measure:
         if size >= 4:
             Path(args.workdir).mkdir(parents=True, exist_ok=True)
             runs[size] = run(args.preset, size, args.workers, args.workdir,
@@ -416,6 +459,10 @@ def main() -> None:
             runs[size] = run(args.preset, size, args.workers, prune_derived=args.prune_derived)
     if args.collect is not None:
         runs[4] = collect(args.workdir, args.collect)
+    if args.verify:
+        for size, r in runs.items():
+            if "library" in r and (not measure or size in measure):
+                r["verify"] = verify_library(r["library"], args.verify, args.workers)
     runs = dict(sorted(runs.items()))
 
     table = Table(title=f"superopt generate --preset {args.preset} --workers {args.workers} "
@@ -480,6 +527,10 @@ def main() -> None:
     for size, r in runs.items():
         if "families" in r:
             print_families(size, r["families"])
+        if "verify" in r:
+            v = r["verify"]
+            print(f"{size} ops: superopt verify on {v['verified']} of {v['rules']} rules "
+                  f"(every {v['every']}, Z3 limit {v['timeout_s']:.0f} s): {v['states']}")
     if 3 in runs and "pieces" not in runs[3]:
         r = runs[3]
         print(f"size 3 vs TASO: {r['stages']['rules written'] / TASO_SIZE3['rules']:.2f}x the "
