@@ -27,7 +27,7 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
     from superopt.ir.analysis import human
     from superopt.ir.errors import IRError
     from superopt.rewrite import Matcher, create_cost, fold_weights, load_rules, optimize
-    from superopt.rewrite.check import check_values, time_side_by_side
+    from superopt.rewrite.check import time_side_by_side
     from superopt.rewrite.cost import TorchOpCost
     from superopt.rewrite.fold import runtime_ops
 
@@ -139,12 +139,7 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
         console.print("[yellow]values not checked[/]: the run was interrupted"
                       + (f"; `superopt run {args.out}` checks them" if args.out else ""))
     elif not args.no_check:
-        with console.status("checking values with the reference interpreter"):
-            check = check_values(graph, final, seed=args.seed)
-        ok = check.ok
-        console.print(("[green]" if ok else "[red]") + check.summary() + "[/]", markup=True)
-        figures["max_rel_err"] = check.max_rel_err
-        figures["values"] = "equal" if ok else "differ"
+        ok = _check_values(console, graph, final, args.seed, figures)
     if args.repeats > 0:
         with console.status(f"timing both graphs on torch (cpu), {args.repeats} runs each"):
             timing = time_side_by_side([graph, final], repeats=args.repeats,
@@ -185,7 +180,7 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
     from rich.table import Table
 
     from superopt.rewrite import fold_weights
-    from superopt.rewrite.check import check_values, time_side_by_side
+    from superopt.rewrite.check import time_side_by_side
     from superopt.rewrite.eqsat import EqsatOptions, eqsat_optimize
     from superopt.rewrite.fold import runtime_ops
 
@@ -234,12 +229,7 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
     }
     ok = True
     if not args.no_check:
-        with console.status("checking values with the reference interpreter"):
-            check = check_values(graph, final, seed=args.seed)
-        ok = check.ok
-        console.print(("[green]" if ok else "[red]") + check.summary() + "[/]", markup=True)
-        figures["max_rel_err"] = check.max_rel_err
-        figures["values"] = "equal" if ok else "differ"
+        ok = _check_values(console, graph, final, args.seed, figures)
     if args.repeats > 0:
         with console.status(f"timing both graphs on torch (cpu), {args.repeats} runs each"):
             timing = time_side_by_side([graph, final], repeats=args.repeats,
@@ -263,6 +253,20 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
         atomic_write_text(args.json, json.dumps(figures, indent=1) + "\n")
         console.print(f"wrote {args.json}")
     return 0 if ok else 1
+
+
+def _check_values(console: Any, graph: Any, final: Any, seed: int,
+                  figures: dict[str, Any]) -> bool:
+    """The optimized graph's values against the input's (reference interpreter), printed
+    and recorded in `figures`; True when they agree."""
+    from superopt.rewrite.check import check_values
+
+    with console.status("checking values with the reference interpreter"):
+        check = check_values(graph, final, seed=seed)
+    console.print(("[green]" if check.ok else "[red]") + check.summary() + "[/]", markup=True)
+    figures["max_rel_err"] = check.max_rel_err
+    figures["values"] = "equal" if check.ok else "differ"
+    return check.ok
 
 
 def _fmt(value: float, unit: str) -> str:
