@@ -148,7 +148,10 @@ def tune_once(s: Session, graph: Graph, passes: tuple, schedule: str, strategy: 
            # TASO-only does); those are not measurements and are counted apart.
            "plan_cost_evaluations": plan.evaluations if plan else 0}
     if attribution:  # per pass: choices changed, time lost when it alone reverts
-        out["per_pass"] = {k: {"changed": n, "gain_s": g}
+        # A pass whose revert alone is not a valid program (the plan's rewrites that later
+        # choices are keyed on) has no finite gain: null and says so, as strict JSON.
+        out["per_pass"] = {k: {"changed": n, "gain_s": g if math.isfinite(g) else None,
+                               **({} if math.isfinite(g) else {"revert": "invalid"})}
                            for k, (n, g) in per_pass(s.pipeline, s.runner, r.best).items()}
     return out
 
@@ -343,7 +346,8 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
             runs = row[col]
             top = min(runs, key=lambda x: x["time_s"])
             print(f"    {col} best seed, time lost when one pass reverts: " + ", ".join(
-                f"{k} {v['gain_s'] / d * 100:+.1f}% ({v['changed']} choices)"
+                f"{k} " + (f"{v['gain_s'] / d * 100:+.1f}%" if v["gain_s"] is not None
+                           else "(revert invalid)") + f" ({v['changed']} choices)"
                 for k, v in top["per_pass"].items() if v["changed"]), flush=True)
     return row
 
