@@ -23,14 +23,14 @@ demo: $(STAMP)
 	$(BIN)/superopt demo
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests $(wildcard benchmarks)
+	$(BIN)/ruff check src tests $(wildcard benchmarks) $(wildcard tools)
 	$(BIN)/python -m pytest -q -n 2
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m slow
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests $(wildcard benchmarks)
+	$(BIN)/ruff check src tests $(wildcard benchmarks) $(wildcard tools)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache
