@@ -30,6 +30,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -200,19 +201,40 @@ def main() -> None:
         console.print("fitted constants across folds (min .. max): " + ", ".join(
             f"{n} {min(v):.4g} .. {max(v):.4g}" for n, v in spread.items()))
 
+    defaults = default_strength(kernels, after, after_hw, held)
+    console.print(defaults["line"])
+    layout_rank = None
+    if layouts is not None and after.layout is not None:
+        from superopt.tpu_sim.replay import default_layout_rank
+
+        layout_rank = default_layout_rank(layouts, after.layout, after_hw).to_json()
+        console.print(
+            f"default layouts: ours simulated {layout_rank['simulated_delta_ms']:+.1f} ms from "
+            f"XLA's default run, rank {layout_rank['rank']} of {layout_rank['runs']} runs by "
+            f"simulated change, nearest measured level {layout_rank['level']}; XLA's default "
+            f"is at level {layout_rank['xla_default_level']} with "
+            f"{layout_rank['xla_default_rank_measured']} runs measured faster; ours equals a "
+            f"measured run: {layout_rank['same_as_run'] is not None}")
+
     v4 = constants.apply(hwmod.BASE_V4)
     console.print(f"derived v4 (1.05 GHz, 600 GB/s): launch {v4.launch_s * 1e6:.3f} us, step "
                   f"{v4.step_s * 1e9:.1f} ns, DMA half size {v4.dma_half_bytes:.0f} B, MXU fill "
                   f"{v4.mxu_fill_cycles:.0f} cycles, VPU {v4.vpu_op_cycles:.3f} cycles/vreg op")
     console.print(f"wall time {wall:.1f} s")
 
+    after_json = after.to_json()
+    by_kernel = {r["kernel"]: r for r in defaults["kernels"]}
+    for js in after_json["kernels"]:
+        js.update(by_kernel.get(js["kernel"], {}))
     payload = {"data": cal.data_provenance(directory), "wall_s": wall,
                "fitted": result is not None,
                "skipped": [{"kernel": sk.name, "reason": sk.reason} for sk in skipped],
                "cross_validation": [h.to_json() for h in held] if args.cv else None,
                "constants": {"before": cb, "after": ca},
                "ranges": {k: list(v) for k, v in cal.RANGES.items()},
-               "before": before.to_json(), "after": after.to_json(),
+               "before": before.to_json(), "after": after_json,
+               "default_strength": {k: v for k, v in defaults.items() if k != "line"},
+               "default_layouts": layout_rank,
                "v4_derived": cal.hardware_json(v4)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -224,6 +246,48 @@ def main() -> None:
         rec = cal.record(result, before, after, directory)
         hwmod.CALIBRATION_FILE.write_text(json.dumps(rec, indent=1) + "\n")
         console.print(f"wrote {hwmod.CALIBRATION_FILE}")
+
+
+def _geomean(xs: list[float]) -> float | None:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def default_strength(kernels: list, after: Any, hw: Any, held: tuple) -> dict[str, Any]:
+    """Per tunable kernel, the measured time over the measured best of the default
+    compiler's pick (the "xla" heuristic, fit on all; the "legacy" heuristic; the "xla"
+    heuristic under constants fitted without the kernel when cross-validated) and of XLA's
+    own default (`main` also writes them into `after.kernels[*]`); geomeans over the kernels that
+    have all of them, and a summary line."""
+    from superopt.tpu_sim.kernel_costs import KernelCosts
+
+    legacy = KernelCosts(hw, default_tiling="legacy")
+    cv = {h.name: h.default for h in held}
+    rows = []
+    for k, rep in zip(kernels, after.tiles, strict=True):
+        if not k.tunable:
+            continue
+        best = min(k.measured)
+        row = {"kernel": k.name, "default": rep.metrics.default,
+               "default_legacy": k.measured[k.default_pick(legacy)] / best,
+               "xla_default": rep.metrics.xla_default,
+               "default_cv": cv.get(k.name)}
+        rows.append(row)
+    with_xla = [r for r in rows if r["xla_default"] is not None
+                and not math.isnan(r["xla_default"])]
+    geo = {name: _geomean([r[name] for r in with_xla])
+           for name in ("default", "default_legacy", "xla_default")}
+    geo["default_cv"] = (_geomean([r["default_cv"] for r in with_xla])
+                         if held and all(r["default_cv"] is not None for r in with_xla) else None)
+
+    def f(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.4f}"
+    line = (f"default strength over {len(with_xla)} tunable kernels (measured time of the "
+            f"pick / measured best, geomean): ours {f(geo['default'])} (leave-one-kernel-out "
+            f"{f(geo['default_cv'])}), legacy {f(geo['default_legacy'])}, XLA's default "
+            f"{f(geo['xla_default'])}: ours "
+            + ("<=" if geo["default"] is not None and geo["xla_default"] is not None
+               and geo["default"] <= geo["xla_default"] + 1e-12 else ">") + " XLA's")
+    return {"kernels": rows, "geomean": geo, "line": line}
 
 
 if __name__ == "__main__":

@@ -64,6 +64,11 @@ TABLE_MODELS = ("resnet18", "resnet50", "resnext50", "inception_v3", "squeezenet
                 "bert_base", "bert_small", "csrnet", "vgg19")
 
 
+# The default compiler's tile heuristic every row is compiled and measured over (--default;
+# `superopt.tpu_sim.tiling.DEFAULT_TILINGS`), set once by `main`.
+DEFAULT = {"tiling": "xla"}
+
+
 def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
 
@@ -76,10 +81,11 @@ def taso_only(graph: Graph, budget: int, keep: dict | None = None) -> dict:
     from superopt.xtat.rules import rule_set
 
     t0 = time.perf_counter()
-    res = optimize(graph, Matcher(rule_set(None).rules), create_cost("sim", hardware="v4"),
+    res = optimize(graph, Matcher(rule_set(None).rules),
+                   create_cost("sim", hardware="v4", default_tiling=DEFAULT["tiling"]),
                    budget=budget)
     folded = fold_weights(res.graph, evaluate=False).graph
-    sim = Simulator("v4")
+    sim = Simulator("v4", default_tiling=DEFAULT["tiling"])
     t = simulate(sim.compile(folded), sim=sim).time
     if keep is not None:
         keep["graph"] = folded
@@ -111,7 +117,7 @@ def run_tuner(model: str, batch: int, graph: Graph, rules: list[str] | None, pas
     from superopt.xtat.session import open_session, use_plan_cache
 
     s = open_session({"model": model, "batch": batch, "rules": rules,
-                      "plan_budget": plan_budget}, graph)
+                      "plan_budget": plan_budget, "default_tiling": DEFAULT["tiling"]}, graph)
     cache = use_plan_cache(s, plan_cache)
     try:
         return [tune_once(s, graph, passes, schedule, strategy, budget, seed, keep,
@@ -416,7 +422,12 @@ def main() -> None:
     ap.add_argument("--save-graphs", default=None, metavar="DIR",
                     help="write each measured row's original and best joint graph there "
                          "(benchmarks/joint_device.py times them on another device)")
+    ap.add_argument("--default", choices=("xla", "legacy"), default="xla",
+                    help="the default compiler's tile heuristic every column is compiled and "
+                         "measured over (legacy: the analytical roofline the rows before "
+                         "2026-11-29 were measured over)")
     args = ap.parse_args()
+    DEFAULT["tiling"] = args.default
     save_graphs = Path(args.save_graphs) if args.save_graphs else None
     from superopt import zoo
     from superopt.xtat.strategies import CATALOGUE
@@ -441,7 +452,8 @@ def main() -> None:
     t0 = time.perf_counter()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    settings = {"budget": args.budget, "taso_budget": args.taso_budget, "seeds": args.seeds}
+    settings = {"budget": args.budget, "taso_budget": args.taso_budget, "seeds": args.seeds,
+                "default_tiling": args.default}
     # A resumed file keeps its note (how its rows were measured): a summary-only run must
     # not drop it.
     note: dict = {}
@@ -449,6 +461,7 @@ def main() -> None:
         prev = json.loads(Path(f).read_text())
         if f == str(out) and "note" in prev:
             note = {"note": prev["note"]}
+        prev.setdefault("default_tiling", "legacy")  # files from before the choice existed
         if {k: prev.get(k) for k in settings} != settings:
             raise SystemExit(f"{f}: made with other settings "
                              f"({ {k: prev.get(k) for k in settings} }), not {settings}")
@@ -479,6 +492,7 @@ def main() -> None:
         out.write_text(json.dumps({"budget": args.budget, "taso_budget": args.taso_budget,
                                    "strategy": args.strategy,
                                    "seeds": args.seeds, "hardware": "v4", "complete": done,
+                                   "default_tiling": args.default,
                                    "rows": rows, "geomean": summary,
                                    "joint_beats_best_single": wins,
                                    "joint_within_0.1pct_of_best_single": ties,

@@ -42,6 +42,11 @@ if TYPE_CHECKING:
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+# The default compiler's tile heuristic the runs start from and are measured over
+# (--default; `superopt.tpu_sim.tiling.DEFAULT_TILINGS`), set once by `main`.
+DEFAULT = {"tiling": "xla"}
+
+
 def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
 
@@ -53,7 +58,8 @@ def tune_once(model: str, batch: int | None, budget: int, schedule: str = "joint
     from superopt.xtat.tuner import PASS_NAMES, Tuner, make_schedule
 
     t0 = time.perf_counter()
-    s = open_session({"model": model, "batch": batch}, graph)
+    s = open_session({"model": model, "batch": batch, "default_tiling": DEFAULT["tiling"]},
+                     graph)
     opened = time.perf_counter() - t0
     phases = make_schedule(schedule, passes or PASS_NAMES, strategy)
     r = Tuner(s.pipeline, s.runner, s.default, seed=seed).run(phases, budget)
@@ -258,7 +264,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a few models, small budgets")
     ap.add_argument("--sections", default="zoo,ablation,schedules,throughput,resume,tiles")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "tune.json"))
+    ap.add_argument("--default", choices=("xla", "legacy"), default="xla",
+                    help="the default compiler's tile heuristic speedups are over (legacy: "
+                         "the analytical roofline the figures before 2026-11-29 were over)")
     args = ap.parse_args()
+    DEFAULT["tiling"] = args.default
     from superopt import zoo
 
     models = ["resnet18", "squeezenet"] if args.quick else zoo.names()
@@ -268,7 +278,7 @@ def main() -> None:
     budget = 60 if args.quick else args.budget
     sections = set(args.sections.split(","))
     result: dict = {"machine": platform.node(), "python": platform.python_version(),
-                    "budget": budget, "quick": args.quick}
+                    "budget": budget, "quick": args.quick, "default_tiling": args.default}
     t_all = time.perf_counter()
     if "zoo" in sections:
         print(f"zoo models, joint schedule, budget {budget}")

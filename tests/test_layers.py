@@ -42,7 +42,8 @@ def test_the_graph_is_read_from_the_package_and_sees_all_three_kinds_of_import()
     assert Edge("superopt.tpu_sim.simulator", "superopt.tpu_sim.pipeline", TOP,
                 next(e.line for e in EDGES if e.source == "superopt.tpu_sim.simulator"
                      and e.target == "superopt.tpu_sim.pipeline")) in EDGES
-    assert any(e.source == "superopt.tpu_sim.flags" and e.target == "superopt.tpu_sim.kernel_costs"
+    assert any(e.source == "superopt.tpu_sim.layout_pass"
+               and e.target == "superopt.tpu_sim.kernel_costs"
                and e.kind == TYPE_ONLY for e in EDGES)
     assert any(e.source == "superopt.cli" and e.kind == LAZY for e in EDGES)
 

@@ -701,6 +701,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="process (default with --workers > 1), dask, or dask://HOST:PORT")
     p.add_argument("--seed", type=int, default=0, help="seed of the search and its noise")
     p.add_argument("--hardware", default="v4", help="TPU preset: v4 (default), v3, v5e")
+    # Checked by the command (`tiling.check_default_tiling`): naming the table here would
+    # import the simulator into the parser.
+    p.add_argument("--default", default="xla", metavar="HEURISTIC",
+                   help="the default compiler's tile heuristic, which tuning starts from and "
+                        "its speedup is over: xla (default; as strong as XLA's own pick on "
+                        "the measured TPU v3 kernels) or legacy (the analytical roofline "
+                        "the figures before 2026-11-29 were over)")
     p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
     p.add_argument("--rules", metavar="LIB", action="append", default=None,
                    help="rule source for the rewrite pass, repeatable: 'starter' (default; "

@@ -19,7 +19,7 @@ from superopt.xtat.advantage import (
     graph_sigma,
     label,
 )
-from superopt.xtat.advantage_data import collect, train
+from superopt.xtat.advantage_data import TRAINING_TILING, collect, train
 from superopt.xtat.session import open_session
 from superopt.xtat.strategies import create
 from superopt.xtat.strategies.modelbased import StrategyOptionError
@@ -76,6 +76,11 @@ def test_collection_is_deterministic_and_resumes(tmp_path) -> None:
     assert not (len(d) == len(a) and np.array_equal(a.a, d.a))
 
 
+# The tiny model is trained over the legacy default's tiles (`TRAINING_TILING`); it is
+# judged over the same.
+LEGACY = TRAINING_TILING
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
     """A model trained in seconds on two small synthetic graphs."""
@@ -97,7 +102,7 @@ def test_model_round_trips(tiny_model: str) -> None:
 
 def run_fusion(graph: Graph, strategy: str, seed: int, budget: int, **opts: object
                ) -> list[float]:
-    s = open_session({"model": graph.name}, graph)
+    s = open_session({"model": graph.name, "default_tiling": LEGACY}, graph)
     tuner = Tuner(s.pipeline, s.runner, s.default, seed=seed, strategy_opts=opts)
     tuner.run(make_schedule("custom", ("fusion",), strategy), budget)
     return [p.best for p in tuner.history]

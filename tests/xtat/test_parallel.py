@@ -50,7 +50,9 @@ def test_parallel_tiles_reach_each_kernels_best_in_few_measurements(per_kernel_b
 
 
 def test_parallel_with_noise_is_reproducible_and_not_worse_than_exhaustive() -> None:
-    s = open_session({"model": "resnet18", "batch": 16})
+    # Over the legacy default compiler's tiles, which leave the tile search headroom (the
+    # XLA-strength default picks nearly every kernel's best tile itself).
+    s = open_session({"model": "resnet18", "batch": 16, "default_tiling": "legacy"})
     phases = make_schedule("custom", ("tiling",), "parallel")
     a = Tuner(s.pipeline, s.runner, s.default, seed=5).run(phases, 300)
     b = Tuner(s.pipeline, s.runner, s.default, seed=5).run(phases, 300)

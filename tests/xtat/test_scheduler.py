@@ -109,7 +109,9 @@ def test_bad_schedulers_are_one_line_errors(kind: str, opts: dict, says: str) ->
 
 @pytest.fixture(scope="module")
 def small():
-    return workload(["squeezenet", "bert_small"])
+    # Over the legacy default's tiles: the XLA-strength default leaves these kernels'
+    # tiles (nearly) nothing to gain, so the objective could not fall.
+    return workload(["squeezenet", "bert_small"], default_tiling="legacy")
 
 
 @pytest.mark.parametrize("kind", ["round-robin", "gradient"])

@@ -51,6 +51,7 @@ def test_tune_run_writes_db_json_graph_and_plot(tmp_path: Path,
     (["tune", "resnet18", "--workers", "0"], "--workers must be >= 1"),
     (["tune", "resnet18", "--resume"], "--resume needs --db"),
     (["tune"], "needs MODEL_OR_FILE"),
+    (["tune", "resnet18", "--default", "xla2"], "unknown default tiling 'xla2'"),
 ])
 def test_bad_input_is_one_line_exit_2(argv: list[str], message: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:

@@ -376,14 +376,17 @@ class SimCost(CostFunction):
 
     name = "sim"
 
-    def __init__(self, hardware: str | None = None, fold: bool = True) -> None:
+    def __init__(self, hardware: str | None = None, fold: bool = True,
+                 default_tiling: str | None = None) -> None:
         super().__init__(fold)
         try:
             from superopt.tpu_sim import Simulator
+            from superopt.tpu_sim.tiling import DEFAULT_TILING
         except ImportError as e:  # pragma: no cover - the simulator ships with the package
             raise CostError(f"the TPU simulator is not available: {e}") from None
-        # One simulator for every graph costed: kernel costs are shared by signature.
-        self.simulator = Simulator(hardware)
+        # One simulator for every graph costed: kernel costs are shared by signature. The
+        # graphs are costed as the default compiler (`default_tiling`) compiles them.
+        self.simulator = Simulator(hardware, default_tiling=default_tiling or DEFAULT_TILING)
         self.hardware = self.simulator.hw
         self.evaluations = 0
         self._proxies: tuple[AdditiveCost, ...] | None = None

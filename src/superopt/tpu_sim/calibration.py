@@ -265,6 +265,9 @@ class HeldOut:
     mape: float
     mean_log_error: float  # bias of the held-out kernel's absolute times
     constants: Constants
+    # Measured time of the default compiler's pick over the measured best, its estimate
+    # under the constants fitted without this kernel.
+    default: float = math.nan
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: (None if isinstance(v, float) and math.isnan(v) else v)
@@ -289,7 +292,7 @@ def cross_validate(kernels: Sequence[PreparedKernel], base: Hardware,
         m = replay_tiles(k, hw, model).metrics
         e = np.log(np.array(k.times(model)) / np.array(k.measured))
         out.append(HeldOut(k.name, m.rows, k.tunable, m.tau, m.top1, m.mape, float(e.mean()),
-                           result.constants))
+                           result.constants, m.default))
     return tuple(out)
 
 

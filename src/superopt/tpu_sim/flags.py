@@ -6,15 +6,21 @@ has a block of 128 columns per MXU, else over rows. (Moved out of `compiler`.)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from superopt.tpu_sim.bounds import Bounds, plan
+from superopt.tpu_sim.bounds import Bounds, Space, plan
 from superopt.tpu_sim.config import DEFAULT_FLAGS, Flags
 from superopt.tpu_sim.hardware import Hardware
 from superopt.tpu_sim.signature import Signature
 
-if TYPE_CHECKING:
-    from superopt.tpu_sim.kernel_costs import KernelCosts
+
+class KernelFacts(Protocol):
+    """What `bounds_columns` asks of a kernel cost cache (`kernel_costs.KernelCosts`,
+    which asks the flags pass for a tile's flags: named structurally, not imported)."""
+
+    def stats(self, sig: Signature) -> Any: ...
+    def space(self, sig: Signature) -> Space: ...
+    def problem(self, sig: Signature, tile: Any) -> str | None: ...
 
 
 def default_flags(gemm_columns: int | None, tile: tuple[int, ...], hw: Hardware,
@@ -29,7 +35,7 @@ def default_flags(gemm_columns: int | None, tile: tuple[int, ...], hw: Hardware,
     return Flags(double_buffer=True, unroll=1, mxu_split=split)
 
 
-def bounds_columns(kernels: KernelCosts, sig: Signature, tile: object) -> int | None:
+def bounds_columns(kernels: KernelFacts, sig: Signature, tile: object) -> int | None:
     """Output columns of a `Bounds` tile's block on the MXU (None for other tiles)."""
     if not isinstance(tile, Bounds) or kernels.stats(sig).gemm is None:
         return None

@@ -15,13 +15,15 @@ from collections.abc import Sequence
 from superopt.tpu_sim import bounds as bounds_module
 from superopt.tpu_sim import tiling
 from superopt.tpu_sim.bounds import Bounds, Space
-from superopt.tpu_sim.config import Flags, Tile
+from superopt.tpu_sim.config import DEFAULT_FLAGS, MXU_SPLITS, Flags, Tile
+from superopt.tpu_sim.flags import bounds_columns, default_flags
 from superopt.tpu_sim.hardware import Hardware
 from superopt.tpu_sim.kernel_time import (
     KernelCost,
     KernelStats,
     analytical,
     analytical_compute,
+    compiler_estimate,
     grid,
     kernel_cost,
     kernel_stats,
@@ -35,8 +37,11 @@ class KernelCosts:
     signature (and tile and flags). Caches are bounded: they are cleared when full.
     (Was `cost.CostModel`; that name is kept for the learned cost models.)"""
 
-    def __init__(self, hw: Hardware, max_entries: int = 1 << 20) -> None:
+    def __init__(self, hw: Hardware, max_entries: int = 1 << 20,
+                 default_tiling: str = tiling.DEFAULT_TILING) -> None:
+        tiling.check_default_tiling(default_tiling)
         self.hw = hw
+        self.default_tiling = default_tiling
         self.max_entries = max_entries
         self._stats: dict[Signature, KernelStats] = {}
         self._costs: dict[tuple[Signature, Tile, Flags], KernelCost] = {}
@@ -94,16 +99,53 @@ class KernelCosts:
         return analytical(analytical_compute(stats, self.hw), moved / self.hw.hbm_bytes_per_s,
                           self.hw)
 
+    def tile_flags(self, sig: Signature, tile: Tile) -> Flags:
+        """The flags the default compiler's flags pass gives the kernel under `tile`."""
+        g = self.stats(sig).gemm
+        return default_flags(g.n if g is not None else None, tile, self.hw,
+                             bounds_columns(self, sig, tile))
+
+    def estimate(self, sig: Signature, tile: Tile, flags: Flags | None = None) -> float:
+        """What the default compiler's tiling pass minimises (`tiling.DEFAULT_TILINGS`):
+        `kernel_time.compiler_estimate` ("xla"), or `analytical_time` ("legacy"). Default
+        flags (or None) stand for the flags the flags pass would pick for `tile`."""
+        if self.default_tiling == "legacy":
+            return self.analytical_time(sig, tile)
+        if flags is None or flags == DEFAULT_FLAGS:
+            flags = self.tile_flags(sig, tile)
+        space = self.space(sig) if isinstance(tile, Bounds) else None
+        return compiler_estimate(self.stats(sig), tile, flags, self.hw, space)
+
     def tile_rank(self, sig: Signature, tile: tuple[int, ...]) -> tuple:
         """The default compiler's order of a kernel's (tm, tn, tk) or (rows,) tiles
-        (`tiling.tile_rank`): analytical time, then fewer grid steps, then larger."""
-        return tiling.tile_rank(self.analytical_time(sig, tile),
-                                grid(self.stats(sig), tile).steps, tile)
+        (`tiling.tile_rank`): its estimate, then fewer grid steps, then larger."""
+        return tiling.tile_rank(self.estimate(sig, tile), grid(self.stats(sig), tile).steps,
+                                tile)
 
-    def default_choice(self, sig: Signature, tiles: Sequence[Tile], flags: Flags) -> Tile:
-        """The default compiler's pick among candidate tiles (`tiling.default_choice`)."""
-        return tiling.default_choice(tiles, lambda t: self.cost(sig, t, flags),
-                                     lambda t: self.analytical_time(sig, t))
+    def option_rank(self, sig: Signature, tile: tuple[int, ...]) -> tuple:
+        """How a tuner should order a kernel's tile options: `tile_rank`, except that under
+        the "xla" heuristic each tile is priced under its best MXU split (double-buffered),
+        since the flags are tuned after it: a tile that is fastest split over the
+        contraction would otherwise rank by the split the defaults give it."""
+        if self.default_tiling == "legacy" or self.stats(sig).gemm is None:
+            return self.tile_rank(sig, tile)
+        stats = self.stats(sig)
+        est = min(compiler_estimate(stats, tile, Flags(True, 1, split), self.hw)
+                  for split in MXU_SPLITS)
+        return tiling.tile_rank(est, grid(stats, tile).steps, tile)
+
+    def default_index(self, sig: Signature, tiles: Sequence[Tile],
+                      flags: Flags | None = None) -> int:
+        """Which of the candidate `tiles` the default compiler picks (`tiling.
+        default_choice`); None flags: each tile under the flags the flags pass gives it."""
+        def cost(t: Tile) -> KernelCost:
+            return self.cost(sig, t, flags if flags is not None else self.tile_flags(sig, t))
+        return tiling.default_choice(tiles, cost, lambda t: self.estimate(sig, t, flags))
+
+    def default_choice(self, sig: Signature, tiles: Sequence[Tile],
+                       flags: Flags | None = None) -> Tile:
+        """The default compiler's pick among candidate tiles (`default_index`)."""
+        return tiles[self.default_index(sig, tiles, flags)]
 
     def cost(self, sig: Signature, tile: Tile, flags: Flags) -> KernelCost:
         key = (sig, tile, flags)
@@ -130,7 +172,8 @@ class KernelCosts:
         key = (sig, flags)
         t = self._tiles.get(key)
         if t is None:
-            t = tiling.default_tile(self.stats(sig), flags, self.hw)
+            t = tiling.default_tile(self.stats(sig), flags, self.hw,
+                                    lambda tile: self.estimate(sig, tile, flags))
             if len(self._tiles) >= self.max_entries:
                 self._tiles.clear()
             self._tiles[key] = t

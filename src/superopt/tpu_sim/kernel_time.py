@@ -36,11 +36,18 @@ Time of a kernel under a tile and flags (the "true" model the simulator reports)
   share of the fused intermediates VMEM holds (`Hardware.vmem_intermediate_share`; the rest
   stay in vregs) must fit; a tile that does not fit is invalid.
 
-The default compiler's *analytical* model (XLA-like) ignores DMA efficiency, the MXU
-weight-load floor and fill, loop overhead, spills, instruction fetch, pipeline prologue and
-per-step costs: time = compute + memory - 0.95 x min(compute, memory) + launch, with
-compute = padded MXU FLOPs / peak + vector cycles / clock, and memory = bytes / bandwidth
-including the tile's operand re-reads.
+Two cheaper estimates stand beside it:
+
+- `compiler_estimate`, what the default compiler's tiling pass minimises (XLA-strength,
+  the default): the same grid, DMA runs, MXU block shapes and pipeline, without the vector
+  unit's spills, loop overhead and instruction fetch (code generation's business, which a
+  tile pass cannot see). On the measured TPU v3 kernels its pick is as good as XLA's own
+  default (`benchmarks/calibrate.py`).
+- `analytical` (the legacy default compiler's model, and the `analytical` cost model of the
+  tuner): ignores DMA efficiency, the MXU weight-load floor and fill, loop overhead, spills,
+  instruction fetch, pipeline prologue and per-step costs: time = compute + memory - 0.95 x
+  min(compute, memory) + launch, with compute = padded MXU FLOPs / peak + vector cycles /
+  clock, and memory = bytes / bandwidth including the tile's operand re-reads.
 """
 
 from __future__ import annotations
@@ -495,19 +502,9 @@ def _assemble(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware, steps:
     if stats.dma_runs:  # each gathered row is a run of its own: the per-run DMA cost
         dma_in += stats.dma_runs * hw.dma_half_bytes / (hw.hbm_bytes_per_s * hw.hbm_efficiency)
     memory = dma_in + dma_out
-    c, i, o = compute / steps, dma_in / steps, dma_out / steps
-    if flags.double_buffer:
-        if steps == 1:
-            body = i + c + o
-        else:
-            body = i + max(c, i) + (steps - 2) * max(c, i + o) + max(c, o) + o
-        exposed_issue = 0.0
-    else:
-        body = steps * (i + c + o)
-        exposed_issue = (steps - 1) * hw.dma_issue_s
     code = stats.n_ops * flags.unroll
     icache = steps * max(0, code - hw.instruction_budget) * hw.instruction_miss_s
-    time = hw.launch_s + (steps - 1) * hw.step_s + body + exposed_issue + icache
+    time = pipeline_time(steps, compute, dma_in, dma_out, flags.double_buffer, hw) + icache
     valid = vmem <= hw.vmem_bytes
     short = tile.short() if isinstance(tile, Bounds) else str(tile)
     return KernelCost(
@@ -516,6 +513,59 @@ def _assemble(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware, steps:
         bytes=moved, steps=steps, vmem=vmem, valid=valid,
         problem="" if valid else (f"tile {short} needs {vmem / 2**20:.2f} MiB of VMEM "
                                   f"({flags.short()}), more than {hw.vmem_bytes / 2**20:.0f} MiB"))
+
+
+def pipeline_time(steps: int, compute: float, dma_in: float, dma_out: float,
+                  double_buffer: bool, hw: Hardware) -> float:
+    """Launch, per-step costs and the grid's pipeline: with double buffering a three-stage
+    pipeline (step k+1's loads and step k-1's stores under step k's compute: the first load
+    and the last store are exposed); without, every step waits for its DMAs and each DMA
+    after the first pays the issue latency."""
+    c, i, o = compute / steps, dma_in / steps, dma_out / steps
+    if double_buffer:
+        if steps == 1:
+            body = i + c + o
+        else:
+            body = i + max(c, i) + (steps - 2) * max(c, i + o) + max(c, o) + o
+    else:
+        body = steps * (i + c + o) + (steps - 1) * hw.dma_issue_s
+    return hw.launch_s + (steps - 1) * hw.step_s + body
+
+
+def compiler_estimate(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware,
+                      space: Space | None = None) -> float:
+    """The default compiler's estimate of a kernel under `tile` (what its tiling pass
+    minimises; see `tiling`): the grid's pipeline with per-step costs, DMA transfers with
+    their contiguous runs, and the MXU's block shapes, as an XLA-like compiler that knows
+    its hardware can estimate them statically. Left out are the vector unit's register
+    pressure (spills), loop overhead and instruction fetch, which depend on code
+    generation. Infinite for a tile that is not one of the kernel's."""
+    if isinstance(tile, Bounds):
+        if space is None or bounds_module.problem(space, tile):
+            return math.inf
+        pl = bounds_module.plan(space, tile)
+        ins, outs, _, _ = bounds_module.transfers(space, pl)
+        steps = pl.steps
+        mxu = extra = 0.0
+        if stats.gemm is not None:
+            mxu, extra = bounds_module.mxu_cycles(space, pl, flags.mxu_split, hw)
+        dma_in, dma_out = _dma_time(ins, hw), _dma_time(outs, hw)
+    else:
+        if tile_problem(stats, tile):
+            return math.inf
+        gr = grid(stats, tile)
+        steps = gr.steps
+        mxu = extra = 0.0
+        if stats.gemm is not None:
+            per, per_extra = mxu_cycles_per_step(stats.gemm, tile, flags.mxu_split, hw)
+            mxu, extra = per * steps, per_extra * steps
+        dma_in = _dma_time(gr.transfers[:-1] if stats.gemm is not None else gr.transfers[:1],
+                           hw)
+        dma_out = _dma_time(gr.transfers[-1:], hw)
+    if stats.dma_runs:
+        dma_in += stats.dma_runs * hw.dma_half_bytes / (hw.hbm_bytes_per_s * hw.hbm_efficiency)
+    compute = max(mxu, stats.vector_cycles + extra) / hw.clock_hz
+    return pipeline_time(steps, compute, dma_in, dma_out, flags.double_buffer, hw)
 
 
 def _invalid(stats: KernelStats, problem: str) -> KernelCost:

@@ -52,6 +52,9 @@ from superopt.tpu_sim.kernels import is_source, resolve_bitcasts
 from superopt.tpu_sim.pipeline import Compiled
 from superopt.tpu_sim.signature import Signature
 from superopt.tpu_sim.simulate import simulate
+from superopt.tpu_sim.simulator import Simulator
+
+REPLAY_TILING = "legacy"  # the tile heuristic config-free kernels are replayed under
 
 TILE_FILE = "op_tuning_data.json"
 LAYOUT_FILE = "module_tuning_data_layout.json"
@@ -278,18 +281,11 @@ class PreparedKernel:
         return [c.time for c in self.costs(model)]
 
     def default_pick(self, model: KernelCosts) -> int:
-        """The row the default compiler's analytical model picks among the measured ones."""
+        """The row the default compiler (`model.default_tiling`) picks among the measured
+        ones, each row's tile under the flags the flags pass gives it."""
         if not self.tunable:
             return 0
-        best: tuple[int, int, int] | None = None
-        for i, tile in enumerate(self.tiles):
-            c = model.cost(self.sig, tile, self.flags(model, tile))
-            if not c.valid:
-                continue
-            score = (round(model.analytical_time(self.sig, tile) * 1e12), c.steps, i)
-            if best is None or score < best:
-                best = score
-        return best[2] if best is not None else 0
+        return model.default_index(self.sig, self.tiles)
 
 
 def prepare(kernel: TileKernel) -> PreparedKernel:
@@ -298,7 +294,12 @@ def prepare(kernel: TileKernel) -> PreparedKernel:
     config, roots = kernel_config(imp)
     if kernel.name not in roots:
         raise ReplayError(f"{kernel.name}: the import has no kernel of that name")
-    compiled = compile_with(imp.graph, config, get_hardware("v3"))
+    # A config-free kernel (the reshapes) ran at a tile of XLA's that the data do not
+    # record; it is replayed at the legacy default compiler's tile, fixed, so that the
+    # calibration (and every figure fitted on it) does not move when the default
+    # compiler's heuristic does.
+    compiled = compile_with(imp.graph, config,
+                            sim=Simulator(get_hardware("v3"), default_tiling=REPLAY_TILING))
     root = roots[kernel.name]
     k = compiled.kernel_by_root.get(root)
     if k is None or compiled.partition.repaired:
@@ -617,8 +618,96 @@ def replay_layouts(data: LayoutData, hw: Hardware | str = "v3", mode: str = "out
     return LayoutReplay(mode, data.runs, measured, tuple(deltas), levels, offsets, base)
 
 
-__all__ = ["LAYOUT_FILE", "TILE_FILE", "LayoutData", "LayoutNode", "LayoutReplay", "LayoutRun",
-           "Metrics", "PreparedKernel", "ReplayError", "Skipped", "TileKernel", "TileReplay",
-           "TileRow", "best_tiles", "compile_program", "complete_layout", "data_dir",
-           "kendall_tau_b", "kernel_config", "load_layouts", "load_tiles", "measured_levels",
-           "metrics", "prepare", "prepare_all", "program_time", "replay_layouts", "replay_tiles"]
+@dataclass(frozen=True)
+class DefaultLayoutRank:
+    """Where the default compiler's own layout assignment falls among the measured runs of
+    the layout program: the configurable convolutions' outputs left to the layout pass
+    (their operands keep the program's layouts, as in `mode="outputs"`), simulated like a
+    run, and placed by that simulated change among the runs' simulated changes and at the
+    nearest measured level."""
+
+    delta: float  # simulated seconds relative to XLA's default run
+    rank: int  # runs whose simulated change is below ours (0: ours is the fastest)
+    runs: int
+    level: str  # the measured level nearest our simulated change
+    xla_level: str  # the measured level of XLA's default run
+    xla_rank: int  # runs measured faster than XLA's default run
+    same_as_run: int | None  # a run whose output layouts equal ours (then measured), or None
+    layouts: Mapping[str, tuple[int, ...]]  # conv -> our output minor-to-major order
+
+    def to_json(self) -> dict[str, Any]:
+        return {"simulated_delta_ms": self.delta * 1e3, "rank": self.rank, "runs": self.runs,
+                "level": self.level, "xla_default_level": self.xla_level,
+                "xla_default_rank_measured": self.xla_rank, "same_as_run": self.same_as_run,
+                "layouts": {k: list(v) for k, v in self.layouts.items()}}
+
+
+def default_layout_rank(data: LayoutData, replayed: LayoutReplay,
+                        hw: Hardware | str = "v3") -> DefaultLayoutRank:
+    """Our default compiler's layouts for the program's configurable convolutions, ranked
+    among the measured runs (`DefaultLayoutRank`); `replayed` is `replay_layouts(data, hw,
+    "outputs")`."""
+    if replayed.mode != "outputs":
+        raise ReplayError("the default layouts are ranked against the 'outputs' replay")
+    hw = get_hardware(hw)
+    convs = [n for n in data.nodes if n.opcode == "convolution"]
+    delta = 0.0
+    ours: dict[str, tuple[int, ...]] = {}
+    for n in convs:
+        imp = import_hlo(data.module, roots=[n.name], proxies=True)
+        out = imp.values[n.name]
+        layouts = {v: lay for v, lay in imp.layouts.items() if v != out}
+        compiled = best_tiles(compile_program(
+            imp.graph, Config(layouts=layouts, dtypes=imp.dtypes), hw))
+        got = compiled.config.layouts.get(out)
+        ours[n.name] = tuple(got) if got is not None else ()
+        delta += program_time(compiled) - replayed.node_times[n.name]
+    rank = sum(1 for d in replayed.delta if d < delta)
+    names = sorted(replayed.offsets, key=replayed.offsets.__getitem__)
+    base = replayed.offsets[replayed.levels[replayed._default]]
+    level = min(names, key=lambda lv: abs(replayed.offsets[lv] - base - delta))
+    xla = replayed._default
+    xla_rank = sum(1 for t in replayed.measured if t < replayed.measured[xla])
+    same = None
+    for run in data.runs:
+        outs = {n.name: complete_layout(run.layouts[n.index][0], ours[n.name])
+                if run.layouts[n.index] and run.layouts[n.index][0] else None for n in convs}
+        if all(o is not None and o == ours[k] for k, o in outs.items()):
+            same = run.index
+            break
+    return DefaultLayoutRank(delta, rank, len(replayed.delta), level,
+                             replayed.levels[xla], xla_rank, same, MappingProxyType(ours))
+
+
+__all__ = [
+    "LAYOUT_FILE",
+    "TILE_FILE",
+    "DefaultLayoutRank",
+    "LayoutData",
+    "LayoutNode",
+    "LayoutReplay",
+    "LayoutRun",
+    "Metrics",
+    "PreparedKernel",
+    "ReplayError",
+    "Skipped",
+    "TileKernel",
+    "TileReplay",
+    "TileRow",
+    "best_tiles",
+    "compile_program",
+    "complete_layout",
+    "data_dir",
+    "default_layout_rank",
+    "kendall_tau_b",
+    "kernel_config",
+    "load_layouts",
+    "load_tiles",
+    "measured_levels",
+    "metrics",
+    "prepare",
+    "prepare_all",
+    "program_time",
+    "replay_layouts",
+    "replay_tiles",
+]

@@ -33,6 +33,7 @@ from superopt.tpu_sim.kernel_costs import KernelCosts
 from superopt.tpu_sim.layout import Layout, NodeLayouts, paused_gc
 from superopt.tpu_sim.layout_pass import LaidOut
 from superopt.tpu_sim.pipeline import Compiled, run_passes
+from superopt.tpu_sim.tiling import DEFAULT_TILING, check_default_tiling
 from superopt.tpu_sim.timing import NOISE_SIGMA, Simulation, graph_totals, time_compiled, with_noise
 
 V = TypeVar("V")
@@ -130,23 +131,25 @@ class Simulator:
     """
 
     def __init__(self, hw: Hardware | str | None = None, max_laid: int = 8,
-                 max_graphs: int = 64) -> None:
+                 max_graphs: int = 64, default_tiling: str = DEFAULT_TILING) -> None:
         self.hw = get_hardware(hw)
-        self.kernels = KernelCosts(self.hw)
+        self.default_tiling = check_default_tiling(default_tiling)
+        self.kernels = KernelCosts(self.hw, default_tiling=default_tiling)
         self.op_costs: dict[tuple, tuple[float, float, bool, tuple]] = {}
         self._laid: GraphCache[LaidOut] = GraphCache(max_laid)
         self._totals: GraphCache[tuple[float, float]] = GraphCache(max_graphs)
 
     def __repr__(self) -> str:
-        return f"Simulator({self.hw.name})"
+        extra = "" if self.default_tiling == DEFAULT_TILING else f", {self.default_tiling}"
+        return f"Simulator({self.hw.name}{extra})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (e.g. with a Compiled sent to a worker) without its caches.
-        return (Simulator, (self.hw,))
+        return (Simulator, (self.hw, 8, 64, self.default_tiling))
 
     def clear(self) -> None:
         """Forget every cached result (for cold-start timing)."""
-        self.kernels = KernelCosts(self.hw)
+        self.kernels = KernelCosts(self.hw, default_tiling=self.default_tiling)
         self.op_costs.clear()
         self._laid.clear()
         self._totals.clear()

@@ -78,6 +78,9 @@ def validate_args(args: argparse.Namespace) -> None:
         raise IRError(f"--round must be >= 1, found {args.round}")
     if args.plan_budget < 0:
         raise IRError(f"--plan-budget must be >= 0, found {args.plan_budget}")
+    from superopt.tpu_sim.tiling import check_default_tiling
+
+    check_default_tiling(args.default)  # one line naming the known heuristics
     create("random")  # registers the strategies
     if args.strategy not in STRATEGIES:
         raise IRError(f"unknown strategy {args.strategy!r}: expected one of "
@@ -106,7 +109,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         parse_executor(args.executor)
     spec = {"model": args.model, "batch": args.batch, "hardware": args.hardware,
             "rules": args.rules, "allow_unproved": args.allow_unproved,
-            "plan_budget": args.plan_budget}
+            "plan_budget": args.plan_budget, "default_tiling": args.default}
     with console.status(f"loading {args.model} and building the default candidate"):
         session = open_session(spec)
     settings = {"passes": list(passes), "schedule": args.schedule, "strategy": args.strategy,
@@ -411,7 +414,8 @@ def replay(args: argparse.Namespace, console: Console) -> int:
     session = open_session({"model": w["model"], "batch": w.get("batch"),
                             "hardware": w.get("hardware"), "rules": w.get("rules"),
                             "allow_unproved": w.get("allow_unproved"),
-                            "plan_budget": w.get("plan_budget", PLAN_BUDGET)})
+                            "plan_budget": w.get("plan_budget", PLAN_BUDGET),
+                            "default_tiling": w.get("default_tiling")})
     if session.workload != w:
         raise RecordsError(f"{args.replay}: the model {w['model']!r} now builds another "
                            "graph or rule set than the one recorded")

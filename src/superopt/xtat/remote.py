@@ -58,7 +58,7 @@ class RemoteMeasure:
                  workers: int = 2) -> None:
         self.pool = pool
         self.spec = {k: spec.get(k) for k in ("model", "batch", "hardware", "rules",
-                                               "allow_unproved", "plan_budget")
+                                               "allow_unproved", "plan_budget", "default_tiling")
                      if k in spec}
         self.runner = runner
         self.workers = max(1, workers)

@@ -99,8 +99,10 @@ class SimRunner:
         return total
 
     def estimate(self, candidate: Candidate) -> float:
-        """The default compiler's analytical estimate of the candidate: each kernel's
-        `analytical_time` under its tile, summed (no measurement, no noise)."""
+        """The analytical roofline estimate of the candidate (the legacy default
+        compiler's model): each kernel's `analytical_time` under its tile, summed (no
+        measurement, no noise). Strategies order their moves by it; its thresholds
+        (revisit's slack) were set on it."""
         final = candidate.final
         got = final.memo.get("estimate")
         if got is None:

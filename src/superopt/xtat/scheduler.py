@@ -223,17 +223,21 @@ class Workload:
 
 
 def workload(models: Sequence[str], hardware: str | None = None, batch: int | None = None,
-             tiles: int = TILES) -> Workload:
-    """The tasks of `models`' default programs (the default compiler's fusion)."""
+             tiles: int = TILES, default_tiling: str | None = None) -> Workload:
+    """The tasks of `models`' default programs (the default compiler's fusion, and its
+    tiles by `default_tiling`: `tiling.DEFAULT_TILINGS`)."""
+    from superopt.tpu_sim.tiling import DEFAULT_TILING
     from superopt.xtat.session import open_session
 
-    sim = Simulator(hardware)
+    default_tiling = default_tiling or DEFAULT_TILING
+    sim = Simulator(hardware, default_tiling=default_tiling)
     tile_pass = TileSites(sim)
     kernels: dict[str, dict[str, int]] = {}
     default_times: dict[str, float] = {}
     sigs: dict[str, tuple[Any, Any, Flags]] = {}
     for m in models:
-        s = open_session({"model": m, "batch": batch, "hardware": hardware})
+        s = open_session({"model": m, "batch": batch, "hardware": hardware,
+                          "default_tiling": default_tiling})
         f = s.default.final
         counts: dict[str, int] = {}
         for key, sig in zip(f.sig_keys, f.signatures, strict=True):

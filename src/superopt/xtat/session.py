@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from superopt.ir.graph import Graph
 from superopt.substitutions.text import format_rule
 from superopt.tpu_sim import Simulator
+from superopt.tpu_sim.tiling import DEFAULT_TILING
 from superopt.xtat.passes.fusion import FusionSites
 from superopt.xtat.passes.kernel import FlagSites, TileSites
 from superopt.xtat.passes.layout import LayoutSites
@@ -80,7 +81,7 @@ def rewritten_graph(pipeline: Pipeline, candidate: Candidate) -> Graph:
 
 @dataclass
 class Session:
-    spec: dict[str, Any]  # model, batch, hardware, rules, allow_unproved
+    spec: dict[str, Any]  # model, batch, hardware, rules, allow_unproved, default_tiling
     graph: Graph
     sim: Simulator
     pipeline: Pipeline
@@ -96,7 +97,11 @@ class Session:
                 "rules": list(self.rules.sources),
                 "allow_unproved": bool(self.spec.get("allow_unproved")),
                 "rules_digest": self.spec.get("rules_digest"),
-                "plan_budget": int(self.spec.get("plan_budget", PLAN_BUDGET))}
+                "plan_budget": int(self.spec.get("plan_budget", PLAN_BUDGET)),
+                # Only a non-default heuristic is named, so records written before the
+                # choice existed (all over the then default, now "legacy") do not match.
+                **({"default_tiling": self.sim.default_tiling}
+                   if self.sim.default_tiling != DEFAULT_TILING else {})}
 
 
 def use_plan_cache(session: Session, path: str | Path | None,
@@ -119,7 +124,8 @@ def open_session(spec: Mapping[str, Any], graph: Graph | None = None) -> Session
     spec = dict(spec)
     if graph is None:
         graph = load_graph(spec["model"], spec.get("batch"))
-    sim = Simulator(spec.get("hardware"))
+    sim = Simulator(spec.get("hardware"),
+                    default_tiling=spec.get("default_tiling") or DEFAULT_TILING)
     rules = rule_set(spec.get("rules"), bool(spec.get("allow_unproved")))
     spec["rules_digest"] = digest("\n".join(sorted(format_rule(r) for r in rules.rules)))
     pipeline = make_pipeline(sim, Matcher(rules.rules),

@@ -1,9 +1,11 @@
-"""The analytical baseline: the default compiler's XLA-like model, as it uses it.
+"""The analytical baseline: the legacy default compiler's roofline model, as it used it.
 
 A kernel's time is `KernelCosts.analytical_time(sig, tile)` (compute + memory - 0.95 x
 min(compute, memory) + launch, memory counting the tile's operand re-reads; DESIGN.md
-section 8). Flags do not enter it, as they do not enter the default compiler's tile choice.
-Ranking follows the default compiler's order: the estimate rounded to picoseconds, ties
+section 8). Flags do not enter it. The default compiler now minimises a finer estimate
+(`tiling.DEFAULT_TILINGS`); this model stays the untrained baseline the learned ones are
+compared against.
+Ranking follows that compiler's order: the estimate rounded to picoseconds, ties
 by grid steps (fewer first), then by option order. Nothing is trained.
 """
 

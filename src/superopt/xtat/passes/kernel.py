@@ -107,7 +107,7 @@ class TileSites(_KernelPass):
             if default not in opts:
                 return (default,), default, kc.cost(sig, default, DEFAULT_FLAGS).time
             opts.remove(default)
-            rank = {t: kc.tile_rank(sig, t) for t in opts}
+            rank = {t: kc.option_rank(sig, t) for t in opts}
             # A tile that fits VMEM only single-buffered is rejected under the default
             # flags, which the kernel passes measure new tiles under: such a tile's round
             # is lost to its kernel (vgg19 b16's 512-channel convs: 8 of their first 12
