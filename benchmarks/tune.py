@@ -53,13 +53,13 @@ def geomean(xs: list[float]) -> float:
 
 def tune_once(model: str, batch: int | None, budget: int, schedule: str = "joint",
               passes: tuple[str, ...] | None = None, strategy: str = "anneal", seed: int = 0,
-              graph: Graph | None = None) -> dict:
+              graph: Graph | None = None, default_tiling: str | None = None) -> dict:
     from superopt.xtat.session import open_session
     from superopt.xtat.tuner import PASS_NAMES, Tuner, make_schedule
 
     t0 = time.perf_counter()
-    s = open_session({"model": model, "batch": batch, "default_tiling": DEFAULT["tiling"]},
-                     graph)
+    s = open_session({"model": model, "batch": batch,
+                      "default_tiling": default_tiling or DEFAULT["tiling"]}, graph)
     opened = time.perf_counter() - t0
     phases = make_schedule(schedule, passes or PASS_NAMES, strategy)
     r = Tuner(s.pipeline, s.runner, s.default, seed=seed).run(phases, budget)
@@ -70,15 +70,25 @@ def tune_once(model: str, batch: int | None, budget: int, schedule: str = "joint
             "changed": r.best.changed()}
 
 
-def section_zoo(models: list[str], batches: list[int], budget: int) -> list[dict]:
+def section_zoo(models: list[str], batches: list[int], budget: int,
+                legacy: bool = False) -> list[dict]:
+    """Every model at every batch; with `legacy`, each row also tuned over the legacy
+    default compiler (`legacy`: its default and tuned times and speedup), so the change of
+    baseline is visible row by row."""
     rows = []
     for m in models:
         for b in batches:
             row = tune_once(m, b, budget)
+            if legacy:
+                old = tune_once(m, b, budget, default_tiling="legacy")
+                row["legacy"] = {k: old[k] for k in ("default_s", "tuned_s", "speedup",
+                                                     "changed")}
             rows.append(row)
-            print(f"  {m:13s} b={b:<3d} default {row['default_s'] * 1e3:9.4f} ms  tuned "
+            print(f"  {m:18s} b={b:<3d} default {row['default_s'] * 1e3:9.4f} ms  tuned "
                   f"{row['tuned_s'] * 1e3:9.4f} ms  {row['speedup']:.4f}x  "
-                  f"{row['evaluations']} evals  {row['search_s']:.1f} s  {row['changed']}",
+                  + (f"(legacy default {row['legacy']['default_s'] * 1e3:9.4f} ms, "
+                     f"{row['legacy']['speedup']:.4f}x)  " if legacy else "")
+                  + f"{row['evaluations']} evals  {row['search_s']:.1f} s  {row['changed']}",
                   flush=True)
     return rows
 
@@ -267,6 +277,8 @@ def main() -> None:
     ap.add_argument("--default", choices=("xla", "legacy"), default="xla",
                     help="the default compiler's tile heuristic speedups are over (legacy: "
                          "the analytical roofline the figures before 2026-11-29 were over)")
+    ap.add_argument("--no-legacy-column", action="store_true",
+                    help="zoo section: do not also tune each row over the legacy default")
     args = ap.parse_args()
     DEFAULT["tiling"] = args.default
     from superopt import zoo
@@ -282,10 +294,21 @@ def main() -> None:
     t_all = time.perf_counter()
     if "zoo" in sections:
         print(f"zoo models, joint schedule, budget {budget}")
-        rows = section_zoo(models, batches, budget)
+        legacy = not args.no_legacy_column and args.default != "legacy"
+        rows = section_zoo(models, batches, budget, legacy)
         result["zoo"] = rows
         result["zoo_geomean_speedup"] = geomean([r["speedup"] for r in rows])
-        print(f"  geomean speedup {result['zoo_geomean_speedup']:.4f}x over {len(rows)} runs")
+        print(f"  geomean speedup {result['zoo_geomean_speedup']:.4f}x over {len(rows)} runs "
+              f"(over the {args.default} default)")
+        if legacy:
+            result["zoo_geomean_speedup_legacy"] = geomean([r["legacy"]["speedup"]
+                                                            for r in rows])
+            result["zoo_geomean_default_ratio"] = geomean(
+                [r["legacy"]["default_s"] / r["default_s"] for r in rows])
+            print(f"  over the legacy default: {result['zoo_geomean_speedup_legacy']:.4f}x; "
+                  f"legacy default / xla default time {result['zoo_geomean_default_ratio']:.4f}"
+                  "x; legacy default / tuned over xla "
+                  + f"{geomean([r['legacy']['default_s'] / r['tuned_s'] for r in rows]):.4f}x")
     if "ablation" in sections:
         print(f"ablation (budget {budget} each)")
         result["ablation"] = section_ablation(pairs, budget)

@@ -21,6 +21,7 @@ TABLE_MODULES = (
     "superopt.mutants.boxes",
     "superopt.xtat.passes.layout",
     "superopt.exporters.onnx",
+    "superopt.verifier.mutate",
 )
 
 
@@ -32,11 +33,12 @@ def _load_tables() -> None:
 
 def test_expected_tables_are_registered() -> None:
     assert {"modp", "flops", "torch", "tpu_cost", "tpu_layout", "tpu_bounds",
-            "z3", "boxes", "xtat_layout", "onnx"} <= set(TABLES)
+            "z3", "boxes", "xtat_layout", "onnx", "mutate"} <= set(TABLES)
 
 
 @pytest.mark.parametrize("table", ["modp", "flops", "torch", "tpu_cost", "tpu_layout",
-                                   "tpu_bounds", "z3", "boxes", "xtat_layout", "onnx"])
+                                   "tpu_bounds", "z3", "boxes", "xtat_layout", "onnx",
+                                   "mutate"])
 def test_table_covers_every_op(table: str) -> None:
     t = TABLES[table]
     assert t.missing() == [], f"ops without a {table} rule: {t.missing()}"

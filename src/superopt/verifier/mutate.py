@@ -18,22 +18,51 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from superopt.ir.errors import IRError
-from superopt.ir.opdef import get_op
+from superopt.ir.opdef import ELEMENTWISE, REDUCTION, get_op
+from superopt.ir.rules import RuleTable
 from superopt.substitutions.pattern import AConst, Pattern, PNode, PVar
 from superopt.substitutions.rule import Rule
 from superopt.verifier.sampler import Built, Instance, build, compare, random_test
 
-# Look-alike ops with the same operands (attributes the new op lacks are dropped).
-SWAPS = {
-    "ewadd": "ewmul", "ewmul": "ewadd", "relu": "sigmoid", "sigmoid": "tanh",
-    "tanh": "relu", "gelu": "relu", "pool2d_avg": "pool2d_max", "pool2d_max": "pool2d_avg",
-    "reduce_sum": "reduce_mean", "reduce_mean": "reduce_sum",
-    "sub": "ewadd", "div": "ewmul", "maximum": "minimum", "minimum": "maximum", "lt": "gt",
-    "gt": "lt", "eq": "lt", "exp": "sigmoid", "log": "tanh", "silu": "gelu", "sqrt": "rsqrt",
-    "rsqrt": "sqrt", "recip": "neg", "neg": "recip", "sin": "cos", "cos": "sin", "erf": "tanh",
-    "reduce_max": "reduce_sum",
-}
-COMMUTATIVE = frozenset({"ewadd", "ewmul"})
+
+@dataclass(frozen=True)
+class OpMutations:
+    """How mutations treat one op: the look-alike it is swapped for (same operands;
+    attributes the look-alike lacks are dropped), None for none; and whether swapping its
+    first two operands leaves it unchanged (then that mutation is not made)."""
+
+    look_alike: str | None
+    symmetric: bool = False
+
+
+# Every element-wise op and reduction says what it is mistaken for, or that nothing is (the
+# coverage test checks the table against the registry); other ops may add a row.
+MUTATIONS: RuleTable[OpMutations] = RuleTable(
+    "mutate", needs=lambda op: bool({ELEMENTWISE, REDUCTION} & op.traits))
+for _op, _facts in {
+    "ewadd": OpMutations("ewmul", True), "ewmul": OpMutations("ewadd", True),
+    "relu": OpMutations("sigmoid"), "sigmoid": OpMutations("tanh"),
+    "tanh": OpMutations("relu"), "gelu": OpMutations("relu"),
+    "pool2d_avg": OpMutations("pool2d_max"), "pool2d_max": OpMutations("pool2d_avg"),
+    "reduce_sum": OpMutations("reduce_mean"), "reduce_mean": OpMutations("reduce_sum"),
+    "reduce_max": OpMutations("reduce_sum"), "sub": OpMutations("ewadd"),
+    "div": OpMutations("ewmul"), "maximum": OpMutations("minimum", True),
+    "minimum": OpMutations("maximum", True), "lt": OpMutations("gt"), "gt": OpMutations("lt"),
+    "eq": OpMutations("lt", True), "exp": OpMutations("sigmoid"), "log": OpMutations("tanh"),
+    "silu": OpMutations("gelu"), "sqrt": OpMutations("rsqrt"), "rsqrt": OpMutations("sqrt"),
+    "recip": OpMutations("neg"), "neg": OpMutations("recip"), "sin": OpMutations("cos"),
+    "cos": OpMutations("sin"), "erf": OpMutations("tanh"),
+    # No look-alike with the same operands and attributes: other mutations still apply.
+    "attention": OpMutations(None), "cast": OpMutations(None),
+    "layer_norm": OpMutations(None), "rms_norm": OpMutations(None),
+    "pow": OpMutations(None), "smul": OpMutations(None), "softmax": OpMutations(None),
+    "where": OpMutations(None),
+}.items():
+    MUTATIONS.register(_op, _facts)
+
+
+def _facts(op: str) -> OpMutations:
+    return MUTATIONS.get(op) if MUTATIONS.supports(op) else OpMutations(None)
 
 
 @dataclass(frozen=True)
@@ -79,8 +108,8 @@ def _changed_values(op: str, name: str, value: Any) -> list[Any]:
 
 def _node_mutations(p: PNode, variables: Sequence[str]) -> Iterator[tuple[str, Pattern]]:
     """(what changed, the changed node) for one node of a pattern."""
-    if p.op in SWAPS:
-        new = SWAPS[p.op]
+    new = _facts(p.op).look_alike
+    if new is not None:
         names = {a.name for a in get_op(new).attrs}
         yield f"op {p.op} -> {new}", PNode(new, tuple((k, v) for k, v in p.attrs if k in names),
                                           p.children, p.output)
@@ -94,7 +123,7 @@ def _node_mutations(p: PNode, variables: Sequence[str]) -> Iterator[tuple[str, P
     if "activation" in {a.name for a in get_op(p.op).attrs} and "activation" not in named:
         attrs = tuple(sorted((*p.attrs, ("activation", AConst("relu")))))
         yield f"{p.op} activation none -> relu", replace(p, attrs=attrs)
-    if len(p.children) >= 2 and p.op not in COMMUTATIVE and p.children[0] != p.children[1]:
+    if len(p.children) >= 2 and not _facts(p.op).symmetric and p.children[0] != p.children[1]:
         kids = (p.children[1], p.children[0], *p.children[2:])
         yield f"{p.op} operands swapped", replace(p, children=kids)
     for j, c in enumerate(p.children):
