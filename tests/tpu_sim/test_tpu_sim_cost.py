@@ -50,12 +50,13 @@ def only_kernel(c: Compiled, op: str):
 
 def test_2048_cubed_bf16_matmul_reaches_85_to_92_percent_of_peak() -> None:
     # The band was 85-90% with the assumed fixed costs; the constants calibrated on
-    # TPU v3 kernels (a 62-cycle grid step, the 256-cycle MXU fill) give 90.9%.
+    # TPU v3 kernels (a 62-cycle grid step, the 256-cycle MXU fill) gave 90.9% at the legacy
+    # default's tile, and the XLA-strength default's tile (fewer, larger steps) 92.0%.
     c = compile_default(matmul_graph(2048, 2048, 2048))
     validate(c)
     sim = simulate(c)
     assert sim.flops == 2 * 2048**3
-    assert 0.85 <= sim.flops_fraction <= 0.92
+    assert 0.85 <= sim.flops_fraction <= 0.93
     assert sim.kernels[0].bound == "compute"
 
 
