@@ -78,9 +78,10 @@ def validate_args(args: argparse.Namespace) -> None:
         raise IRError(f"--round must be >= 1, found {args.round}")
     if args.plan_budget < 0:
         raise IRError(f"--plan-budget must be >= 0, found {args.plan_budget}")
-    from superopt.tpu_sim.tiling import check_default_tiling
+    from superopt.tpu_sim.tiling import DEFAULT_TILING, check_default_tiling
 
-    check_default_tiling(args.default)  # one line naming the known heuristics
+    # One line naming the known heuristics (callers building a Namespace may leave it out).
+    check_default_tiling(getattr(args, "default", DEFAULT_TILING))
     create("random")  # registers the strategies
     if args.strategy not in STRATEGIES:
         raise IRError(f"unknown strategy {args.strategy!r}: expected one of "
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         parse_executor(args.executor)
     spec = {"model": args.model, "batch": args.batch, "hardware": args.hardware,
             "rules": args.rules, "allow_unproved": args.allow_unproved,
-            "plan_budget": args.plan_budget, "default_tiling": args.default}
+            "plan_budget": args.plan_budget, "default_tiling": getattr(args, "default", None)}
     with console.status(f"loading {args.model} and building the default candidate"):
         session = open_session(spec)
     settings = {"passes": list(passes), "schedule": args.schedule, "strategy": args.strategy,
