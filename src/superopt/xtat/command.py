@@ -124,7 +124,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     default_time = session.runner.time(session.default)
     console.print(f"rewrite pass: {session.rules.describe()}")
     console.print(f"{graph.name}: {len(graph)} nodes, {len(session.default.final.partition.kernels)}"
-                  f" kernels by default ({_fmt(default_time)} on TPU {session.sim.hw.name}); "
+                  f" kernels by default ({_fmt(default_time)} on TPU {session.sim.hw.name}, "
+                  f"{session.sim.default_tiling} default tiles); "
                   f"schedule {args.schedule}: " + ", ".join(
                       f"{p.name} by {p.strategy}" for p in phases)
                   + (f"; resuming {db.count()} recorded measurements" if db and db.count() else ""))
@@ -265,7 +266,8 @@ def _report(session: Session, result: TuneResult, args: argparse.Namespace,
     ok = not found and consistent
     summary: dict[str, Any] = {
         "model": session.spec["model"], "graph": session.graph.name,
-        "hardware": session.sim.hw.name, "default_s": result.default_time,
+        "hardware": session.sim.hw.name, "default_tiling": session.sim.default_tiling,
+        "default_s": result.default_time,
         "tuned_s": result.best_time, "speedup": result.speedup,
         "evaluations": result.evaluations, "measured": result.measured,
         "replayed": result.replayed, "wall_s": result.wall_s, "stopped": result.stopped,
