@@ -140,10 +140,18 @@ def report(cells: Path) -> dict:
                         else None}
                     if tuner == "metaschedule":
                         row["trials_to_own_best"] = ms_trials
+                        # The other way round: MetaSchedule's trials to each of our
+                        # tuners' best (same seed and budget).
+                        row["trials_to_best_of"] = {
+                            t: tk.trials_to(secs, min(o[0]))
+                            for t in OURS
+                            if (o := at_budget(data.get((k.name, t, seed), {}), b))}
                     elif ms_best is not None and ms_trials:
                         n = tk.trials_to(secs, ms_best)
+                        row["ms_seed"] = seed if (k.name, "metaschedule", seed) in data else 0
                         row["trials_to_ms_best"] = n
                         row["ratio_vs_ms"] = round(n / ms_trials, 3) if n else None
+                        row["gflops_share_of_ms_best"] = round(ms_best / best, 3)
                     rows.append(row)
             if rows:
                 entry["budgets"][str(b)] = rows

@@ -180,6 +180,8 @@ def test_report_ratios_and_prefixes(tmp_path: Path) -> None:
     assert rows["guided"]["trials_to_ms_best"] == 30
     assert rows["guided"]["ratio_vs_ms"] == 0.3
     assert rows["evolution"]["ratio_vs_ms"] is None
+    assert rows["metaschedule"]["trials_to_best_of"] == {"guided": None, "evolution": 1}
+    assert rows["guided"]["gflops_share_of_ms_best"] == pytest.approx(0.5 / 0.45, abs=1e-3)
     assert rows["guided"]["best_gflops"] == pytest.approx(k.flops / 0.45 / 1e9, rel=1e-3)
     # At 64 the cells' prefixes stand in: MetaSchedule's best is then 1.0 at trial 1.
     rows64 = {r["tuner"]: r for r in entry["budgets"]["64"]}
