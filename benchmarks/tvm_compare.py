@@ -155,6 +155,7 @@ def report(cells: Path) -> dict:
                     rows.append(row)
             if rows:
                 entry["budgets"][str(b)] = rows
+                entry.setdefault("knob_space", {})[str(b)] = _within_knobs(data, k, b, seeds)
                 guided = [r for r in rows if r["tuner"] == "guided" and "ratio_vs_ms" in r]
                 if guided:
                     goal_rows.setdefault(b, {})[k.name] = all(
@@ -173,6 +174,23 @@ def report(cells: Path) -> dict:
             "kernels": kernels, "goal": goal}
 
 
+def _within_knobs(data: dict, k: Any, b: int, seeds: list[int]) -> list[dict]:
+    """Our tuners against each other on their one space: per seed, the target is the
+    least of their bests at budget `b` (so each reaches it), and each one's trials to it."""
+    from superopt.xtat import tvm_kernels as tk
+
+    out = []
+    for seed in seeds:
+        runs = {t: at_budget(data.get((k.name, t, seed), {}), b) for t in OURS}
+        secs_of = {t: r[0] for t, r in runs.items() if r}
+        if len(secs_of) < 2:
+            continue
+        target = max(min(secs) for secs in secs_of.values())
+        out.append({"seed": seed, "target_gflops": round(k.flops / target / 1e9, 3),
+                    "trials": {t: tk.trials_to(secs, target) for t, secs in secs_of.items()}})
+    return out
+
+
 def print_table(res: dict) -> None:
     for k in res["kernels"]:
         print(f"\n{k['kernel']} ({k['op']} {k['shapes']}, {k['gflop']} GFLOP)")
@@ -186,6 +204,11 @@ def print_table(res: dict) -> None:
                       f"{r['best_gflops'] if r['best_gflops'] is not None else '-':>8} "
                       f"{trials if trials is not None else '-':>7} "
                       f"{ratio if ratio is not None else '-':>6}  {r['source']}")
+        for b, rows in k.get("knob_space", {}).items():
+            for r in rows:
+                print(f"  knob space, budget {b}, seed {r['seed']}: trials to "
+                      f"{r['target_gflops']} GFLOP/s (the least of our bests): "
+                      + ", ".join(f"{t} {n}" for t, n in r["trials"].items()))
     print("\ngoal (guided <= 0.5x MetaSchedule's trials on >= 3 of 4 kernels):")
     for b, g in res["goal"].items():
         print(f"  budget {b}: {g['kernels_with_guided_ratio_le_0.5']} of "

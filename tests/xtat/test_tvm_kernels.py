@@ -189,6 +189,10 @@ def test_report_ratios_and_prefixes(tmp_path: Path) -> None:
     assert rows64["metaschedule"]["trials_to_own_best"] == 1
     assert rows64["guided"]["trials_to_ms_best"] == 30
     assert "1000" not in entry["budgets"]
+    # Among our tuners, the target is the least of their bests (evolution's 3.0).
+    assert entry["knob_space"]["256"] == [{
+        "seed": 0, "target_gflops": round(k.flops / 3.0 / 1e9, 3),
+        "trials": {"guided": 1, "evolution": 2}}]
     # One kernel measured: the goal (3 of 4) cannot be met.
     assert res["goal"]["256"]["per_kernel"] == {k.name: True}
     assert res["goal"]["256"]["met"] is False
