@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +51,16 @@ def test_kernels_are_the_zoo_shapes() -> None:
     # and the check can fail: a shape the zoo's resnet50 does not have
     odd = Kernel("odd", "resnet50", "conv2d", (64, 56, 56, 64, 5, 5, 2, 1))
     assert not any(_same_op(api.load("resnet50"), n, odd) for n in api.load("resnet50").nodes)
+
+
+def test_importing_the_adapter_does_not_import_tvm() -> None:
+    code = ("import sys, superopt.xtat.tvm_kernels as tk; tk.KnobSpace(tk.KERNELS[0]); "
+            "print(' '.join(sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    mods = set(out.stdout.split())
+    assert "superopt.xtat.tvm_kernels" in mods  # the check sees imports
+    assert not {m for m in mods if m == "tvm" or m.startswith(("tvm.", "tvm_ffi"))}
 
 
 def test_flops_and_shapes() -> None:
