@@ -160,6 +160,15 @@ def report(cells: Path) -> dict:
                 if guided:
                     goal_rows.setdefault(b, {})[k.name] = all(
                         r["ratio_vs_ms"] is not None and r["ratio_vs_ms"] <= 0.5 for r in guided)
+        # Trial 0 of each of our cells is the same (naive) schedule, measured at other
+        # moments: its spread is the machine's noise on one measurement.
+        zero = [runs[max(runs)][0] for (kn, t, _), runs in data.items()
+                if kn == k.name and t in OURS and runs and math.isfinite(runs[max(runs)][0])]
+        if len(zero) >= 2:
+            entry["noise_default_schedule"] = {
+                "measurements": len(zero), "min_ms": round(min(zero) * 1e3, 3),
+                "max_ms": round(max(zero) * 1e3, 3),
+                "max_over_min": round(max(zero) / min(zero), 3)}
         kernels.append(entry)
     goal = {}
     for b, per in sorted(goal_rows.items()):
@@ -195,7 +204,7 @@ def print_table(res: dict) -> None:
     for k in res["kernels"]:
         print(f"\n{k['kernel']} ({k['op']} {k['shapes']}, {k['gflop']} GFLOP)")
         print(f"  {'budget':>6} {'tuner':<13} {'seed':>4} {'GFLOP/s':>8} {'trials':>7} "
-              f"{'ratio':>6}  source")
+              f"{'ratio':>6} {'/MS':>6}  source")
         for b, rows in k["budgets"].items():
             for r in rows:
                 trials = r.get("trials_to_own_best", r.get("trials_to_ms_best"))
@@ -203,7 +212,12 @@ def print_table(res: dict) -> None:
                 print(f"  {b:>6} {r['tuner']:<13} {r['seed']:>4} "
                       f"{r['best_gflops'] if r['best_gflops'] is not None else '-':>8} "
                       f"{trials if trials is not None else '-':>7} "
-                      f"{ratio if ratio is not None else '-':>6}  {r['source']}")
+                      f"{ratio if ratio is not None else '-':>6} "
+                      f"{r.get('gflops_share_of_ms_best', '-'):>6}  {r['source']}")
+        if "noise_default_schedule" in k:
+            z = k["noise_default_schedule"]
+            print(f"  noise: the default schedule measured {z['measurements']}x, "
+                  f"{z['min_ms']}..{z['max_ms']} ms (max/min {z['max_over_min']})")
         for b, rows in k.get("knob_space", {}).items():
             for r in rows:
                 print(f"  knob space, budget {b}, seed {r['seed']}: trials to "

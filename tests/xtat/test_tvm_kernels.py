@@ -205,6 +205,8 @@ def test_report_ratios_and_prefixes(tmp_path: Path) -> None:
     assert entry["knob_space"]["256"] == [{
         "seed": 0, "target_gflops": round(k.flops / 3.0 / 1e9, 3),
         "trials": {"guided": 1, "evolution": 2}}]
+    # Trial 0 (the default schedule) of our two cells: 2.0 and a failure (left out).
+    assert "noise_default_schedule" not in entry
     # One kernel measured: the goal (3 of 4) cannot be met.
     assert res["goal"]["256"]["per_kernel"] == {k.name: True}
     assert res["goal"]["256"]["met"] is False
