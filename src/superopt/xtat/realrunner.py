@@ -103,6 +103,10 @@ class OrtTimer:
             self._sessions.popitem(last=False)
         return run
 
+    def outputs(self, graph: Graph) -> list[np.ndarray]:
+        """The graph's outputs in onnxruntime on the timer's inputs (value checks)."""
+        return list(self._session(graph, 0)())  # type: ignore[call-overload]
+
     def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int) -> SideBySide:
         seen: dict[str, int] = {}
         runs = []
