@@ -93,15 +93,16 @@ def validate_args(args: argparse.Namespace) -> None:
     if args.replay is None:
         from superopt.xtat.targets import check_device, get_target
 
-        target = get_target(args.target, args.hardware)
+        # getattr: the Python API builds the namespace without the options it leaves out.
+        target = get_target(getattr(args, "target", None), getattr(args, "hardware", None))
         if target.real:
             # What needs the simulator's exact times, kernels or worker processes.
-            for flag, on in (("--workers", args.workers > 1), ("--executor", args.executor),
-                             ("--cost-model", args.cost_model), ("--explain", args.explain),
-                             ("--waterfall", args.waterfall), ("--torch", args.torch)):
-                if on:
-                    raise IRError(f"{flag} needs a simulator target; --target {target.name} "
-                                  "measures in onnxruntime on this machine")
+            for flag in ("workers", "executor", "cost_model", "explain", "waterfall", "torch"):
+                on = getattr(args, flag, None)
+                if on and not (flag == "workers" and on == 1):
+                    raise IRError(f"--{flag.replace('_', '-')} needs a simulator target; "
+                                  f"--target {target.name} measures in onnxruntime on this "
+                                  "machine")
         check_device(target)
 
 
