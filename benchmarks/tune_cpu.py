@@ -147,20 +147,26 @@ def _geomean(xs: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else None
 
 
+def _outside(f: dict[str, Any], sign: int) -> bool:
+    """The ratio's interval beyond 1 and the ratio beyond the A/A interval, on the side
+    `sign` says (1: faster, -1: slower)."""
+    if sign > 0:
+        return f["ci95"][0] > 1 and f["ratio"] > f["aa_ci95"][1]
+    return f["ci95"][1] < 1 and f["ratio"] < f["aa_ci95"][0]
+
+
 def summarize(data: dict[str, Any]) -> None:
     rows = data["rows"]
     ort = [r["onnxruntime"]["ratio"] for r in rows]
     torch = [r["torch_eager"]["ratio"] for r in rows if "torch_eager" in r]
     data["geomean_onnxruntime"] = _geomean(ort)
     data["geomean_torch_eager"] = _geomean(torch)
-    data["slower_outside_noise"] = [
-        f"{r['model']} b{r['batch']}" for r in rows
-        if r["onnxruntime"]["ci95"][1] < 1 and r["onnxruntime"]["ratio"]
-        < r["onnxruntime"]["aa_ci95"][0]]
-    data["faster_outside_noise"] = [
-        f"{r['model']} b{r['batch']}" for r in rows
-        if r["onnxruntime"]["ci95"][0] > 1 and r["onnxruntime"]["ratio"]
-        > r["onnxruntime"]["aa_ci95"][1]]
+    for sign, key in ((-1, "slower_outside_noise"), (1, "faster_outside_noise")):
+        data[key] = [f"{r['model']} b{r['batch']}" for r in rows
+                     if _outside(r["onnxruntime"], sign)]
+    # Where the tuner kept the input, "tuned" is the same model in another session: a
+    # difference there is between two onnxruntime sessions of one graph, not a rewrite.
+    data["input_kept"] = [f"{r['model']} b{r['batch']}" for r in rows if not r["kept"]]
     done = {(r["model"], r["batch"]) for r in rows}
     data["not_run"] = [f"{m} b{b}" for b in data["settings"]["batches"] for m in
                        data["settings"]["models"] if (m, b) not in done
@@ -225,6 +231,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kill-check", metavar="MODEL", default=None,
                     help="only the SIGKILL/resume check on MODEL at the first batch")
+    ap.add_argument("--summarize", action="store_true",
+                    help="only recompute the summary of --out (no timing)")
     ap.add_argument("--kill-after", type=int, default=4,
                     help="measurements recorded before the kill")
     ap.add_argument("--models", default=",".join(MODELS))
@@ -253,6 +261,11 @@ def main() -> None:
 
     models = [m for m in args.models.split(",") if m]
     batches = [int(b) for b in args.batches.split(",")]
+    if args.summarize:
+        data = json.loads(args.out.read_text())
+        summarize(data)
+        args.out.write_text(json.dumps(data, indent=1) + "\n")
+        return
     if args.kill_check:
         got = kill_check(args.kill_check, batches[0], args.kill_after, args)
         args.out.write_text(json.dumps({"kill_resume": got, "threads": args.threads,
