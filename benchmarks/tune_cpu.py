@@ -32,7 +32,8 @@ from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# Smallest first: when the time box ends, the rows that ran are the cheap ones.
+# Listed by size; `--order flops` (the default) runs the rows by FLOPs x batch, so when a
+# time box ends the rows that ran are the cheap ones.
 MODELS = ("squeezenet", "mobilenet_v2", "efficientnet_b0", "resnet18", "bert_small",
           "t5_small_encoder", "gpt2", "squeezenet1_0", "inception_v3", "resnet50",
           "resnext50", "nasnet_a", "csrnet", "vit_b16", "bert_base", "vgg19", "llama3_2_1b")
@@ -143,6 +144,14 @@ def _line(r: dict[str, Any]) -> str:
     return text
 
 
+def _flops(model: str) -> float:
+    """The model's FLOPs at batch 1 (`superopt.ir.analysis`): the rows' cost order."""
+    from superopt.ir.analysis import stats
+    from superopt.zoo import build
+
+    return float(stats(build(model, batch=1)).flops)
+
+
 def _geomean(xs: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else None
 
@@ -231,6 +240,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kill-check", metavar="MODEL", default=None,
                     help="only the SIGKILL/resume check on MODEL at the first batch")
+    ap.add_argument("--order", choices=("listed", "flops"), default="flops",
+                    help="rows in --models order per batch, or by FLOPs x batch (default: "
+                         "the cheapest rows first, so a time box runs the most rows)")
     ap.add_argument("--summarize", action="store_true",
                     help="only recompute the summary of --out (no timing)")
     ap.add_argument("--kill-after", type=int, default=4,
@@ -291,21 +303,24 @@ def main() -> None:
           f"{'95% CI':16s} {'A/A':>6s} {'A/A CI':16s} {'meas':>4s} {'wall s':>7s}")
     for r in data["rows"]:
         print(_line(r))
-    for b in batches:
-        for m in models:
-            if (m, b) in done or f"{m} b{b}" in data["failed"]:
-                continue
-            if args.until is not None and time.time() > args.until:
-                break
-            try:
-                row = run_row(m, b, args, args.workdir)
-            except MemoryError as e:
-                data["failed"][f"{m} b{b}"] = f"MemoryError: {e}"
-                continue
-            data["rows"].append(row)
-            print(_line(row), flush=True)
-            summarize(data)
-            args.out.write_text(json.dumps(data, indent=1) + "\n")
+    order = [(m, b) for b in batches for m in models]
+    if args.order == "flops":
+        order = sorted(order, key=lambda mb: _flops(mb[0]) * mb[1])
+    data["settings"]["order"] = [f"{m} b{b}" for m, b in order]
+    for m, b in order:
+        if (m, b) in done or f"{m} b{b}" in data["failed"]:
+            continue
+        if args.until is not None and time.time() > args.until:
+            break
+        try:
+            row = run_row(m, b, args, args.workdir)
+        except MemoryError as e:
+            data["failed"][f"{m} b{b}"] = f"MemoryError: {e}"
+            continue
+        data["rows"].append(row)
+        print(_line(row), flush=True)
+        summarize(data)
+        args.out.write_text(json.dumps(data, indent=1) + "\n")
     summarize(data)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     print(f"geomean onnxruntime {data['geomean_onnxruntime']}, torch eager "
