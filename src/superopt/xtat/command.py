@@ -503,9 +503,11 @@ def _replayed(args: argparse.Namespace, console: Console, session: Session, w: d
     else:
         exact = session.runner.time(cand)
         default = session.runner.time(session.default)
+    # A real target has no exact time: its final paired comparison's medians stand in.
+    what = "final comparison" if session.real else "exact"
     console.print(f"{w['model']}: best of {count} recorded measurements (step {best.step}): "
-                  f"measured {_fmt(best.runtime)}, exact {_fmt(exact)}; default {_fmt(default)}"
-                  f" ({default / exact:.4f}x); rebuilt without measuring")
+                  f"measured {_fmt(best.runtime)}, {what} {_fmt(exact)}; default "
+                  f"{_fmt(default)} ({default / exact:.4f}x); rebuilt without measuring")
     if args.out:
         graph = rewritten_graph(session.pipeline, cand)
         console.print(f"saved {save_graph(graph, args.out, 0)}")
