@@ -664,9 +664,28 @@ def build_parser() -> argparse.ArgumentParser:
                                    "corrupt or foreign database).")
     p.add_argument("model", metavar="MODEL_OR_FILE", nargs="?", default=None,
                    help=MODEL_HELP + ", or synthetic:N (a synthetic graph of about N nodes)")
-    p.add_argument("--passes", default="plan,rewrite,layout,fusion,tiling,flags",
-                   help="passes to tune, comma-separated (default: all six; plan: TASO's "
-                        "cost-model search's result as one choice, refined by rewrite)")
+    p.add_argument("--passes", default=None,
+                   help="passes to tune, comma-separated (default: all the target offers: "
+                        "plan,rewrite,layout,fusion,tiling,flags on a TPU, plan,rewrite on "
+                        "cpu/cuda; plan: TASO's cost-model search's result as one choice, "
+                        "refined by rewrite)")
+    p.add_argument("--target", default=None,
+                   help="where the model will run: tpu-v4 (default; the simulator, or the "
+                        "--hardware preset), tpu-v3, tpu-v5e, cpu (onnxruntime on this "
+                        "machine, every candidate measured for real), cuda (onnxruntime "
+                        "on a CUDA GPU, where there is one)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="cpu/cuda: onnxruntime's intra-op threads (default 1)")
+    p.add_argument("--rounds", type=int, default=10,
+                   help="cpu/cuda: paired rounds per measurement against the incumbent "
+                        "(default 10; the final comparison runs twice as many)")
+    p.add_argument("--op-cost", choices=("torch", "flops"), default="torch",
+                   help="cpu/cuda: the per-op cost that prices the plan's search and screens "
+                        "proposals before they are measured: torch (each op timed on this "
+                        "machine, kept in --cost-db; default) or flops (analytical)")
+    p.add_argument("--cost-db", metavar="OPS.jsonl", default=None,
+                   help="cpu/cuda: per-op costs measured on this machine, kept across runs "
+                        "(default: none kept)")
     p.add_argument("--schedule", choices=("joint", "plan_last", "rewrite_first", "sequential",
                                           "custom"),
                    default="joint",
@@ -700,7 +719,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", default=None,
                    help="process (default with --workers > 1), dask, or dask://HOST:PORT")
     p.add_argument("--seed", type=int, default=0, help="seed of the search and its noise")
-    p.add_argument("--hardware", default="v4", help="TPU preset: v4 (default), v3, v5e")
+    p.add_argument("--hardware", default=None, help="TPU preset: v4 (default), v3, v5e")
     # Checked by the command (`tiling.check_default_tiling`): naming the table here would
     # import the simulator into the parser.
     p.add_argument("--default", default="xla", metavar="HEURISTIC",

@@ -97,3 +97,16 @@ def test_invalid_runtime_round_trips_as_inf(tmp_path: Path) -> None:
     with RecordsDB(p, W, S) as db:
         db.add(0, "c", "{}", float("inf"), 0, "x", "y", 0.0)
         assert db.measurements()[0].runtime == float("inf")
+
+
+def test_a_runners_facts_survive_reopening_and_cannot_overwrite_the_records_own(
+        tmp_path: Path) -> None:
+    p = tmp_path / "r.sqlite"
+    _fill(p, 1)
+    with RecordsDB(p, W, S, resume=True) as db:
+        assert db.get_meta("noise") is None
+        db.put_meta("noise", {"aa": 1.01, "aa_ci": [0.99, 1.03]})
+        with pytest.raises(RecordsError, match="records' own"):
+            db.put_meta("workload", {"graph": "other"})
+    with RecordsDB(p, W, S, resume=True) as db:  # still the same workload
+        assert db.get_meta("noise") == {"aa": 1.01, "aa_ci": [0.99, 1.03]}

@@ -48,7 +48,9 @@ def _fmt(t: float) -> str:
     return f"{t * 1e3:.4f} ms" if t >= 1e-3 else f"{t * 1e6:.2f} us"
 
 
-def _passes(text: str) -> tuple[str, ...]:
+def _passes(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None  # every pass the target offers
     from superopt.xtat.tuner import PASS_NAMES
 
     names = tuple(p.strip() for p in text.split(",") if p.strip())
@@ -92,6 +94,20 @@ def validate_args(args: argparse.Namespace) -> None:
         raise IRError("--resume needs --db FILE")
     if args.db:
         _check_out(args.db, "--db")
+    if args.replay is None:
+        from superopt.xtat.targets import check_device, get_target
+
+        # getattr: the Python API builds the namespace without the options it leaves out.
+        target = get_target(getattr(args, "target", None), getattr(args, "hardware", None))
+        if target.real:
+            # What needs the simulator's exact times, kernels or worker processes.
+            for flag in ("workers", "executor", "cost_model", "explain", "waterfall", "torch"):
+                on = getattr(args, flag, None)
+                if on and not (flag == "workers" and on == 1):
+                    raise IRError(f"--{flag.replace('_', '-')} needs a simulator target; "
+                                  f"--target {target.name} measures in onnxruntime on this "
+                                  "machine")
+        check_device(target)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -102,30 +118,44 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return replay(args, console)
     from superopt.executor import parse_executor
     from superopt.xtat.session import open_session, use_plan_cache
+    from superopt.xtat.targets import get_target, tuned_passes
     from superopt.xtat.tuner import make_schedule
 
-    passes = _passes(args.passes)
+    target = get_target(args.target, args.hardware)
+    passes = tuned_passes(target, _passes(args.passes))
     phases = make_schedule(args.schedule, passes, args.strategy)
     if args.executor is not None:
         parse_executor(args.executor)
     spec = {"model": args.model, "batch": args.batch, "hardware": args.hardware,
             "rules": args.rules, "allow_unproved": args.allow_unproved,
-            "plan_budget": args.plan_budget, "default_tiling": getattr(args, "default", None)}
+            "plan_budget": args.plan_budget,
+            "default_tiling": getattr(args, "default", None)}
+    if target.real:
+        spec |= {"target": target.name, "threads": args.threads, "op_cost": args.op_cost,
+                 "cost_db": args.cost_db, "rounds": args.rounds, "seed": args.seed}
     with console.status(f"loading {args.model} and building the default candidate"):
         session = open_session(spec)
     settings = {"passes": list(passes), "schedule": args.schedule, "strategy": args.strategy,
                 "budget": args.budget, "seed": args.seed, "round": args.round}
+    if session.real:
+        settings |= session.runner.settings()  # type: ignore[union-attr]
     db = RecordsDB(args.db, session.workload, settings, resume=args.resume) if args.db \
         else None
     # The plan's searches (not measurements) go to the same file as they finish: a resumed
     # run replays them instead of searching again (minutes to an hour on big models).
     plans = use_plan_cache(session, args.db) if db is not None else None
     graph = session.graph
-    default_time = session.runner.time(session.default)
     console.print(f"rewrite pass: {session.rules.describe()}")
-    console.print(f"{graph.name}: {len(graph)} nodes, {len(session.default.final.partition.kernels)}"
-                  f" kernels by default ({_fmt(default_time)} on TPU {session.sim.hw.name}, "
-                  f"{session.sim.default_tiling} default tiles); "
+    if session.real:
+        from superopt.xtat.realcommand import describe
+
+        where = describe(session)
+    else:
+        where = (f"{len(session.default.final.partition.kernels)} kernels by default "
+                 f"({_fmt(session.runner.time(session.default))} on TPU "
+                 f"{session.sim.hw.name}, "  # type: ignore[union-attr]
+                 f"{session.sim.default_tiling} default tiles)")  # type: ignore[union-attr]
+    console.print(f"{graph.name}: {len(graph)} nodes, {where}; "
                   f"schedule {args.schedule}: " + ", ".join(
                       f"{p.name} by {p.strategy}" for p in phases)
                   + (f"; resuming {db.count()} recorded measurements" if db and db.count() else ""))
@@ -153,6 +183,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
         # them). Reporting takes longer (compile, attribution, values check), and a report
         # that came in under the watcher's grace period exited 0, as if tuning had finished.
         raise KeyboardInterrupt
+    if session.real:
+        from superopt.xtat.realcommand import report
+
+        ok, summary, rewritten = report(session, result, args, console)
+        _outputs(args, console, session, result, rewritten, summary)
+        return 0 if ok else 1
     return _report(session, result, args, console)
 
 
@@ -164,7 +200,8 @@ def _search(session: Session, phases: list[Phase], args: argparse.Namespace,
     from superopt.xtat.tuner import Tuner
 
     last = [0.0]
-    default_time = session.runner.time(session.default)
+    # A real target's default is known once measured (its first measurement).
+    default_time = math.nan if session.real else session.runner.time(session.default)
 
     def table(tuner: Tuner, phase: str) -> Table:
         t = Table(title=f"tuning {session.graph.name}", show_header=False)
@@ -175,15 +212,23 @@ def _search(session: Session, phases: list[Phase], args: argparse.Namespace,
         t.add_row("evaluations", f"{tuner.step} / {args.budget}"
                   + (f" ({tuner.replayed} from the records)" if tuner.replayed else ""))
         t.add_row("best measured", _fmt(best))
-        t.add_row("speedup over default", f"{default_time / best:.4f}x"
-                  if math.isfinite(best) and best > 0 else "-")
+        base = tuner.times.get(tuner.ctx.default.key, math.nan) if session.real \
+            else default_time
+        t.add_row("speedup over default", f"{base / best:.4f}x"
+                  if math.isfinite(best) and best > 0 and math.isfinite(base) else "-")
         if tuner.ctx.best is not None:
             t.add_row("choices changed", ", ".join(
                 f"{n} {c}" for n, c in tuner.ctx.best.changed().items()))
         return t
 
+    if session.real:
+        from superopt.xtat.screen import screening
+
+        wrap = session.screen_hook = screening(session.screen)
+    else:
+        wrap = _cost_model(session, args, console)
     tuner = Tuner(session.pipeline, session.runner, session.default, seed=args.seed, db=db,
-                  batch=args.round, measure=measure, wrap=_cost_model(session, args, console))
+                  batch=args.round, measure=measure, wrap=wrap)
     with Live(table(tuner, "default"), console=console, transient=True,
               refresh_per_second=4) as live:
         def progress(t: Tuner, phase: str) -> None:
@@ -234,7 +279,7 @@ def _report(session: Session, result: TuneResult, args: argparse.Namespace,
     t = Table(title=f"per pass ({session.graph.name}, final candidate)")
     for col in ("pass", "sites", "changed from default", "time gained"):
         t.add_column(col, justify="left" if col == "pass" else "right")
-    tuned = set(_passes(args.passes)) if args.replay is None else set(best.names)
+    tuned = set(_passes(args.passes) or best.names) if args.replay is None else set(best.names)
     for j, name in enumerate(best.names):
         # Sites of passes left untuned are not listed (the plan's would run its search).
         n_sites = len(session.pipeline.passes[j].sites(best.stages[j]).tunable) \
@@ -292,18 +337,24 @@ def _report(session: Session, result: TuneResult, args: argparse.Namespace,
         summary["max_rel_err"] = check.max_rel_err
         if args.torch and check.ok:
             summary |= _torch_timing(console, session.graph, rewritten, args)
-    if args.out:
-        console.print(f"saved {save_graph(rewritten, args.out, args.seed)}")
-    if args.plot:
-        console.print(f"wrote {tuning_curve_png(result, args.plot, session.graph.name)}")
     if args.waterfall:
         console.print("wrote " + str(explain.waterfall_png(
             result.default_time, result.best_time, per_decision, args.waterfall,
             f"{session.graph.name}: where the {result.speedup:.3f}x comes from")))
+    _outputs(args, console, session, result, rewritten, summary)
+    return 0 if ok else 1
+
+
+def _outputs(args: argparse.Namespace, console: Console, session: Session,
+             result: TuneResult, rewritten: Graph, summary: dict[str, Any]) -> None:
+    """--out, --plot and --json, on any target."""
+    if args.out:
+        console.print(f"saved {save_graph(rewritten, args.out, args.seed)}")
+    if args.plot:
+        console.print(f"wrote {tuning_curve_png(result, args.plot, session.graph.name)}")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
         console.print(f"wrote {args.json}")
-    return 0 if ok else 1
 
 
 def _explain(console: Console, result: TuneResult, per_decision: list,
@@ -401,6 +452,7 @@ def tuning_curve_png(result: TuneResult, path: str, title: str) -> Path:
 
 def replay(args: argparse.Namespace, console: Console) -> int:
     """Rebuild the best recorded candidate of a database (no new measurement)."""
+    from superopt.xtat.realcommand import final_pick, real_spec
     from superopt.xtat.records import RecordsDB, RecordsError
     from superopt.xtat.session import PLAN_BUDGET, open_session, use_plan_cache
 
@@ -409,6 +461,11 @@ def replay(args: argparse.Namespace, console: Console) -> int:
         if best is None:
             raise RecordsError(f"{args.replay}: holds no measurement")
         w = db.workload
+        # A real target's result is its final paired comparison's pick, not the least
+        # recorded time (a measurement within the noise is no result).
+        final = final_pick(db) if "target" in w else None
+        if final is not None:
+            best = final
         config = db.config(best.candidate)
         if args.export:
             n = db.export_jsonl(args.export)
@@ -418,7 +475,8 @@ def replay(args: argparse.Namespace, console: Console) -> int:
                             "hardware": w.get("hardware"), "rules": w.get("rules"),
                             "allow_unproved": w.get("allow_unproved"),
                             "plan_budget": w.get("plan_budget", PLAN_BUDGET),
-                            "default_tiling": w.get("default_tiling")})
+                            "default_tiling": w.get("default_tiling")}
+                           | real_spec(w))
     if session.workload != w:
         raise RecordsError(f"{args.replay}: the model {w['model']!r} now builds another "
                            "graph or rule set than the one recorded")
@@ -446,11 +504,18 @@ def _replayed(args: argparse.Namespace, console: Console, session: Session, w: d
     if cand.key != best.candidate:
         raise RecordsError(f"{args.replay}: best candidate rebuilds as {cand.key}, recorded "
                            f"{best.candidate}")
-    exact = session.runner.time(cand)
-    default = session.runner.time(session.default)
+    if session.real:
+        from superopt.xtat.realcommand import replayed_times
+
+        exact, default = replayed_times(args.replay)
+    else:
+        exact = session.runner.time(cand)
+        default = session.runner.time(session.default)
+    # A real target has no exact time: its final paired comparison's medians stand in.
+    what = "final comparison" if session.real else "exact"
     console.print(f"{w['model']}: best of {count} recorded measurements (step {best.step}): "
-                  f"measured {_fmt(best.runtime)}, exact {_fmt(exact)}; default {_fmt(default)}"
-                  f" ({default / exact:.4f}x); rebuilt without measuring")
+                  f"measured {_fmt(best.runtime)}, {what} {_fmt(exact)}; default "
+                  f"{_fmt(default)} ({default / exact:.4f}x); rebuilt without measuring")
     if args.out:
         graph = rewritten_graph(session.pipeline, cand)
         console.print(f"saved {save_graph(graph, args.out, 0)}")

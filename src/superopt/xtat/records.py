@@ -159,6 +159,23 @@ class RecordsDB:
     def _set(self, key: str, value: str) -> None:
         self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
+    # Keys the meta table keeps for the records themselves; a runner's own facts (a real
+    # target's noise model, its final comparison) go beside them under other keys.
+    RESERVED = frozenset({"schema_version", "workload", "settings"})
+
+    def put_meta(self, key: str, value: Mapping[str, Any]) -> None:
+        """Keep a runner's fact (JSON) in the file, committed at once."""
+        if key in self.RESERVED:
+            raise RecordsError(f"{self.path}: meta key {key!r} is the records' own")
+        with self.conn:
+            self.conn.execute("BEGIN")
+            self._set(key, _dump(value))
+
+    @_readable
+    def get_meta(self, key: str) -> dict[str, Any] | None:
+        r = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if r is None else json.loads(r[0])
+
     def close(self) -> None:
         self.conn.close()
 

@@ -1,12 +1,21 @@
 """Everything a tuning run needs, built from a description that fits in a JSON object:
-the model (any `MODEL_OR_FILE` spec, `synthetic:N` included), its batch, the hardware
-preset and the rule library. The CLI, the benchmark, `--replay` and evaluation workers
-all build their pipeline here, so the workload recorded in a database is exactly what a
-rebuild needs.
+the model (any `MODEL_OR_FILE` spec, `synthetic:N` included), its batch, the target (a
+TPU preset of the simulator, or `cpu`/`cuda`: onnxruntime on this machine, see
+`superopt.xtat.targets`) and the rule library. The CLI, the benchmark, `--replay` and
+evaluation workers all build their pipeline here, so the workload recorded in a database
+is exactly what a rebuild needs.
+
+A real target's pipeline has only the passes it offers (the rewrite plan and the rewrite
+points); the plan's search and the screen of proposals (`superopt.xtat.screen`) price
+graphs by this machine's measured per-op costs (`--op-cost torch`, kept in a cost
+database), and the runner measures in onnxruntime (`superopt.xtat.realrunner`). Its
+workload records the machine, the thread count and onnxruntime's version: a database
+measured elsewhere or with other threads is refused on resume.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +31,12 @@ from superopt.xtat.passes.layout import LayoutSites
 from superopt.xtat.passes.plan import RewritePlan
 from superopt.xtat.passes.rewrite import RewriteSites
 from superopt.xtat.pipeline import Pipeline
+from superopt.xtat.realrunner import FINAL_ROUNDS, ROUNDS, WARMUP, RealRunner, Timer
 from superopt.xtat.rules import RuleSet, rule_set
 from superopt.xtat.runner import SimRunner
 from superopt.xtat.space import digest
 from superopt.xtat.stage import Candidate
+from superopt.xtat.targets import Target, check_device, get_target
 
 if TYPE_CHECKING:
     from superopt.xtat.plancache import PlanCache
@@ -81,27 +92,43 @@ def rewritten_graph(pipeline: Pipeline, candidate: Candidate) -> Graph:
 
 @dataclass
 class Session:
-    spec: dict[str, Any]  # model, batch, hardware, rules, allow_unproved, default_tiling
+    spec: dict[str, Any]  # model, batch, hardware or target, rules, allow_unproved, default_tiling
     graph: Graph
-    sim: Simulator
+    sim: Simulator | None  # None on a real target
     pipeline: Pipeline
-    runner: SimRunner
+    runner: SimRunner | RealRunner
     default: Candidate
     rules: RuleSet
+    target: Target | None = None  # None: the simulator preset `sim.hw`
+    screen: Any = None  # a real target's predictor of a candidate's time (`xtat.screen`)
+    screen_hook: Any = None  # the tuner's screening hook built from it (`screen.screening`)
+
+    @property
+    def real(self) -> bool:
+        return self.target is not None and self.target.real
 
     @property
     def workload(self) -> dict[str, Any]:
         """What the records database must match: the graph and what fixes its space."""
-        return {"graph": self.graph.structural_hash, "model": self.spec["model"],
-                "batch": self.spec.get("batch"), "hardware": self.sim.hw.name,
-                "rules": list(self.rules.sources),
-                "allow_unproved": bool(self.spec.get("allow_unproved")),
-                "rules_digest": self.spec.get("rules_digest"),
-                "plan_budget": int(self.spec.get("plan_budget", PLAN_BUDGET)),
-                # Only a non-default heuristic is named, so records written before the
-                # choice existed (all over the then default, now "legacy") do not match.
-                **({"default_tiling": self.sim.default_tiling}
-                   if self.sim.default_tiling != DEFAULT_TILING else {})}
+        out = {"graph": self.graph.structural_hash, "model": self.spec["model"],
+               "batch": self.spec.get("batch"),
+               "hardware": self.sim.hw.name if self.sim is not None else self.spec["machine"],
+               "rules": list(self.rules.sources),
+               "allow_unproved": bool(self.spec.get("allow_unproved")),
+               "rules_digest": self.spec.get("rules_digest"),
+               "plan_budget": int(self.spec.get("plan_budget", PLAN_BUDGET))}
+        # Only a non-default tile heuristic is named, so records written before the choice
+        # existed (all over the then default, now "legacy") do not match.
+        if self.sim is not None and self.sim.default_tiling != DEFAULT_TILING:
+            out["default_tiling"] = self.sim.default_tiling
+        if self.real:
+            assert self.target is not None
+            out |= {k: self.spec[k] for k in REAL_WORKLOAD} | {"target": self.target.name}
+        return out
+
+
+# What a real target's measurements depend on besides the graph (recorded in the workload).
+REAL_WORKLOAD = ("threads", "onnxruntime", "op_cost")
 
 
 def use_plan_cache(session: Session, path: str | Path | None,
@@ -118,20 +145,78 @@ def use_plan_cache(session: Session, path: str | Path | None,
     return cache
 
 
-def open_session(spec: Mapping[str, Any], graph: Graph | None = None) -> Session:
+def open_session(spec: Mapping[str, Any], graph: Graph | None = None,
+                 timer: Timer | None = None) -> Session:
+    """`spec["target"]` (None: the TPU preset `spec["hardware"]`) picks the pipeline and
+    the runner; on a real target `timer` replaces onnxruntime's (tests)."""
     from superopt.rewrite import Matcher
 
     spec = dict(spec)
+    target = get_target(spec.get("target"), spec.get("hardware"))
+    providers = check_device(target)
     if graph is None:
         graph = load_graph(spec["model"], spec.get("batch"))
+    if target.real:
+        return _open_real(spec, graph, target, providers, timer)
+    spec["hardware"] = target.hardware
     sim = Simulator(spec.get("hardware"),
                     default_tiling=spec.get("default_tiling") or DEFAULT_TILING)
     rules = rule_set(spec.get("rules"), bool(spec.get("allow_unproved")))
     spec["rules_digest"] = digest("\n".join(sorted(format_rule(r) for r in rules.rules)))
     pipeline = make_pipeline(sim, Matcher(rules.rules),
                              plan_budget=int(spec.get("plan_budget", PLAN_BUDGET)))
-    return Session(spec, graph, sim, pipeline, SimRunner(sim), pipeline.initial(graph), rules)
+    return Session(spec, graph, sim, pipeline, SimRunner(sim), pipeline.initial(graph), rules,
+                   target)
 
 
-__all__ = ["PLAN_BUDGET", "REWRITE_PASSES", "Session", "applied_rewrites", "load_graph",
+OP_COSTS = ("torch", "flops")  # a real target's per-op cost (flops: no measuring, tests)
+
+
+def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: list[str],
+               timer: Timer | None) -> Session:
+    import platform
+
+    from superopt.rewrite import Matcher, create_cost
+    from superopt.rewrite.cost import _processor_name
+    from superopt.xtat.realrunner import OrtTimer
+    from superopt.xtat.screen import OpCostPredictor
+
+    rules = rule_set(spec.get("rules"), bool(spec.get("allow_unproved")))
+    spec["rules_digest"] = digest("\n".join(sorted(format_rule(r) for r in rules.rules)))
+    matcher = Matcher(rules.rules)
+    threads = int(spec.get("threads") or 1)
+    op_cost = spec.get("op_cost") or "torch"
+    if op_cost not in OP_COSTS:
+        raise ValueError(f"unknown op cost {op_cost!r}: expected one of {', '.join(OP_COSTS)}")
+    if timer is None:
+        timer = OrtTimer(providers, threads, int(spec.get("seed") or 0))
+        import onnxruntime
+
+        version = onnxruntime.__version__
+    else:
+        version = f"injected {type(timer).__name__}"
+    spec |= {"threads": threads, "op_cost": op_cost, "onnxruntime": version,
+             "machine": f"{target.device}: {_processor_name()} ({platform.machine()}, "
+                        f"{os.cpu_count()} cores)"}
+    # Fewer, shorter samples than `optimize --cost torch`: the screen ranks; the paired
+    # runs in onnxruntime judge.
+    cost = create_cost("torch", device=target.device, threads=threads, samples=3,
+                       min_sample_s=5e-3, database=spec.get("cost_db")) \
+        if op_cost == "torch" else create_cost("flops")
+    plan_budget = int(spec.get("plan_budget", PLAN_BUDGET))
+    pipeline = Pipeline([RewritePlan(matcher, lambda: cost, plan_budget,
+                                     cost_key=f"{op_cost}:{spec['machine']}:{threads}"),
+                         RewriteSites(matcher)])
+
+    def graph_of(candidate: Candidate) -> Graph:
+        return rewritten_graph(pipeline, candidate)
+
+    runner = RealRunner(graph_of, timer, int(spec.get("rounds") or ROUNDS),
+                        int(spec.get("warmup", WARMUP)),
+                        int(spec.get("final_rounds") or FINAL_ROUNDS))
+    return Session(spec, graph, None, pipeline, runner, pipeline.initial(graph), rules,
+                   target, OpCostPredictor(cost, graph_of))
+
+
+__all__ = ["OP_COSTS", "PLAN_BUDGET", "REAL_WORKLOAD", "REWRITE_PASSES", "Session", "applied_rewrites", "load_graph",
            "make_pipeline", "open_session", "rewritten_graph", "use_plan_cache"]

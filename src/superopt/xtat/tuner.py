@@ -85,6 +85,7 @@ import numpy as np
 from superopt.ir.errors import IRError
 from superopt.xtat.context import TuneContext
 from superopt.xtat.pipeline import Pipeline
+from superopt.xtat.realrunner import RealRunner
 from superopt.xtat.records import RecordsDB, RecordsError
 from superopt.xtat.runner import SimRunner
 from superopt.xtat.stage import Candidate
@@ -249,7 +250,7 @@ Wrap = Callable[[SearchStrategy, Phase], SearchStrategy]
 
 
 class Tuner:
-    def __init__(self, pipeline: Pipeline, runner: SimRunner, default: Candidate,
+    def __init__(self, pipeline: Pipeline, runner: SimRunner | RealRunner, default: Candidate,
                  seed: int = 0, db: RecordsDB | None = None, batch: int = 8,
                  progress: Progress | None = None, strategy_opts: dict | None = None,
                  measure: Measure | None = None, wrap: Wrap | None = None) -> None:
@@ -270,6 +271,11 @@ class Tuner:
         self.ctx.rejected = getattr(runner, "rejected", None)
         self.ctx.estimate = getattr(runner, "estimate", None)
         self.recorded = {m.step: m for m in db.measurements()} if db is not None else {}
+        # A real target's runner measures each candidate against the incumbent (this
+        # context's best) and keeps its noise model in the records (`xtat.realrunner`).
+        bind = getattr(runner, "bind", None)
+        if callable(bind):
+            bind(self.ctx, db)
         self.times: dict[str, float] = {}
         self.step = 0
         self.measured = 0
@@ -412,7 +418,13 @@ class Tuner:
                           time.perf_counter() - start, self.history, per_phase, stopped)
 
     def pick(self) -> tuple[Candidate, float]:
-        """The finalist with the least exact time (the default is always a finalist)."""
+        """The finalist with the least exact time (the default is always a finalist). A
+        runner without exact times (a real target) picks by its own final comparison
+        with the default, given the finalists fastest measured first."""
+        choose = getattr(self.runner, "pick", None)
+        if callable(choose):
+            ranked = [c for _, _, c in sorted(self.finalists, key=lambda e: (-e[0], -e[1]))]
+            return choose(self.ctx.default, ranked)
         pool = [c for _, _, c in self.finalists] + [self.ctx.default]
         scored = sorted(((self.runner.time(c), i, c) for i, c in enumerate(pool)),
                         key=lambda e: (e[0], e[1]))

@@ -16,7 +16,13 @@
   default every option but the one held);
 - `per_kernel`: a trait, True when each site is one kernel signature whose choice
   changes that kernel's time only (tiles, flags): a profiled run then measures every
-  site's option at once (the `parallel` strategy).
+  site's option at once (the `parallel` strategy);
+- `controls`: a trait, the kind of decision the pass makes ("graph": which rewrites
+  apply; "layout", "fusion", "tile", "flags": what a compiler decides below the graph).
+  A tuning target (`superopt.xtat.targets`) lists the kinds it lets the tuner decide, and
+  offers exactly the passes whose `controls` it lists: the TPU simulator all six,
+  onnxruntime on a CPU or GPU only the graph passes (its own compiler lays out, fuses and
+  picks kernels, and takes no say in them).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ class TunablePass(ABC):
 
     name: str = "pass"
     per_kernel: bool = False  # see the module docstring
+    controls: str = "graph"  # see the module docstring; a target offers the pass by it
 
     def sites(self, stage: Stage) -> Sites:
         got = stage.memo.get(("sites", self.name))

@@ -26,6 +26,7 @@ MULTI = "multi"
 
 class FusionSites(TunablePass):
     name = "fusion"
+    controls = "fusion"
 
     def __init__(self, sim: Simulator) -> None:
         self.sim = sim

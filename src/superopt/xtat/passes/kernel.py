@@ -91,6 +91,7 @@ class _KernelPass(TunablePass):
 
 class TileSites(_KernelPass):
     name = "tiling"
+    controls = "tile"
     # How the options are ordered (a search with `top_k` tries the first k): results
     # measured under another order are not comparable (benchmarks key them by it).
     ORDER = ("default first; fits double-buffered first; interleaved: analytical (ties: "
@@ -151,6 +152,7 @@ class TileSites(_KernelPass):
 
 class FlagSites(_KernelPass):
     name = "flags"
+    controls = "flags"
 
     def info(self, stage: Stage, key: str, sig: object) -> tuple[tuple, object, float]:
         tile = stage.tiles[key]

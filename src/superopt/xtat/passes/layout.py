@@ -61,6 +61,7 @@ for _op in sorted(OPS):
 
 class LayoutSites(TunablePass):
     name = "layout"
+    controls = "layout"
 
     def __init__(self, sim: Simulator) -> None:
         self.sim = sim

@@ -1,0 +1,332 @@
+"""Benchmark: `superopt tune --target cpu` on every zoo model at batch 1 and 16 (issue 48).
+
+Per row (model, batch), in this order: tune the rewrite plan and the rewrite points for
+real (onnxruntime, ORT_ENABLE_ALL, `--threads` intra-op threads; each candidate paired
+against the incumbent, an A/A control deciding what is real, proposals screened by this
+machine's per-op torch costs kept in one cost database for all rows), with a fixed
+measurement budget and a wall limit per row (Ctrl-C's path: the tuner stops and picks
+from what it measured); then, side by side in one loop, the original, the tuned graph
+and the original again (the A/A control) in onnxruntime, and the same three in torch
+eager as a second real backend. The onnxruntime ratio is over onnxruntime's own graph
+optimizer (both sides run with every optimization on). Reported per row: medians, the
+ratio with its 95% bootstrap interval, the A/A ratio and interval, measurements used
+and screened out, the rewrites kept, wall time, the 1-minute load average. The JSON is
+written after every row and a rerun skips finished rows (and resumes a row's records
+database), so a killed benchmark continues; rows never reached are listed as not run.
+
+Run pinned to one core with one thread, as the committed JSON was:
+`OMP_WAIT_POLICY=PASSIVE taskset -c 1 .venv/bin/python benchmarks/tune_cpu.py`
+(`--models a,b --batches 1 --budget 16 --row-limit 300 --out FILE`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# Listed by size; `--order flops` (the default) runs the rows by FLOPs x batch, so when a
+# time box ends the rows that ran are the cheap ones.
+MODELS = ("squeezenet", "mobilenet_v2", "efficientnet_b0", "resnet18", "bert_small",
+          "t5_small_encoder", "gpt2", "squeezenet1_0", "inception_v3", "resnet50",
+          "resnext50", "nasnet_a", "csrnet", "vit_b16", "bert_base", "vgg19", "llama3_2_1b")
+RESULTS = Path(__file__).parent / "results" / "tune_cpu.json"
+
+
+def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    from superopt.xtat.records import RecordsDB
+    from superopt.xtat.screen import screening
+    from superopt.xtat.session import applied_rewrites, open_session, use_plan_cache
+    from superopt.xtat.tuner import Tuner, make_schedule
+
+    spec = {"model": model, "batch": batch, "target": "cpu", "threads": args.threads,
+            "op_cost": "torch", "cost_db": str(args.cost_db), "rounds": args.rounds,
+            "plan_budget": args.plan_budget}
+    t0 = time.perf_counter()
+    session = open_session(spec)
+    settings = {"budget": args.budget, "schedule": "joint", "seed": 0,
+                **session.runner.settings()}  # type: ignore[union-attr]
+    path = workdir / f"{model}_b{batch}.sqlite"
+    db = RecordsDB(path, session.workload, settings, resume=path.exists())
+    plans = use_plan_cache(session, path)
+    hook = screening(session.screen)
+    deadline = t0 + args.row_limit
+
+    def progress(tuner: Tuner, phase: str) -> None:
+        if time.perf_counter() > deadline:
+            raise KeyboardInterrupt  # the tuner stops and picks from what it measured
+
+    tuner = Tuner(session.pipeline, session.runner, session.default, seed=0, db=db, batch=4,
+                  wrap=hook, progress=progress)
+    try:
+        result = tuner.run(make_schedule("joint", session.target.passes()), args.budget)  # type: ignore[union-attr]
+    finally:
+        db.close()
+        if plans is not None:
+            plans.close()
+    runner = session.runner
+    from superopt.xtat.session import rewritten_graph
+
+    return {"session": session, "tuned": rewritten_graph(session.pipeline, result.best),
+            "result": result, "applied": applied_rewrites(result.best),
+            "final": runner.final.__dict__ if runner.final else None,  # type: ignore[union-attr]
+            "noise": runner.noise.__dict__ if runner.noise else None,  # type: ignore[union-attr]
+            "screened": hook.screened(),  # type: ignore[attr-defined]
+            "tune_wall_s": time.perf_counter() - t0}
+
+
+def _figures(t: Any) -> dict[str, Any]:
+    """Slots: 0 original, 1 tuned, 2 original again (A/A); ratio = original / tuned."""
+    lo, hi = t.ratio_ci(0, 1)
+    aa_lo, aa_hi = t.ratio_ci(0, 2)
+    return {"original_ms": t.medians[0] * 1e3, "tuned_ms": t.medians[1] * 1e3,
+            "ratio": t.ratio(0, 1), "ci95": [lo, hi], "aa": t.ratio(0, 2),
+            "aa_ci95": [aa_lo, aa_hi], "rounds": len(t.times[0])}
+
+
+def _retime(original: Any, tuned: Any, args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+
+    from superopt.rewrite.check import time_side_by_side
+    from superopt.rewrite.fold import fold_weights
+    from superopt.xtat.realrunner import OrtTimer
+
+    ort = OrtTimer(threads=args.threads)
+    out = {"onnxruntime": _figures(ort([original, tuned, original], args.bench_rounds, 2))}
+    # The two graphs compute the same values in onnxruntime (float32).
+    out["onnxruntime"]["max_rel_err"] = max(
+        float(np.max(np.abs(x - y)) / max(float(np.max(np.abs(x))), 1e-30))
+        for x, y in zip(ort.outputs(original), ort.outputs(tuned), strict=True))
+    if args.torch_rounds:
+        folded = fold_weights(tuned).graph if tuned is not original else original
+        t = time_side_by_side([original, folded, original], repeats=args.torch_rounds,
+                              warmup=2, threads=args.threads)
+        out["torch_eager"] = _figures(t)
+    return out
+
+
+def run_row(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    start = time.perf_counter()
+    load = os.getloadavg()[0]
+    got = _tune(model, batch, args, workdir)
+    result = got["result"]
+    session = got["session"]
+    row = {"model": model, "batch": batch, "nodes": len(session.graph),
+           "measurements": result.evaluations, "measured_now": result.measured,
+           "replayed": result.replayed, "screened": got["screened"],
+           "stopped": result.stopped, "applied": got["applied"],
+           "kept": bool(got["final"] and got["final"]["kept"]),
+           "tuner_final": got["final"], "tuner_noise": got["noise"],
+           "tune_wall_s": got["tune_wall_s"]}
+    row |= _retime(session.graph, got["tuned"], args)
+    row["wall_s"] = time.perf_counter() - start
+    row["load_avg_1min"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # before, after
+    return row
+
+
+def _line(r: dict[str, Any]) -> str:
+    o = r["onnxruntime"]
+    text = (f"{r['model']:17s} b={r['batch']:<3d} {o['original_ms']:9.2f} {o['tuned_ms']:9.2f} "
+            f"{o['ratio']:6.3f} [{o['ci95'][0]:.3f}, {o['ci95'][1]:.3f}] "
+            f"{o['aa']:6.3f} [{o['aa_ci95'][0]:.3f}, {o['aa_ci95'][1]:.3f}] "
+            f"{r['measurements']:4d} {r['wall_s']:7.1f}")
+    t = r.get("torch_eager")
+    if t:
+        text += f"  | torch {t['ratio']:.3f} [{t['ci95'][0]:.3f}, {t['ci95'][1]:.3f}]" \
+                f" A/A {t['aa']:.3f}"
+    return text
+
+
+def _flops(model: str) -> float:
+    """The model's FLOPs at batch 1 (`superopt.ir.analysis`): the rows' cost order."""
+    from superopt.ir.analysis import stats
+    from superopt.zoo import build
+
+    return float(stats(build(model, batch=1)).flops)
+
+
+def _geomean(xs: list[float]) -> float | None:
+    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else None
+
+
+def _outside(f: dict[str, Any], sign: int) -> bool:
+    """The ratio's interval beyond 1 and the ratio beyond the A/A interval, on the side
+    `sign` says (1: faster, -1: slower)."""
+    if sign > 0:
+        return f["ci95"][0] > 1 and f["ratio"] > f["aa_ci95"][1]
+    return f["ci95"][1] < 1 and f["ratio"] < f["aa_ci95"][0]
+
+
+def summarize(data: dict[str, Any]) -> None:
+    rows = data["rows"]
+    ort = [r["onnxruntime"]["ratio"] for r in rows]
+    torch = [r["torch_eager"]["ratio"] for r in rows if "torch_eager" in r]
+    data["geomean_onnxruntime"] = _geomean(ort)
+    data["geomean_torch_eager"] = _geomean(torch)
+    for sign, key in ((-1, "slower_outside_noise"), (1, "faster_outside_noise")):
+        data[key] = [f"{r['model']} b{r['batch']}" for r in rows
+                     if _outside(r["onnxruntime"], sign)]
+    # Where the tuner kept the input, "tuned" is the same model in another session: a
+    # difference there is between two onnxruntime sessions of one graph, not a rewrite.
+    data["input_kept"] = [f"{r['model']} b{r['batch']}" for r in rows if not r["kept"]]
+    done = {(r["model"], r["batch"]) for r in rows}
+    data["not_run"] = [f"{m} b{b}" for b in data["settings"]["batches"] for m in
+                       data["settings"]["models"] if (m, b) not in done
+                       and f"{m} b{b}" not in data.get("failed", {})]
+
+
+def kill_check(model: str, batch: int, after: int, args: argparse.Namespace) -> dict[str, Any]:
+    """`superopt tune MODEL --target cpu --db F` killed with SIGKILL once F holds `after`
+    measurements, then run again with --resume: every row recorded before the kill must
+    come back unchanged (a measurement taken again would have another time), no
+    candidate appears twice, and the resumed run says how many it read back."""
+    import signal
+    import subprocess
+    import sys
+
+    from superopt.xtat.records import RecordsDB, RecordsError
+
+    db = args.workdir / f"kill_{model}_b{batch}.sqlite"
+    for f in args.workdir.glob(f"{db.name}*"):
+        f.unlink()
+    summary = args.workdir / f"kill_{model}_b{batch}.json"
+    cmd = [sys.executable, "-m", "superopt", "tune", model, "--batch", str(batch),
+           "--target", "cpu", "--threads", str(args.threads), "--budget", str(args.budget),
+           "--cost-db", str(args.cost_db), "--db", str(db), "--no-check"]
+
+    def rows() -> list[tuple]:
+        with RecordsDB(db, None) as records:
+            return [(m.step, m.candidate, m.runtime) for m in records.measurements()]
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    n = 0
+    while proc.poll() is None:
+        try:
+            n = len(rows()) if db.exists() else 0
+        except RecordsError:  # created but its tables not yet written
+            n = 0
+        if n >= after:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = time.perf_counter() - t0
+    before = rows()
+    subprocess.run([*cmd, "--resume", "--json", str(summary)], check=True,
+                   capture_output=True)
+    later = rows()
+    got = json.loads(summary.read_text())
+    out = {"model": model, "batch": batch, "budget": args.budget,
+           "killed_after_s": killed_at, "rows_at_kill": len(before),
+           "rows_after_resume": len(later),
+           "prefix_unchanged": later[:len(before)] == before,
+           "distinct_candidates": len({r[1] for r in later}),
+           "resumed_read_back": got["replayed"], "resumed_measured": got["measured"],
+           "no_measurement_repeated": later[:len(before)] == before
+           and got["replayed"] == len(before) and len({r[1] for r in later}) == len(later)}
+    print(json.dumps(out, indent=1))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kill-check", metavar="MODEL", default=None,
+                    help="only the SIGKILL/resume check on MODEL at the first batch")
+    ap.add_argument("--order", choices=("listed", "flops"), default="flops",
+                    help="rows in --models order per batch, or by FLOPs x batch (default: "
+                         "the cheapest rows first, so a time box runs the most rows)")
+    ap.add_argument("--summarize", action="store_true",
+                    help="only recompute the summary of --out (no timing)")
+    ap.add_argument("--kill-after", type=int, default=4,
+                    help="measurements recorded before the kill")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--budget", type=int, default=16, help="measurements per row")
+    ap.add_argument("--row-limit", type=float, default=300.0,
+                    help="seconds of tuning per row before it stops and picks")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=10, help="paired rounds per measurement")
+    ap.add_argument("--bench-rounds", type=int, default=20,
+                    help="paired rounds of the side-by-side onnxruntime timing")
+    ap.add_argument("--torch-rounds", type=int, default=10,
+                    help="paired rounds of the torch eager re-timing (0: none)")
+    ap.add_argument("--plan-budget", type=int, default=20)
+    ap.add_argument("--until", type=float, default=None,
+                    help="a time.time() after which no new row starts")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/superopt_tune_cpu"))
+    ap.add_argument("--cost-db", type=Path, default=None,
+                    help="per-op costs kept across rows (default WORKDIR/op_costs.jsonl)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    args.cost_db = args.cost_db or args.workdir / "op_costs.jsonl"
+    import onnxruntime
+    import torch
+
+    models = [m for m in args.models.split(",") if m]
+    batches = [int(b) for b in args.batches.split(",")]
+    if args.summarize:
+        data = json.loads(args.out.read_text())
+        summarize(data)
+        args.out.write_text(json.dumps(data, indent=1) + "\n")
+        return
+    if args.kill_check:
+        got = kill_check(args.kill_check, batches[0], args.kill_after, args)
+        args.out.write_text(json.dumps({"kill_resume": got, "threads": args.threads,
+                                        "load_avg_1min": os.getloadavg()[0]}, indent=1) + "\n")
+        return
+    settings = {"models": models, "batches": batches, "budget": args.budget,
+                "row_limit_s": args.row_limit, "threads": args.threads,
+                "rounds": args.rounds, "bench_rounds": args.bench_rounds,
+                "torch_rounds": args.torch_rounds, "plan_budget": args.plan_budget,
+                "graph_optimization_level": "ORT_ENABLE_ALL",
+                "affinity": sorted(os.sched_getaffinity(0)),
+                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                "versions": {"onnxruntime": onnxruntime.__version__,
+                             "torch": torch.__version__}}
+    data: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if data.get("settings", {}).get("budget") != args.budget:
+        data = {}
+    data["settings"] = settings
+    data.setdefault("rows", [])
+    data.setdefault("failed", {})
+    done = {(r["model"], r["batch"]) for r in data["rows"]}
+    print(f"{'model':17s} {'batch':5s} {'orig ms':>9s} {'tuned ms':>9s} {'ratio':>6s} "
+          f"{'95% CI':16s} {'A/A':>6s} {'A/A CI':16s} {'meas':>4s} {'wall s':>7s}")
+    for r in data["rows"]:
+        print(_line(r))
+    order = [(m, b) for b in batches for m in models]
+    if args.order == "flops":
+        order = sorted(order, key=lambda mb: _flops(mb[0]) * mb[1])
+    data["settings"]["order"] = [f"{m} b{b}" for m, b in order]
+    for m, b in order:
+        if (m, b) in done or f"{m} b{b}" in data["failed"]:
+            continue
+        if args.until is not None and time.time() > args.until:
+            break
+        try:
+            row = run_row(m, b, args, args.workdir)
+        except MemoryError as e:
+            data["failed"][f"{m} b{b}"] = f"MemoryError: {e}"
+            continue
+        data["rows"].append(row)
+        print(_line(row), flush=True)
+        summarize(data)
+        args.out.write_text(json.dumps(data, indent=1) + "\n")
+    summarize(data)
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"geomean onnxruntime {data['geomean_onnxruntime']}, torch eager "
+          f"{data['geomean_torch_eager']}; slower outside noise: "
+          f"{data['slower_outside_noise']}; not run: {len(data['not_run'])} rows")
+
+
+if __name__ == "__main__":
+    main()

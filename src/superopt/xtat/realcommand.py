@@ -1,0 +1,151 @@
+"""`superopt tune --target cpu|cuda`: the parts of the command that differ on a real
+target (measured in onnxruntime, `superopt.xtat.realrunner`).
+
+The report is the final paired comparison (the input, the tuned graph and the input
+again in each round) with its 95% interval and the A/A control, the measurements the run
+used and how many proposals the screen left unmeasured, then the value check of the
+rewritten graph, `--out`, `--json` and `--plot` as on the simulator. `--replay` reads the
+final comparison kept in the records instead of measuring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from superopt.xtat.realrunner import Final, RealRunner
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from superopt.ir.graph import Graph
+    from superopt.xtat.records import Measurement, RecordsDB
+    from superopt.xtat.session import Session
+    from superopt.xtat.tuner import TuneResult
+
+
+def describe(session: Session) -> str:
+    s = session.spec
+    return (f"measured in onnxruntime {s['onnxruntime']} on {s['machine']}, "
+            f"{s['threads']} intra-op thread(s), all graph optimizations on")
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:.3f} ms" if math.isfinite(t) else "-"
+
+
+def report(session: Session, result: TuneResult, args: argparse.Namespace,
+           console: Console) -> tuple[bool, dict[str, Any], Graph]:
+    """Print the final comparison and check the values; (values ok, the JSON summary,
+    the rewritten graph) for the command's outputs."""
+    from rich.table import Table
+
+    from superopt.xtat.rules import certificate
+    from superopt.xtat.session import applied_rewrites, rewritten_graph
+
+    runner = session.runner
+    assert isinstance(runner, RealRunner)
+    final, noise = runner.final, runner.noise
+    best = result.best
+    applied = applied_rewrites(best)
+    screened = session.screen_hook.screened() if session.screen_hook is not None else 0
+    t = Table(title=f"tuning {session.graph.name} for {session.spec['machine']}",
+              show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    rows = [("threads", str(session.spec["threads"]))]
+    if final is not None:
+        rows += [
+            ("input (onnxruntime, median)", _ms(final.input_s)),
+            ("tuned candidate (median)", _ms(final.tuned_s)),
+            ("speedup, 95% CI", f"{final.speedup:.4f}x [{final.ci[0]:.4f}, {final.ci[1]:.4f}]"),
+            ("A/A control, 95% CI", f"{final.aa:.4f}x [{final.aa_ci[0]:.4f}, "
+                                    f"{final.aa_ci[1]:.4f}]"),
+            ("result", ("the tuned graph (measurably faster)" if final.kept else
+                        "the input (the tuned graph is not measurably faster)")
+             + f", {final.rounds} paired rounds")]
+    elif noise is not None:
+        rows += [("input (onnxruntime, median)", _ms(noise.input_s)),
+                 ("result", "the input (no measured candidate changed the graph)")]
+    rows += [("rewrites applied", str(len(applied))),
+             ("measurements", f"{result.evaluations} ({result.measured} measured now, "
+                              f"{result.replayed} from the records); {screened} proposals "
+                              "screened out by the op-cost model"),
+             ("phases", ", ".join(f"{n} {k}" for n, k in result.phases)),
+             ("wall time", f"{result.wall_s:.1f} s"), ("stopped", result.stopped)]
+    for k, v in rows:
+        t.add_row(k, v)
+    console.print(t)
+    summary: dict[str, Any] = {
+        "model": session.spec["model"], "graph": session.graph.name,
+        "target": session.target.name if session.target else None,
+        "machine": session.spec["machine"], "threads": session.spec["threads"],
+        "onnxruntime": session.spec["onnxruntime"],
+        "default_s": result.default_time, "tuned_s": result.best_time,
+        "speedup": result.speedup, "final": final.__dict__ if final else None,
+        "noise": noise.__dict__ if noise else None,
+        "evaluations": result.evaluations, "measured": result.measured,
+        "replayed": result.replayed, "screened": screened, "wall_s": result.wall_s,
+        "stopped": result.stopped, "phases": [list(p) for p in result.phases],
+        "applied": applied, "candidate": json.loads(best.json),
+        "certificate": certificate(session.rules.rules, applied)}
+    ok = True
+    rewritten = rewritten_graph(session.pipeline, best)
+    if rewritten is not session.graph and not args.no_check:
+        from superopt.rewrite.check import check_values
+
+        with console.status("checking the rewritten graph's values (reference interpreter)"):
+            check = check_values(session.graph, rewritten, seed=args.seed)
+        console.print(("[green]" if check.ok else "[red]") + check.summary() + "[/]")
+        ok = check.ok
+        summary["max_rel_err"] = check.max_rel_err
+    summary["valid"] = ok
+    return ok, summary, rewritten
+
+
+def real_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    """The session spec entries a recorded real target's workload gives back (nothing for
+    a simulator's)."""
+    if "target" not in workload:
+        return {}
+    return {"target": workload["target"], "hardware": None, "threads": workload["threads"],
+            "op_cost": workload["op_cost"]}
+
+
+def _final(db: RecordsDB) -> Final | None:
+    got = db.get_meta("final")
+    if got is None:
+        return None
+    return Final.from_json(got)
+
+
+def final_pick(db: RecordsDB) -> Measurement | None:
+    """The measurement of a real run's result: the final comparison's candidate when it
+    was kept, else the input (step 0)."""
+    rows = db.measurements()
+    if not rows:
+        return None
+    final = _final(db)
+    if final is not None and final.kept:
+        return next((m for m in rows if m.candidate == final.candidate), rows[0])
+    return rows[0]
+
+
+def replayed_times(path: str | Path) -> tuple[float, float]:
+    """(tuned, input) seconds of a real run as its final comparison measured them (the
+    input's A/A time when no candidate changed the graph)."""
+    from superopt.xtat.records import RecordsDB
+
+    with RecordsDB(path, None) as db:
+        final = _final(db)
+        if final is not None:
+            return (final.tuned_s if final.kept else final.input_s), final.input_s
+        noise = db.get_meta("noise")
+        t = float(noise["input_s"]) if noise else math.nan
+        return t, t
+
+
+__all__ = ["describe", "final_pick", "real_spec", "replayed_times", "report"]

@@ -1,0 +1,300 @@
+"""Measuring candidates for real: each candidate's rewritten graph exported to ONNX and
+run in onnxruntime with all of its own graph optimizations on (what users already run),
+at a stated thread count.
+
+A candidate is never timed alone. Its graph, the incumbent's (the best candidate so far)
+and the incumbent's again as a second session run in paired rounds, each round all three
+once in alternating order after a warm-up, so the runs of a round share the machine's
+load at that moment; the candidate's time is the incumbent's recorded time divided by
+the median per-round ratio. Whether a difference is real is decided by the A/A control
+in the same loop (the incumbent against itself): a candidate counts as faster only when
+the bootstrap 95% interval of its ratio lies above 1 and the ratio above the A/A
+interval's top; otherwise it is reported at least as slow as the incumbent, so noise
+never replaces the incumbent. The first measurement, the input against itself after a
+thrown-away warm-up pass, sets the scale (the input's time) and is kept as the run's
+noise model.
+
+The final pick (`pick`) is one more paired comparison with more rounds, the input, the
+best measured candidate and the input again (the A/A control) in each round: the tuned
+graph is kept only when it is faster by the same rule, so the result is never slower
+than the input on the target. The noise model and the final comparison go to the
+records database's meta table as they are made, so a resumed run repeats neither.
+
+The timer is injected (`Timer`: graphs -> `SideBySide`); `OrtTimer` is onnxruntime's,
+tests pass a fake one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from superopt.ir.graph import Graph
+from superopt.rewrite.check import SideBySide, interleave
+from superopt.xtat.stage import Candidate
+
+if TYPE_CHECKING:
+    from superopt.xtat.context import TuneContext
+    from superopt.xtat.records import RecordsDB
+
+# onnxruntime's input type names -> numpy dtypes (what the reference's feeds are cast to).
+ORT_DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
+              "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+              "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+ROUNDS = 10  # paired rounds per measurement
+WARMUP = 2  # runs of each session before the rounds (allocator, first-call setup)
+FINAL_ROUNDS = 20  # the final comparison's rounds: it decides what the user gets
+LEVEL = 0.95  # confidence of every interval
+
+
+class Timer(Protocol):
+    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int) -> SideBySide:
+        """Seconds per run of each graph, in paired alternating rounds (a graph listed
+        twice runs as two sessions)."""
+
+
+class OrtTimer:
+    """Paired rounds in onnxruntime (ORT_ENABLE_ALL, `threads` intra-op threads, one
+    inter-op thread). Sessions are cached by the graph's structural hash and slot (a graph
+    listed twice gets two sessions: the A/A control runs the same model twice, not one
+    session twice); a few are kept, the least recently used dropped."""
+
+    KEEP = 4
+
+    def __init__(self, providers: Sequence[str] = ("CPUExecutionProvider",),
+                 threads: int = 1, seed: int = 0) -> None:
+        self.providers = list(providers)
+        self.threads = threads
+        self.seed = seed
+        self._sessions: OrderedDict[tuple[str, int], Callable[[], object]] = OrderedDict()
+        self.exported = 0  # graphs exported and loaded (a session each)
+
+    def _session(self, graph: Graph, slot: int) -> Callable[[], object]:
+        key = (graph.structural_hash, slot)
+        got = self._sessions.get(key)
+        if got is not None:
+            self._sessions.move_to_end(key)
+            return got
+        import onnxruntime as ort
+
+        from superopt.exporters.onnx import to_onnx
+        from superopt.ir import random_feeds
+
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        sess = ort.InferenceSession(to_onnx(graph, seed=self.seed).SerializeToString(), opts,
+                                    providers=self.providers)
+        feeds = random_feeds(graph, seed=self.seed)
+        # The reference draws float64; the model's inputs have their own types.
+        mine = {i.name: np.asarray(feeds[i.name], dtype=ORT_DTYPES.get(i.type, None))
+                for i in sess.get_inputs()}
+        self.exported += 1
+
+        def run() -> object:
+            return sess.run(None, mine)
+
+        self._sessions[key] = run
+        while len(self._sessions) > self.KEEP:
+            self._sessions.popitem(last=False)
+        return run
+
+    def outputs(self, graph: Graph) -> list[np.ndarray]:
+        """The graph's outputs in onnxruntime on the timer's inputs (value checks)."""
+        return list(self._session(graph, 0)())  # type: ignore[call-overload]
+
+    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int) -> SideBySide:
+        seen: dict[str, int] = {}
+        runs = []
+        for g in graphs:
+            slot = seen.get(g.structural_hash, 0)
+            seen[g.structural_hash] = slot + 1
+            runs.append(self._session(g, slot))
+        device = "cuda" if "CUDAExecutionProvider" in self.providers else "cpu"
+        return interleave(runs, rounds, warmup, device, self.threads)
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The A/A control: the input against itself."""
+
+    input_s: float  # the input's median time (the scale every later time is on)
+    aa: float  # median per-round ratio (1 when there is no bias between two sessions)
+    aa_ci: tuple[float, float]
+    rounds: int
+
+
+@dataclass(frozen=True)
+class Paired:
+    """One candidate measured against the incumbent."""
+
+    candidate: str
+    incumbent: str
+    ratio: float  # incumbent time / candidate time (> 1: the candidate is faster)
+    ci: tuple[float, float]
+    aa: float  # the incumbent against itself in the same rounds
+    aa_ci: tuple[float, float]
+    verdict: str  # "faster", "slower" or "noise"
+    reported_s: float
+
+
+@dataclass(frozen=True)
+class Final:
+    """The final paired comparison of the best measured candidate with the input."""
+
+    candidate: str
+    input_s: float  # median
+    tuned_s: float  # median
+    speedup: float  # input time / tuned time, median per round
+    ci: tuple[float, float]
+    aa: float  # input against itself in the same rounds
+    aa_ci: tuple[float, float]
+    rounds: int
+    kept: bool  # the tuned graph is measurably faster: it is the result
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Final:
+        return cls(**{**d, "ci": tuple(d["ci"]), "aa_ci": tuple(d["aa_ci"])})
+
+
+def verdict(ratio: float, ci: tuple[float, float], aa_ci: tuple[float, float]) -> str:
+    """Faster when the interval of `ratio` lies above 1 and the ratio above the A/A
+    interval's top; slower in the mirror case; otherwise noise."""
+    if ci[0] > 1.0 and ratio > aa_ci[1]:
+        return "faster"
+    if ci[1] < 1.0 and ratio < aa_ci[0]:
+        return "slower"
+    return "noise"
+
+
+def _pair(t: SideBySide, i: int, j: int) -> tuple[float, tuple[float, float]]:
+    return t.ratio(i, j), t.ratio_ci(i, j, level=LEVEL)
+
+
+class RealRunner:
+    """The tuner's runner on a real target (module docstring). `graph_of` gives the graph
+    a candidate runs (the rewritten graph, weight-only parts left to onnxruntime's
+    constant folding)."""
+
+    name = "onnxruntime"
+    real = True
+
+    def __init__(self, graph_of: Callable[[Candidate], Graph], timer: Timer,
+                 rounds: int = ROUNDS, warmup: int = WARMUP,
+                 final_rounds: int = FINAL_ROUNDS) -> None:
+        self.graph_of = graph_of
+        self.timer = timer
+        self.rounds, self.warmup, self.final_rounds = rounds, warmup, final_rounds
+        self.ctx: TuneContext | None = None
+        self.db: RecordsDB | None = None
+        self.noise: Noise | None = None
+        self.final: Final | None = None
+        self.log: list[Paired] = []  # this process's paired measurements
+        self.timed = 0  # paired comparisons run (A/A and final included)
+
+    def bind(self, ctx: TuneContext, db: RecordsDB | None) -> None:
+        """Measure against `ctx`'s incumbent; keep the noise model and the final
+        comparison in `db` (and read them back from it on a resumed run)."""
+        self.ctx, self.db = ctx, db
+        if db is not None:
+            got = db.get_meta("noise")
+            if got is not None:
+                self.noise = Noise(got["input_s"], got["aa"], tuple(got["aa_ci"]),
+                                   got["rounds"])
+
+    def settings(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "warmup": self.warmup,
+                "final_rounds": self.final_rounds, "level": LEVEL}
+
+    def _time(self, graphs: Sequence[Graph], rounds: int) -> SideBySide:
+        self.timed += 1
+        return self.timer(graphs, rounds, self.warmup)
+
+    def calibrate(self, graph: Graph) -> Noise:
+        """The A/A control of the input graph (once per run)."""
+        if self.noise is None:
+            # Thrown away: fresh sessions' first runs pay for page faults and allocator
+            # growth (bert_small b1: an A/A interval of [0.80, 1.91] and twice the input's
+            # later time when this pass was kept).
+            self._time([graph, graph], self.rounds)
+            t = self._time([graph, graph], self.rounds)
+            aa, aa_ci = _pair(t, 0, 1)
+            self.noise = Noise(t.medians[0], aa, aa_ci, self.rounds)
+            if self.db is not None:
+                self.db.put_meta("noise", asdict(self.noise))
+        return self.noise
+
+    def measure(self, candidate: Candidate, seed: int = 0) -> float:
+        """The candidate's time on the incumbent's scale (module docstring); the first
+        measurement (the input) calibrates the noise model."""
+        graph = self.graph_of(candidate)
+        ctx = self.ctx
+        if ctx is None or ctx.best is None:
+            return self.calibrate(graph).input_s
+        self.calibrate(self.graph_of(ctx.default))
+        inc_graph = self.graph_of(ctx.best)
+        inc_s = ctx.best_time
+        if graph.structural_hash == inc_graph.structural_hash:
+            return inc_s  # the same program: nothing to time, and never an improvement
+        # The incumbent twice: the A/A control of this very loop, since a shared machine's
+        # load changes between measurements more than within one.
+        t = self._time([inc_graph, graph, inc_graph], self.rounds)
+        ratio, ci = _pair(t, 0, 1)
+        aa, aa_ci = _pair(t, 0, 2)
+        v = verdict(ratio, ci, aa_ci)
+        reported = inc_s / ratio if v == "faster" else max(inc_s, inc_s / ratio)
+        self.log.append(Paired(candidate.key, ctx.best.key, ratio, ci, aa, aa_ci, v, reported))
+        return reported
+
+    def pick(self, default: Candidate, ranked: Sequence[Candidate]) -> tuple[Candidate, float]:
+        """The final comparison (module docstring): `ranked` are the finalists, fastest
+        measured first; the first whose graph differs from the input's is compared."""
+        base = self.graph_of(default)
+        best = next((c for c in ranked
+                     if self.graph_of(c).structural_hash != base.structural_hash), None)
+        noise = self.calibrate(base)
+        if best is None:
+            return default, noise.input_s
+        final = self.final
+        if final is None or final.candidate != best.key:
+            got = self.db.get_meta("final") if self.db is not None else None
+            if got is not None and got["candidate"] == best.key:
+                final = Final.from_json(got)
+            else:
+                t = self._time([base, self.graph_of(best), base], self.final_rounds)
+                speedup, ci = _pair(t, 0, 1)
+                aa, aa_ci = _pair(t, 0, 2)
+                final = Final(best.key, t.medians[0], t.medians[1], speedup, ci, aa, aa_ci,
+                              self.final_rounds, verdict(speedup, ci, aa_ci) == "faster")
+                if self.db is not None:
+                    self.db.put_meta("final", asdict(final))
+        self.final = final
+        if final.kept:
+            return best, final.tuned_s
+        return default, final.input_s
+
+    def time(self, candidate: Candidate) -> float:
+        """The candidate's time as the final comparison measured it (the input's and the
+        pick's), else as it was reported when measured."""
+        f = self.final
+        if f is not None and self.ctx is not None:
+            if candidate.key == self.ctx.default.key:
+                return f.input_s
+            if candidate.key == f.candidate:
+                return f.tuned_s
+        if self.ctx is not None and candidate.key == self.ctx.default.key and self.noise:
+            return self.noise.input_s
+        for p in reversed(self.log):
+            if p.candidate == candidate.key:
+                return p.reported_s
+        return math.nan
+
+
+__all__ = ["FINAL_ROUNDS", "LEVEL", "ROUNDS", "WARMUP", "Final", "Noise", "OrtTimer",
+           "Paired", "RealRunner", "Timer", "verdict"]

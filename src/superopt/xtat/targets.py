@@ -1,0 +1,133 @@
+"""Where a tuned model will run: the simulated TPU presets, or onnxruntime on this
+machine's CPU (or a CUDA GPU when there is one).
+
+A target says which kinds of decision it lets the tuner make (`Target.controls`); each
+pass says which kind it makes (`TunablePass.controls`, the pass contract). A target offers
+exactly the passes whose kind it lists: the simulator all six; onnxruntime only the graph
+passes (the rewrite plan and the rewrite points), since its own compiler picks layouts,
+fusions and kernels and takes no say in them. Asking a target for a pass it does not
+offer is bad input, named in one line.
+
+On a simulator target the tuner's measurements are the simulator's; on a real target they
+are paired runs in onnxruntime (`superopt.xtat.realrunner`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from superopt.ir.errors import IRError
+from superopt.tpu_sim.hardware import PRESETS, get_hardware
+from superopt.xtat.passes.base import TunablePass
+from superopt.xtat.passes.fusion import FusionSites
+from superopt.xtat.passes.kernel import FlagSites, TileSites
+from superopt.xtat.passes.layout import LayoutSites
+from superopt.xtat.passes.plan import RewritePlan
+from superopt.xtat.passes.rewrite import RewriteSites
+
+
+class TargetError(IRError):
+    """A target that is unknown, absent on this machine, or asked for a pass it lacks."""
+
+
+# Every pass type by name, in pipeline order (what `--passes` names).
+PASS_TYPES: MappingProxyType[str, type[TunablePass]] = MappingProxyType({
+    cls.name: cls for cls in (RewritePlan, RewriteSites, LayoutSites, FusionSites, TileSites,
+                              FlagSites)})
+
+SIMULATOR, ONNXRUNTIME = "simulator", "onnxruntime"  # how a target measures
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    measures: str  # SIMULATOR or ONNXRUNTIME
+    controls: frozenset[str]  # the kinds of decision the tuner may make (pass contract)
+    what: str  # one line for help and reports
+    hardware: str | None = None  # the TPU preset (simulator targets)
+    device: str = "cpu"  # onnxruntime's device (real targets)
+
+    @property
+    def real(self) -> bool:
+        return self.measures == ONNXRUNTIME
+
+    def offers(self, p: TunablePass | type[TunablePass]) -> bool:
+        return p.controls in self.controls
+
+    def passes(self) -> tuple[str, ...]:
+        """The names of the passes this target offers, in pipeline order."""
+        return tuple(n for n, cls in PASS_TYPES.items() if self.offers(cls))
+
+
+_EVERYTHING = frozenset(cls.controls for cls in PASS_TYPES.values())
+_GRAPH_ONLY = frozenset({RewritePlan.controls, RewriteSites.controls})
+
+TARGETS: MappingProxyType[str, Target] = MappingProxyType({
+    **{f"tpu-{hw}": Target(f"tpu-{hw}", SIMULATOR, _EVERYTHING,
+                           f"simulated TPU {hw} core (rewrites, layouts, fusion, tiles, flags)",
+                           hardware=hw) for hw in PRESETS},
+    "cpu": Target("cpu", ONNXRUNTIME, _GRAPH_ONLY,
+                  "this machine's CPU, measured in onnxruntime (rewrites only)"),
+    "cuda": Target("cuda", ONNXRUNTIME, _GRAPH_ONLY,
+                   "a CUDA GPU, measured in onnxruntime (rewrites only)", device="cuda"),
+})
+DEFAULT_HARDWARE = "v4"
+
+
+def get_target(name: str | None, hardware: str | None = None) -> Target:
+    """The target named `name` (None: the TPU preset `hardware`, v4 by default). A TPU
+    target and a `hardware` that names another preset, or a real target with any
+    `hardware`, contradict each other."""
+    if name is None:
+        name = f"tpu-{get_hardware(hardware or DEFAULT_HARDWARE).name}"
+        hardware = None
+    key = name.strip().lower()
+    target = TARGETS.get(key)
+    if target is None:
+        raise TargetError(f"unknown target {name!r}: expected one of {', '.join(TARGETS)}")
+    if hardware is not None:
+        if target.real:
+            raise TargetError(f"--hardware {hardware} names a TPU preset; --target "
+                              f"{target.name} runs on this machine's {target.device}")
+        if get_hardware(hardware).name != target.hardware:
+            raise TargetError(f"--hardware {hardware} contradicts --target {target.name}")
+    return target
+
+
+def tuned_passes(target: Target, requested: Sequence[str] | None) -> tuple[str, ...]:
+    """The passes to tune on `target`: `requested` (None: all it offers), each of which
+    it must offer."""
+    if requested is None:
+        return target.passes()
+    for name in requested:
+        cls = PASS_TYPES[name]
+        if not target.offers(cls):
+            raise TargetError(f"--target {target.name} cannot tune {name}: that pass decides "
+                              f"{cls.controls}, which {target.name} decides itself; it "
+                              f"offers {', '.join(target.passes())}")
+    return tuple(requested)
+
+
+def check_device(target: Target) -> list[str]:
+    """onnxruntime's execution providers for a real target on this machine, best first
+    (a missing onnxruntime or device is a `TargetError`); [] for a simulator target."""
+    if not target.real:
+        return []
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        raise TargetError(f"--target {target.name} measures in onnxruntime, which is not "
+                          f"installed ({e})") from None
+    have = ort.get_available_providers()
+    if target.device == "cuda":
+        if "CUDAExecutionProvider" not in have:
+            raise TargetError("--target cuda: no CUDA device here (onnxruntime offers "
+                              f"{', '.join(have)}); use --target cpu")
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+__all__ = ["DEFAULT_HARDWARE", "ONNXRUNTIME", "PASS_TYPES", "SIMULATOR", "TARGETS", "Target",
+           "TargetError", "check_device", "get_target", "tuned_passes"]

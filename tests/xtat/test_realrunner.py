@@ -1,0 +1,109 @@
+"""The real-target runner with an injected timer: paired measurement against the
+incumbent, the A/A noise model, the final comparison, screening and resuming."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from superopt.ir.graph import Graph
+from superopt.xtat.realrunner import OrtTimer, RealRunner, verdict
+from superopt.xtat.records import RecordsDB
+from superopt.xtat.screen import screening
+from superopt.xtat.session import Session, open_session, rewritten_graph
+from superopt.xtat.tuner import Tuner, TuneResult, make_schedule
+from xtat.realcases import FakeTimer, dense_branches, node_count
+
+
+def _session(timer: FakeTimer, graph: Graph | None = None, plan_budget: int = 20
+             ) -> Session:
+    return open_session({"model": "dense", "target": "cpu", "op_cost": "flops",
+                         "plan_budget": plan_budget}, graph or dense_branches(4), timer=timer)
+
+
+def _tune(session: Session, budget: int, db: RecordsDB | None = None,
+          screen: bool = True) -> tuple[Tuner, TuneResult]:
+    tuner = Tuner(session.pipeline, session.runner, session.default, seed=0, db=db, batch=4,
+                  wrap=screening(session.screen) if screen else None)
+    return tuner, tuner.run(make_schedule("joint", ("plan", "rewrite")), budget)
+
+
+def test_a_difference_is_real_only_outside_the_interval_and_the_aa_band() -> None:
+    aa = (0.98, 1.02)
+    assert verdict(1.05, (1.01, 1.09), aa) == "faster"
+    assert verdict(1.05, (1.01, 1.09), (0.95, 1.06)) == "noise"  # inside the A/A band
+    assert verdict(1.01, (0.99, 1.03), aa) == "noise"  # the interval holds 1
+    assert verdict(0.9, (0.85, 0.95), aa) == "slower"
+
+
+def test_noise_alone_never_replaces_the_input() -> None:
+    # Every graph costs the same: whatever the rewrites, only noise differs.
+    timer = FakeTimer(lambda g: 1e-3, sigma=0.03)
+    session = _session(timer)
+    _, result = _tune(session, 12, screen=False)
+    assert result.evaluations == 12
+    assert result.best is session.default and result.speedup == 1.0
+    runner = session.runner
+    assert isinstance(runner, RealRunner)
+    assert all(p.verdict != "faster" for p in runner.log)
+    assert runner.final is None or not runner.final.kept
+
+
+def test_a_real_gain_is_kept_with_its_interval() -> None:
+    timer = FakeTimer(node_count, sigma=0.01)
+    session = _session(timer)
+    _, result = _tune(session, 12)
+    runner = session.runner
+    assert isinstance(runner, RealRunner) and runner.final is not None
+    assert runner.final.kept and runner.final.ci[0] > 1.0
+    tuned = rewritten_graph(session.pipeline, result.best)
+    # Judged independently of the runner: the kept graph has fewer ops, hence is faster.
+    assert node_count(tuned) < node_count(session.graph)
+    assert result.best_time < result.default_time
+    # The final comparison times input, tuned, input (the A/A control) in one loop.
+    assert timer.calls[-1][0] == timer.calls[-1][2] != timer.calls[-1][1]
+
+
+def test_the_screen_leaves_proposals_priced_above_the_incumbent_unmeasured() -> None:
+    timer = FakeTimer(node_count)
+    session = _session(timer)
+    # Price each candidate by its op count, negated: every rewrite that removes ops is
+    # priced above the input, so none of them may run.
+    session.screen = lambda c: -node_count(rewritten_graph(session.pipeline, c))
+    tuner = Tuner(session.pipeline, session.runner, session.default, seed=0, batch=4,
+                  wrap=(hook := screening(session.screen)))
+    result = tuner.run(make_schedule("joint", ("plan", "rewrite")), 12)
+    assert result.evaluations == 1 and hook.screened() > 0  # type: ignore[attr-defined]
+    assert len(timer.calls) == 2  # the A/A control alone (after its warm-up pass)
+
+
+def test_resume_measures_nothing_twice_and_keeps_the_noise_model(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    first = FakeTimer(node_count, seed=1)
+    s1 = _session(first, plan_budget=0)  # no plan: the rewrite points take the budget
+    with RecordsDB(path, s1.workload, {}) as db:
+        _tune(s1, 5, db, screen=False)
+        rows = [(m.step, m.candidate, m.runtime) for m in db.measurements()]
+    assert len(rows) == 5
+    second = FakeTimer(node_count, seed=2)
+    s2 = _session(second, plan_budget=0)
+    with RecordsDB(path, s2.workload, {}, resume=True) as db:
+        tuner, _ = _tune(s2, 9, db, screen=False)
+        after = [(m.step, m.candidate, m.runtime) for m in db.measurements()]
+    assert after[:5] == rows and len(after) == 9
+    assert tuner.replayed == 5 and tuner.measured == 4
+    aa = (s2.graph.structural_hash,) * 2
+    assert aa not in second.calls  # the A/A control was read back, not run again
+    assert len({c for _, c, _ in after}) == 9  # no candidate measured twice
+
+
+def test_onnxruntime_times_a_graph_and_its_own_aa_control() -> None:
+    pytest.importorskip("onnxruntime")
+    g = dense_branches(2)
+    timer = OrtTimer(threads=1)
+    t = timer([g, g], rounds=3, warmup=1)
+    assert len(t.times) == 2 and all(len(x) == 3 and min(x) > 0 for x in t.times)
+    assert timer.exported == 2  # a graph listed twice runs as two sessions
+    timer([g], rounds=1, warmup=0)
+    assert timer.exported == 2  # and a session is reused by content

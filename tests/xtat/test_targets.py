@@ -1,0 +1,65 @@
+"""Targets and the pass contract: which passes a target offers, and bad target input."""
+
+from __future__ import annotations
+
+import pytest
+
+from superopt.cli import main
+from superopt.xtat.session import open_session
+from superopt.xtat.targets import PASS_TYPES, TARGETS, TargetError, get_target, tuned_passes
+from xtat.realcases import FakeTimer, dense_branches, node_count
+
+
+def test_a_target_builds_exactly_the_passes_whose_decision_it_leaves_to_the_tuner() -> None:
+    g = dense_branches(2)
+    cpu = open_session({"model": "dense", "target": "cpu", "op_cost": "flops"}, g,
+                       timer=FakeTimer(node_count))
+    assert cpu.pipeline.names == ("plan", "rewrite") and cpu.sim is None
+    tpu = open_session({"model": "dense", "hardware": "v3"}, g)
+    assert tpu.pipeline.names == ("plan", "rewrite", "layout", "fusion", "tiling", "flags")
+    assert tpu.sim is not None and tpu.sim.hw.name == "v3"
+    for target in TARGETS.values():
+        for name, cls in PASS_TYPES.items():
+            assert (name in target.passes()) == (cls.controls in target.controls)
+
+
+def test_tpu_only_passes_on_a_real_target_are_refused() -> None:
+    cpu = get_target("cpu")
+    assert tuned_passes(cpu, None) == ("plan", "rewrite")
+    assert tuned_passes(cpu, ("rewrite",)) == ("rewrite",)
+    with pytest.raises(TargetError, match="cannot tune tiling.*offers plan, rewrite"):
+        tuned_passes(cpu, ("rewrite", "tiling"))
+    assert len(tuned_passes(get_target(None), None)) == 6
+
+
+@pytest.mark.parametrize("name, hardware, message", [
+    ("gpu", None, "unknown target 'gpu'"),
+    ("tpu-v4", "v3", "contradicts"),
+    ("cpu", "v4", "names a TPU preset"),
+    (None, "v9", "unknown hardware 'v9'"),
+])
+def test_bad_targets(name: str | None, hardware: str | None, message: str) -> None:
+    with pytest.raises(Exception, match=message):
+        get_target(name, hardware)
+
+
+def _cuda() -> bool:
+    import onnxruntime as ort
+
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tune", "resnet18", "--target", "cpu", "--passes", "rewrite,layout"],
+     "--target cpu cannot tune layout"),
+    (["tune", "resnet18", "--target", "tpu"], "unknown target 'tpu'"),
+    (["tune", "resnet18", "--target", "cpu", "--workers", "2"], "--workers needs a simulator"),
+    (["tune", "resnet18", "--target", "cpu", "--hardware", "v3"], "names a TPU preset"),
+    pytest.param(["tune", "resnet18", "--target", "cuda"], "no CUDA device here",
+                 marks=pytest.mark.skipif(_cuda(), reason="a CUDA device is here")),
+])
+def test_bad_target_input_is_one_line_exit_2(argv: list[str], message: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
