@@ -442,48 +442,75 @@ def _dma_time(transfers: Iterable[tuple[float, float, float]], hw: Hardware) -> 
     return total
 
 
+@dataclass(frozen=True, slots=True)
+class _Work:
+    """What a tile makes of a kernel before timing: grid steps, MXU cycles and the extra
+    vector cycles of a split contraction, DMA time in and out, HBM bytes moved, VMEM."""
+
+    steps: int
+    mxu_cycles: float
+    extra_vec: float
+    dma_in: float
+    dma_out: float
+    moved: float
+    vmem: float
+
+
+def _work(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware,
+          space: Space | None) -> _Work | str:
+    """The kernel's work under `tile` and `flags`, or why the tile is not one of its
+    tiles (a `Bounds` tile needs the kernel's `space`)."""
+    w = _tiled_work(stats, tile, flags, hw, space)
+    if isinstance(w, str) or not stats.dma_runs:
+        return w
+    # Each gathered row is a run of its own: the per-run DMA cost.
+    runs = stats.dma_runs * hw.dma_half_bytes / (hw.hbm_bytes_per_s * hw.hbm_efficiency)
+    return _Work(w.steps, w.mxu_cycles, w.extra_vec, w.dma_in + runs, w.dma_out, w.moved,
+                 w.vmem)
+
+
+def _tiled_work(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware,
+                space: Space | None) -> _Work | str:
+    if isinstance(tile, Bounds):
+        if space is None:
+            return ("a bounds tile is costed through KernelCosts.cost (it needs the kernel's "
+                    "iteration space)")
+        problem = bounds_module.problem(space, tile) or flags.problem()
+        if problem:
+            return problem
+        pl = bounds_module.plan(space, tile)
+        ins, outs, in_bytes, out_bytes = bounds_module.transfers(space, pl)
+        mxu = extra_vec = 0.0
+        if stats.gemm is not None:
+            mxu, extra_vec = bounds_module.mxu_cycles(space, pl, flags.mxu_split, hw)
+        vmem = bounds_module.vmem(space, pl, 2 if flags.double_buffer else 1,
+                                  (stats.lhs_inter + stats.stream_inter)
+                                  * hw.vmem_intermediate_share)
+        return _Work(pl.steps, mxu, extra_vec, _dma_time(ins, hw), _dma_time(outs, hw),
+                     in_bytes + out_bytes, vmem)
+    problem = tile_problem(stats, tile) or flags.problem()
+    if problem:
+        return problem
+    gr = grid(stats, tile)
+    steps = gr.steps
+    mxu = extra_vec = 0.0
+    if stats.gemm is not None:
+        per, extra = mxu_cycles_per_step(stats.gemm, tile, flags.mxu_split, hw)
+        mxu, extra_vec = per * steps, extra * steps
+    dma_in = _dma_time(gr.transfers[:-1] if stats.gemm is not None else gr.transfers[:1], hw)
+    return _Work(steps, mxu, extra_vec, dma_in, _dma_time(gr.transfers[-1:], hw),
+                 gr.in_bytes + gr.out_bytes, grid_vmem(gr, flags, hw))
+
+
 def kernel_cost(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware,
                 space: Space | None = None) -> KernelCost:
     """The simulator's time for one kernel (see the module docstring). A `Bounds` tile needs
     the kernel's `space` (`KernelCosts.cost` passes it)."""
-    if isinstance(tile, Bounds):
-        return _bounds_cost(stats, space, tile, flags, hw)
-    problem = tile_problem(stats, tile) or flags.problem()
-    if problem:
-        return _invalid(stats, problem)
-    gr = grid(stats, tile)
-    vmem = grid_vmem(gr, flags, hw)
-    steps = gr.steps
-    mxu = 0.0
-    extra_vec = 0.0
-    if stats.gemm is not None:
-        per, extra = mxu_cycles_per_step(stats.gemm, tile, flags.mxu_split, hw)
-        mxu = per * steps
-        extra_vec = extra * steps
-    dma_in = _dma_time(gr.transfers[:-1] if stats.gemm is not None else gr.transfers[:1], hw)
-    dma_out = _dma_time(gr.transfers[-1:], hw)
-    return _assemble(stats, tile, flags, hw, steps, mxu, extra_vec, dma_in, dma_out,
-                     gr.in_bytes + gr.out_bytes, vmem)
-
-
-def _bounds_cost(stats: KernelStats, space: Space | None, tile: Bounds, flags: Flags,
-                 hw: Hardware) -> KernelCost:
-    if space is None:
-        return _invalid(stats, "a bounds tile is costed through KernelCosts.cost (it needs the "
-                               "kernel's iteration space)")
-    problem = bounds_module.problem(space, tile) or flags.problem()
-    if problem:
-        return _invalid(stats, problem)
-    pl = bounds_module.plan(space, tile)
-    ins, outs, in_bytes, out_bytes = bounds_module.transfers(space, pl)
-    mxu = extra_vec = 0.0
-    if stats.gemm is not None:
-        mxu, extra_vec = bounds_module.mxu_cycles(space, pl, flags.mxu_split, hw)
-    vmem = bounds_module.vmem(space, pl, 2 if flags.double_buffer else 1,
-                              (stats.lhs_inter + stats.stream_inter)
-                              * hw.vmem_intermediate_share)
-    return _assemble(stats, tile, flags, hw, pl.steps, mxu, extra_vec, _dma_time(ins, hw),
-                     _dma_time(outs, hw), in_bytes + out_bytes, vmem)
+    w = _work(stats, tile, flags, hw, space)
+    if isinstance(w, str):
+        return _invalid(stats, w)
+    return _assemble(stats, tile, flags, hw, w.steps, w.mxu_cycles, w.extra_vec, w.dma_in,
+                     w.dma_out, w.moved, w.vmem)
 
 
 def _assemble(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware, steps: int,
@@ -499,8 +526,6 @@ def _assemble(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware, steps:
                   + stats.loop_vregs / flags.unroll * hw.loop_overhead_cycles)
     vector = vec_cycles / clock
     compute = max(mxu, vector)
-    if stats.dma_runs:  # each gathered row is a run of its own: the per-run DMA cost
-        dma_in += stats.dma_runs * hw.dma_half_bytes / (hw.hbm_bytes_per_s * hw.hbm_efficiency)
     memory = dma_in + dma_out
     code = stats.n_ops * flags.unroll
     icache = steps * max(0, code - hw.instruction_budget) * hw.instruction_miss_s
@@ -540,32 +565,11 @@ def compiler_estimate(stats: KernelStats, tile: Tile, flags: Flags, hw: Hardware
     its hardware can estimate them statically. Left out are the vector unit's register
     pressure (spills), loop overhead and instruction fetch, which depend on code
     generation. Infinite for a tile that is not one of the kernel's."""
-    if isinstance(tile, Bounds):
-        if space is None or bounds_module.problem(space, tile):
-            return math.inf
-        pl = bounds_module.plan(space, tile)
-        ins, outs, _, _ = bounds_module.transfers(space, pl)
-        steps = pl.steps
-        mxu = extra = 0.0
-        if stats.gemm is not None:
-            mxu, extra = bounds_module.mxu_cycles(space, pl, flags.mxu_split, hw)
-        dma_in, dma_out = _dma_time(ins, hw), _dma_time(outs, hw)
-    else:
-        if tile_problem(stats, tile):
-            return math.inf
-        gr = grid(stats, tile)
-        steps = gr.steps
-        mxu = extra = 0.0
-        if stats.gemm is not None:
-            per, per_extra = mxu_cycles_per_step(stats.gemm, tile, flags.mxu_split, hw)
-            mxu, extra = per * steps, per_extra * steps
-        dma_in = _dma_time(gr.transfers[:-1] if stats.gemm is not None else gr.transfers[:1],
-                           hw)
-        dma_out = _dma_time(gr.transfers[-1:], hw)
-    if stats.dma_runs:
-        dma_in += stats.dma_runs * hw.dma_half_bytes / (hw.hbm_bytes_per_s * hw.hbm_efficiency)
-    compute = max(mxu, stats.vector_cycles + extra) / hw.clock_hz
-    return pipeline_time(steps, compute, dma_in, dma_out, flags.double_buffer, hw)
+    w = _work(stats, tile, flags, hw, space)
+    if isinstance(w, str):
+        return math.inf
+    compute = max(w.mxu_cycles, stats.vector_cycles + w.extra_vec) / hw.clock_hz
+    return pipeline_time(w.steps, compute, w.dma_in, w.dma_out, flags.double_buffer, hw)
 
 
 def _invalid(stats: KernelStats, problem: str) -> KernelCost:
