@@ -28,6 +28,10 @@ that pass alone goes back to its default, `superopt.xtat.explain.passes`, as `tu
 reports it). The default models are the ten of the committed joint.json; the
 transformer-era rows (issue 44) are `--models llama3_2_1b,vit_b16 --attribution --out
 results/joint_modern.json`.
+`--equal-info` adds the column `xtat_exact` (issue 49's equal information): XTAT-only with
+as many exact simulator evaluations per seed as joint's plan search spent on the row
+(`plan_cost_evaluations`), screening its proposals (`superopt.xtat.screen.Budgeted`); on a
+kept table, `--resume --remeasure xtat_exact --equal-info` adds only that column.
 (`--resume --joint-only` with another `--schedule` and a copy of the result file
 measures only the joint column again; `--resume --remeasure
 xtat,joint` both tuner columns, after a change to the tuner, keeping TASO-only and
@@ -110,10 +114,13 @@ def pet_rules(graph: Graph, batch: int, path: Path) -> tuple[str, int, float]:
 def run_tuner(model: str, batch: int, graph: Graph, rules: list[str] | None, passes: tuple,
               schedule: str, strategy: str, budget: int, seeds: range,
               keep: dict | None = None, plan_budget: int = 20,
-              plan_cache: str | None = None, attribution: bool = False) -> list[dict]:
+              plan_cache: str | None = None, attribution: bool = False,
+              exact_screen: list[int] | None = None) -> list[dict]:
     """One tuning run per seed, on one session: its passes' caches (the plan's search,
     rule matching per stage) are keyed by content, so the seeds share them. With
-    `plan_cache` (a file), the plan's searches are also kept there for later runs."""
+    `plan_cache` (a file), the plan's searches are also kept there for later runs. With
+    `exact_screen` (one number per seed), each seed's proposals are screened by the exact
+    simulated time, up to that many distinct candidates (`equal_info`)."""
     from superopt.xtat.session import open_session, use_plan_cache
 
     s = open_session({"model": model, "batch": batch, "rules": rules,
@@ -121,7 +128,8 @@ def run_tuner(model: str, batch: int, graph: Graph, rules: list[str] | None, pas
     cache = use_plan_cache(s, plan_cache)
     try:
         return [tune_once(s, graph, passes, schedule, strategy, budget, seed, keep,
-                          attribution) for seed in seeds]
+                          attribution, exact_screen[i] if exact_screen else None)
+                for i, seed in enumerate(seeds)]
     finally:
         if cache is not None:
             cache.close()
@@ -136,12 +144,19 @@ def finished(r: TuneResult) -> TuneResult:
 
 
 def tune_once(s: Session, graph: Graph, passes: tuple, schedule: str, strategy: str,
-              budget: int, seed: int, keep: dict | None, attribution: bool = False) -> dict:
+              budget: int, seed: int, keep: dict | None, attribution: bool = False,
+              exact_screen: int | None = None) -> dict:
     from superopt.xtat.explain import passes as per_pass
+    from superopt.xtat.screen import Budgeted, screening
     from superopt.xtat.session import applied_rewrites, rewritten_graph
     from superopt.xtat.tuner import Tuner, make_schedule
 
-    r = finished(Tuner(s.pipeline, s.runner, s.default, seed=seed).run(
+    # Equal information: the exact simulator prices up to `exact_screen` proposals, and a
+    # proposal exactly slower than the incumbent is not measured (margin 0: the price is
+    # exact, not a per-op sum).
+    exact = Budgeted(s.runner.time, exact_screen) if exact_screen is not None else None
+    hook = screening(exact, margin=0.0) if exact is not None else None
+    r = finished(Tuner(s.pipeline, s.runner, s.default, seed=seed, wrap=hook).run(
         make_schedule(schedule, passes, strategy), budget))
     plan = s.pipeline.passes[s.pipeline.index("plan")].plan(graph) \
         if "plan" in passes and r.best.config("plan").choices else None
@@ -153,6 +168,9 @@ def tune_once(s: Session, graph: Graph, passes: tuple, schedule: str, strategy: 
            # The plan's search priced graphs with its cost model (the simulator, as
            # TASO-only does); those are not measurements and are counted apart.
            "plan_cost_evaluations": plan.evaluations if plan else 0}
+    if exact is not None:
+        out |= {"exact_screen_allowed": exact_screen, "exact_evaluations": exact.used,
+                "screened": hook.screened()}
     if attribution:  # per pass: choices changed, time lost when it alone reverts
         # A pass whose revert alone is not a valid program (the plan's rewrites that later
         # choices are keyed on) has no finite gain: null and says so, as strict JSON.
@@ -275,26 +293,74 @@ def stale(row: dict, columns: set[str], schedule: str, strategy: str = STRATEGY)
     """The columns of `columns` that `row` measured with another schedule or starter
     library than now."""
     want = {"joint": schedule_key(schedule, strategy=strategy),
-            "xtat": schedule_key("joint", COMPILER, strategy)}
+            "xtat": schedule_key("joint", COMPILER, strategy),
+            "xtat_exact": schedule_key("joint", COMPILER, strategy)}
     lib = library_key()
     return {c for c in columns
             if (c in want and row.get(f"{c}_schedule") != want[c])
             or (c in ("taso", "joint") and row.get(f"{c}_library") != lib)}
 
 
+def exact_column(row: dict, graph: Graph, budget: int, seeds: int, strategy: str,
+                 attribution: bool) -> None:
+    """Equal information (issue 49): joint's plan search priced each seed's graphs with
+    the exact simulator (`plan_cost_evaluations`, not counted as measurements); XTAT-only
+    gets as many exact evaluations per seed to screen its proposals, at the same
+    measurement budget and seeds. Adds `xtat_exact` (per seed) and its speedups."""
+    model, batch = row["model"], row["batch"]
+    allowed = [j["plan_cost_evaluations"] for j in row["joint"]][:seeds]
+    row["xtat_exact"] = run_tuner(model, batch, graph, None, COMPILER, "joint", strategy,
+                                  budget, range(seeds), attribution=attribution,
+                                  exact_screen=allowed)
+    row["xtat_exact_schedule"] = schedule_key("joint", COMPILER, strategy)
+    d = row["default_s"]
+    times = [d / x["time_s"] for x in row["xtat_exact"]]
+    row.setdefault("speedup", {}).update(xtat_exact=statistics.median(times),
+                                         xtat_exact_range=[min(times), max(times)])
+    print(f"  {model:13s} b={batch:<3d} XTAT-only with {max(allowed)} exact evaluations: "
+          f"{statistics.median(times):.3f}x [{min(times):.3f}, {max(times):.3f}] (used "
+          + ", ".join(str(x["exact_evaluations"]) for x in row["xtat_exact"])
+          + f"; joint {row['speedup'].get('joint', math.nan):.3f}x)", flush=True)
+
+
+def equal_information(rows: list[dict]) -> dict:
+    """The summary of the xtat_exact column over the rows that have it (none: {})."""
+    have = [r for r in rows if "xtat_exact" in r.get("speedup", {})]
+    if not have:
+        return {}
+    return {"equal_information": {
+        "rows": len(have),
+        "geomean_xtat_exact": geomean([r["speedup"]["xtat_exact"] for r in have]),
+        "geomean_xtat_same_rows": geomean([r["speedup"]["xtat"] for r in have]),
+        "geomean_joint_same_rows": geomean([r["speedup"]["joint"] for r in have]),
+        "joint_at_least_xtat_exact": sum(r["speedup"]["joint"] >= r["speedup"]["xtat_exact"]
+                                         * (1 - 1e-9) for r in have),
+        "exact_evaluations_allowed": sum(x["exact_screen_allowed"] for r in have
+                                         for x in r["xtat_exact"]),
+        "exact_evaluations_used": sum(x["exact_evaluations"] for r in have
+                                      for x in r["xtat_exact"])}}
+
+
 def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
           tmp: Path, torch: bool = True, row: dict | None = None,
           schedule: str = "joint", again: frozenset[str] = frozenset({"joint"}),
           strategy: str = STRATEGY, plan_cache: str | None = None,
-          save_graphs: Path | None = None, attribution: bool = False) -> dict:
+          save_graphs: Path | None = None, attribution: bool = False,
+          equal_info: bool = False) -> dict:
     """One table row. Given `row` (a row measured before), only the columns in `again`
-    (xtat, taso, joint) are measured again and the others are kept: PET-only depends on
-    neither the tuner's schedules nor the starter library. Given `save_graphs`, the
-    original and the best joint graph are written there (for timing on other devices)."""
+    (xtat, taso, joint, xtat_exact) are measured again and the others are kept: PET-only
+    depends on neither the tuner's schedules nor the starter library; `again` of only
+    xtat_exact adds that column to a kept row. Given `save_graphs`, the original and the
+    best joint graph are written there (for timing on other devices). With `equal_info`,
+    the row also gets `xtat_exact` (`exact_column`)."""
     from superopt import zoo
     from superopt.xtat.tuner import PASS_NAMES
 
     graph = zoo.build(model, batch=batch)
+    if row is not None and again == {"xtat_exact"}:
+        exact_column(row, graph, budget, seeds, strategy, attribution)
+        row["measured_at_xtat_exact"] = code_state()
+        return row
     if row is None or "xtat" in again:
         row = row or {"model": model, "batch": batch}
         row["xtat"] = run_tuner(model, batch, graph, None, COMPILER, "joint", strategy,
@@ -337,6 +403,11 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
         "xtat_range": [min(d / x["time_s"] for x in xtat), max(d / x["time_s"] for x in xtat)],
         "joint_range": [min(d / x["time_s"] for x in row["joint"]),
                         max(d / x["time_s"] for x in row["joint"])]}
+    if equal_info:
+        exact_column(row, graph, budget, seeds, strategy, attribution)
+    else:  # a kept row's column was screened with the old joint's evaluation counts
+        row.pop("xtat_exact", None)
+        row.pop("xtat_exact_schedule", None)
     sp = row["speedup"]
     best_single = max(sp["taso"], sp["pet"], sp["xtat"])
     row["joint_beats_best_single"] = sp["joint"] >= best_single * (1 - 1e-9)
@@ -404,7 +475,12 @@ def main() -> None:
                     help="with --resume: measure these columns (xtat, taso, joint; comma-"
                          "separated) again in the kept rows of --models whose schedule or "
                          "starter library differs from now (after a change to the tuner "
-                         "or the library)")
+                         "or the library); xtat_exact alone adds the equal-information "
+                         "column to kept rows that lack it")
+    ap.add_argument("--equal-info", action="store_true",
+                    help="also run XTAT-only with as many exact simulator evaluations "
+                         "(screening its proposals) as joint's plan search spent on the "
+                         "row, per seed: the xtat_exact column")
     ap.add_argument("--schedule", default="joint",
                     help="the joint column's schedule (superopt.xtat.tuner.SCHEDULES; XTAT-only "
                          "always runs joint's phases without the rewrite passes)")
@@ -473,9 +549,9 @@ def main() -> None:
     again = set(args.remeasure.split(",")) if args.remeasure else set()
     if args.joint_only:
         again.add("joint")
-    if again - {"xtat", "taso", "joint"}:
-        raise SystemExit(f"--remeasure: expected some of xtat,taso,joint, found "
-                         f"{args.remeasure!r}")
+    if again - {"xtat", "taso", "joint"} and again != {"xtat_exact"}:
+        raise SystemExit(f"--remeasure: expected some of xtat,taso,joint, or xtat_exact "
+                         f"alone, found {args.remeasure!r}")
     if again and not args.resume:
         raise SystemExit("--joint-only/--remeasure re-measure rows kept by --resume: "
                          "add --resume")
@@ -496,6 +572,7 @@ def main() -> None:
                                    "rows": rows, "geomean": summary,
                                    "joint_beats_best_single": wins,
                                    "joint_within_0.1pct_of_best_single": ties,
+                                   **equal_information(rows),
                                    "wall_s": time.perf_counter() - t0, **note},
                                   indent=1) + "\n")
         return summary, wins, ties
@@ -509,17 +586,21 @@ def main() -> None:
                     if not cols:
                         continue
                     # The joint column is compared with the XTAT-only one: measured again
-                    # with it (a joint result is never kept beside a newer XTAT-only one).
+                    # with it (a joint result is never kept beside a newer XTAT-only one);
+                    # the equal-information column alone only adds itself.
+                    cols = cols if again == {"xtat_exact"} else cols | {"joint"}
                     rows[i] = bench(m, b, args.budget, args.taso_budget, args.seeds, Path(tmp),
                                     not args.no_torch, rows[i], args.schedule,
-                                    frozenset(cols | {"joint"}), args.strategy,
-                                    args.plan_cache, save_graphs, args.attribution)
+                                    frozenset(cols), args.strategy,
+                                    args.plan_cache, save_graphs, args.attribution,
+                                    args.equal_info)
                 elif (m, b) not in done:
                     rows.append(bench(m, b, args.budget, args.taso_budget, args.seeds,
                                       Path(tmp), not args.no_torch, schedule=args.schedule,
                                       strategy=args.strategy, plan_cache=args.plan_cache,
                                       save_graphs=save_graphs,
-                                      attribution=args.attribution))
+                                      attribution=args.attribution,
+                                      equal_info=args.equal_info))
                 else:
                     continue
                 write(False)

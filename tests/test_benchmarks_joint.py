@@ -84,3 +84,21 @@ def test_joint_device_refuses_an_empty_folder_and_a_missing_device(tmp_path: Pat
     r = _device(tmp_path, "--device", "nosuchdevice")
     assert r.returncode != 0 and r.stderr.strip().startswith("--device:")
     assert not (tmp_path / "out.json").exists()
+
+
+def test_equal_information_summarises_only_the_rows_with_the_exact_column() -> None:
+    mod = _joint_module()
+    assert mod.equal_information([{"speedup": {"xtat": 1.1, "joint": 1.2}}]) == {}
+    rows = [
+        {"speedup": {"xtat": 1.0, "joint": 1.2, "xtat_exact": 1.1},
+         "xtat_exact": [{"exact_screen_allowed": 10, "exact_evaluations": 7}]},
+        {"speedup": {"xtat": 1.0, "joint": 1.0, "xtat_exact": 1.25},
+         "xtat_exact": [{"exact_screen_allowed": 5, "exact_evaluations": 5}]},
+        {"speedup": {"xtat": 2.0, "joint": 3.0}},  # no equal-information column: left out
+    ]
+    got = mod.equal_information(rows)["equal_information"]
+    assert got["rows"] == 2
+    assert got["joint_at_least_xtat_exact"] == 1  # 1.2 >= 1.1, 1.0 < 1.25
+    assert abs(got["geomean_xtat_exact"] - (1.1 * 1.25) ** 0.5) < 1e-12
+    assert abs(got["geomean_joint_same_rows"] - 1.2 ** 0.5) < 1e-12
+    assert (got["exact_evaluations_allowed"], got["exact_evaluations_used"]) == (15, 12)

@@ -44,6 +44,36 @@ class OpCostPredictor:
         return got
 
 
+class Budgeted:
+    """`predict`, limited to `limit` distinct candidates (by key): past that, every new
+    proposal is priced 0.0, so the screen lets it through to be measured. A benchmark
+    gives one column the same number of exact evaluations another column spent (issue
+    49's equal information: joint's plan search prices graphs exactly, so XTAT-only may
+    screen as many proposals with the exact simulator)."""
+
+    def __init__(self, predict: Callable[[Candidate], float], limit: int) -> None:
+        self.predict = predict
+        self.limit = limit
+        self._priced: dict[str, float] = {}
+
+    @property
+    def used(self) -> int:
+        """Distinct candidates priced so far."""
+        return len(self._priced)
+
+    def priced(self, candidate: Candidate) -> bool:
+        """Whether `candidate` was priced (not let through past the limit)."""
+        return candidate.key in self._priced
+
+    def __call__(self, candidate: Candidate) -> float:
+        got = self._priced.get(candidate.key)
+        if got is None:
+            if len(self._priced) >= self.limit:
+                return 0.0
+            got = self._priced[candidate.key] = float(self.predict(candidate))
+        return got
+
+
 class Screened(SearchStrategy):
     PATIENCE = 1000  # rounds of rejected proposals in a row before the phase ends
 
@@ -98,4 +128,4 @@ def screening(predict: Callable[[Candidate], float], margin: float = MARGIN
     return wrap
 
 
-__all__ = ["MARGIN", "OpCostPredictor", "Screened", "screening"]
+__all__ = ["MARGIN", "Budgeted", "OpCostPredictor", "Screened", "screening"]
