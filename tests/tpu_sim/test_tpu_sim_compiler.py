@@ -185,6 +185,28 @@ def test_a_transposing_producer_is_not_fused_into_a_reduction() -> None:
     assert c.partition.kernel_of[layout_node] != c.partition.kernel_of[reduce_node]
 
 
+def test_a_fusion_that_fits_no_tile_is_split_back_by_the_default_compiler() -> None:
+    # EfficientNet-B0's squeeze-excite at batch 16: priority fusion alone fuses the global
+    # mean over a 112x112 image into the 1x1 convolution that reads it, a kernel whose grid
+    # tiles only the tiny output, so no tile fits VMEM and the whole program was invalid.
+    from superopt.tpu_sim.fusion import priority_fusion
+
+    g = zoo.build("efficientnet_b0", batch=16)
+    sim = Simulator()
+    laid = sim.lay_out(g)
+    raw = priority_fusion(laid.graph, laid.laid_layouts, sim.hw, laid.bitcasts, laid.stored)
+    before = sim.simulate(sim.compile(g, Config(fusion=raw)))
+    assert not before.valid  # the case exists: fusion alone makes an untileable kernel
+    c = sim.compile(g)
+    validate(c)
+    after = sim.simulate(c)
+    assert after.valid and math.isfinite(after.time)
+    # Only the offending kernels were split: every other fusion decision is priority's.
+    changed = [n for n, d in c.config.fusion.items() if d != raw[n]]
+    assert changed and all(raw[n] and not c.config.fusion[n] for n in changed)
+    assert len(changed) < sum(raw.values()) // 4
+
+
 def test_a_compiled_configuration_round_trips() -> None:
     g = zoo.build("bert_small")
     sim = Simulator()

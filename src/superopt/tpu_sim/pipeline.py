@@ -73,6 +73,19 @@ class Compiled:
         return self.config.flags.get(kernel.root, DEFAULT_FLAGS)
 
 
+def default_choice(model: KernelCosts, sig: Signature, tile: Tile | None = None,
+                   flags: Flags | None = None) -> tuple[Tile, Flags]:
+    """The kernel's tile and flags: the given ones, the default compiler's for the rest
+    (its tile heuristic under the given or default flags, then its flags for that tile)."""
+    if tile is None:
+        tile = model.default_tile(sig, flags or DEFAULT_FLAGS)
+    if flags is None:
+        g = model.stats(sig).gemm
+        flags = default_flags(g.n if g is not None else None, tile, model.hw,
+                              bounds_columns(model, sig, tile))
+    return tile, flags
+
+
 def run_passes(sim: Caches, graph: Graph, config: Config | None, fusion_default: str
                ) -> Compiled:
     """Lay out, fuse, tile and flag `graph` on `sim`'s caches, taking every choice `config`
@@ -109,19 +122,11 @@ def run_passes(sim: Caches, graph: Graph, config: Config | None, fusion_default:
     tiles: dict[int, tuple[int, ...]] = {}
     flags: dict[int, Flags] = {}
     for k, sig in zip(partition.kernels, sigs, strict=True):
-        f = config.flags.get(k.root)
-        tile = config.tiles.get(k.root)
-        if tile is None:
-            tile = model.default_tile(sig, f or DEFAULT_FLAGS)
-        if f is None:
-            g = model.stats(sig).gemm
-            f = default_flags(g.n if g is not None else None, tile, hw,
-                              bounds_columns(model, sig, tile))
-        tiles[k.root] = tile
-        flags[k.root] = f
+        tiles[k.root], flags[k.root] = default_choice(model, sig, config.tiles.get(k.root),
+                                                      config.flags.get(k.root))
     full = Config(layouts, MappingProxyType(fusion), MappingProxyType(tiles),
                   MappingProxyType(flags))
     return Compiled(graph, laid, origin, laid_layouts, full, partition, sigs, hw, sim)
 
 
-__all__ = ["Caches", "Compiled", "run_passes"]
+__all__ = ["Caches", "Compiled", "default_choice", "run_passes"]

@@ -30,9 +30,10 @@ from superopt.tpu_sim.config import Config
 from superopt.tpu_sim.fusion import priority_fusion
 from superopt.tpu_sim.hardware import Hardware, get_hardware
 from superopt.tpu_sim.kernel_costs import KernelCosts
+from superopt.tpu_sim.kernels import form_kernels
 from superopt.tpu_sim.layout import Layout, NodeLayouts, paused_gc
 from superopt.tpu_sim.layout_pass import LaidOut
-from superopt.tpu_sim.pipeline import Compiled, run_passes
+from superopt.tpu_sim.pipeline import Compiled, default_choice, run_passes
 from superopt.tpu_sim.tiling import DEFAULT_TILING, check_default_tiling
 from superopt.tpu_sim.timing import NOISE_SIGMA, Simulation, graph_totals, time_compiled, with_noise
 
@@ -177,9 +178,26 @@ class Simulator:
         return laid
 
     def fusion_default(self, laid: LaidOut) -> dict[int, bool]:
-        """Priority fusion's decision per node of the laid-out graph (see `fusion`)."""
-        return priority_fusion(laid.graph, laid.laid_layouts, self.hw, laid.bitcasts,
-                               laid.stored, self.op_costs)
+        """Priority fusion's decision per node of the laid-out graph (see `fusion`), less
+        any fusion the default compiler cannot tile: a fused kernel whose default tile
+        does not fit VMEM (a reduction over a whole image fused into its consumer, whose
+        grid tiles only the small output) is split back into its ops, as XLA does not
+        form a fusion it cannot emit. Programs whose fused kernels all fit are unchanged."""
+        fusion = priority_fusion(laid.graph, laid.laid_layouts, self.hw, laid.bitcasts,
+                                 laid.stored, self.op_costs)
+        part = form_kernels(laid.graph, laid.laid_layouts, fusion, laid.bitcasts,
+                            laid.consumers)
+        for k in part.kernels:
+            if len(k) < 2:
+                continue
+            sig = laid.signature(k, part.resolved, self.kernels)
+            tile, flags = default_choice(self.kernels, sig)
+            if not self.kernels.cost(sig, tile, flags).valid:
+                for m in k.nodes:
+                    if m != k.root:
+                        fusion[m] = False
+        # One round: a split kernel's ops are valid alone, or no fusion would help them.
+        return fusion
 
     def compile(self, graph: Graph, config: Config | None = None,
                 fusion_default: str = "priority") -> Compiled:
