@@ -153,9 +153,14 @@ def tune_once(s: Session, graph: Graph, passes: tuple, schedule: str, strategy: 
 
     # Equal information: the exact simulator prices up to `exact_screen` proposals, and a
     # proposal exactly slower than the incumbent is not measured (margin 0: the price is
-    # exact, not a per-op sum).
+    # exact, not a per-op sum). Only the graph phases are screened, as the plan's search
+    # prices whole graphs: a kernel phase (tiles, flags: `per_kernel` passes) reads each
+    # kernel's time from the profile of one candidate that changes every kernel at once,
+    # which a whole-program price would reject before it is measured.
     exact = Budgeted(s.runner.time, exact_screen) if exact_screen is not None else None
-    hook = screening(exact, margin=0.0) if exact is not None else None
+    pipe = s.pipeline
+    hook = screening(exact, margin=0.0, skip=lambda ph: all(
+        pipe.passes[pipe.index(p)].per_kernel for p in ph.passes)) if exact else None
     r = finished(Tuner(s.pipeline, s.runner, s.default, seed=seed, wrap=hook).run(
         make_schedule(schedule, passes, strategy), budget))
     plan = s.pipeline.passes[s.pipeline.index("plan")].plan(graph) \

@@ -61,3 +61,14 @@ def test_an_exact_screen_spends_its_budget_and_keeps_slower_proposals_unmeasured
     assert priced and all(t <= inc for t, inc in priced)
     assert any(t > inc for t, inc, p in measured[1:] if not p)
     assert math.isfinite(r.best_time) and r.best_time <= r.default_time
+
+
+def test_a_skipped_phase_keeps_its_strategy_unscreened() -> None:
+    from superopt.xtat.strategies import create
+    from superopt.xtat.tuner import KERNEL_PHASES
+
+    hook = screening(lambda c: 0.0, skip=lambda ph: ph.name == "tiling")
+    tiles, flags = KERNEL_PHASES[0], KERNEL_PHASES[1]
+    inner = create("random")
+    assert hook(inner, tiles) is inner
+    assert hook(inner, flags) is not inner and hook(inner, flags).inner is inner

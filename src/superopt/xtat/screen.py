@@ -114,13 +114,17 @@ class Screened(SearchStrategy):
         self.inner.tell(candidates, times)
 
 
-def screening(predict: Callable[[Candidate], float], margin: float = MARGIN
+def screening(predict: Callable[[Candidate], float], margin: float = MARGIN,
+              skip: Callable[[Any], bool] | None = None
               ) -> Callable[[SearchStrategy, Any], SearchStrategy]:
-    """A `Tuner(wrap=...)` hook screening every phase's proposals by `predict`; its
-    `screened()` counts the proposals left unmeasured in all phases."""
+    """A `Tuner(wrap=...)` hook screening every phase's proposals by `predict` (the
+    phases `skip` names keep their strategy as it is); its `screened()` counts the
+    proposals left unmeasured in all phases."""
     created: list[Screened] = []
 
     def wrap(strategy: SearchStrategy, phase: Any) -> SearchStrategy:
+        if skip is not None and skip(phase):
+            return strategy
         created.append(Screened(strategy, predict, margin))
         return created[-1]
 
