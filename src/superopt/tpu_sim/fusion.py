@@ -4,7 +4,9 @@ A producer fuses into all of its consumers or none; candidates are taken in orde
 priority = time unfused - time fused; MXU producers (`op_costs.is_mxu_op`) are never
 duplicated and a kernel holds at most one; only small, cheap producers
 (`op_costs.is_cheap_op`) are duplicated; a kernel has at most 96 operands and outputs; a
-transposing producer is not fused into a reduction. (Moved out of `compiler`.)
+transposing producer is not fused into a reduction. (Moved out of `compiler`.) The
+default compiler then splits back any fused kernel whose default tile fits no VMEM
+(`simulator.Simulator.fusion_default`): the analytical model here does not see tiles.
 """
 
 from __future__ import annotations
