@@ -102,3 +102,20 @@ def test_equal_information_summarises_only_the_rows_with_the_exact_column() -> N
     assert abs(got["geomean_xtat_exact"] - (1.1 * 1.25) ** 0.5) < 1e-12
     assert abs(got["geomean_joint_same_rows"] - 1.2 ** 0.5) < 1e-12
     assert (got["exact_evaluations_allowed"], got["exact_evaluations_used"]) == (15, 12)
+
+
+def test_taso_only_leaves_the_models_own_weight_only_computations_computed() -> None:
+    from superopt.tpu_sim import Simulator, simulate
+
+    # w1 @ w2 depends on weights only (its own kernel: a second MXU op is never fused
+    # into one that has one), and no starter rule applies: the default compiler computes
+    # it, so TASO-only's time must be the default's, not the time with it folded away.
+    b = GraphBuilder("own_constant")
+    x = b.input("x", (64, 256))
+    w = b.matmul(b.weight("w1", (256, 1024)), b.weight("w2", (1024, 512)))
+    g = b.build([b.matmul(x, w)])
+    mod = _joint_module()
+    got = mod.taso_only(g, 5)
+    sim = Simulator("v4", default_tiling=mod.DEFAULT["tiling"])
+    assert got["applied"] == 0
+    assert got["time_s"] == simulate(sim.compile(g), sim=sim).time
