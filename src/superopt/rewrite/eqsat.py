@@ -61,6 +61,7 @@ EXTRACTIONS = ("greedy", "ilp")
 # classes, 1.7% slower than the backtracking search's graph). A rule-made e-node costs
 # this much more (10 ns: below any gain the simulator reports, above HiGHS's gap).
 TIE_S = 1e-8
+PIVOT = 1.05  # a whole-rule move this much slower may still lead somewhere faster
 
 
 class EqsatError(IRError):
@@ -171,6 +172,19 @@ def _directions(matcher: Matcher) -> list[Any]:
     return out
 
 
+def _applicable(eg: EGraph, d: Any, m: Any) -> bool:
+    """Whether a match's rule condition holds (what `_apply` checks first)."""
+    from superopt.rewrite.terms import holds
+    from superopt.substitutions.egraph import deferred_ok
+
+    env: dict[str, Any] = {k: eg.type_of(c) for k, c in m.tensors.items()}
+    env.update(m.attrs)
+    try:
+        return deferred_ok(eg, m, env) and holds(d.rule, env)
+    except (IRError, KeyError, TypeError, ValueError, ZeroDivisionError):
+        return False
+
+
 def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
               made: dict[str, list[frozenset[int]]]) -> tuple[int, str, Counter[str]]:
     """Apply every match of every direction per iteration until nothing changes or a limit
@@ -181,7 +195,9 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
     `ban_iters` iterations (doubling per ban), so that one exploding rule (merging every
     subset of NasNet-A's sibling convolutions) does not fill the node limit with terms
     nobody extracts while the others wait. A multi-source direction runs in at most
-    `multi_iters` of the iterations it is not resting in (Tensat's k_multi)."""
+    `multi_iters` iterations in which it applies (Tensat's k_multi; counting those only, a
+    merge whose operands a chain of other rules makes is still found: an average pool
+    rewritten as a convolution, then made dense, then merged with its 1x1 siblings)."""
     from superopt.substitutions.covers import _apply, _matches
 
     applied: Counter[str] = Counter()
@@ -207,23 +223,30 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
                 if not d.ops <= present:
                     continue
                 limit = opts.match_limit << bans[j]
-                got = _matches(eg, d, by_op, limit + 1)
+                # Only matches whose condition holds count: a merge of a 1x1 convolution
+                # with a wider one matches every pair of 1x1 convolutions by pattern
+                # (inception: 1,001), and counted, those would keep it resting for ever.
+                got = [hit for hit in _matches(eg, d, by_op, 2 * limit + 1)
+                       if _applicable(eg, d, hit[0])]
                 eg.check_deadline()
                 if len(got) > limit:
                     resting_until[j] = it + (opts.ban_iters << bans[j])
                     bans[j] += 1
                     resting = True
                     continue
-                runs[j] += 1
-                found += [(d, m, rts) for m, rts in got]
+                found += [(j, d, m, rts) for m, rts in got]
             size, unions = len(eg), eg.unions
-            for d, m, rts in found:
+            ran: set[int] = set()
+            for j, d, m, rts in found:
                 n0 = len(eg)
                 if _apply(eg, d, m, rts):
                     applied[d.rule.name] += 1
+                    ran.add(j)
                 if len(eg) > n0:
                     made.setdefault(d.rule.name, []).append(frozenset(range(n0, len(eg))))
                 eg.check_deadline()
+            for j in ran:  # k_multi counts the iterations in which a direction changed something
+                runs[j] += 1
             eg.rebuild()
             # Saturated only when no direction was left out for resting: one that rested
             # may still have something to add.
@@ -552,8 +575,9 @@ def _moves(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
     """Local changes to an extraction, each a few classes re-chosen: per rule application
     (the e-nodes it created) not in the graph but touching it, adopt it; per one in the
     graph, undo it (its classes back to the input's e-node); per rule, all of either at
-    once (the backtracking search's batch moves). Each with its change under the
-    extraction's per-op cost; whole-rule moves first, each kind most promising first."""
+    once (the backtracking search's batch moves) and in parts. Each with its change under
+    the extraction's per-op cost; whole-rule moves first, each kind most promising
+    first."""
     eg = ld.eg
     chosen = _chosen(eg, ld.roots, pick)
     used = {sp.cls_of[i] for i in chosen}
@@ -562,34 +586,61 @@ def _moves(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
         r = sp.rep.get(i)
         if r is not None:
             from_input.setdefault(sp.cls_of[r], r)
-    out: list[tuple[float, str, dict[int, int]]] = []
+    out: list[tuple[int, float, str, dict[int, int]]] = []
 
-    def add(label: str, change: dict[int, int]) -> None:
+    def add(kind: int, label: str, change: dict[int, int]) -> None:
         change = {c: i for c, i in change.items() if pick.get(c) != i}
         if change:
-            out.append((sum(sp.cost[i] - sp.cost.get(pick.get(c, -1), 0.0)
-                            for c, i in change.items()), label, change))
+            out.append((kind, sum(sp.cost[i] - sp.cost.get(pick.get(c, -1), 0.0)
+                                  for c, i in change.items()), label, change))
 
-    for rule, groups in sorted(made.items()):
-        adopt: dict[int, int] = {}
-        undo: dict[int, int] = {}
+    # The applications in the graph, by the classes they chose: adopting another
+    # application over one of those classes undoes them too (BERT: merging Q and K
+    # where Q, K and V are merged would keep the three-way merge for V alone).
+    in_graph: dict[int, list[dict[int, int]]] = {}
+    backs: dict[tuple[str, int], dict[int, int]] = {}
+    for rule, groups in made.items():
         for k, g in enumerate(groups):
-            reps = {sp.rep[e] for e in g if e in sp.rep}
-            if reps & chosen:
-                back = {sp.cls_of[e]: from_input[sp.cls_of[e]] for e in reps & chosen
+            hit = {sp.rep[e] for e in g if e in sp.rep} & chosen
+            if hit:
+                back = {sp.cls_of[e]: from_input[sp.cls_of[e]] for e in hit
                         if sp.cls_of[e] in from_input}
-                add(f"without {rule}#{k}", back)
-                undo.update(back)
-            else:
-                change = {sp.cls_of[e]: e for e in reps}
-                if change.keys() & used:
-                    add(f"with {rule}#{k}", change)
-                    adopt.update(change)
-        add(f"with every {rule}", adopt)
-        add(f"without any {rule}", undo)
-    # Whole-rule moves first (few, and each as much as many single ones), then the rest.
-    out.sort(key=lambda m: ("#" in m[1], m[0], m[1]))
-    return out
+                backs[rule, k] = back
+                for e in hit:
+                    in_graph.setdefault(sp.cls_of[e], []).append(back)
+    for rule, groups in sorted(made.items()):
+        adopt: list[dict[int, int]] = []
+        undo: list[dict[int, int]] = []
+        for k, g in enumerate(groups):
+            back = backs.get((rule, k))
+            if back is not None:
+                add(2, f"without {rule}#{k}", back)
+                undo.append(back)
+                continue
+            reps = {sp.rep[e] for e in g if e in sp.rep}
+            change = {sp.cls_of[e]: e for e in reps}
+            if change.keys() & used:
+                replaced = {c: i for cls in change for b in in_graph.get(cls, ())
+                            for c, i in b.items()}
+                change = {**replaced, **change}
+                add(2, f"with {rule}#{k}", change)
+                adopt.append(change)
+        for verb, changes in (("with", adopt), ("without", undo)):
+            add(0, f"{verb} all {rule}", {c: i for ch in changes for c, i in ch.items()})
+            # Halves, quarters and eighths of them (in the graph's order), so that where
+            # only some of a rule's sites pay (MobileNet-V2: folding the batch norms of
+            # some convolutions) a few tries find which, before the sites one by one.
+            for parts in (2, 4, 8):
+                if len(changes) >= 2 * parts:
+                    size = -(-len(changes) // parts)
+                    for q in range(parts):
+                        add(1, f"{verb} {rule} part {q + 1}/{parts}",
+                            {c: i for ch in changes[q * size:(q + 1) * size]
+                             for c, i in ch.items()})
+    # Whole-rule moves first (few, and each as much as many single ones), then parts,
+    # then single sites; each kind most promising first by the per-op cost.
+    out.sort(key=lambda m: (m[0], m[1], m[2]))
+    return [(est, label, change) for _, est, label, change in out]
 
 
 def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
@@ -597,26 +648,53 @@ def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
             price: Any, deadline: float) -> tuple[float, dict[int, int], list[str], int]:
     """Hill-climb an extraction (complete: a choice in every class) by `_moves`, each
     priced with the whole-graph cost and kept when faster, until a pass keeps nothing
-    or the deadline passes. Returns the cost, the extraction, the moves kept, the moves
-    tried. A move that closes a cycle is skipped (`_build` refuses it)."""
-    kept: list[str] = []
+    or the deadline passes. Then, as the backtracking search's `alpha` lets it, each
+    whole-rule move that costs at most `PIVOT` times more is taken anyway and climbed
+    from; kept if that ends faster. Returns the cost, the extraction, the moves kept,
+    the moves tried. A move that closes a cycle is skipped (`_build` refuses it)."""
     tried = 0
-    while time.perf_counter() < deadline:
-        better = False
-        for _, label, change in _moves(ld, sp, made, pick):
-            if time.perf_counter() >= deadline:
+
+    def climb(pick: dict[int, int], cost: float, kept: list[str]
+              ) -> tuple[float, dict[int, int], list[str]]:
+        nonlocal tried
+        while time.perf_counter() < deadline:
+            better = False
+            for _, label, change in _moves(ld, sp, made, pick):
+                if time.perf_counter() >= deadline:
+                    break
+                trial = {**pick, **change}
+                tried += 1
+                try:
+                    t = price(trial)[0]
+                except EqsatError:
+                    continue
+                if t < cost * (1 - 1e-9):
+                    cost, pick, better = t, trial, True
+                    kept = [*kept, label]
+            if not better:
                 break
+        return cost, pick, kept
+
+    cost, pick, kept = climb(pick, cost, [])
+    pivoted = True
+    while pivoted and time.perf_counter() < deadline:
+        pivoted = False
+        for _, label, change in _moves(ld, sp, made, pick):
+            if not label.split()[1] == "all" or time.perf_counter() >= deadline:
+                continue
             trial = {**pick, **change}
             tried += 1
             try:
                 t = price(trial)[0]
             except EqsatError:
                 continue
-            if t < cost * (1 - 1e-9):
-                cost, pick, better = t, trial, True
-                kept.append(label)
-        if not better:
-            break
+            if t > cost * PIVOT:
+                continue
+            got = climb(trial, t, [*kept, label])
+            if got[0] < cost * (1 - 1e-9):
+                cost, pick, kept = got
+                pivoted = True
+                break
     return cost, pick, kept, tried
 
 
