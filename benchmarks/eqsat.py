@@ -4,7 +4,8 @@ Per zoo model: the input's and each search's result's simulated time (TPU v4 sim
 default compiler, weight-only computations folded) and FLOPs, and each search's wall time:
 backtracking (`superopt.rewrite.optimize`, sim cost, budget 40, 300 s limit, as
 `benchmarks/optimize.py` ran it), eqsat with greedy extraction and with ILP extraction
-(`superopt.rewrite.eqsat`, defaults: 50,000 e-nodes, 60 s saturation, 12 iterations).
+(`superopt.rewrite.eqsat`, defaults: 50,000 e-nodes, 60 s saturation, 12 iterations,
+backoff scheduling, 20 s of simulator-priced local moves after extraction).
 Both searches use the verified starter library and the sim cost. The eqsat graphs' values
 are checked against the input with the reference interpreter.
 
@@ -76,6 +77,7 @@ def bench_model(name: str, args: argparse.Namespace, bt_row: dict | None = None)
             "extract_s": r.extract_s, "enodes": r.enodes, "eclasses": r.eclasses,
             "iterations": r.iterations, "stopped": r.stopped, "ilp_status": r.ilp_status,
             "extraction_cost": r.extraction_cost, "kept_input": r.kept_input,
+            "refine_moves": r.refine_moves, "used": dict(r.used),
             "values_ok": check.ok, "max_rel_err": check.max_rel_err}
     return row
 

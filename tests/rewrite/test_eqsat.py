@@ -215,10 +215,15 @@ def _inception_block() -> Graph:
 
 def test_fusion_decides_what_the_per_op_sum_gets_wrong() -> None:
     """Each op priced alone, the average pool is dearer than a convolution with a constant
-    kernel, so the per-op-sum extraction takes the convolution; fused, the pool rides in a
-    neighbour's kernel and the convolution is a kernel of its own, so the simulator calls
-    that graph slower than the input. Under the simulator's own cost eqsat must keep the
-    pool and find a graph faster than both (and than the backtracking search's)."""
+    kernel, so the per-op-sum extraction takes that convolution, alone; fused, the pool
+    rides in a neighbour's kernel and the lone convolution is a kernel of its own, so the
+    simulator calls that graph slower than the input. Under the simulator's own cost
+    eqsat must find what pays fused: the pool as a convolution merged with its 1x1
+    siblings (enlarged to 3x3) into one wide convolution, as the backtracking search
+    does in four steps. (Within 0.1% of that search's graph, not at or under it: eqsat
+    folds the three batch norms into the merged convolution's weights, which the
+    simulator prices 0.03% slower than fusing them; the zoo rows in
+    benchmarks/results/eqsat.json hold it to >=.)"""
     from superopt.rewrite.cost import SimCost, SimOpCost
 
     g = _inception_block()
@@ -228,11 +233,12 @@ def test_fusion_decides_what_the_per_op_sum_gets_wrong() -> None:
     fused = eqsat_optimize(g, m, SimCost(), EqsatOptions())
     assert sum(n.op == "pool2d_avg" for n in per_op.graph.nodes) == 0
     assert sim.cost(per_op.graph) > sim.cost(g)  # the per-op sum's pick loses once fused
-    assert sum(n.op == "pool2d_avg" for n in fused.graph.nodes) == 1
     assert fused.cost_after == pytest.approx(sim.cost(fused.graph), rel=1e-12)
-    assert fused.cost_after < 0.9 * sim.cost(g) and not fused.kept_input
+    assert fused.cost_after < 0.85 * sim.cost(g) and not fused.kept_input
+    convs = [n for n in fused.graph.nodes if n.op == "conv2d"]
+    assert len(convs) == 2  # the merged one over x, and the pool branch's second conv
     bt = optimize(g, m, SimCost(), budget=40)
-    assert fused.cost_after <= bt.cost_after * (1 + 1e-9)
+    assert fused.cost_after <= bt.cost_after * (1 + 1e-3)
     assert check_values(g, fused.graph).ok
 
 
@@ -260,19 +266,20 @@ def test_eqsat_never_returns_a_graph_its_cost_calls_worse_than_the_input() -> No
     assert check_values(g, r.graph).ok
 
 
-def test_a_rule_with_too_many_matches_rests_then_runs_with_a_doubled_limit() -> None:
+def test_a_rule_with_too_many_matches_applies_its_limit_then_rests() -> None:
     rules = parse_rules("swap: (ewadd ?x ?y) => (ewadd ?y ?x)\n")
     b = GraphBuilder("adds")
     x, y = b.input("x", (4,)), b.input("y", (4,))
     g = b.build([b.ewadd(x, y), b.ewadd(b.relu(x), y)])  # two matches
-    opts = dict(match_limit=1, ban_iters=1)
-    r = eqsat_optimize(g, rules, FlopsCost(), EqsatOptions(iter_limit=2, **opts))
-    # iteration 1: 2 matches > 1, rests through iteration 2
-    assert dict(r.applied) == {} and r.stopped == "iterations"
+    opts = dict(match_limit=1, ban_iters=2)
+    r = eqsat_optimize(g, rules, FlopsCost(), EqsatOptions(iter_limit=1, **opts))
+    assert r.applied["swap"] == 1  # 2 matches > 1: the first only, then a rest
     r = eqsat_optimize(g, rules, FlopsCost(), EqsatOptions(iter_limit=3, **opts))
-    assert r.applied["swap"] == 2  # iteration 3: limit 2, both applied
+    assert r.applied["swap"] == 1 and r.stopped == "iterations"  # resting in 2 and 3
     r = eqsat_optimize(g, rules, FlopsCost(), EqsatOptions(iter_limit=12, **opts))
-    assert r.stopped == "saturated"  # not while the rule was resting
+    # back with a limit of 2 in iteration 4: the other sum is swapped too; saturated only
+    # once nothing is resting
+    assert r.applied["swap"] == 2 and r.stopped == "saturated" and r.iterations > 4
 
 
 def test_greedy_reaches_the_least_tree_cost_and_never_a_cycle() -> None:
