@@ -650,11 +650,20 @@ def _moves(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
                             {c: i for ch in changes[q * size:(q + 1) * size]
                              for c, i in ch.items()})
     # Whole-rule moves first (few, and each as much as many single ones), then parts,
-    # then single sites. Within a kind, round-robin over the rules (each rule's most
-    # promising by the per-op cost first): the per-op cost is what misjudges, so that
-    # order alone would spend the time limit on one rule's sites (BERT-small: 2,500
-    # moves, the one that pays 50th among merge_matmul's, after 300 of other rules).
-    out.sort(key=lambda m: (m[0], m[1], m[2]))
+    # then single sites. Within a kind, round-robin over the rules: the per-op cost is
+    # what misjudges, so ordering by it alone would spend the time limit on one rule's
+    # sites. Within a rule, undoing goes most promising first by the per-op cost, and
+    # adopting in the order the applications were made: the first round's, on the
+    # input's own terms (the backtracking search's sites), before merges of merged
+    # ones (BERT-small: the merge of Q and K that pays is 3rd of merge_matmul's 1,000
+    # in that order, past the 100th by the per-op cost).
+    def order(m: tuple[int, float, str, dict[int, int]]) -> tuple[int, float, str]:
+        kind, est, label, _ = m
+        if kind == 2 and label.startswith("with ") and "#" in label:
+            return kind, float(label.split("#")[1]), label
+        return kind, est, label
+
+    out.sort(key=order)
     rank: Counter[tuple[int, str]] = Counter()
     ranked = []
     for kind, est, label, change in out:
