@@ -22,12 +22,24 @@ e-node, `order(class) > order(operand class)` when it is chosen, as Tensat does,
 for the e-nodes inside a strongly connected component of the class graph (networkx): an
 edge between components can never close a cycle, so the rest need no constraint.
 
+Saturation is scheduled (`_saturate`): a rule direction over its match limit in an
+iteration applies that many and rests, for longer each time (egg's backoff scheduler), and
+a rule with several sources (a merge of sibling convolutions) runs in at most two
+iterations that change something (Tensat's k_multi).
+
 Costs: the extraction needs a per-op cost. An additive search cost (`flops`, `simop`,
-`torch`) is used as it is; the whole-graph `sim` cost is extracted under its per-op proxy
-(`simop`: each op simulated alone) and the extracted graph then priced with `sim` itself.
-Weight-only values are free with the cost's `fold` (a compiler computes them once). If
-the extracted graph costs more than the input under the search cost (fusion the per-op
-proxy cannot see), the input is kept and `kept_input` says so.
+`torch`) is used as it is. The whole-graph `sim` cost (the default compiler fuses, so a
+sum over ops misjudges) is extracted under four per-op proxies: each op simulated alone
+(`simop`), and fused variants in which elementwise and movement ops, or every op off the
+matrix unit, cost a share of that (`FusedOpCost`); an e-node a rule made costs 10 ns more,
+so that ties keep the input's. Each extraction is priced with `sim` itself and the
+fastest kept; then local moves, each priced with `sim` (`_refine`): per rule application,
+adopt it or undo it, and per rule all of them or halves to eighths, hill-climbing from
+the extraction and from the input, with pivots through whole-rule moves up to 1.05x
+slower (the backtracking search's alpha), until `refine_limit` seconds. Weight-only
+values are free with the cost's `fold` (a compiler computes them once). The result is
+never costlier than the input under the search cost: if nothing beats it, the input is
+kept and `kept_input` says so.
 
 The result has the backtracking search's shape (graph, origin, costs, seconds), so both
 are plan sources for the tuner's rewrite pass (`superopt.xtat.passes.plan`). Its origin
@@ -115,7 +127,8 @@ class EqsatResult:
     enodes: int
     eclasses: int
     stopped: str  # "saturated", "node limit", "time limit" or "iterations"
-    ilp_status: str  # "" (greedy), "optimal", "time limit: best found", "failed: ..."
+    ilp_status: str  # "" (greedy), "optimal", "time limit: best found", "failed: ...";
+    # then which local moves were kept, from which start
     applied: Mapping[str, int]  # per rule direction: the unions its matches made
     used: Mapping[str, int]  # per rule direction: its applications the result contains
     saturate_s: float
