@@ -330,3 +330,17 @@ def _acyclic(pick: dict[int, int], kids: dict[int, tuple[int, ...]], root: int) 
         return ok
 
     return visit(root)
+
+
+def test_a_milp_solve_past_its_hard_limit_is_killed_not_waited_for() -> None:
+    from scipy.optimize import Bounds, LinearConstraint
+
+    from superopt.rewrite.eqsat import _milp_bounded
+
+    # max x0 + x1 s.t. x0 + x1 <= 1.5, binaries: optimum 1
+    problem = dict(c=np.array([-1.0, -1.0]),
+                   constraints=LinearConstraint(np.array([[1.0, 1.0]]), -np.inf, 1.5),
+                   integrality=np.ones(2), bounds=Bounds(0, 1), options={"disp": False})
+    got = _milp_bounded(problem, 30.0)
+    assert not isinstance(got, str) and got[1] and got[0].sum() == pytest.approx(1.0)
+    assert _milp_bounded(problem, 0.0) == "HiGHS ran past 0 s"  # no time to answer

@@ -73,6 +73,7 @@ EXTRACTIONS = ("greedy", "ilp")
 # classes, 1.7% slower than the backtracking search's graph). A rule-made e-node costs
 # this much more (10 ns: below any gain the simulator reports, above HiGHS's gap).
 TIE_S = 1e-8
+ILP_GRACE_S = 10.0  # past HiGHS's own time limit, the solve is killed
 PIVOT = 1.05  # a whole-rule move this much slower may still lead somewhere faster
 
 
@@ -451,7 +452,7 @@ def _ilp(sp: _Space, roots: list[int], time_limit: float) -> tuple[dict[int, int
     """Exact DAG-cost extraction with HiGHS; None and why when no solution was found."""
     import networkx as nx
     import numpy as np
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.optimize import Bounds, LinearConstraint
     from scipy.sparse import coo_matrix
 
     enodes = [i for c in sp.classes for i in sp.nodes[c]]
@@ -511,19 +512,53 @@ def _ilp(sp: _Space, roots: list[int], time_limit: float) -> tuple[dict[int, int
     a = coo_matrix((vals, (rows, cols)), shape=(len(lo), nvar)).tocsr()
     integrality = np.zeros(nvar)
     integrality[:len(enodes)] = 1
-    res = milp(c_vec, constraints=LinearConstraint(a, np.array(lo), np.array(hi)),
-               integrality=integrality, bounds=Bounds(lb, ub),
-               options={"time_limit": time_limit, "disp": False, "mip_rel_gap": 1e-6})
-    if res.x is None:
-        return None, f"failed: {res.message}"
-    chosen = {i for i in enodes if res.x[col[i]] > 0.5}
+    problem = dict(c=c_vec, constraints=LinearConstraint(a, np.array(lo), np.array(hi)),
+                   integrality=integrality, bounds=Bounds(lb, ub),
+                   options={"time_limit": time_limit, "disp": False, "mip_rel_gap": 1e-6})
+    got = _milp_bounded(problem, time_limit + ILP_GRACE_S)
+    if isinstance(got, str):
+        return None, f"failed: {got}"
+    x, solved = got
+    chosen = {i for i in enodes if x[col[i]] > 0.5}
     pick: dict[int, int] = {}
     for c in sp.classes:
         cands = [i for i in sp.nodes[c] if i in chosen]
         if cands:
             pick[c] = min(cands, key=lambda i: sp.cost[i])
-    status = "optimal" if res.status == 0 else "time limit: best found"
+    status = "optimal" if solved else "time limit: best found"
     return pick, status
+
+
+def _milp_bounded(problem: dict[str, Any], hard_limit: float) -> tuple[Any, bool] | str:
+    """`scipy.optimize.milp(**problem)` in a forked child, killed after `hard_limit`
+    seconds: HiGHS does not always keep its own time limit (T5-small's encoder: over
+    15 minutes in one solve at a 60 s limit). Returns (x, proved optimal) or why not."""
+    import multiprocessing as mp
+
+    from scipy.optimize import milp
+
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def solve() -> None:
+        res = milp(**problem)
+        send.send((res.x, res.status == 0, str(res.message)))
+
+    child = ctx.Process(target=solve, daemon=True)
+    child.start()
+    send.close()
+    try:
+        if not recv.poll(hard_limit):
+            return f"HiGHS ran past {hard_limit:g} s"
+        x, solved, message = recv.recv()
+    except EOFError:
+        return "HiGHS died"
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        recv.close()
+    return (x, solved) if x is not None else message
 
 
 def _chosen(eg: EGraph, roots: list[int], pick: Mapping[int, int]) -> set[int]:
