@@ -609,6 +609,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ilp-time-limit", type=float, default=60.0, metavar="S",
                    help="with --search eqsat: HiGHS time limit per extraction (default 60; "
                         "at the limit its best solution so far is used)")
+    p.add_argument("--refine-limit", type=float, default=20.0, metavar="S",
+                   help="with --search eqsat and a whole-graph cost (sim): seconds of local "
+                        "moves priced with that cost after extraction (default 20)")
     p.add_argument("--alpha", type=float, default=1.05,
                    help="keep graphs costing less than alpha x the best (default 1.05)")
     p.add_argument("--budget", type=int, default=100, help="graphs to expand at most (default 100)")
