@@ -85,7 +85,7 @@ def taso_only(graph: Graph, budget: int, keep: dict | None = None) -> dict:
     computed, as the default compiler computes it, so the column's speedup over the
     default is its rewrites' and not constant folding's (folding t5's alone is 1.32x)."""
     from superopt.rewrite import Matcher, create_cost, fold_weights, optimize
-    from superopt.rewrite.fold import foldable_values
+    from superopt.rewrite.fold import foldable_hashes
     from superopt.tpu_sim import Simulator, simulate
     from superopt.xtat.rules import rule_set
 
@@ -93,9 +93,7 @@ def taso_only(graph: Graph, budget: int, keep: dict | None = None) -> dict:
     res = optimize(graph, Matcher(rule_set(None).rules),
                    create_cost("sim", hardware="v4", default_tiling=DEFAULT["tiling"]),
                    budget=budget)
-    hashes = graph.node_hashes
-    before = frozenset(hashes[v.node] for v in foldable_values(graph))
-    folded = fold_weights(res.graph, evaluate=False, skip=before).graph
+    folded = fold_weights(res.graph, evaluate=False, skip=foldable_hashes(graph)).graph
     sim = Simulator("v4", default_tiling=DEFAULT["tiling"])
     t = simulate(sim.compile(folded), sim=sim).time
     if keep is not None:

@@ -51,6 +51,20 @@ def test_fold_without_materialising_keeps_ops_over_weights_without_data() -> Non
     assert s.op_histogram()["concat"] == 0 and not s.weights
 
 
+def test_foldable_hashes_keep_the_models_own_weight_math_in_a_rewritten_copy() -> None:
+    from superopt.rewrite.fold import foldable_hashes
+
+    g = _weight_math(with_data=True)
+    skip = foldable_hashes(g)
+    assert len(skip) == 2  # the concat and the transpose: the two foldable values
+    # The same graph built again (as a rewrite's copy is) keeps both computed under the
+    # skip, and folds both without it.
+    again = _weight_math(with_data=True)
+    kept = fold_weights(again, evaluate=False, skip=skip)
+    assert kept.folded == 0 and kept.graph.op_histogram()["concat"] == 1
+    assert fold_weights(again, evaluate=False).folded == 2
+
+
 def test_costs_by_name_and_their_errors() -> None:
     assert create_cost("flops").name == "flops"
     assert create_cost("sim").name == "sim"

@@ -71,6 +71,14 @@ def foldable_values(graph: Graph) -> list[Value]:
     return list(wanted)
 
 
+def foldable_hashes(graph: Graph) -> frozenset[bytes]:
+    """Structural hashes of the nodes behind `graph`'s foldable values: the `skip` that
+    keeps a model's own weight-only computations computed when a rewritten copy of it is
+    folded (only what the rewrites made weight-only is folded)."""
+    hashes = graph.node_hashes
+    return frozenset(hashes[v.node] for v in foldable_values(graph))
+
+
 @dataclass(frozen=True)
 class FoldResult(PassResult):
     folded: int = 0  # values turned into weights

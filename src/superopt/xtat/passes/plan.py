@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from superopt.ir.graph import Graph
 from superopt.ir.passes import Origin, compose, identity_origin
 from superopt.rewrite.apply import apply_sites
-from superopt.rewrite.fold import foldable_values
+from superopt.rewrite.fold import foldable_hashes
 from superopt.rewrite.match import Matcher
 from superopt.substitutions.text import format_rule
 from superopt.xtat.passes.base import PassResult, TunablePass
@@ -382,8 +382,7 @@ class RewritePlan(TunablePass):
         to_source = p.origin if stage.to_source is None else compose(stage.to_source,
                                                                      p.origin)
         out = stage.evolve(graph=p.graph, to_source=to_source)
-        hashes = stage.graph.node_hashes
-        out.memo["fold_skip"] = frozenset(hashes[v.node] for v in foldable_values(stage.graph))
+        out.memo["fold_skip"] = foldable_hashes(stage.graph)
         return PassResult(out, p.origin, {
             "applied": list(p.rules), "plan": p.option, "plan_cost_before": p.cost_before,
             "plan_cost_after": p.cost_after, "plan_evaluations": p.evaluations,

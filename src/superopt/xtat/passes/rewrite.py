@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from superopt.ir.graph import Graph
 from superopt.ir.passes import compose
-from superopt.rewrite.fold import fold_weights, foldable_values
+from superopt.rewrite.fold import fold_weights, foldable_hashes
 from superopt.rewrite.match import Matcher
 from superopt.rewrite.rewrite_pass import Point, RewritePass
 from superopt.substitutions.rule import Rule
@@ -68,9 +68,7 @@ class RewriteSites(TunablePass):
         if before is None:
             before = stage.memo.get("foldable")
             if before is None:
-                hashes = stage.graph.node_hashes
-                before = stage.memo["foldable"] = frozenset(
-                    hashes[v.node] for v in foldable_values(stage.graph))
+                before = stage.memo["foldable"] = foldable_hashes(stage.graph)
         folded = fold_weights(graph, evaluate=False, skip=before)
         origin = folded.origin if run_origin is None else compose(run_origin, folded.origin)
         to_source = origin if stage.to_source is None else compose(stage.to_source, origin)
