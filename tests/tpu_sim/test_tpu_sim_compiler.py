@@ -207,6 +207,45 @@ def test_a_fusion_that_fits_no_tile_is_split_back_by_the_default_compiler() -> N
     assert len(changed) < sum(raw.values()) // 4
 
 
+def test_the_default_partition_is_formed_once_and_is_the_one_a_fresh_formation_gives(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from superopt.tpu_sim import pipeline, simulator
+    from superopt.tpu_sim.kernels import form_kernels
+
+    calls: list[int] = []
+
+    def counting(*a: object, **k: object) -> object:
+        calls.append(1)
+        return form_kernels(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline, "form_kernels", counting)
+    monkeypatch.setattr(simulator, "form_kernels", counting)
+    for name, batch, split in (("resnet18", 1, False), ("efficientnet_b0", 16, True)):
+        g = zoo.build(name, batch=batch)
+        sim = Simulator()
+        calls.clear()
+        c = sim.compile(g)
+        # Once (the default decisions' own partition is reused), twice when a kernel had
+        # to be split back (the decisions changed after it was formed).
+        assert len(calls) == (2 if split else 1)
+        laid = sim.lay_out(g)
+        fresh = form_kernels(laid.graph, laid.laid_layouts, c.config.fusion, laid.bitcasts,
+                             laid.consumers)
+        assert fresh.kernels == c.partition.kernels
+        assert fresh.kernel_of == c.partition.kernel_of
+        # A second compile on the same layouts decides nothing again.
+        calls.clear()
+        again = sim.compile(g, Config(tiles=dict(c.config.tiles)))
+        assert len(calls) == (1 if split else 0)
+        assert again.partition.kernels == c.partition.kernels
+        # A changed decision forms its own kernels.
+        node = next(n for n, d in c.config.fusion.items() if d is True)
+        calls.clear()
+        other = sim.compile(g, Config(fusion={node: False}))
+        assert len(calls) == 1 and other.partition.kernels != c.partition.kernels
+        assert simulate(again).time == simulate(c).time
+
+
 def test_a_compiled_configuration_round_trips() -> None:
     g = zoo.build("bert_small")
     sim = Simulator()

@@ -22,7 +22,7 @@ from superopt.ir.graph import Graph, Node, Value
 from superopt.ir.passes import Origin, identity_origin
 from superopt.ir.types import DType, TensorType
 from superopt.tpu_sim.config import InvalidConfig
-from superopt.tpu_sim.kernels import Kernel, effective_consumers, find_bitcasts, is_source
+from superopt.tpu_sim.kernels import Kernel, Kernels, effective_consumers, find_bitcasts, is_source
 from superopt.tpu_sim.layout import Layout, NodeLayouts, is_layout, row_major
 from superopt.tpu_sim.layout_rules import LAYOUT_RULES
 from superopt.tpu_sim.signature import Signature, kernel_signature
@@ -237,6 +237,11 @@ class LaidOut:
     # candidates on one layout: a fire module's kernel took another candidate's signature
     # and the pick was mispriced by 1% against a fresh compile).
     signatures: dict[tuple, Signature] = field(default_factory=dict)
+    # (hardware, tile heuristic) -> the default compiler's fusion decisions on this graph
+    # and layouts, with their partition when no fused kernel had to be split back: what a
+    # compile without fusion choices would otherwise derive twice (`Simulator.default_fusion`).
+    default_fusions: dict[tuple, tuple[Mapping[int, bool], Kernels | None]] = field(
+        default_factory=dict)
 
     def signature(self, kernel: Kernel, resolved: Mapping[int, Value],
                   kernels_model: KernelCosts) -> Signature:

@@ -40,6 +40,8 @@ class Caches(Protocol):
 
     def fusion_default(self, laid: LaidOut) -> dict[int, bool]: ...
 
+    def default_fusion(self, laid: LaidOut) -> tuple[Mapping[int, bool], Kernels | None]: ...
+
     def graph_totals(self, graph: Graph) -> tuple[float, float]: ...
 
 
@@ -109,14 +111,21 @@ def run_passes(sim: Caches, graph: Graph, config: Config | None, fusion_default:
         if not isinstance(d, bool) and not (isinstance(d, int) and k < d < n_laid):
             raise InvalidConfig(f"fusion decision of %{k} must be a bool or the root of a "
                                 f"later kernel, found {d!r}")
+    formed: Kernels | None = None
     if len(given) >= n_laid:
         fusion = dict(given)
     elif fusion_default == "priority":
-        fusion = sim.fusion_default(lo)
+        decided, formed = sim.default_fusion(lo)
+        fusion = dict(decided)
         fusion.update(given)
     else:
         fusion = {i: bool(given.get(i, False)) for i in range(n_laid)}
-    partition = form_kernels(laid, laid_layouts, fusion, bitcasts, lo.consumers)
+    # The default decisions' partition is already formed (`default_fusion`); decisions
+    # that repeat default ones (the same bools) form the same kernels.
+    if formed is not None and all(d is decided.get(k) for k, d in given.items()):
+        partition = formed
+    else:
+        partition = form_kernels(laid, laid_layouts, fusion, bitcasts, lo.consumers)
     model = sim.kernels
     sigs = tuple(lo.signature(k, partition.resolved, model) for k in partition.kernels)
     tiles: dict[int, tuple[int, ...]] = {}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from superopt.ir.graph import Graph, Value
@@ -30,7 +31,7 @@ from superopt.tpu_sim.config import Config
 from superopt.tpu_sim.fusion import priority_fusion
 from superopt.tpu_sim.hardware import Hardware, get_hardware
 from superopt.tpu_sim.kernel_costs import KernelCosts
-from superopt.tpu_sim.kernels import form_kernels
+from superopt.tpu_sim.kernels import Kernels, form_kernels
 from superopt.tpu_sim.layout import Layout, NodeLayouts, paused_gc
 from superopt.tpu_sim.layout_pass import LaidOut
 from superopt.tpu_sim.pipeline import Compiled, default_choice, run_passes
@@ -182,11 +183,24 @@ class Simulator:
         any fusion the default compiler cannot tile: a fused kernel whose default tile
         does not fit VMEM (a reduction over a whole image fused into its consumer, whose
         grid tiles only the small output) is split back into its ops, as XLA does not
-        form a fusion it cannot emit. Programs whose fused kernels all fit are unchanged."""
+        form a fusion it cannot emit. Programs whose fused kernels all fit are unchanged.
+        A fresh dict (callers add their own decisions to it)."""
+        return dict(self.default_fusion(laid)[0])
+
+    def default_fusion(self, laid: LaidOut) -> tuple[Mapping[int, bool], Kernels | None]:
+        """`fusion_default`'s decisions, and their partition when no kernel was split back
+        (None otherwise), computed once per laid-out graph and kept on it under this
+        simulator's hardware and tile heuristic, the only other things they depend on."""
+        key = (self.hw, self.default_tiling)
+        got = laid.default_fusions.get(key)
+        if got is not None:
+            return got
         fusion = priority_fusion(laid.graph, laid.laid_layouts, self.hw, laid.bitcasts,
                                  laid.stored, self.op_costs)
-        part = form_kernels(laid.graph, laid.laid_layouts, fusion, laid.bitcasts,
-                            laid.consumers)
+        part: Kernels | None = form_kernels(laid.graph, laid.laid_layouts, fusion,
+                                            laid.bitcasts, laid.consumers)
+        assert part is not None
+        split = False
         for k in part.kernels:
             if len(k) < 2:
                 continue
@@ -196,8 +210,10 @@ class Simulator:
                 for m in k.nodes:
                     if m != k.root:
                         fusion[m] = False
+                split = True
         # One round: a split kernel's ops are valid alone, or no fusion would help them.
-        return fusion
+        got = laid.default_fusions[key] = (MappingProxyType(fusion), None if split else part)
+        return got
 
     def compile(self, graph: Graph, config: Config | None = None,
                 fusion_default: str = "priority") -> Compiled:

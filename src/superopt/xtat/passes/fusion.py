@@ -42,9 +42,11 @@ class FusionSites(TunablePass):
         got = stage.memo.get("fusion_default_partition")
         if got is None:
             laid = stage.laid
-            got = stage.memo["fusion_default_partition"] = form_kernels(
+            # Formed once with the decisions unless a kernel was split back.
+            got = self.sim.default_fusion(laid)[1] or form_kernels(
                 laid.graph, laid.laid_layouts, self.default_decisions(stage), laid.bitcasts,
                 laid.consumers)
+            stage.memo["fusion_default_partition"] = got
         return got
 
     def node_of(self, stage: Stage) -> dict[str, int]:
