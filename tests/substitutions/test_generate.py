@@ -15,6 +15,7 @@ from superopt.ir import TensorType
 from superopt.substitutions import differs, format_rule, load_library, parse_rule
 from superopt.substitutions.generator import (
     GenerateResult,
+    _general_key,
     check_rule,
     generate,
     instance_rules,
@@ -195,6 +196,28 @@ def test_canonical_key_is_invariant_under_renaming_and_commutation() -> None:
     assert sorted(mapping.values()) == [0, 1, 3]
     wrong = [(MM, 0, ((ADD, 0, (x[0], x[1])), x[4]))]  # another weight: another rule
     assert canonical(src, wrong, groups, tkey, comm)[0] != key
+
+
+def test_generalization_key_ignores_the_order_of_the_conditions_conjuncts() -> None:
+    """The same rule found at different shapes: the shape solver lists its condition's
+    equalities in an order that depends on those shapes (a 4-op run found this rule at
+    2x4, at 4x4 and at 4x4x3x3 and kept it twice). One rule, one key."""
+    body = "(ewadd (concat 0 ?{0} ?{1}) (concat 0 ?{2} ?{3})) <=> " \
+           "(concat 0 (ewadd ?{0} ?{2}) (ewadd ?{1} ?{3}))"
+    a = parse_rule(body.format("x1", "x2", "x3", "w1")
+                   + " if dim(?x2,0) == dim(?w1,0) and dim(?x1,0) == dim(?x3,0)")
+    b = parse_rule(body.format("w4", "w5", "w6", "w7")
+                   + " if dim(?w4,0) == dim(?w6,0) and dim(?w5,0) == dim(?w7,0)")
+    c = parse_rule(body.format("w4", "w5", "w6", "w7") + " if dim(?w4,0) == dim(?w6,0)")
+    assert _general_key(a) == _general_key(b)
+    assert _general_key(a) != _general_key(c)  # another condition is another rule
+    # a conjunct with `and` inside brackets stays whole
+    d = parse_rule(body.format("x1", "x2", "x3", "w1")
+                   + " if dim(?x1,0) == dim(?x3,0) and (rank(?x1) == 2 and rank(?w1) == 2)")
+    e = parse_rule(body.format("x1", "x2", "x3", "w1")
+                   + " if (rank(?x1) == 2 and rank(?w1) == 2) and dim(?x1,0) == dim(?x3,0)")
+    assert _general_key(d) == _general_key(e)
+    assert _general_key(d) != _general_key(a)
 
 
 def test_rules_found_only_at_the_generator_shapes_say_so(conv3_pinned: GenerateResult) -> None:

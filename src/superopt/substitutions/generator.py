@@ -738,23 +738,53 @@ def instance_rules(rules: Sequence[Rule]) -> set[int]:
 
 
 def _general_key(rule: Rule) -> str:
-    """The rule's text with variables renamed in order of first occurrence: rules found
-    at different shapes that generalize to the same rule share it."""
+    """The rule's text with variables renamed in order of first occurrence, and its
+    condition's conjuncts in a canonical order: rules found at different shapes that
+    generalize to the same rule share it. (The conjuncts come in the order of the shape
+    solver's dimension classes, which depends on the shapes the rule was found at: the
+    same rule found at 2x4 and at 4x4x3x3 could read `a == b and c == d` once and
+    `c == d and a == b` the other time.)"""
     import re
     from dataclasses import replace
 
+    var = re.compile(r"\?[A-Za-z_][A-Za-z0-9_]*")
+    conjuncts = _conjuncts(rule.condition)
     keys = []
     for perm in itertools.permutations(range(rule.outputs)):
         r = replace(rule, source=tuple(rule.source[i] for i in perm),
-                    target=tuple(rule.target[i] for i in perm))
+                    target=tuple(rule.target[i] for i in perm), condition=None)
         text = _text(r).split(":", 1)[1]
         names: dict[str, str] = {}
 
         def sub(m: re.Match[str], names: dict[str, str] = names) -> str:
             return names.setdefault(m.group(0), f"?v{len(names)}")
 
-        keys.append(re.sub(r"\?[A-Za-z_][A-Za-z0-9_]*", sub, text))
+        key = var.sub(sub, text)
+        # every variable of the condition occurs in the patterns (named above) first
+        cond = sorted({var.sub(sub, c) for c in conjuncts})
+        keys.append(key + (" if " + " and ".join(cond) if cond else ""))
     return min(keys)
+
+
+def _conjuncts(condition: str | None) -> list[str]:
+    """The top-level ` and `-separated parts of a condition (outside brackets)."""
+    if not condition:
+        return []
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(condition):
+        c = condition[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif depth == 0 and condition.startswith(" and ", i):
+            parts.append(condition[start:i].strip())
+            i += len(" and ")
+            start = i
+            continue
+        i += 1
+    parts.append(condition[start:].strip())
+    return parts
 
 
 def _add_instance(rule: Rule, other: Rule) -> Rule:
