@@ -292,6 +292,14 @@ def main() -> None:
     result: dict = {"machine": platform.node(), "python": platform.python_version(),
                     "budget": budget, "quick": args.quick, "default_tiling": args.default}
     t_all = time.perf_counter()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        # After every section: a run stopped in a later one keeps the finished sections.
+        result["wall_s"] = time.perf_counter() - t_all
+        out.write_text(json.dumps(result, indent=1) + "\n")
+
     if "zoo" in sections:
         print(f"zoo models, joint schedule, budget {budget}")
         legacy = not args.no_legacy_column and args.default != "legacy"
@@ -309,29 +317,32 @@ def main() -> None:
                   f"legacy default / xla default time {result['zoo_geomean_default_ratio']:.4f}"
                   "x; legacy default / tuned over xla "
                   + f"{geomean([r['legacy']['default_s'] / r['tuned_s'] for r in rows]):.4f}x")
+        save()
     if "ablation" in sections:
         print(f"ablation (budget {budget} each)")
         result["ablation"] = section_ablation(pairs, budget)
+        save()
     if "schedules" in sections:
         seeds = 2 if args.quick else args.seeds
         print(f"joint vs sequential, {seeds} seeds, budget {budget}")
         result["schedules"] = section_schedules(pairs, budget, seeds)
+        save()
     if "throughput" in sections:
         print("throughput")
         result["throughput"] = section_throughput(
             50 if args.quick else 200, 20_000 if args.quick else args.big_nodes,
             100 if args.quick else args.big_budget)
+        save()
     if "resume" in sections:
         print("SIGKILL and --resume")
         result["resume"] = section_resume("inception_v3", 60 if args.quick else 300,
                                           25 if args.quick else 120)
+        save()
     if "tiles" in sections:
         print("tiles on the TpuGraphs samples (TPU v3, measured)")
         result["tiles"] = section_tiles()
-    result["wall_s"] = time.perf_counter() - t_all
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+        save()
+    save()
     print(f"wrote {out} ({result['wall_s']:.0f} s)")
 
 
