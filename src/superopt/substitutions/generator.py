@@ -768,23 +768,9 @@ def _general_key(rule: Rule) -> str:
 
 def _conjuncts(condition: str | None) -> list[str]:
     """The top-level ` and `-separated parts of a condition (outside brackets)."""
-    if not condition:
-        return []
-    parts, depth, start, i = [], 0, 0, 0
-    while i < len(condition):
-        c = condition[i]
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif depth == 0 and condition.startswith(" and ", i):
-            parts.append(condition[start:i].strip())
-            i += len(" and ")
-            start = i
-            continue
-        i += 1
-    parts.append(condition[start:].strip())
-    return parts
+    from superopt.substitutions.text import _top_level_split
+
+    return [p.strip() for p, _ in _top_level_split(condition, " and ")] if condition else []
 
 
 def _add_instance(rule: Rule, other: Rule) -> Rule:
