@@ -197,9 +197,8 @@ class Simulator:
             return got
         fusion = priority_fusion(laid.graph, laid.laid_layouts, self.hw, laid.bitcasts,
                                  laid.stored, self.op_costs)
-        part: Kernels | None = form_kernels(laid.graph, laid.laid_layouts, fusion,
-                                            laid.bitcasts, laid.consumers)
-        assert part is not None
+        part = form_kernels(laid.graph, laid.laid_layouts, fusion, laid.bitcasts,
+                            laid.consumers)
         split = False
         for k in part.kernels:
             if len(k) < 2:
