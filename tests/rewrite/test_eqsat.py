@@ -344,3 +344,37 @@ def test_a_milp_solve_past_its_hard_limit_is_killed_not_waited_for() -> None:
     got = _milp_bounded(problem, 30.0)
     assert not isinstance(got, str) and got[1] and got[0].sum() == pytest.approx(1.0)
     assert _milp_bounded(problem, 0.0) == "HiGHS ran past 0 s"  # no time to answer
+
+
+def test_indexed_matching_finds_every_match_once_that_plain_matching_finds() -> None:
+    """After a few iterations a class holds congruent copies of an e-node (ids name terms)
+    and sibling convolutions share operands: matching through `EGraph.match_index` (one
+    node per distinct e-node; a later source tried only on its bound operand's users)
+    must find exactly the matches plain matching finds, by classes, each once."""
+    from superopt import zoo
+    from superopt.rewrite import load_rules
+    from superopt.rewrite.eqsat import _directions, _load, _saturate
+    from superopt.substitutions.covers import _matches
+    from superopt.substitutions.egraph import EGraph
+
+    eg = EGraph(max_nodes=200_000)
+    _load(zoo.build("resnet18"), eg)
+    dirs = _directions(Matcher(load_rules(None)[0]))
+    _saturate(eg, dirs, EqsatOptions(iter_limit=2), {})
+
+    def key(hit):  # a match by classes: the same rewrite whatever copy it read
+        m, roots = hit
+        return (tuple(eg.find(r) for r in roots),
+                tuple(sorted((k, eg.find(v)) for k, v in m.tensors.items())),
+                tuple(sorted(m.attrs.items(), key=repr)))
+
+    by_op, index = eg.by_op(), eg.match_index()
+    fewer = multi = 0
+    for d in dirs:
+        plain = _matches(eg, d, by_op, 10**6)
+        indexed = _matches(eg, d, by_op, 10**6, index)
+        assert {key(h) for h in indexed} == {key(h) for h in plain}, d.name
+        assert len({key(h) for h in indexed}) == len(indexed), d.name  # each once
+        fewer += len(indexed) < len(plain)
+        multi += len(d.sources) > 1 and bool(plain)
+    assert fewer and multi  # the e-graph had copies, and a two-source rule matched

@@ -225,6 +225,7 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
                 return it, "iterations", applied
             it += 1
             by_op = eg.by_op()
+            index = eg.match_index()  # nothing changes the e-graph until every match is found
             present = set(by_op)
             found = []
             resting = False
@@ -240,7 +241,7 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
                 # Only matches whose condition holds count: a merge of a 1x1 convolution
                 # with a wider one matches every pair of 1x1 convolutions by pattern
                 # (inception: 1,001), and counted, those would keep it resting for ever.
-                got = [hit for hit in _matches(eg, d, by_op, 2 * limit + 1)
+                got = [hit for hit in _matches(eg, d, by_op, 2 * limit + 1, index)
                        if _applicable(eg, d, hit[0])]
                 eg.check_deadline()
                 if len(got) > limit:

@@ -23,7 +23,7 @@ common subgraph.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,6 +35,7 @@ from superopt.substitutions.egraph import (
     CPattern,
     EGraph,
     Match,
+    MatchIndex,
     Step,
     build,
     compile_pattern,
@@ -229,8 +230,11 @@ def instances_of(rule: Rule, count: int = 3, seed: int = 0) -> list[Instance]:
 
 
 def _matches(eg: EGraph, d: Direction, by_op: Mapping[str, list[tuple[int, int]]],
-             cap: int) -> list[tuple[Match, tuple[int, ...]]]:
-    """Up to `cap` matches of a direction's sources, each with the classes they matched."""
+             cap: int, index: MatchIndex | None = None
+             ) -> list[tuple[Match, tuple[int, ...]]]:
+    """Up to `cap` matches of a direction's sources, each with the classes they matched
+    (`index`: as `ematch` takes it; a later source with an operand variable bound by an
+    earlier one is then tried only on that operand's users)."""
     out: list[tuple[Match, tuple[int, ...]]] = []
 
     def extend(k: int, m: Match, roots: tuple[int, ...]
@@ -240,7 +244,16 @@ def _matches(eg: EGraph, d: Direction, by_op: Mapping[str, list[tuple[int, int]]
             return
         cp = d.sources[k]
         seen: set[int] = set()
-        for cls, _ in by_op.get(cp.op, ()):
+        cands: Iterable[int] = (cls for cls, _ in by_op.get(cp.op, ()))
+        anchor = _anchor(cp, m.tensors) if index is not None else None
+        if index is not None and anchor is not None:
+            bound, ops = anchor
+            found = [eg.find(bound)]
+            for op in ops:  # up from the bound operand through each enclosing pattern's op
+                found = list(dict.fromkeys(u for c in found
+                                           for u in index.users.get(c, {}).get(op, ())))
+            cands = found
+        for cls in cands:
             # A direction with several sources (a two-output rule) searches a product of
             # classes that may yield nothing for a long while: the cap on matches does not
             # bound that work, the deadline does.
@@ -249,7 +262,7 @@ def _matches(eg: EGraph, d: Direction, by_op: Mapping[str, list[tuple[int, int]]
             if cls in seen:
                 continue
             seen.add(cls)
-            for m2 in ematch(eg, cp, cls, m):
+            for m2 in ematch(eg, cp, cls, m, index):
                 yield from extend(k + 1, m2, (*roots, cls))
 
     for hit in extend(0, Match({}, {}), ()):
@@ -257,6 +270,23 @@ def _matches(eg: EGraph, d: Direction, by_op: Mapping[str, list[tuple[int, int]]
         if len(out) >= cap:
             break
     return out
+
+
+def _anchor(cp: CPattern, tensors: Mapping[str, int]) -> tuple[int, list[str]] | None:
+    """The shallowest tensor variable of `cp` that is bound already, and the ops of the
+    patterns that enclose it, innermost first (their last is `cp.op`); None if none is."""
+    level: list[tuple[CPattern, list[str]]] = [(cp, [cp.op])]
+    while level:
+        nxt: list[tuple[CPattern, list[str]]] = []
+        for p, ops in level:
+            for c in p.children:
+                if isinstance(c, str):
+                    if c in tensors:
+                        return tensors[c], ops
+                else:
+                    nxt.append((c, [c.op, *ops]))
+        level = nxt
+    return None
 
 
 def _apply(eg: EGraph, d: Direction, m: Match, roots: tuple[int, ...]) -> bool:

@@ -56,6 +56,19 @@ class BudgetExceeded(Exception):
     """The e-graph grew past its node budget or the deadline passed."""
 
 
+@dataclass(frozen=True, slots=True)
+class MatchIndex:
+    """A snapshot of an e-graph for a matching phase that changes nothing between its
+    matches (equality saturation's): `by_class` is class -> op -> one node id per distinct
+    e-node (ids name terms, so a class keeps every congruent copy of an e-node for the
+    explanations; matched one by one, each copy would yield the same match again), and
+    `users` is class -> op -> the classes of the e-nodes of that op reading it (where a
+    pattern's operand is already bound, its candidates are those, not every class)."""
+
+    by_class: Mapping[int, Mapping[str, list[int]]]
+    users: Mapping[int, Mapping[str, list[int]]]
+
+
 class EGraph:
     """Hash-consed e-nodes, union-find over their ids, and the proof forest."""
 
@@ -202,6 +215,28 @@ class EGraph:
             if not merged:
                 return made
 
+    def match_index(self) -> MatchIndex:
+        """The e-nodes as `MatchIndex` lists them; valid until the next change."""
+        by_class: dict[int, dict[str, list[int]]] = {}
+        users: dict[int, dict[str, list[int]]] = {}
+        for root, ids in self.members.items():
+            seen: set[ENode] = set()
+            per: dict[str, list[int]] = {}
+            for i in ids:
+                n = self.nodes[i]
+                key = ENode(n.op, n.attrs, tuple(self.find(c) for c in n.children),
+                            n.output) if n.children else n
+                if key in seen:
+                    continue
+                seen.add(key)
+                per.setdefault(n.op, []).append(i)
+                for c in set(key.children):
+                    got = users.setdefault(c, {}).setdefault(n.op, [])
+                    if not got or got[-1] != root:
+                        got.append(root)
+            by_class[root] = per
+        return MatchIndex(by_class, users)
+
     def by_op(self) -> dict[str, list[tuple[int, int]]]:
         """op -> (class, node id) for every e-node."""
         out: dict[str, list[tuple[int, int]]] = {}
@@ -335,8 +370,10 @@ def _fixed_ok(eg: EGraph, cp: CPattern, node: ENode, have: dict[str, Any],
     return all(canon.get(k) == have.get(k) for k in wanted)
 
 
-def ematch(eg: EGraph, cp: CPattern | str, cls: int, m: Match) -> Iterator[Match]:
-    """Every extension of `m` under which pattern `cp` matches a term of class `cls`."""
+def ematch(eg: EGraph, cp: CPattern | str, cls: int, m: Match,
+           index: MatchIndex | None = None) -> Iterator[Match]:
+    """Every extension of `m` under which pattern `cp` matches a term of class `cls`;
+    with `index` (current), only the distinct e-nodes of `cp`'s op."""
     if isinstance(cp, str):
         # Variables bind the operand's id (a term), so that the rule's instance can be
         # rebuilt term for term; equal bindings are compared by class.
@@ -347,7 +384,9 @@ def ematch(eg: EGraph, cp: CPattern | str, cls: int, m: Match) -> Iterator[Match
             yield m
         return
     cls = eg.find(cls)
-    for i in eg.members.get(cls, ()):
+    ids = eg.members.get(cls, ()) if index is None else index.by_class.get(cls, {}).get(
+        cp.op, ())
+    for i in ids:
         node = eg.nodes[i]
         if node.op != cp.op or node.output != cp.output or len(node.children) != len(
                 cp.children):
@@ -369,17 +408,17 @@ def ematch(eg: EGraph, cp: CPattern | str, cls: int, m: Match) -> Iterator[Match
         if wrong and not _fixed_ok(eg, cp, node, have, wrong):
             continue
         deferred = (*m.deferred, (cp, i)) if cp.aexprs else m.deferred
-        yield from _children(eg, cp.children, node.children, 0, Match(m.tensors, attrs,
-                                                                      deferred))
+        yield from _children(eg, cp.children, node.children, 0,
+                             Match(m.tensors, attrs, deferred), index)
 
 
 def _children(eg: EGraph, pats: tuple[CPattern | str, ...], kids: tuple[int, ...], k: int,
-              m: Match) -> Iterator[Match]:
+              m: Match, index: MatchIndex | None = None) -> Iterator[Match]:
     if k == len(pats):
         yield m
         return
-    for m2 in ematch(eg, pats[k], kids[k], m):
-        yield from _children(eg, pats, kids, k + 1, m2)
+    for m2 in ematch(eg, pats[k], kids[k], m, index):
+        yield from _children(eg, pats, kids, k + 1, m2, index)
 
 
 _MISSING = object()
