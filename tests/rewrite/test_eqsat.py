@@ -378,3 +378,30 @@ def test_indexed_matching_finds_every_match_once_that_plain_matching_finds() -> 
         fewer += len(indexed) < len(plain)
         multi += len(d.sources) > 1 and bool(plain)
     assert fewer and multi  # the e-graph had copies, and a two-source rule matched
+
+
+def test_saturation_tries_each_match_once_by_classes(monkeypatch) -> None:
+    """A match tried in an earlier iteration over the same classes would change nothing
+    again: saturation must not apply it twice (llama: 70% of the applications were such
+    repeats, each rebuilding its terms)."""
+    from superopt import zoo
+    from superopt.rewrite import load_rules
+    from superopt.rewrite.eqsat import _directions, _load, _match_key, _saturate
+    from superopt.substitutions import covers
+    from superopt.substitutions.egraph import EGraph
+
+    eg = EGraph(max_nodes=200_000)
+    _load(zoo.build("resnet18"), eg)
+    dirs = _directions(Matcher(load_rules(None)[0]))
+    index_of = {id(d): j for j, d in enumerate(dirs)}
+    seen: list[tuple] = []
+    real = covers._apply
+
+    def counting(eg_, d, m, roots):
+        seen.append(_match_key(eg_, index_of[id(d)], m, roots))
+        return real(eg_, d, m, roots)
+
+    monkeypatch.setattr(covers, "_apply", counting)
+    iters, stopped, applied = _saturate(eg, dirs, EqsatOptions(iter_limit=6), {})
+    assert applied and iters > 1
+    assert len(seen) == len(set(seen))

