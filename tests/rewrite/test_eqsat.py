@@ -402,6 +402,6 @@ def test_saturation_tries_each_match_once_by_classes(monkeypatch) -> None:
         return real(eg_, d, m, roots)
 
     monkeypatch.setattr(covers, "_apply", counting)
-    iters, stopped, applied = _saturate(eg, dirs, EqsatOptions(iter_limit=6), {})
+    iters, _, applied = _saturate(eg, dirs, EqsatOptions(iter_limit=6), {})
     assert applied and iters > 1
     assert len(seen) == len(set(seen))
