@@ -165,6 +165,8 @@ def test_limits_stop_saturation_and_options_are_checked() -> None:
         EqsatOptions(extraction="random")
     with pytest.raises(EqsatError, match="node_limit"):
         EqsatOptions(node_limit=0)
+    with pytest.raises(EqsatError, match="ilp_workers"):
+        EqsatOptions(ilp_workers=-1)
 
 
 def test_eqsat_is_no_worse_than_backtracking_on_squeezenet_under_the_simulator() -> None:
@@ -344,6 +346,24 @@ def test_a_milp_solve_past_its_hard_limit_is_killed_not_waited_for() -> None:
     got = _milp_bounded(problem, 30.0)
     assert not isinstance(got, str) and got[1] and got[0].sum() == pytest.approx(1.0)
     assert _milp_bounded(problem, 0.0) == "HiGHS ran past 0 s"  # no time to answer
+
+
+def test_milp_solves_run_side_by_side_each_answering_its_own_problem() -> None:
+    """The proxies' solves run in parallel children: each result must come back to its
+    own problem, whatever order they finish in."""
+    from scipy.optimize import Bounds, LinearConstraint
+
+    from superopt.rewrite.eqsat import _milp_many
+
+    def problem(cap: float) -> dict:  # max sum(x) over 6 binaries with sum(x) <= cap
+        return dict(c=-np.ones(6), constraints=LinearConstraint(np.ones((1, 6)), -np.inf, cap),
+                    integrality=np.ones(6), bounds=Bounds(0, 1), options={"disp": False})
+
+    caps = [5.5, 1.2, 3.7, 0.5, 2.9]
+    for workers in (1, 2, 8):
+        got = _milp_many([problem(c) for c in caps], 30.0, workers)
+        assert [round(float(g[0].sum())) for g in got] == [math.floor(c) for c in caps]
+        assert all(g[1] for g in got)
 
 
 def test_indexed_matching_finds_every_match_once_that_plain_matching_finds() -> None:

@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -101,11 +101,14 @@ class EqsatOptions:
     ilp_time_limit: float = 60.0
     multi_iters: int = 2
     refine_limit: float = 20.0
+    ilp_workers: int = 0  # HiGHS solves at once (one per proxy); 0: the cores this process may use
 
     def __post_init__(self) -> None:
         if self.extraction not in EXTRACTIONS:
             raise EqsatError(f"unknown extraction {self.extraction!r}; expected one of "
                              f"{', '.join(EXTRACTIONS)}")
+        if self.ilp_workers < 0:
+            raise EqsatError(f"ilp_workers must be >= 0, found {self.ilp_workers}")
         for name in ("node_limit", "iter_limit", "match_limit", "ban_iters", "multi_iters"):
             if getattr(self, name) < 1:
                 raise EqsatError(f"{name} must be >= 1, found {getattr(self, name)}")
@@ -473,6 +476,37 @@ def _greedy(sp: _Space) -> dict[int, int]:
 
 def _ilp(sp: _Space, roots: list[int], time_limit: float) -> tuple[dict[int, int] | None, str]:
     """Exact DAG-cost extraction with HiGHS; None and why when no solution was found."""
+    return _ilp_many([(sp, roots)], time_limit, 1)[0]
+
+
+def _ilp_many(problems: Sequence[tuple[_Space, list[int]]], time_limit: float, workers: int
+              ) -> list[tuple[dict[int, int] | None, str]]:
+    """`_ilp` of each (space, roots), up to `workers` HiGHS solves at once."""
+    built = [_ilp_problem(sp, roots, time_limit) for sp, roots in problems]
+    got = _milp_many([b[0] for b in built], time_limit + ILP_GRACE_S, workers)
+    return [_ilp_pick(sp, enodes, col, res)
+            for (sp, _), (_, enodes, col), res in zip(problems, built, got, strict=True)]
+
+
+def _ilp_pick(sp: _Space, enodes: list[int], col: Mapping[int, int],
+              got: tuple[Any, bool] | str) -> tuple[dict[int, int] | None, str]:
+    if isinstance(got, str):
+        return None, f"failed: {got}"
+    x, solved = got
+    chosen = {i for i in enodes if x[col[i]] > 0.5}
+    pick: dict[int, int] = {}
+    for c in sp.classes:
+        cands = [i for i in sp.nodes[c] if i in chosen]
+        if cands:
+            pick[c] = min(cands, key=lambda i: sp.cost[i])
+    status = "optimal" if solved else "time limit: best found"
+    return pick, status
+
+
+def _ilp_problem(sp: _Space, roots: list[int], time_limit: float
+                 ) -> tuple[dict[str, Any], list[int], dict[int, int]]:
+    """The extraction as `scipy.optimize.milp`'s arguments, with the e-nodes in column
+    order and each e-node's column."""
     import networkx as nx
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint
@@ -538,50 +572,83 @@ def _ilp(sp: _Space, roots: list[int], time_limit: float) -> tuple[dict[int, int
     problem = dict(c=c_vec, constraints=LinearConstraint(a, np.array(lo), np.array(hi)),
                    integrality=integrality, bounds=Bounds(lb, ub),
                    options={"time_limit": time_limit, "disp": False, "mip_rel_gap": 1e-6})
-    got = _milp_bounded(problem, time_limit + ILP_GRACE_S)
-    if isinstance(got, str):
-        return None, f"failed: {got}"
-    x, solved = got
-    chosen = {i for i in enodes if x[col[i]] > 0.5}
-    pick: dict[int, int] = {}
-    for c in sp.classes:
-        cands = [i for i in sp.nodes[c] if i in chosen]
-        if cands:
-            pick[c] = min(cands, key=lambda i: sp.cost[i])
-    status = "optimal" if solved else "time limit: best found"
-    return pick, status
+    return problem, enodes, col
 
 
 def _milp_bounded(problem: dict[str, Any], hard_limit: float) -> tuple[Any, bool] | str:
     """`scipy.optimize.milp(**problem)` in a forked child, killed after `hard_limit`
     seconds: HiGHS does not always keep its own time limit (T5-small's encoder: over
     15 minutes in one solve at a 60 s limit). Returns (x, proved optimal) or why not."""
+    return _milp_many([problem], hard_limit, 1)[0]
+
+
+def _milp_many(problems: Sequence[dict[str, Any]], hard_limit: float, workers: int
+               ) -> list[tuple[Any, bool] | str]:
+    """`_milp_bounded` of each problem, up to `workers` forked children at once, each
+    killed `hard_limit` seconds after it started. The four proxies' solves are
+    independent, and one HiGHS solve keeps one core busy."""
     import multiprocessing as mp
+    from multiprocessing.connection import wait
 
     from scipy.optimize import milp
 
     ctx = mp.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
+    out: list[tuple[Any, bool] | str] = ["not run"] * len(problems)
+    todo = list(range(len(problems)))
+    running: dict[Any, tuple[int, Any, float]] = {}  # pipe end -> (index, child, deadline)
 
-    def solve() -> None:
-        res = milp(**problem)
-        send.send((res.x, res.status == 0, str(res.message)))
+    def start(k: int) -> None:
+        recv, send = ctx.Pipe(duplex=False)
 
-    child = ctx.Process(target=solve, daemon=True)
-    child.start()
-    send.close()
-    try:
-        if not recv.poll(hard_limit):
-            return f"HiGHS ran past {hard_limit:g} s"
-        x, solved, message = recv.recv()
-    except EOFError:
-        return "HiGHS died"
-    finally:
+        def solve() -> None:
+            res = milp(**problems[k])
+            send.send((res.x, res.status == 0, str(res.message)))
+
+        child = ctx.Process(target=solve, daemon=True)
+        child.start()
+        send.close()
+        running[recv] = (k, child, time.monotonic() + hard_limit)
+
+    def finish(recv: Any, result: tuple[Any, bool] | str) -> None:
+        k, child, _ = running.pop(recv)
+        out[k] = result
         if child.is_alive():
             child.kill()
         child.join()
         recv.close()
-    return (x, solved) if x is not None else message
+
+    try:
+        while todo or running:
+            while todo and len(running) < max(workers, 1):
+                start(todo.pop(0))
+            now = time.monotonic()
+            for recv, (_, _, deadline) in list(running.items()):
+                if deadline <= now:
+                    finish(recv, f"HiGHS ran past {hard_limit:g} s")
+            if not running:
+                continue
+            soonest = min(d for _, _, d in running.values())
+            for recv in wait(list(running), timeout=max(0.0, soonest - time.monotonic())):
+                try:
+                    x, solved, message = recv.recv()
+                    got: tuple[Any, bool] | str = (x, solved) if x is not None else message
+                except EOFError:
+                    got = "HiGHS died"
+                finish(recv, got)
+    finally:
+        for recv in list(running):
+            finish(recv, "interrupted")
+    return out
+
+
+def _cores() -> int:
+    """The cores this process may run on (an affinity mask counts, as `taskset` sets)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity call on this platform
+        return os.cpu_count() or 1
 
 
 def _chosen(eg: EGraph, roots: list[int], pick: Mapping[int, int]) -> set[int]:
@@ -822,7 +889,7 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
     iters, stopped, applied = _saturate(eg, _directions(matcher), opts, made)
     t1 = time.perf_counter()
 
-    spaces: dict[int, _Space] = {}
+    spaces: dict[str, _Space] = {}  # by proxy name
     # Probes often re-extract a graph already priced (favouring a rule whose e-nodes the
     # best graph already uses): the whole-graph cost is paid once per distinct graph.
     priced: dict[frozenset[int], tuple[float, Graph, Origin]] = {}
@@ -835,25 +902,24 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
             got = priced[key] = (cost_fn.cost(new), new, origin)
         return got
 
-    def extract(ext: AdditiveCost, method: str, favored: frozenset[int] = frozenset()
-                ) -> tuple[float, Graph, Origin, AdditiveCost, dict[int, int], str]:
-        base = spaces.get(id(ext))
-        if base is None:
-            base = spaces[id(ext)] = _space(
-                ld, graph, ext, 0.0 if isinstance(cost_fn, AdditiveCost) else TIE_S)
-        sp = base if not favored else base.repriced(
-            {i: 0.0 if i in favored else p for i, p in base.cost.items()})
-        pick = _greedy(sp)
-        status = ""
-        if method == "ilp":
-            got, status = _ilp(sp, [eg.find(r) for r in ld.roots], opts.ilp_time_limit)
-            if got is not None:
-                pick = got
-            else:
-                status += "; greedy used"
+    tie = 0.0 if isinstance(cost_fn, AdditiveCost) else TIE_S
+    for ext in ext_costs:
+        spaces[ext.name] = _space(ld, graph, ext, tie)
+    solved: list[tuple[dict[int, int] | None, str]] = [(None, "")] * len(ext_costs)
+    if opts.extraction == "ilp":
+        roots = [eg.find(r) for r in ld.roots]
+        solved = _ilp_many([(spaces[ext.name], roots) for ext in ext_costs],
+                           opts.ilp_time_limit, opts.ilp_workers or _cores())
+
+    def extract(k: int) -> tuple[float, Graph, Origin, AdditiveCost, dict[int, int], str]:
+        ext = ext_costs[k]
+        got, status = solved[k]
+        pick = got if got is not None else _greedy(spaces[ext.name])
+        if opts.extraction == "ilp" and got is None:
+            status += "; greedy used"
         return (*price(pick), ext, pick, status)
 
-    best = min((extract(ext, opts.extraction) for ext in ext_costs), key=lambda b: b[0])
+    best = min((extract(k) for k in range(len(ext_costs))), key=lambda b: b[0])
     refined = 0
     t_refine = time.perf_counter()
     if not isinstance(cost_fn, AdditiveCost):
@@ -862,7 +928,7 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
         # some merges of sibling convolutions pay). So the best extraction is improved
         # by local moves priced with the whole-graph cost itself (`_refine`).
         t, new, origin, ext, pick, status = best
-        sp = spaces[id(ext)]
+        sp = spaces[ext.name]
         greedy = _greedy(sp)
         # Two starting points, half the time each: the best extraction, and the input
         # itself (as the backtracking search starts). From the extraction, a better graph
