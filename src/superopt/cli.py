@@ -609,9 +609,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ilp-time-limit", type=float, default=60.0, metavar="S",
                    help="with --search eqsat: HiGHS time limit per extraction (default 60; "
                         "at the limit its best solution so far is used)")
-    p.add_argument("--ilp-workers", type=int, default=0, metavar="N",
-                   help="with --search eqsat --extraction ilp: HiGHS solves at once, one per "
-                        "cost proxy (default 0: one per core this process may use)")
+    p.add_argument("--workers", type=int, default=0, metavar="N",
+                   help="with --search eqsat: processes at once (the cost proxies' HiGHS "
+                        "solves, the two climbs of local moves; default 0: one per core "
+                        "this process may use)")
     p.add_argument("--refine-limit", type=float, default=20.0, metavar="S",
                    help="with --search eqsat and a whole-graph cost (sim): seconds of local "
                         "moves priced with that cost after extraction (default 20)")

@@ -39,7 +39,6 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "warmup": (0, 10**6),
     "jobs": WORKERS,
     "workers": WORKERS,
-    "ilp_workers": WORKERS,
     "tune.workers": (1, 256),
     "threads": (0, 1024),  # 0: torch's default
     "max_ops": (1, 8),

@@ -165,8 +165,8 @@ def test_limits_stop_saturation_and_options_are_checked() -> None:
         EqsatOptions(extraction="random")
     with pytest.raises(EqsatError, match="node_limit"):
         EqsatOptions(node_limit=0)
-    with pytest.raises(EqsatError, match="ilp_workers"):
-        EqsatOptions(ilp_workers=-1)
+    with pytest.raises(EqsatError, match="workers"):
+        EqsatOptions(workers=-1)
 
 
 def test_eqsat_is_no_worse_than_backtracking_on_squeezenet_under_the_simulator() -> None:
@@ -425,3 +425,31 @@ def test_saturation_tries_each_match_once_by_classes(monkeypatch) -> None:
     iters, _, applied = _saturate(eg, dirs, EqsatOptions(iter_limit=6), {})
     assert applied and iters > 1
     assert len(seen) == len(set(seen))
+
+
+def test_a_forked_climb_returns_its_value_or_none_when_it_dies_or_overruns() -> None:
+    import os
+    import time
+
+    from superopt.rewrite.eqsat import _Forked
+
+    assert _Forked(lambda: ({1: 2}, 3.5, ["with x"]), 30.0).result() == ({1: 2}, 3.5, ["with x"])
+    assert _Forked(lambda: os._exit(1), 30.0).result() is None  # died without answering
+    start = time.monotonic()
+    assert _Forked(lambda: time.sleep(30), 0.5).result() is None  # past its limit: killed
+    assert time.monotonic() - start < 10
+
+
+def test_side_by_side_climbs_find_what_one_after_another_find() -> None:
+    """The refine's two climbs in a child and the parent (workers=2) or in turn
+    (workers=1): squeezenet's moves are few, so both reach the same graph."""
+    from superopt import zoo
+    from superopt.rewrite.cost import SimCost
+
+    g = zoo.build("squeezenet")
+    got = [eqsat_optimize(g, starter_rules(), SimCost(),
+                          EqsatOptions(extraction="greedy", refine_limit=4.0, workers=w))
+           for w in (1, 2)]
+    assert got[0].cost_after == pytest.approx(got[1].cost_after, rel=1e-12)
+    assert got[1].cost_after < got[1].cost_before
+    assert check_values(g, got[1].graph).ok

@@ -74,6 +74,7 @@ EXTRACTIONS = ("greedy", "ilp")
 # this much more (10 ns: below any gain the simulator reports, above HiGHS's gap).
 TIE_S = 1e-8
 ILP_GRACE_S = 10.0  # past HiGHS's own time limit, the solve is killed
+REFINE_GRACE_S = 10.0  # past its deadline (one move may be under way), a climb's child is
 PIVOT = 1.05  # a whole-rule move this much slower may still lead somewhere faster
 
 
@@ -101,14 +102,16 @@ class EqsatOptions:
     ilp_time_limit: float = 60.0
     multi_iters: int = 2
     refine_limit: float = 20.0
-    ilp_workers: int = 0  # HiGHS solves at once (one per proxy); 0: the cores this process may use
+    # Processes at once: the proxies' HiGHS solves, and the local moves' two climbs;
+    # 0: one per core this process may use.
+    workers: int = 0
 
     def __post_init__(self) -> None:
         if self.extraction not in EXTRACTIONS:
             raise EqsatError(f"unknown extraction {self.extraction!r}; expected one of "
                              f"{', '.join(EXTRACTIONS)}")
-        if self.ilp_workers < 0:
-            raise EqsatError(f"ilp_workers must be >= 0, found {self.ilp_workers}")
+        if self.workers < 0:
+            raise EqsatError(f"workers must be >= 0, found {self.workers}")
         for name in ("node_limit", "iter_limit", "match_limit", "ban_iters", "multi_iters"):
             if getattr(self, name) < 1:
                 raise EqsatError(f"{name} must be >= 1, found {getattr(self, name)}")
@@ -641,6 +644,38 @@ def _milp_many(problems: Sequence[dict[str, Any]], hard_limit: float, workers: i
     return out
 
 
+class _Forked:
+    """`fn()` in a forked child, started at once; `result()` waits at most `limit`
+    seconds from the start for its (picklable) value, None if it died or ran past."""
+
+    def __init__(self, fn: Any, limit: float) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("fork")
+        self.recv, send = ctx.Pipe(duplex=False)
+
+        def run() -> None:
+            send.send(fn())
+
+        self.child = ctx.Process(target=run, daemon=True)
+        self.child.start()
+        send.close()
+        self.deadline = time.monotonic() + limit
+
+    def result(self) -> Any:
+        try:
+            if not self.recv.poll(max(0.0, self.deadline - time.monotonic())):
+                return None
+            return self.recv.recv()
+        except EOFError:
+            return None
+        finally:
+            if self.child.is_alive():
+                self.child.kill()
+            self.child.join()
+            self.recv.close()
+
+
 def _cores() -> int:
     """The cores this process may run on (an affinity mask counts, as `taskset` sets)."""
     import os
@@ -905,11 +940,12 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
     tie = 0.0 if isinstance(cost_fn, AdditiveCost) else TIE_S
     for ext in ext_costs:
         spaces[ext.name] = _space(ld, graph, ext, tie)
+    workers = opts.workers or _cores()
     solved: list[tuple[dict[int, int] | None, str]] = [(None, "")] * len(ext_costs)
     if opts.extraction == "ilp":
         roots = [eg.find(r) for r in ld.roots]
         solved = _ilp_many([(spaces[ext.name], roots) for ext in ext_costs],
-                           opts.ilp_time_limit, opts.ilp_workers or _cores())
+                           opts.ilp_time_limit, workers)
 
     def extract(k: int) -> tuple[float, Graph, Origin, AdditiveCost, dict[int, int], str]:
         ext = ext_costs[k]
@@ -938,10 +974,24 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
         # batch steps.
         as_input = {**greedy, **{sp.cls_of[sp.rep[i]]: sp.rep[i] for i in ld.orig_of
                                  if i in sp.rep}}
-        for k, (start, cost0, label) in enumerate(
-                ((pick, t, "extraction"), (as_input, before, "input"))):
-            got_t, got, notes, n = _refine(ld, sp, made, {**greedy, **start}, cost0, price,
-                                           t_refine + opts.refine_limit * (k + 1) / 2)
+        starts = ((pick, t, "extraction"), (as_input, before, "input"))
+
+        def climb(k: int, deadline: float) -> tuple[float, dict[int, int], list[str], int]:
+            start, cost0, _ = starts[k]
+            return _refine(ld, sp, made, {**greedy, **start}, cost0, price, deadline)
+
+        half = t_refine + opts.refine_limit / 2
+        if workers > 1:
+            # The two climbs are independent: with a second core, side by side, each with
+            # half the limit, in half the wall time.
+            other = _Forked(lambda: climb(1, half), opts.refine_limit / 2 + REFINE_GRACE_S)
+            climbs = [climb(0, half), other.result()]
+        else:
+            climbs = [climb(0, half), climb(1, t_refine + opts.refine_limit)]
+        for (_, _, label), got_climb in zip(starts, climbs, strict=True):
+            if got_climb is None:
+                continue  # the child died or ran past its limit: that climb found nothing
+            got_t, got, notes, n = got_climb
             refined += n
             if got_t < best[0]:
                 _, new, origin = price(got)
