@@ -689,9 +689,9 @@ def _cores() -> int:
 
 def _idle_cores() -> int:
     """The cores this process may use that nothing else keeps busy, by the 1-minute load
-    average (this process counts as one): side-by-side solves on cores other jobs hold
-    each get a share of one and, at a wall-clock limit, end on worse solutions (bert_base
-    at load 4 on 2 cores: 907.6 us against 901.5 one after another)."""
+    average (this process counts as one): side by side on cores other jobs hold, the
+    solves and climbs each get a share of one, finish no sooner, and each wall-clock
+    limit buys them less search."""
     import os
 
     cores = _cores()
