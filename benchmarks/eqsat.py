@@ -6,7 +6,7 @@ backtracking (`superopt.rewrite.optimize`, sim cost, budget 40, 300 s limit, as
 `benchmarks/optimize.py` ran it), eqsat with greedy extraction and with ILP extraction
 (`superopt.rewrite.eqsat`, defaults: 50,000 e-nodes, 60 s saturation, 12 iterations,
 backoff scheduling, 20 s of simulator-priced local moves after extraction, the four
-proxies' ILP solves and the moves' two climbs side by side on the idle cores it may use).
+proxies' ILP solves and the moves' two climbs side by side on the cores it may use).
 Both searches use the verified starter library and the sim cost. The eqsat graphs' values
 are checked against the input with the reference interpreter.
 
@@ -133,7 +133,7 @@ def _summary(rows: list[dict]) -> dict:
 
 def main() -> None:
     from superopt import zoo
-    from superopt.rewrite.eqsat import _cores, _idle_cores
+    from superopt.rewrite.eqsat import _cores
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(zoo.names()))
@@ -175,7 +175,7 @@ def main() -> None:
                      f"{r['eqsat_ilp']['search_s']:.1f} s")
         print(line, flush=True)
         doc = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                           "cores": _cores(), "idle_cores_at_write": _idle_cores()},
+                           "cores": _cores()},
                "settings": vars(args), "note": args.note,
                "wall_s": time.perf_counter() - t0,
                "summary": _summary(rows) if args.phase != "backtracking" else {},

@@ -611,8 +611,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "at the limit its best solution so far is used)")
     p.add_argument("--workers", type=int, default=0, metavar="N",
                    help="with --search eqsat: processes at once (the cost proxies' HiGHS "
-                        "solves, the two climbs of local moves; default 0: one per idle core "
-                        "this process may use, by the load average)")
+                        "solves, the two climbs of local moves; default 0: one per core "
+                        "this process may use)")
     p.add_argument("--refine-limit", type=float, default=20.0, metavar="S",
                    help="with --search eqsat and a whole-graph cost (sim): seconds of local "
                         "moves priced with that cost after extraction (default 20)")

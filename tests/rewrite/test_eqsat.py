@@ -454,13 +454,3 @@ def test_side_by_side_climbs_find_what_one_after_another_find() -> None:
     assert got[1].cost_after < got[1].cost_before
     assert check_values(g, got[1].graph).ok
 
-
-def test_idle_cores_leave_out_what_the_load_average_says_is_busy(monkeypatch) -> None:
-    import os
-
-    from superopt.rewrite import eqsat
-
-    monkeypatch.setattr(eqsat, "_cores", lambda: 4)
-    for load, want in ((0.2, 4), (1.0, 4), (2.4, 3), (3.6, 1), (9.0, 1)):
-        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
-        assert eqsat._idle_cores() == want, load
