@@ -50,6 +50,7 @@ input nodes of its e-class (what it is equal to).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -599,6 +600,7 @@ def _milp_many(problems: Sequence[dict[str, Any]], hard_limit: float, workers: i
     from scipy.optimize import milp
 
     ctx = mp.get_context("fork")
+    parent = os.getpid()
     out: list[tuple[Any, bool] | str] = ["not run"] * len(problems)
     todo = list(range(len(problems)))
     running: dict[Any, tuple[int, Any, float]] = {}  # pipe end -> (index, child, deadline)
@@ -607,6 +609,7 @@ def _milp_many(problems: Sequence[dict[str, Any]], hard_limit: float, workers: i
         recv, send = ctx.Pipe(duplex=False)
 
         def solve() -> None:
+            _guard_child(parent)
             res = milp(**problems[k])
             send.send((res.x, res.status == 0, str(res.message)))
 
@@ -647,6 +650,15 @@ def _milp_many(problems: Sequence[dict[str, Any]], hard_limit: float, workers: i
     return out
 
 
+def _guard_child(parent: int) -> None:
+    """In a forked child: leave Ctrl-C and SIGTERM to the parent (which stops its
+    children itself), tell the parent's interrupt watcher nothing, and exit if the parent
+    is killed (`superopt.interrupts.guard_worker`)."""
+    from superopt.interrupts import guard_worker
+
+    guard_worker(parent)
+
+
 class _Forked:
     """`fn()` in a forked child, started at once; `result()` waits at most `limit`
     seconds from the start for its (picklable) value, None if it died or ran past."""
@@ -655,9 +667,11 @@ class _Forked:
         import multiprocessing as mp
 
         ctx = mp.get_context("fork")
+        parent = os.getpid()
         self.recv, send = ctx.Pipe(duplex=False)
 
         def run() -> None:
+            _guard_child(parent)
             send.send(fn())
 
         self.child = ctx.Process(target=run, daemon=True)
@@ -681,7 +695,6 @@ class _Forked:
 
 def _cores() -> int:
     """The cores this process may run on (an affinity mask counts, as `taskset` sets)."""
-    import os
 
     try:
         return len(os.sched_getaffinity(0))
