@@ -259,8 +259,7 @@ def _matches(eg: EGraph, d: Direction, by_op: Mapping[str, list[tuple[int, int]]
                        key=lambda op: len(by_op.get(op, ())), default=None)
             if rare is not None and len(by_op.get(rare, ())) < len(by_op.get(cp.op, ())):
                 cands = list(dict.fromkeys(u for c, _ in by_op.get(rare, ())
-                                           for u in index.users.get(eg.find(c), {}).get(
-                                               cp.op, ())))
+                                           for u in _users_up(index, eg.find(c), [cp.op])))
         for cls in cands:
             # A direction with several sources (a two-output rule) searches a product of
             # classes that may yield nothing for a long while: the cap on matches does not

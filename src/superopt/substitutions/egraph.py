@@ -192,6 +192,13 @@ class EGraph:
         self.unions += 1
         return True
 
+    def canonical(self, i: int) -> ENode:
+        """E-node `i` over its operands' classes (congruent e-nodes are equal)."""
+        n = self.nodes[i]
+        if not n.children:
+            return n
+        return ENode(n.op, n.attrs, tuple(self.find(c) for c in n.children), n.output)
+
     def rebuild(self) -> int:
         """Restore congruence (equal operands make equal terms); returns the unions made."""
         made = 0
@@ -202,9 +209,7 @@ class EGraph:
                 if root not in self.members:
                     continue
                 for i in list(self.members[root]):
-                    n = self.nodes[i]
-                    key = ENode(n.op, n.attrs, tuple(self.find(c) for c in n.children),
-                                n.output) if n.children else n
+                    key = self.canonical(i)
                     other = memo.get(key)
                     if other is None:
                         memo[key] = i
@@ -223,15 +228,13 @@ class EGraph:
             seen: set[ENode] = set()
             per: dict[str, list[int]] = {}
             for i in ids:
-                n = self.nodes[i]
-                key = ENode(n.op, n.attrs, tuple(self.find(c) for c in n.children),
-                            n.output) if n.children else n
+                key = self.canonical(i)
                 if key in seen:
                     continue
                 seen.add(key)
-                per.setdefault(n.op, []).append(i)
+                per.setdefault(key.op, []).append(i)
                 for c in set(key.children):
-                    got = users.setdefault(c, {}).setdefault(n.op, [])
+                    got = users.setdefault(c, {}).setdefault(key.op, [])
                     if not got or got[-1] != root:
                         got.append(root)
             by_class[root] = per
