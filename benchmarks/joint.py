@@ -356,13 +356,17 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
           schedule: str = "joint", again: frozenset[str] = frozenset({"joint"}),
           strategy: str = STRATEGY, plan_cache: str | None = None,
           save_graphs: Path | None = None, attribution: bool = False,
-          equal_info: bool = False) -> dict:
+          equal_info: bool = False,
+          checkpoint: Callable[[dict], None] | None = None) -> dict:
     """One table row. Given `row` (a row measured before), only the columns in `again`
     (xtat, taso, joint, xtat_exact) are measured again and the others are kept: PET-only
     depends on neither the tuner's schedules nor the starter library; `again` of only
-    xtat_exact adds that column to a kept row. Given `save_graphs`, the original and the
-    best joint graph are written there (for timing on other devices). With `equal_info`,
-    the row also gets `xtat_exact` (`exact_column`)."""
+    xtat_exact adds that column to a kept row. A partial row (`checkpoint`'s, from a run
+    stopped within the row) gets only the columns it lacks. Given `save_graphs`, the
+    original and the best joint graph are written there (for timing on other devices).
+    With `equal_info`, the row also gets `xtat_exact` (`exact_column`). `checkpoint` is
+    called with the row after each column: a nasnet_a row takes two CPU-hours, and a run
+    stopped within it keeps the columns it finished."""
     from superopt import zoo
     from superopt.xtat.tuner import PASS_NAMES
 
@@ -371,40 +375,65 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
         exact_column(row, graph, budget, seeds, strategy, attribution)
         row["measured_at_xtat_exact"] = code_state()
         return row
-    if row is None or "xtat" in again:
-        row = row or {"model": model, "batch": batch}
+    row = row if row is not None else {"model": model, "batch": batch}
+    state = row.setdefault("columns_measured_at", {})
+
+    def need(col: str) -> bool:
+        return col in again or col not in row
+
+    def done(*cols: str) -> None:
+        state.update(dict.fromkeys(cols, code_state()))
+        if checkpoint is not None:
+            checkpoint(row)
+
+    if need("xtat"):
         row["xtat"] = run_tuner(model, batch, graph, None, COMPILER, "joint", strategy,
                                 budget, range(seeds), attribution=attribution)
         row["xtat_schedule"] = schedule_key("joint", COMPILER, strategy)
         row["default_s"] = row["xtat"][0]["default_s"]
-    if "taso" not in row or "taso" in again:
+        done("xtat")
+    if need("taso"):
         row["taso"] = taso_only(graph, taso_budget)
         row["taso_library"] = library_key()
-    path, n_pet, pet_s = pet_rules(graph, batch, tmp / f"pet_{model}_{batch}.json")
-    if "pet" not in row:
-        row["pet_rules"], row["pet_search_s"] = n_pet, pet_s
-        if path:
-            row["pet"] = run_tuner(model, batch, graph, [path], ("rewrite",), "custom",
-                                   "exhaustive", budget, range(1))[0]
-        else:
-            row["pet"] = {"time_s": row["default_s"], "evaluations": 0, "note": "no PET rule"}
-    elif n_pet != row["pet_rules"]:
-        raise SystemExit(f"{model} b={batch}: PET found {n_pet} rules, the kept row "
-                         f"{row['pet_rules']}; measure the whole row again")
-    sources = ["starter", path] if path else ["starter"]
-    best: dict = {}
-    row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, schedule, strategy,
-                             budget, range(seeds), keep=best, plan_budget=taso_budget,
-                             plan_cache=plan_cache, attribution=attribution)
-    row["joint_schedule"] = schedule_key(schedule, strategy=strategy)
-    row["joint_library"] = library_key()
-    row["joint_schedule_name"] = schedule
-    row.pop("joint_torch", None)
-    if torch:
-        row["joint_torch"] = torch_ratio(graph, best["graph"])
-    if save_graphs is not None:
-        save_pair(save_graphs, model, batch, graph, best["graph"])
-    row["measured_at"] = code_state()
+        done("taso")
+    # The joint column needs PET's rules; a row whose joint column was kept (from a
+    # partial row, with its torch check and saved graphs) does not.
+    joint_again = need("joint") or (torch and "joint_torch" not in row) or (
+        save_graphs is not None and not (save_graphs / f"{model}_b{batch}.json.gz").exists())
+    if need("pet") or joint_again:
+        path, n_pet, pet_s = pet_rules(graph, batch, tmp / f"pet_{model}_{batch}.json")
+        if "pet" not in row:
+            row["pet_rules"], row["pet_search_s"] = n_pet, pet_s
+            if path:
+                row["pet"] = run_tuner(model, batch, graph, [path], ("rewrite",), "custom",
+                                       "exhaustive", budget, range(1))[0]
+            else:
+                row["pet"] = {"time_s": row["default_s"], "evaluations": 0,
+                              "note": "no PET rule"}
+            done("pet")
+        elif n_pet != row["pet_rules"]:
+            raise SystemExit(f"{model} b={batch}: PET found {n_pet} rules, the kept row "
+                             f"{row['pet_rules']}; measure the whole row again")
+    if joint_again:
+        sources = ["starter", path] if path else ["starter"]
+        best: dict = {}
+        row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, schedule,
+                                 strategy, budget, range(seeds), keep=best,
+                                 plan_budget=taso_budget, plan_cache=plan_cache,
+                                 attribution=attribution)
+        row["joint_schedule"] = schedule_key(schedule, strategy=strategy)
+        row["joint_library"] = library_key()
+        row["joint_schedule_name"] = schedule
+        row.pop("joint_torch", None)
+        if torch:
+            row["joint_torch"] = torch_ratio(graph, best["graph"])
+        if save_graphs is not None:
+            save_pair(save_graphs, model, batch, graph, best["graph"])
+        # The equal-information column is screened with joint's evaluation counts.
+        row.pop("xtat_exact", None)
+        done("joint")
+    states = sorted(set(state.values()))
+    row["measured_at"] = states[0] if len(states) == 1 else ", ".join(states)
     d, xtat = row["default_s"], row["xtat"]
     row["speedup"] = {
         "taso": d / row["taso"]["time_s"], "pet": d / row["pet"]["time_s"],
@@ -413,9 +442,9 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
         "xtat_range": [min(d / x["time_s"] for x in xtat), max(d / x["time_s"] for x in xtat)],
         "joint_range": [min(d / x["time_s"] for x in row["joint"]),
                         max(d / x["time_s"] for x in row["joint"])]}
-    if equal_info:
+    if equal_info and need("xtat_exact"):
         exact_column(row, graph, budget, seeds, strategy, attribution)
-    else:  # a kept row's column was screened with the old joint's evaluation counts
+    elif not equal_info:  # a kept row's column was screened with the old joint's evaluation counts
         row.pop("xtat_exact", None)
         row.pop("xtat_exact_schedule", None)
     sp = row["speedup"]
@@ -473,7 +502,8 @@ def main() -> None:
                     help="skip the value check and torch CPU timing of the joint graph")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "joint.json"))
     ap.add_argument("--resume", action="store_true",
-                    help="keep the rows already in --out (same settings) and run the rest")
+                    help="keep the rows already in --out (same settings) and run the rest; "
+                         "a row stopped within continues from its finished columns")
     ap.add_argument("--include", action="append", default=[],
                     help="also take the rows of this result file (same settings; e.g. a "
                          "model run in another process), repeatable")
@@ -543,10 +573,16 @@ def main() -> None:
     # A resumed file keeps its note (how its rows were measured): a summary-only run must
     # not drop it.
     note: dict = {}
+    # Rows stopped within (their finished columns, `bench`'s checkpoints), by (model,
+    # batch): kept apart from the table, and continued by --resume.
+    partial: dict[tuple[str, int], dict] = {}
     for f in ([str(out)] if args.resume and out.exists() else []) + args.include:
         prev = json.loads(Path(f).read_text())
         if f == str(out) and "note" in prev:
             note = {"note": prev["note"]}
+        if f == str(out):
+            partial = {(zoo.get(r["model"]).name, r["batch"]): r
+                       for r in prev.get("partial", [])}
         prev.setdefault("default_tiling", "legacy")  # files from before the choice existed
         if {k: prev.get(k) for k in settings} != settings:
             raise SystemExit(f"{f}: made with other settings "
@@ -580,6 +616,7 @@ def main() -> None:
                                    "seeds": args.seeds, "hardware": "v4", "complete": done,
                                    "default_tiling": args.default,
                                    "rows": rows, "geomean": summary,
+                                   **({"partial": list(partial.values())} if partial else {}),
                                    "joint_beats_best_single": wins,
                                    "joint_within_0.1pct_of_best_single": ties,
                                    **equal_information(rows),
@@ -605,12 +642,22 @@ def main() -> None:
                                     args.plan_cache, save_graphs, args.attribution,
                                     args.equal_info)
                 elif (m, b) not in done:
+                    def keep(row: dict, key: tuple[str, int] = (m, b)) -> None:
+                        partial[key] = row
+                        write(False)
+
+                    got = partial.get((m, b))
+                    if got is not None:
+                        print(f"  {m} b={b}: continuing the partial row (kept: "
+                              f"{', '.join(got.get('columns_measured_at', {}))})", flush=True)
                     rows.append(bench(m, b, args.budget, args.taso_budget, args.seeds,
-                                      Path(tmp), not args.no_torch, schedule=args.schedule,
+                                      Path(tmp), not args.no_torch, row=got,
+                                      again=frozenset(), schedule=args.schedule,
                                       strategy=args.strategy, plan_cache=args.plan_cache,
                                       save_graphs=save_graphs,
                                       attribution=args.attribution,
-                                      equal_info=args.equal_info))
+                                      equal_info=args.equal_info, checkpoint=keep))
+                    partial.pop((m, b), None)
                 else:
                     continue
                 write(False)

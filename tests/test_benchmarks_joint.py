@@ -119,3 +119,63 @@ def test_taso_only_leaves_the_models_own_weight_only_computations_computed() -> 
     sim = Simulator("v4", default_tiling=mod.DEFAULT["tiling"])
     assert got["applied"] == 0
     assert got["time_s"] == simulate(sim.compile(g), sim=sim).time
+
+
+def test_a_row_stopped_within_keeps_its_finished_columns_and_resume_measures_only_the_rest(
+        tmp_path: Path, monkeypatch) -> None:
+    # A nasnet_a row takes two CPU-hours; stopped in its TASO-only column, the XTAT-only
+    # column already measured must be in --out, and --resume must not measure it again.
+    mod = _joint_module()
+    calls: list[str] = []
+    stop = {"taso": True}
+
+    def fake_tuner(model, batch, graph, rules, passes, schedule, strategy, budget, seeds,
+                   keep=None, **kw):
+        col = "xtat" if rules is None else "pet" if "starter" not in rules else "joint"
+        calls.append(col)
+        if keep is not None:
+            keep.update(time_s=1.0, graph=graph)
+        t = {"xtat": 0.9, "pet": 0.95, "joint": 0.8}[col]
+        return [{"time_s": t, "default_s": 1.0, "plan_cost_evaluations": 3}
+                for _ in seeds]
+
+    def fake_taso(graph, budget, keep=None):
+        calls.append("taso")
+        if stop["taso"]:
+            raise KeyboardInterrupt
+        return {"time_s": 0.85, "evaluations": 1, "wall_s": 0.0, "applied": 1}
+
+    def fake_pet(graph, batch, path):
+        calls.append("pet_search")
+        path.write_text("{}")
+        return str(path), 2, 0.0
+
+    monkeypatch.setattr(mod, "run_tuner", fake_tuner)
+    monkeypatch.setattr(mod, "taso_only", fake_taso)
+    monkeypatch.setattr(mod, "pet_rules", fake_pet)
+    monkeypatch.setattr(mod, "library_key", lambda: "lib")
+    out = tmp_path / "j.json"
+    argv = ["joint.py", "--models", "squeezenet", "--batches", "1", "--seeds", "2",
+            "--no-torch", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    try:
+        mod.main()
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the fake TASO-only column did not stop the run")
+    doc = json.loads(out.read_text())
+    assert doc["rows"] == [] and doc["complete"] is False
+    (kept,) = doc["partial"]
+    assert "xtat" in kept and "taso" not in kept
+    assert calls == ["xtat", "taso"]
+    calls.clear()
+    stop["taso"] = False
+    monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
+    mod.main()
+    assert "xtat" not in calls and calls.count("taso") == 1
+    doc = json.loads(out.read_text())
+    assert "partial" not in doc and doc["complete"] is True
+    (row,) = doc["rows"]
+    assert row["speedup"]["xtat"] == 1.0 / 0.9 and row["speedup"]["joint"] == 1.0 / 0.8
+    assert set(row["columns_measured_at"]) == {"xtat", "taso", "pet", "joint"}
