@@ -3,6 +3,7 @@ kept, no worse than the backtracking search at the same rules, the CLI and plan 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -334,6 +335,124 @@ def _acyclic(pick: dict[int, int], kids: dict[int, tuple[int, ...]], root: int) 
     return visit(root)
 
 
+def _dag_cost(sp: _Space, roots: list[int], pick: dict[int, int]) -> float:
+    from superopt.rewrite.eqsat import _reached
+
+    return sum(sp.cost[pick[c]] for c in _reached(sp, roots, pick))
+
+
+def test_chunks_cut_where_the_part_below_uses_nothing_else() -> None:
+    from superopt.rewrite.eqsat import _chunks, _zero_terms
+
+    # Root 0 reads classes 1, 3 and 4. Class 1 reads 2, and one of 2's e-nodes reads 3,
+    # which the root also reads: the part below 1 uses a class outside it, so 1 is no
+    # cut. Class 4 (with 5 below it) is one. Class 9 is a weight: free, in no part.
+    sp = _space({10: 1.0, 11: 2.0, 12: 1.0, 13: 5.0, 14: 1.0, 15: 3.0, 16: 0.0, 17: 1.0},
+                {0: [10], 1: [11], 2: [12, 13], 3: [14], 4: [15], 5: [17], 9: [16]},
+                {10: (1, 3, 4), 11: (2, 9), 12: (3,), 13: (), 14: (9,), 15: (5, 9),
+                 16: (), 17: ()})
+    zero = _zero_terms(sp)
+    assert zero == {9: 16}
+    chunks = _chunks(sp, [0], zero, min_chunk=1)
+    cuts = {c.cut for c in chunks}
+    # 4 (with 5 below it) and 5 are cuts; 1 is not (its class 2 reads 3, which the root
+    # reads directly: 3 is not below 1), 3 is a cut of one class.
+    assert {4, 5, 3} <= cuts and 1 not in cuts and None in cuts
+    assert chunks[-1].cut is None  # the outputs' part comes last, after every cut below
+    order = [c.cut for c in chunks]
+    assert order.index(5) < order.index(4)
+    # Every non-free class is in exactly one part.
+    owned = [k for c in chunks for k in c.classes]
+    assert sorted(owned) == sorted(set(sp.classes) - {9})
+
+
+def test_decomposed_ilp_matches_brute_force_on_random_layered_egraphs(monkeypatch) -> None:
+    from superopt.rewrite import eqsat
+    from superopt.rewrite.eqsat import _ilp_solve
+
+    # Blocks of three classes stacked like a network's layers (a block reads the one
+    # below, sometimes two below: no cut there), cycles inside a block, weights (free):
+    # split into parts of one class and up, the optimum must be the whole problem's.
+    monkeypatch.setattr(eqsat, "MIN_CHUNK", 1)
+    rng = np.random.default_rng(5)
+    for trial in range(30):
+        nodes: dict[int, list[int]] = {}
+        kids: dict[int, tuple[int, ...]] = {}
+        costs: dict[int, float] = {}
+        nid = 100
+        n_blocks = 3
+        nodes[99] = [nid]  # a weight
+        kids[nid], costs[nid] = (), 0.0
+        for b in range(n_blocks):
+            block = [3 * b, 3 * b + 1, 3 * b + 2]
+            below = [3 * (b + 1)] if b + 1 < n_blocks else [99]
+            if b + 2 < n_blocks and rng.random() < 0.4:
+                below.append(3 * (b + 2) + 1)  # a skip past the next block
+            for c in block:
+                nodes[c] = []
+                for _k in range(int(rng.integers(1, 3))):
+                    nid += 1
+                    pool = [x for x in block if x != c] + below + [99]
+                    n_kids = int(rng.integers(0, 3))
+                    kids[nid] = tuple(dict.fromkeys(int(x) for x in rng.choice(pool, n_kids)))
+                    costs[nid] = float(rng.integers(0, 6))
+                    nodes[c].append(nid)
+            # the block's first class reads the one below, so blocks chain
+            nid += 1
+            kids[nid], costs[nid] = tuple(below[:1]), float(rng.integers(1, 4))
+            nodes[3 * b].append(nid)
+        sp = _space(costs, nodes, kids)
+        want = _brute_force(sp, [0])
+        pick, status = _ilp_solve(sp, [0], 10.0)
+        if not math.isfinite(want):
+            assert pick is None or 0 not in pick
+            continue
+        assert pick is not None and status == "optimal", (trial, status)
+        got = _brute_force(_space(costs, {c: [pick[c]] for c in pick},
+                                  {i: kids[i] for i in pick.values()}), [0])
+        assert got == pytest.approx(want), (trial, nodes, kids, costs)
+
+
+def test_decomposed_ilp_finds_the_whole_problems_optimum_on_a_saturated_model() -> None:
+    from scipy.optimize import milp
+
+    from superopt import zoo
+    from superopt.rewrite import load_rules
+    from superopt.rewrite.cost import SimCost
+    from superopt.rewrite.eqsat import (
+        _chunks,
+        _directions,
+        _extraction_costs,
+        _ilp_pick,
+        _ilp_problem,
+        _ilp_solve,
+        _load,
+        _saturate,
+        _space,
+        _zero_terms,
+    )
+    from superopt.substitutions.egraph import EGraph
+
+    g = zoo.build("squeezenet")
+    rules, _ = load_rules(None)
+    eg = EGraph(max_nodes=50_000)
+    ld = _load(g, eg)
+    _saturate(eg, _directions(Matcher(rules)), EqsatOptions(), {})
+    roots = [eg.find(r) for r in ld.roots]
+    for ext in _extraction_costs(SimCost())[1:3]:
+        sp = _space(ld, g, ext)
+        zero = _zero_terms(sp)
+        assert len(_chunks(sp, roots, zero)) > 1  # the model is split somewhere
+        problem, enodes, col = _ilp_problem(sp, roots, 60.0)
+        res = milp(**problem)
+        whole, status = _ilp_pick(sp, enodes, col, (res.x, res.status == 0))
+        assert status == "optimal"
+        parts, status = _ilp_solve(sp, roots, 60.0)
+        assert status == "optimal"
+        assert _dag_cost(sp, roots, parts) == pytest.approx(_dag_cost(sp, roots, whole),
+                                                             rel=1e-6)
+
+
 def test_a_milp_solve_past_its_hard_limit_is_killed_not_waited_for() -> None:
     from scipy.optimize import Bounds, LinearConstraint
 
@@ -351,9 +470,9 @@ def test_a_milp_solve_past_its_hard_limit_is_killed_not_waited_for() -> None:
 def test_milp_solves_run_side_by_side_each_answering_its_own_problem() -> None:
     """The proxies' solves run in parallel children: each result must come back to its
     own problem, whatever order they finish in."""
-    from scipy.optimize import Bounds, LinearConstraint
+    from scipy.optimize import Bounds, LinearConstraint, milp
 
-    from superopt.rewrite.eqsat import _milp_many
+    from superopt.rewrite.eqsat import _forked_many
 
     def problem(cap: float) -> dict:  # max sum(x) over 6 binaries with sum(x) <= cap
         return dict(c=-np.ones(6), constraints=LinearConstraint(np.ones((1, 6)), -np.inf, cap),
@@ -361,9 +480,12 @@ def test_milp_solves_run_side_by_side_each_answering_its_own_problem() -> None:
 
     caps = [5.5, 1.2, 3.7, 0.5, 2.9]
     for workers in (1, 2, 8):
-        got = _milp_many([problem(c) for c in caps], 30.0, workers)
-        assert [round(float(g[0].sum())) for g in got] == [math.floor(c) for c in caps]
-        assert all(g[1] for g in got)
+        got = _forked_many([functools.partial(lambda c: milp(**problem(c)).x, c)
+                            for c in caps], 30.0, workers)
+        assert [round(float(g.sum())) for g in got] == [math.floor(c) for c in caps]
+    # A child that raises answers with the error, and the others still answer.
+    got = _forked_many([lambda: 1, lambda: 1 // 0, lambda: 3], 30.0, 2)
+    assert got[0] == 1 and got[2] == 3 and got[1].startswith("ZeroDivisionError")
 
 
 def test_indexed_matching_finds_every_match_once_that_plain_matching_finds() -> None:
