@@ -192,7 +192,8 @@ def test_report_ratios_and_prefixes(tmp_path: Path) -> None:
     assert rows["guided"]["trials_to_ms_best"] == 30
     assert rows["guided"]["ratio_vs_ms"] == 0.3
     assert rows["evolution"]["ratio_vs_ms"] is None
-    assert rows["metaschedule"]["trials_to_best_of"] == {"guided": None, "evolution": 1}
+    assert rows["metaschedule"]["trials_to_best_of"] == {
+        "knobs": {"guided": None, "evolution": 1}}
     assert rows["guided"]["gflops_share_of_ms_best"] == pytest.approx(0.5 / 0.45, abs=1e-3)
     assert rows["guided"]["best_gflops"] == pytest.approx(k.flops / 0.45 / 1e9, rel=1e-3)
     # At 64 the cells' prefixes stand in: MetaSchedule's best is then 1.0 at trial 1.
@@ -202,14 +203,47 @@ def test_report_ratios_and_prefixes(tmp_path: Path) -> None:
     assert rows64["guided"]["trials_to_ms_best"] == 30
     assert "1000" not in entry["budgets"]
     # Among our tuners, the target is the least of their bests (evolution's 3.0).
-    assert entry["knob_space"]["256"] == [{
+    assert entry["within_space"]["knobs"]["256"] == [{
         "seed": 0, "target_gflops": round(k.flops / 3.0 / 1e9, 3),
         "trials": {"guided": 1, "evolution": 2}}]
     # Trial 0 (the default schedule) of our two cells: 2.0 and a failure (left out).
     assert "noise_default_schedule" not in entry
     # One kernel measured: the goal (3 of 4) cannot be met.
-    assert res["goal"]["256"]["per_kernel"] == {k.name: True}
-    assert res["goal"]["256"]["met"] is False
+    assert res["goal"]["knobs"]["256"]["per_kernel"] == {k.name: True}
+    assert res["goal"]["knobs"]["256"]["met"] is False
+    assert set(res["goal"]) == {"knobs"}
+
+
+def test_report_keeps_the_spaces_apart(tmp_path: Path) -> None:
+    """A cell from before spaces were named is the knob space; an ms cell names its
+    space in its file and JSON; MetaSchedule's one cell is the reference of both."""
+    bench = _bench()
+    k = KERNELS[1]
+
+    def write(path: Path, tuner: str, secs: list[float], **extra) -> None:
+        path.write_text(json.dumps({"kernel": k.name, "tuner": tuner, "seed": 0,
+                                    "budget": 64, "seconds": secs, **extra}))
+
+    write(bench.cell_path(tmp_path, k.name, "metaschedule", 0, 64), "metaschedule",
+          [1.0] * 9 + [0.5] + [1.0] * 54)  # best at trial 10
+    legacy = tmp_path / f"{k.name}__guided__s0__b64.json"
+    write(legacy, "guided", [2.0] * 64)  # never reaches it
+    ms_cell = bench.cell_path(tmp_path, k.name, "guided", 0, 64, "ms")
+    assert "__ms__" in ms_cell.name and ms_cell != legacy
+    write(ms_cell, "guided", [2.0] * 3 + [0.4] + [2.0] * 60, space="ms")  # at trial 4
+    assert bench.done_path(tmp_path, k.name, "guided", 0, 64, "knobs") == legacy
+    assert bench.done_path(tmp_path, k.name, "evolution", 0, 64, "ms") is None
+    res = bench.report(tmp_path)
+    entry = next(e for e in res["kernels"] if e["kernel"] == k.name)
+    rows = {(r["tuner"], r["space"]): r for r in entry["budgets"]["64"]}
+    assert set(rows) == {("metaschedule", None), ("guided", "ms"), ("guided", "knobs")}
+    assert rows[("guided", "ms")]["trials_to_ms_best"] == 4
+    assert rows[("guided", "ms")]["ratio_vs_ms"] == 0.4
+    assert rows[("guided", "knobs")]["trials_to_ms_best"] is None
+    assert rows[("metaschedule", None)]["trials_to_best_of"] == {
+        "ms": {"guided": None}, "knobs": {"guided": 1}}
+    assert res["goal"]["ms"]["64"]["per_kernel"] == {k.name: True}
+    assert res["goal"]["knobs"]["64"]["per_kernel"] == {k.name: False}
 
 
 @pytest.mark.parametrize("kernel", [MATMUL, CONV], ids=lambda k: k.name)
