@@ -24,6 +24,10 @@ schedule whose trace holds sampling instructions with MetaSchedule's sampled dec
 - `MsPass`: the pass that carries these sites, so `tvm_kernels.search` drives any
   strategy over the space unchanged.
 
+Not covered: MetaSchedule's `MutateParallel` changes the parallel extent annotated on the
+outer loops, which is not a sampling instruction; here it stays as the sketch has it (on
+one core with one TVM thread the parallel extent should matter little).
+
 Counting trials: MetaSchedule's database commits a candidate that failed to build or
 run as a trial (run time 1e10 s, see `tvm_kernels.read_ms_records`), as ours counts it.
 A candidate that fails MetaSchedule's postprocessors is dropped by its search before it
