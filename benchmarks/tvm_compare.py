@@ -4,26 +4,32 @@ part 5), measured by TVM on this CPU.
 Four kernels of the zoo (`superopt.xtat.tvm_kernels.KERNELS`: two resnet50 convs, two
 bert-base matmuls, batch 1) are tuned by MetaSchedule (`tune_tir`, its evolutionary
 search with its XGBoost model, trials of 64) and by `guided`, `evolution`, `autotvm` and
-`mbo` driving a knob space of the kernel's loops (`tvm_kernels.KnobSpace`) whose every
-trial TVM builds (`tvm.tirx.build`, the host's LLVM target) and times (`time_evaluator`, the
-same number/repeat/min_repeat_ms as MetaSchedule's runner). Budgets count trials.
+`mbo` driving one of two spaces (`--space`): `ms`, MetaSchedule's own design space
+(`tvm_msspace.MsSpace`: its sketches' sampling decisions as sites), or `knobs`, our
+AutoTVM-like knob space of the kernel's loops (`tvm_kernels.KnobSpace`, at most ~55% of
+MetaSchedule's best: over it the comparison measures the spaces, not the search). TVM
+builds every trial (`tvm.tirx.build`, the host's LLVM target) and times it
+(`time_evaluator`, the same number/repeat/min_repeat_ms as MetaSchedule's runner).
+Budgets count trials.
 
-Cells are (kernel, tuner, seed, budget), one JSON each under `--cells` with every
+Cells are (kernel, tuner, space, seed, budget), one JSON each under `--cells` with every
 trial's time in measurement order: a killed run continues where it stopped, and the
-report reads whatever cells exist. A budget's results come from its own cell when one
+report reads whatever cells exist. Our tuners' cells name their space in the file name
+and the JSON; cells from before the `ms` space have neither and are the `knobs` space.
+MetaSchedule's cells have no space: they are the reference for both. A budget's results come from its own cell when one
 was run, else from the first trials of a larger budget's cell of the same seed: no
 strategy here reads its budget, and MetaSchedule's first 64 trials are its first round
 whatever the budget, so the prefix is the run a smaller budget would have made.
 
-Per kernel, budget and seed: each tuner's best GFLOP/s; MetaSchedule's trials to its own
-best; each of our tuners' trials to reach MetaSchedule's best (the same seed's
+Per kernel, budget, seed and space: each tuner's best GFLOP/s; MetaSchedule's trials to
+its own best; each of our tuners' trials to reach MetaSchedule's best (the same seed's
 MetaSchedule run at the same budget; "-" when it never does) and their ratio to
-MetaSchedule's. The goal (issue 45): guided reaches MetaSchedule's best in <= 0.5x its
-trials on >= 3 of the 4 kernels (at a budget, on every seed run).
+MetaSchedule's. The goal (issue 45), per space: guided reaches MetaSchedule's best in
+<= 0.5x its trials on >= 3 of the 4 kernels (at a budget, on every seed run).
 
 Run pinned to one core with one TVM thread (the cells record the CPU and the pinning):
 `TVM_NUM_THREADS=1 taskset -c 0 .venv/bin/python benchmarks/tvm_compare.py --budgets 256
---seeds 0`; `--report` only rebuilds the table and JSON from the cells.
+--seeds 0 --space ms`; `--report` only rebuilds the table and JSON from the cells.
 """
 
 from __future__ import annotations
@@ -43,19 +49,45 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent
 OURS = ("guided", "evolution", "autotvm", "mbo")
 TUNERS = ("metaschedule", *OURS)
+SPACES = ("ms", "knobs")
 BUDGETS = (64, 256, 1000)
 
 
-def cell_path(cells: Path, kernel: str, tuner: str, seed: int, budget: int) -> Path:
-    return cells / f"{kernel}__{tuner}__s{seed}__b{budget}.json"
+def cell_path(cells: Path, kernel: str, tuner: str, seed: int, budget: int,
+              space: str = "knobs") -> Path:
+    if tuner == "metaschedule":
+        return cells / f"{kernel}__{tuner}__s{seed}__b{budget}.json"
+    return cells / f"{kernel}__{tuner}__{space}__s{seed}__b{budget}.json"
 
 
-def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path) -> dict:
+def done_path(cells: Path, kernel: str, tuner: str, seed: int, budget: int,
+              space: str) -> Path | None:
+    """The cell already run, if any (a knob-space cell may have the name from before
+    spaces were named: kernel__tuner__s..__b..)."""
+    paths = [cell_path(cells, kernel, tuner, seed, budget, space)]
+    if space == "knobs":
+        paths.append(cells / f"{kernel}__{tuner}__s{seed}__b{budget}.json")
+    return next((p for p in paths if p.exists()), None)
+
+
+def make_space(kernel: Any, space: str) -> Any:
     from superopt.xtat import tvm_kernels as tk
 
-    path = cell_path(cells, kernel.name, tuner, seed, budget)
-    if path.exists():
-        return json.loads(path.read_text())
+    if space == "ms":
+        from superopt.xtat.tvm_msspace import MsSpace
+
+        return MsSpace(kernel)
+    return tk.KnobSpace(kernel)
+
+
+def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
+             space: str = "knobs") -> dict:
+    from superopt.xtat import tvm_kernels as tk
+
+    path = cell_path(cells, kernel.name, tuner, seed, budget, space)
+    done = done_path(cells, kernel.name, tuner, seed, budget, space)
+    if done is not None:
+        return json.loads(done.read_text())
     start = time.perf_counter()
     ev = tk.Evaluator()
     extra: dict[str, Any] = {}
@@ -66,14 +98,20 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path) -> di
         finally:
             shutil.rmtree(work, ignore_errors=True)
     else:
-        space = tk.KnobSpace(kernel)
-        measure = tk.TvmMeasure(space, ev)
-        trials = tk.search(space, tuner, seed, budget, measure)
+        sp = make_space(kernel, space)
+        measure = tk.TvmMeasure(sp, ev)
+        trials = tk.search(sp, tuner, seed, budget, measure)
         secs = [t.seconds for t in trials]
         best = min(trials, key=lambda t: t.seconds)
-        extra = {"best_config": best.config, "errors": len(measure.errors),
+        steps = [e.split(":", 1)[0] for e in measure.errors]
+        extra = {"space": space, "best_config": best.config, "errors": len(measure.errors),
+                 # schedule: failed to replay or postprocess (MetaSchedule's search drops
+                 # such a candidate unmeasured; here it is a failed trial)
+                 "errors_by_step": {k: steps.count(k) for k in sorted(set(steps))},
                  "first_errors": measure.errors[:3], "build_s": round(measure.build_s, 2),
-                 "space_size": space.size()}
+                 "space_size": sp.size(), "sites": len(sp.sites)}
+        if space == "ms":
+            extra["sketches"] = len(sp.sketches)
     out = {"kernel": kernel.name, "tuner": tuner, "seed": seed, "budget": budget,
            "seconds": [None if math.isinf(s) else s for s in secs],
            "wall_s": round(time.perf_counter() - start, 1), "evaluator": vars(ev),
@@ -87,13 +125,17 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path) -> di
     return out
 
 
-def load_cells(cells: Path) -> dict[tuple[str, str, int], dict[int, list[float]]]:
-    """(kernel, tuner, seed) -> budget -> trial times (inf for failed trials)."""
-    out: dict[tuple[str, str, int], dict[int, list[float]]] = {}
+Key = tuple[str, str, int, str]  # kernel, tuner, seed, space ("" for MetaSchedule)
+
+
+def load_cells(cells: Path) -> dict[Key, dict[int, list[float]]]:
+    """(kernel, tuner, seed, space) -> budget -> trial times (inf for failed trials)."""
+    out: dict[Key, dict[int, list[float]]] = {}
     for p in sorted(cells.glob("*.json")):
         c = json.loads(p.read_text())
         secs = [math.inf if s is None else float(s) for s in c["seconds"]]
-        out.setdefault((c["kernel"], c["tuner"], c["seed"]), {})[c["budget"]] = secs
+        space = "" if c["tuner"] == "metaschedule" else c.get("space", "knobs")
+        out.setdefault((c["kernel"], c["tuner"], c["seed"], space), {})[c["budget"]] = secs
     return out
 
 
@@ -112,86 +154,108 @@ def report(cells: Path) -> dict:
 
     data = load_cells(cells)
     kernels = []
-    goal_rows: dict[int, dict[str, bool | None]] = {}
+    goal_rows: dict[str, dict[int, dict[str, bool]]] = {}
     for k in tk.KERNELS:
         entry: dict[str, Any] = {"kernel": k.name, "model": k.model, "op": k.op,
                                  "shapes": k.shapes(), "gflop": round(k.flops / 1e9, 4),
                                  "budgets": {}}
-        seeds = sorted({s for (kn, _, s) in data if kn == k.name})
+        seeds = sorted({key[2] for key in data if key[0] == k.name})
         for b in BUDGETS:
             rows = []
             for seed in seeds:
-                ms_runs = data.get((k.name, "metaschedule", seed)) or data.get(
-                    (k.name, "metaschedule", 0))
+                ms_runs = data.get((k.name, "metaschedule", seed, "")) or data.get(
+                    (k.name, "metaschedule", 0, ""))
                 ms = at_budget(ms_runs, b) if ms_runs else None
                 ms_best = min(ms[0]) if ms else None
                 ms_trials = tk.trials_to(ms[0], ms_best) if ms else None
-                for tuner in TUNERS:
-                    runs = data.get((k.name, tuner, seed))
+                for tuner, space in [("metaschedule", ""),
+                                     *((t, sp) for sp in SPACES for t in OURS)]:
+                    runs = data.get((k.name, tuner, seed, space))
                     got = at_budget(runs, b) if runs else None
                     if got is None:
                         continue
                     secs, source = got
                     best = min(secs)
                     row: dict[str, Any] = {
-                        "tuner": tuner, "seed": seed, "source": source,
-                        "trials_run": len(secs),
+                        "tuner": tuner, "space": space or None, "seed": seed,
+                        "source": source, "trials_run": len(secs),
                         "best_gflops": round(k.flops / best / 1e9, 3) if math.isfinite(best)
                         else None}
                     if tuner == "metaschedule":
                         row["trials_to_own_best"] = ms_trials
                         # The other way round: MetaSchedule's trials to each of our
-                        # tuners' best (same seed and budget).
+                        # tuners' best (same seed and budget), per space.
                         row["trials_to_best_of"] = {
-                            t: tk.trials_to(secs, min(o[0]))
-                            for t in OURS
-                            if (o := at_budget(data.get((k.name, t, seed), {}), b))}
+                            sp: {t: tk.trials_to(secs, min(o[0])) for t, o in ours.items()}
+                            for sp in SPACES
+                            if (ours := _ours_at(data, k.name, seed, sp, b))}
                     elif ms_best is not None and ms_trials:
                         n = tk.trials_to(secs, ms_best)
-                        row["ms_seed"] = seed if (k.name, "metaschedule", seed) in data else 0
+                        row["ms_seed"] = seed if (k.name, "metaschedule", seed, "") in data \
+                            else 0
                         row["trials_to_ms_best"] = n
                         row["ratio_vs_ms"] = round(n / ms_trials, 3) if n else None
                         row["gflops_share_of_ms_best"] = round(ms_best / best, 3)
                     rows.append(row)
             if rows:
                 entry["budgets"][str(b)] = rows
-                entry.setdefault("knob_space", {})[str(b)] = _within_knobs(data, k, b, seeds)
-                guided = [r for r in rows if r["tuner"] == "guided" and "ratio_vs_ms" in r]
-                if guided:
-                    goal_rows.setdefault(b, {})[k.name] = all(
-                        r["ratio_vs_ms"] is not None and r["ratio_vs_ms"] <= 0.5 for r in guided)
-        # Trial 0 of each of our cells is the same (naive) schedule, measured at other
-        # moments: its spread is the machine's noise on one measurement.
-        zero = [runs[max(runs)][0] for (kn, t, _), runs in data.items()
-                if kn == k.name and t in OURS and runs and math.isfinite(runs[max(runs)][0])]
-        if len(zero) >= 2:
-            entry["noise_default_schedule"] = {
-                "measurements": len(zero), "min_ms": round(min(zero) * 1e3, 3),
-                "max_ms": round(max(zero) * 1e3, 3),
-                "max_over_min": round(max(zero) / min(zero), 3)}
+                for sp in SPACES:
+                    within = _within_space(data, k, b, seeds, sp)
+                    if within:
+                        entry.setdefault("within_space", {}).setdefault(sp, {})[str(b)] = within
+                    guided = [r for r in rows if r["tuner"] == "guided" and r["space"] == sp
+                              and "ratio_vs_ms" in r]
+                    if guided:
+                        goal_rows.setdefault(sp, {}).setdefault(b, {})[k.name] = all(
+                            r["ratio_vs_ms"] is not None and r["ratio_vs_ms"] <= 0.5
+                            for r in guided)
+        # Trial 0 of each of our cells of a space is the same schedule (the knobs' naive
+        # one, MetaSchedule's first sketch as sampled), measured at other moments: its
+        # spread is the machine's noise on one measurement.
+        noise = {}
+        for sp in SPACES:
+            zero = [runs[max(runs)][0] for (kn, t, _, s), runs in data.items()
+                    if kn == k.name and t in OURS and s == sp and runs
+                    and math.isfinite(runs[max(runs)][0])]
+            if len(zero) >= 2:
+                noise[sp] = {"measurements": len(zero), "min_ms": round(min(zero) * 1e3, 3),
+                             "max_ms": round(max(zero) * 1e3, 3),
+                             "max_over_min": round(max(zero) / min(zero), 3)}
+        if noise:
+            entry["noise_default_schedule"] = noise
         kernels.append(entry)
-    goal = {}
-    for b, per in sorted(goal_rows.items()):
-        met = sum(1 for v in per.values() if v)
-        goal[str(b)] = {"kernels_with_guided_ratio_le_0.5": met, "kernels_measured": len(per),
-                        "per_kernel": per, "met": met >= 3}
+    goal: dict[str, dict[str, Any]] = {}
+    for sp, per_budget in sorted(goal_rows.items()):
+        for b, per in sorted(per_budget.items()):
+            met = sum(1 for v in per.values() if v)
+            goal.setdefault(sp, {})[str(b)] = {
+                "kernels_with_guided_ratio_le_0.5": met, "kernels_measured": len(per),
+                "per_kernel": per, "met": met >= 3}
     return {"what": "issue 45 part 5: our strategies vs TVM MetaSchedule on real kernels "
-                    "(TVM builds and times every trial, this CPU, 1 core, 1 thread)",
-            "goal_rule": "guided's trials to reach MetaSchedule's best (same seed, same "
-                         "budget) <= 0.5x MetaSchedule's trials to that best, on every seed "
-                         "run, on >= 3 of 4 kernels",
+                    "(TVM builds and times every trial, this CPU, 1 core, 1 thread), our "
+                    "strategies over MetaSchedule's own design space (ms) and over our "
+                    "knob space (knobs)",
+            "goal_rule": "per space: guided's trials to reach MetaSchedule's best (same "
+                         "seed, same budget) <= 0.5x MetaSchedule's trials to that best, on "
+                         "every seed run, on >= 3 of 4 kernels",
             "kernels": kernels, "goal": goal}
 
 
-def _within_knobs(data: dict, k: Any, b: int, seeds: list[int]) -> list[dict]:
-    """Our tuners against each other on their one space: per seed, the target is the
-    least of their bests at budget `b` (so each reaches it), and each one's trials to it."""
+def _ours_at(data: dict, kernel: str, seed: int, space: str,
+             b: int) -> dict[str, tuple[list[float], str]]:
+    """Our tuners' trials at budget `b` on one space (those with a cell)."""
+    runs = {t: at_budget(data.get((kernel, t, seed, space), {}), b) for t in OURS}
+    return {t: r for t, r in runs.items() if r}
+
+
+def _within_space(data: dict, k: Any, b: int, seeds: list[int], space: str) -> list[dict]:
+    """Our tuners against each other on one space: per seed, the target is the least of
+    their bests at budget `b` (so each reaches it), and each one's trials to it."""
     from superopt.xtat import tvm_kernels as tk
 
     out = []
     for seed in seeds:
-        runs = {t: at_budget(data.get((k.name, t, seed), {}), b) for t in OURS}
-        secs_of = {t: r[0] for t, r in runs.items() if r}
+        secs_of = {t: r[0] for t, r in _ours_at(data, k.name, seed, space, b).items()}
         if len(secs_of) < 2:
             continue
         target = max(min(secs) for secs in secs_of.values())
@@ -203,30 +267,31 @@ def _within_knobs(data: dict, k: Any, b: int, seeds: list[int]) -> list[dict]:
 def print_table(res: dict) -> None:
     for k in res["kernels"]:
         print(f"\n{k['kernel']} ({k['op']} {k['shapes']}, {k['gflop']} GFLOP)")
-        print(f"  {'budget':>6} {'tuner':<13} {'seed':>4} {'GFLOP/s':>8} {'trials':>7} "
-              f"{'ratio':>6} {'/MS':>6}  source")
+        print(f"  {'budget':>6} {'tuner':<13} {'space':<6} {'seed':>4} {'GFLOP/s':>8} "
+              f"{'trials':>7} {'ratio':>6} {'/MS':>6}  source")
         for b, rows in k["budgets"].items():
             for r in rows:
                 trials = r.get("trials_to_own_best", r.get("trials_to_ms_best"))
                 ratio = r.get("ratio_vs_ms")
-                print(f"  {b:>6} {r['tuner']:<13} {r['seed']:>4} "
+                print(f"  {b:>6} {r['tuner']:<13} {r['space'] or '-':<6} {r['seed']:>4} "
                       f"{r['best_gflops'] if r['best_gflops'] is not None else '-':>8} "
                       f"{trials if trials is not None else '-':>7} "
                       f"{ratio if ratio is not None else '-':>6} "
                       f"{r.get('gflops_share_of_ms_best', '-'):>6}  {r['source']}")
-        if "noise_default_schedule" in k:
-            z = k["noise_default_schedule"]
-            print(f"  noise: the default schedule measured {z['measurements']}x, "
+        for sp, z in k.get("noise_default_schedule", {}).items():
+            print(f"  noise ({sp}): the default schedule measured {z['measurements']}x, "
                   f"{z['min_ms']}..{z['max_ms']} ms (max/min {z['max_over_min']})")
-        for b, rows in k.get("knob_space", {}).items():
-            for r in rows:
-                print(f"  knob space, budget {b}, seed {r['seed']}: trials to "
-                      f"{r['target_gflops']} GFLOP/s (the least of our bests): "
-                      + ", ".join(f"{t} {n}" for t, n in r["trials"].items()))
+        for sp, per in k.get("within_space", {}).items():
+            for b, rows in per.items():
+                for r in rows:
+                    print(f"  {sp} space, budget {b}, seed {r['seed']}: trials to "
+                          f"{r['target_gflops']} GFLOP/s (the least of our bests): "
+                          + ", ".join(f"{t} {n}" for t, n in r["trials"].items()))
     print("\ngoal (guided <= 0.5x MetaSchedule's trials on >= 3 of 4 kernels):")
-    for b, g in res["goal"].items():
-        print(f"  budget {b}: {g['kernels_with_guided_ratio_le_0.5']} of "
-              f"{g['kernels_measured']} kernels -> {'met' if g['met'] else 'not met'}")
+    for sp, per in res["goal"].items():
+        for b, g in per.items():
+            print(f"  {sp} space, budget {b}: {g['kernels_with_guided_ratio_le_0.5']} of "
+                  f"{g['kernels_measured']} kernels -> {'met' if g['met'] else 'not met'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0", help="comma-separated seeds")
     ap.add_argument("--kernels", default="", help="comma-separated kernel names (all)")
     ap.add_argument("--tuners", default=",".join(TUNERS))
+    ap.add_argument("--space", choices=SPACES, default="ms",
+                    help="the space our tuners search (MetaSchedule's runs serve both)")
     ap.add_argument("--cells", type=Path, default=ROOT / "results" / "tvm_compare_cells")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "tvm_compare.json")
     ap.add_argument("--report", action="store_true", help="only rebuild the report")
@@ -250,11 +317,13 @@ def main(argv: list[str] | None = None) -> int:
                 for k in kernels:
                     for tuner in a.tuners.split(","):
                         t0 = time.perf_counter()
-                        done = cell_path(a.cells, k.name, tuner, seed, budget).exists()
-                        c = run_cell(k, tuner, seed, budget, a.cells)
+                        done = done_path(a.cells, k.name, tuner, seed, budget,
+                                         a.space) is not None
+                        c = run_cell(k, tuner, seed, budget, a.cells, a.space)
                         secs = [s for s in c["seconds"] if s is not None]
                         best = k.flops / min(secs) / 1e9 if secs else 0.0
-                        print(f"{k.name} {tuner} seed {seed} budget {budget}: "
+                        where = "" if tuner == "metaschedule" else f" ({a.space})"
+                        print(f"{k.name} {tuner}{where} seed {seed} budget {budget}: "
                               f"{len(c['seconds'])} trials, best {best:.2f} GFLOP/s, "
                               f"{'cached' if done else f'{time.perf_counter() - t0:.0f} s'}",
                               flush=True)

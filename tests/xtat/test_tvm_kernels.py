@@ -54,12 +54,12 @@ def test_kernels_are_the_zoo_shapes() -> None:
 
 
 def test_importing_the_adapter_does_not_import_tvm() -> None:
-    code = ("import sys, superopt.xtat.tvm_kernels as tk; tk.KnobSpace(tk.KERNELS[0]); "
-            "print(' '.join(sys.modules))")
+    code = ("import sys, superopt.xtat.tvm_kernels as tk, superopt.xtat.tvm_msspace; "
+            "tk.KnobSpace(tk.KERNELS[0]); print(' '.join(sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     mods = set(out.stdout.split())
-    assert "superopt.xtat.tvm_kernels" in mods  # the check sees imports
+    assert {"superopt.xtat.tvm_kernels", "superopt.xtat.tvm_msspace"} <= mods  # it sees imports
     assert not {m for m in mods if m == "tvm" or m.startswith(("tvm.", "tvm_ffi"))}
 
 
@@ -192,7 +192,8 @@ def test_report_ratios_and_prefixes(tmp_path: Path) -> None:
     assert rows["guided"]["trials_to_ms_best"] == 30
     assert rows["guided"]["ratio_vs_ms"] == 0.3
     assert rows["evolution"]["ratio_vs_ms"] is None
-    assert rows["metaschedule"]["trials_to_best_of"] == {"guided": None, "evolution": 1}
+    assert rows["metaschedule"]["trials_to_best_of"] == {
+        "knobs": {"guided": None, "evolution": 1}}
     assert rows["guided"]["gflops_share_of_ms_best"] == pytest.approx(0.5 / 0.45, abs=1e-3)
     assert rows["guided"]["best_gflops"] == pytest.approx(k.flops / 0.45 / 1e9, rel=1e-3)
     # At 64 the cells' prefixes stand in: MetaSchedule's best is then 1.0 at trial 1.
@@ -202,14 +203,47 @@ def test_report_ratios_and_prefixes(tmp_path: Path) -> None:
     assert rows64["guided"]["trials_to_ms_best"] == 30
     assert "1000" not in entry["budgets"]
     # Among our tuners, the target is the least of their bests (evolution's 3.0).
-    assert entry["knob_space"]["256"] == [{
+    assert entry["within_space"]["knobs"]["256"] == [{
         "seed": 0, "target_gflops": round(k.flops / 3.0 / 1e9, 3),
         "trials": {"guided": 1, "evolution": 2}}]
     # Trial 0 (the default schedule) of our two cells: 2.0 and a failure (left out).
     assert "noise_default_schedule" not in entry
     # One kernel measured: the goal (3 of 4) cannot be met.
-    assert res["goal"]["256"]["per_kernel"] == {k.name: True}
-    assert res["goal"]["256"]["met"] is False
+    assert res["goal"]["knobs"]["256"]["per_kernel"] == {k.name: True}
+    assert res["goal"]["knobs"]["256"]["met"] is False
+    assert set(res["goal"]) == {"knobs"}
+
+
+def test_report_keeps_the_spaces_apart(tmp_path: Path) -> None:
+    """A cell from before spaces were named is the knob space; an ms cell names its
+    space in its file and JSON; MetaSchedule's one cell is the reference of both."""
+    bench = _bench()
+    k = KERNELS[1]
+
+    def write(path: Path, tuner: str, secs: list[float], **extra) -> None:
+        path.write_text(json.dumps({"kernel": k.name, "tuner": tuner, "seed": 0,
+                                    "budget": 64, "seconds": secs, **extra}))
+
+    write(bench.cell_path(tmp_path, k.name, "metaschedule", 0, 64), "metaschedule",
+          [1.0] * 9 + [0.5] + [1.0] * 54)  # best at trial 10
+    legacy = tmp_path / f"{k.name}__guided__s0__b64.json"
+    write(legacy, "guided", [2.0] * 64)  # never reaches it
+    ms_cell = bench.cell_path(tmp_path, k.name, "guided", 0, 64, "ms")
+    assert "__ms__" in ms_cell.name and ms_cell != legacy
+    write(ms_cell, "guided", [2.0] * 3 + [0.4] + [2.0] * 60, space="ms")  # at trial 4
+    assert bench.done_path(tmp_path, k.name, "guided", 0, 64, "knobs") == legacy
+    assert bench.done_path(tmp_path, k.name, "evolution", 0, 64, "ms") is None
+    res = bench.report(tmp_path)
+    entry = next(e for e in res["kernels"] if e["kernel"] == k.name)
+    rows = {(r["tuner"], r["space"]): r for r in entry["budgets"]["64"]}
+    assert set(rows) == {("metaschedule", None), ("guided", "ms"), ("guided", "knobs")}
+    assert rows[("guided", "ms")]["trials_to_ms_best"] == 4
+    assert rows[("guided", "ms")]["ratio_vs_ms"] == 0.4
+    assert rows[("guided", "knobs")]["trials_to_ms_best"] is None
+    assert rows[("metaschedule", None)]["trials_to_best_of"] == {
+        "ms": {"guided": None}, "knobs": {"guided": 1}}
+    assert res["goal"]["ms"]["64"]["per_kernel"] == {k.name: True}
+    assert res["goal"]["knobs"]["64"]["per_kernel"] == {k.name: False}
 
 
 @pytest.mark.parametrize("kernel", [MATMUL, CONV], ids=lambda k: k.name)
@@ -229,3 +263,156 @@ def test_real_tvm_build_and_measure(kernel: Kernel) -> None:
     assert measure.errors == []
     trials = search(space, "evolution", seed=0, budget=4, measure=measure)
     assert len(trials) == 4 and all(math.isfinite(t.seconds) for t in trials)
+
+
+# MetaSchedule's own design space (`superopt.xtat.tvm_msspace`).
+
+def test_perfect_tiles_are_every_factorization() -> None:
+    from superopt.xtat.tvm_msspace import perfect_tiles
+
+    tiles = perfect_tiles(12, 3, 64)
+    assert all(math.prod(t) == 12 and len(t) == 3 for t in tiles)
+    assert len(set(tiles)) == len(tiles) == 18  # ordered 3-factorizations of 2^2 * 3
+    assert (1, 12, 1) in tiles and (12, 1, 1) in tiles
+    bounded = perfect_tiles(12, 3, 4)
+    assert max(t[-1] for t in bounded) == 4 and (1, 1, 12) not in bounded
+    assert (1, 1, 12) in tiles and perfect_tiles(7, 2, 0) == [(1, 7), (7, 1)]
+
+
+@pytest.fixture(scope="module")
+def ms_spaces() -> dict:
+    """One MetaSchedule space per tiny kernel (TVM's import of its tensor intrinsics,
+    which the space generator needs, is paid once)."""
+    pytest.importorskip("tvm")
+    from superopt.xtat.tvm_msspace import MsSpace
+
+    return {k.name: MsSpace(k) for k in (MATMUL, CONV)}
+
+
+def _quick_measure(space, check: bool = True):
+    from superopt.xtat.tvm_kernels import Evaluator, TvmMeasure
+
+    return TvmMeasure(space, Evaluator(number=1, repeat=1, min_repeat_ms=0), check=check)
+
+
+@pytest.mark.parametrize("name", [MATMUL.name, CONV.name])
+def test_ms_sites_are_the_sketches_sampling_instructions(ms_spaces: dict, name: str) -> None:
+    from superopt.xtat.tvm_msspace import SKETCH
+
+    space = ms_spaces[name]
+    assert len(space.sketches) >= 2
+    assert space.by_key[SKETCH].options == tuple(range(len(space.sketches)))
+    kinds = set()
+    for i, sketch in enumerate(space.sketches):
+        trace = sketch.trace
+        insts = list(trace.insts)
+        sampling = [(p, x) for p, x in enumerate(insts) if x.kind.name.startswith("Sample")]
+        mine = space.samplings[i]
+        assert [(s.position, s.kind) for s in mine] == [(p, x.kind.name) for p, x in sampling]
+        for smp, (_, inst) in zip(mine, sampling, strict=True):
+            site = space.by_key[smp.key]
+            d = trace.get_decision(inst)
+            own = int(d) if smp.kind != "SamplePerfectTile" else tuple(int(v) for v in d)
+            assert site.default == own and own in site.options  # MetaSchedule's decision
+            if smp.kind == "SamplePerfectTile":
+                n = int(inst.attrs[0])
+                assert all(len(o) == n and math.prod(o) == math.prod(own)
+                           for o in site.options)
+            kinds.add(smp.kind)
+    assert {"SamplePerfectTile", "SampleCategorical"} <= kinds
+    # Keys name the sketch, the position and the kind (not objects): stable across runs.
+    assert [s.key for s in space.sites] == [SKETCH] + [
+        f"s{i}.{p:03d}.{x.kind.name}" for i, sk in enumerate(space.sketches)
+        for p, x in enumerate(sk.trace.insts) if x.kind.name.startswith("Sample")]
+
+
+@pytest.mark.parametrize("name", [MATMUL.name, CONV.name])
+def test_ms_configurations_replay_build_and_compute(ms_spaces: dict, name: str) -> None:
+    space = ms_spaces[name]
+    measure = _quick_measure(space)
+    rng = np.random.default_rng(1)
+    for sketch in range(len(space.sketches)):
+        # MetaSchedule's own decisions, then other options on every site.
+        for config in (space.complete({"sketch": sketch}), space.random(rng) | {"sketch": sketch}):
+            t = measure(config)
+            assert math.isfinite(t) and t > 0, (config, measure.errors)
+    assert measure.errors == []
+
+
+def test_ms_two_tilings_are_two_schedules(ms_spaces: dict) -> None:
+    import tvm_ffi
+
+    space = ms_spaces[MATMUL.name]
+    a = space.complete({})
+    tile = next(s for s in space.sites if s.key.startswith("s0.") and len(s.options) > 1
+                and s.key.endswith("SamplePerfectTile"))
+    b = a | {tile.key: next(o for o in tile.options if o != a[tile.key])}
+    assert space.canonical(a) != space.canonical(b)
+    assert not tvm_ffi.structural_equal(space.schedule(a), space.schedule(b))
+    assert tvm_ffi.structural_equal(space.schedule(a), space.schedule(dict(a)))
+    # Another sketch's sites do not change sketch 0's schedule.
+    other = next(s for s in space.sites if s.key.startswith("s1.") and len(s.options) > 1)
+    c = a | {other.key: next(o for o in other.options if o != a[other.key])}
+    assert space.canonical(c) == space.canonical(a)
+
+
+def test_ms_illegal_compute_location_is_the_legal_one_before_it(ms_spaces: dict) -> None:
+    space = ms_spaces[CONV.name]
+    loc = next(s for s in space.sites if s.key.endswith("SampleComputeLocation"))
+    canon = {space.canonical(space.complete({"sketch": int(loc.key[1]), loc.key: o}))[loc.key]
+             for o in loc.options}
+    # Some loops are not legal locations (unit loops): fewer schedules than options.
+    assert 1 < len(canon) < len(loc.options) and canon <= set(loc.options)
+
+
+def test_ms_invalid_choice_is_a_failed_trial(ms_spaces: dict) -> None:
+    space = ms_spaces[MATMUL.name]
+    tile = next(s for s in space.sites if s.key.startswith("s0.")
+                and s.key.endswith("SamplePerfectTile"))
+    unroll = next(s for s in space.sites if s.key.startswith("s0.")
+                  and s.key.endswith("SampleCategorical"))
+    # A tile of the wrong arity, an unroll index past the candidates: not schedules.
+    bads = [space.complete({tile.key: (math.prod(tile.default),)}),
+            space.complete({unroll.key: len(unroll.options)})]
+    measure = _quick_measure(space)
+    for bad in bads:
+        assert space.canonical(bad)[tile.key] == bad[tile.key]  # kept as asked
+        assert math.isinf(measure(bad))
+    assert len(measure.errors) == 2
+    assert all(e.startswith("schedule:") for e in measure.errors), measure.errors
+    assert math.isfinite(measure(space.complete({})))  # and the next trial is fine
+
+
+@pytest.mark.parametrize("strategy", ["guided", "evolution"])
+def test_strategies_search_the_ms_space(ms_spaces: dict, strategy: str) -> None:
+    space = ms_spaces[MATMUL.name]
+    # A fake cost with one optimum: a sketch and tiles on the sketch's sites.
+    target = space.random(np.random.default_rng(5)) | {"sketch": 1}
+    calls: list[dict] = []
+
+    def measure(config: dict) -> float:
+        calls.append(config)
+        t = 1.0 + (config["sketch"] != target["sketch"])
+        for s in space.samplings[config["sketch"]]:
+            site = space.by_key[s.key]
+            i, j = site.options.index(config[s.key]), site.options.index(target[s.key])
+            t *= 1.0 + 0.5 * min(1.0, abs(i - j) / 4)
+        return t
+
+    trials = search(space, strategy, seed=0, budget=40, measure=measure)
+    assert len(trials) == 40 == len(calls)
+    assert trials[0].config == {k: list(v) if isinstance(v, tuple) else v
+                                for k, v in space.canonical(space.complete({})).items()}
+    assert set(trials[0].config) == {"sketch", *(s.key for s in space.samplings[0])}
+    canon = [json.dumps(space.canonical(c), sort_keys=True, default=list) for c in calls]
+    assert len(set(canon)) == len(canon)  # no schedule measured twice
+    assert min(t.seconds for t in trials) < trials[0].seconds / 1.5
+
+
+def test_a_strategy_tunes_the_ms_space_with_tvm(ms_spaces: dict) -> None:
+    space = ms_spaces[CONV.name]
+    measure = _quick_measure(space)
+    trials = search(space, "evolution", seed=0, budget=5, measure=measure)
+    assert len(trials) == 5 and all(math.isfinite(t.seconds) for t in trials)
+    assert measure.errors == []
+    assert len({json.dumps(t.config, sort_keys=True) for t in trials}) == 5  # 5 schedules

@@ -7,14 +7,19 @@ MetaSchedule on the same conv/matmul kernels, measured by TVM on this CPU.
   where the reduction loops go between the tile levels, which spatial axis is innermost,
   whether the innermost loop is vectorized, an unroll limit, and whether the output is
   accumulated in a tile-sized buffer. Every knob is a `Site`, so the space is a pass.
+- `ScheduleSpace`: what a space offers the shim and the measure (sites, the schedule of
+  a configuration, its canonical form). `KnobSpace` is one; MetaSchedule's own design
+  space searched by our strategies (`superopt.xtat.tvm_msspace.MsSpace`) is the other.
 - `search`: drives a strategy of `superopt.xtat.strategies` (unchanged) through a
-  one-pass `Pipeline` whose pass (`KnobPass`) only carries the knobs: a candidate's
-  configuration *is* the schedule. Each new candidate costs one trial of a `Measure`;
-  a repeated candidate is answered from the cache and costs none (MetaSchedule's
-  database also never measures a schedule twice).
-- `TvmMeasure`: builds a knob configuration with `tvm.tirx.build` for the host CPU and times
-  it with TVM's `time_evaluator`, with the evaluator settings that MetaSchedule's
-  `LocalRunner` is given (`Evaluator`), so both sides measure alike.
+  one-pass `Pipeline` whose pass (`KnobPass`, or the space's own subclass) only carries
+  the sites: a candidate's configuration *is* the schedule. Each new schedule costs one
+  trial of a `Measure`; a candidate whose canonical form was measured before is answered
+  from the cache and costs none (MetaSchedule's database also never measures a schedule
+  twice).
+- `TvmMeasure`: builds a configuration of either space with `tvm.tirx.build` for the host
+  CPU, as MetaSchedule's `LocalBuilder` does, and times it with TVM's `time_evaluator`,
+  with the evaluator settings that MetaSchedule's `LocalRunner` is given (`Evaluator`),
+  so both sides measure alike.
 - `tune_metaschedule`: `meta_schedule.tune_tir` on the same workload and target, and its
   trials' run times in the order they were committed to its database.
 
@@ -32,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -162,7 +167,21 @@ def divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
-class KnobSpace:
+class SiteSpace:
+    """What both spaces share: a configuration is a dict from site key to choice."""
+
+    sites: tuple[Site, ...]
+
+    def complete(self, choices: PassConfig | dict[str, Choice]) -> dict[str, Choice]:
+        """The full configuration: `choices` where given, each site's default elsewhere."""
+        given = choices.choices if isinstance(choices, PassConfig) else choices
+        return {s.key: given.get(s.key, s.default) for s in self.sites}
+
+    def random(self, rng: np.random.Generator) -> dict[str, Choice]:
+        return {s.key: s.options[int(rng.integers(len(s.options)))] for s in self.sites}
+
+
+class KnobSpace(SiteSpace):
     """The schedule knobs of one kernel as sites (module docstring). A configuration is a
     dict from site key to choice; `sites` lists them with the naive schedule (no tiling,
     no vectorization, no unrolling, the reduction outermost) as the default."""
@@ -191,13 +210,12 @@ class KnobSpace:
     def size(self) -> int:
         return math.prod(len(s.options) for s in self.sites)
 
-    def complete(self, choices: PassConfig | dict[str, Choice]) -> dict[str, Choice]:
-        """The full configuration: `choices` where given, each site's default elsewhere."""
-        given = choices.choices if isinstance(choices, PassConfig) else choices
-        return {s.key: given.get(s.key, s.default) for s in self.sites}
+    def canonical(self, config: dict[str, Choice]) -> dict[str, Choice]:
+        """Every knob matters, and distinct configurations are distinct schedules."""
+        return config
 
-    def random(self, rng: np.random.Generator) -> dict[str, Choice]:
-        return {s.key: s.options[int(rng.integers(len(s.options)))] for s in self.sites}
+    def make_pass(self) -> KnobPass:
+        return KnobPass(self)
 
     def schedule(self, config: dict[str, Choice]) -> Any:
         """The kernel's IRModule scheduled by `config` (TVM's s_tir schedule primitives)."""
@@ -245,13 +263,37 @@ class KnobSpace:
         return sch.mod
 
 
+class ScheduleSpace(Protocol):
+    """A schedule space of one kernel as sites (`KnobSpace`, `tvm_msspace.MsSpace`)."""
+
+    kernel: Kernel
+    sites: tuple[Site, ...]
+
+    def complete(self, choices: PassConfig | dict[str, Choice]) -> dict[str, Choice]:
+        """The full configuration: `choices` where given, each site's default elsewhere."""
+        ...
+
+    def canonical(self, config: dict[str, Choice]) -> dict[str, Choice]:
+        """The part of a full configuration that makes the schedule, as it takes effect:
+        two configurations with the same canonical form are the same schedule."""
+        ...
+
+    def make_pass(self) -> KnobPass:
+        """The pass that carries the sites (its `name` keys the candidates' configs)."""
+        ...
+
+    def schedule(self, config: dict[str, Choice]) -> Any:
+        """The scheduled IRModule (raises when the configuration is not a schedule)."""
+        ...
+
+
 class KnobPass(TunablePass):
-    """A pass that only carries the knobs of a `KnobSpace`: its stage is the kernel's
-    graph, unchanged; the candidate's configuration of this pass is the schedule."""
+    """A pass that only carries the sites of a space: its stage is the kernel's graph,
+    unchanged; the candidate's configuration of this pass is the schedule."""
 
     name = PASS
 
-    def __init__(self, space: KnobSpace) -> None:
+    def __init__(self, space: ScheduleSpace) -> None:
         self.space = space
 
     def list_sites(self, stage: Stage) -> list[Site]:
@@ -277,34 +319,42 @@ class Trial:
 Measure = Callable[[dict[str, Choice]], float]
 
 
-def search(space: KnobSpace, strategy: str, seed: int, budget: int, measure: Measure,
+def search(space: ScheduleSpace, strategy: str, seed: int, budget: int, measure: Measure,
            batch: int = 8, opts: dict[str, Any] | None = None, idle_rounds: int = 50,
            on_trial: Callable[[Trial], None] | None = None) -> list[Trial]:
     """Tune `space` with the named strategy for `budget` trials (fewer when it stops
     proposing new schedules: `idle_rounds` asks in a row with nothing new). Trial 0 is
-    the default (naive) schedule, measured before the strategy starts, as the tuner
-    does, so that every strategy starts from a measured best."""
-    pipeline = Pipeline([KnobPass(space)])
+    the default schedule (the knobs' naive one, MetaSchedule's first sketch as it sampled
+    it), measured before the strategy starts, as the tuner does, so that every strategy
+    starts from a measured best. A trial records the canonical configuration."""
+    knob_pass = space.make_pass()
+    pipeline = Pipeline([knob_pass])
     default = pipeline.initial(space.kernel.graph())
     ctx = TuneContext(pipeline, default, np.random.default_rng(seed))
-    times: dict[str, float] = {}
+    times: dict[str, float] = {}  # by candidate key: no canonical form needed twice
+    by_schedule: dict[str, float] = {}  # by canonical form: no schedule measured twice
     trials: list[Trial] = []
 
     def run(cand: Candidate) -> float:
         t = times.get(cand.key)
         if t is None:
-            config = space.complete(cand.config(PASS))
-            t = times[cand.key] = measure(config)
-            trial = Trial(len(trials), t, {k: _jsonable(v) for k, v in config.items()})
-            trials.append(trial)
-            if on_trial is not None:
-                on_trial(trial)
+            config = space.complete(cand.config(knob_pass.name))
+            canon = {k: _jsonable(v) for k, v in space.canonical(config).items()}
+            ident = json.dumps(canon, sort_keys=True)
+            t = by_schedule.get(ident)
+            if t is None:
+                t = by_schedule[ident] = measure(config)
+                trial = Trial(len(trials), t, canon)
+                trials.append(trial)
+                if on_trial is not None:
+                    on_trial(trial)
+            times[cand.key] = t
         ctx.observe(cand, t)
         return t
 
     run(default)
     strat = create(strategy, **(opts or {}))
-    strat.start(ctx, [PASS], budget)
+    strat.start(ctx, [knob_pass.name], budget)
     idle = 0
     while len(trials) < budget and idle < idle_rounds:
         cands = strat.ask(batch)
@@ -369,10 +419,12 @@ def _tensor(array: np.ndarray, dev: Any) -> Any:
 
 
 class TvmMeasure:
-    """Build a configuration of `space` with TVM and time it (seconds per run; inf when
-    it fails to build or run). Inputs are random, allocated once per kernel."""
+    """Build a configuration of `space` (either space) with TVM and time it (seconds per
+    run; inf when it fails to schedule, build or run, or, with `check`, computes wrong
+    values). Inputs are random, allocated once per kernel. `errors` says which step
+    failed ("schedule:", "build:", "run:")."""
 
-    def __init__(self, space: KnobSpace, evaluator: Evaluator = Evaluator(),
+    def __init__(self, space: ScheduleSpace, evaluator: Evaluator = Evaluator(),
                  check: bool = False) -> None:
         import tvm
 
@@ -404,11 +456,30 @@ class TvmMeasure:
         return out[None]
 
     def __call__(self, config: dict[str, Choice]) -> float:
-        import tvm
-
         start = time.perf_counter()
         try:
-            lib = tvm.tirx.build(self.space.schedule(config), target=self.target)
+            mod = self.space.schedule(config)
+        except Exception as e:  # not a schedule (replay, postprocessing): an invalid trial
+            self.build_s += time.perf_counter() - start
+            self.errors.append(f"schedule: {type(e).__name__}: {str(e)[:200]}")
+            return math.inf
+        return self.time_module(mod, start)
+
+    def time_module(self, mod: Any, start: float | None = None) -> float:
+        """Build a scheduled IRModule the way MetaSchedule's `LocalBuilder` does (its
+        weight-layout rewrite left out of the timed function), time it, and, with
+        `check`, compare its values to numpy's (`start`: when scheduling began, for
+        `build_s`)."""
+        import tvm
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+        start = time.perf_counter() if start is None else start
+        try:
+            timed = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+            lib = tvm.tirx.build(timed, target=self.target)
+            # Without the layout rewrite the kernel reads its weight in a layout our
+            # inputs are not in: the values are checked on the module as scheduled.
+            exact = lib if _same(timed, mod) else tvm.tirx.build(mod, target=self.target)
         except Exception as e:  # a schedule TVM rejects is an invalid trial, not a crash
             self.errors.append(f"build: {type(e).__name__}: {str(e)[:200]}")
             return math.inf
@@ -420,7 +491,7 @@ class TvmMeasure:
                                    min_repeat_ms=ev.min_repeat_ms)
             secs = float(np.mean(f(*self.args).results))
             if self.check:
-                lib["main"](*self.args)
+                exact["main"](*self.args)
                 got = self.args[-1].numpy().astype(np.float64)
                 want = self.reference()
                 if not np.allclose(got, want, rtol=1e-3, atol=1e-3 * np.abs(want).max()):
@@ -430,6 +501,12 @@ class TvmMeasure:
             self.errors.append(f"run: {type(e).__name__}: {str(e)[:200]}")
             return math.inf
         return secs
+
+
+def _same(a: Any, b: Any) -> bool:
+    import tvm_ffi
+
+    return bool(tvm_ffi.structural_equal(a, b))
 
 
 def tune_metaschedule(kernel: Kernel, budget: int, seed: int, work_dir: str | Path,
@@ -475,6 +552,6 @@ def single_thread_env() -> None:
     os.environ.setdefault("TVM_NUM_THREADS", "1")
 
 
-__all__ = ["KERNELS", "ORDERS", "Evaluator", "Kernel", "KnobPass", "KnobSpace", "Trial",
-           "TvmMeasure", "best_curve", "divisors", "host_target", "read_ms_records", "search",
+__all__ = ["KERNELS", "ORDERS", "Evaluator", "Kernel", "KnobPass", "KnobSpace",
+           "ScheduleSpace", "SiteSpace", "Trial", "TvmMeasure", "best_curve", "divisors", "host_target", "read_ms_records", "search",
            "trials_to", "tune_metaschedule"]
