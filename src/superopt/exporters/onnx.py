@@ -593,10 +593,21 @@ def save_onnx(graph: Graph, path: str | os.PathLike[str], opset: int | None = No
 
     Initializers over `external_data_above` bytes in all go to `PATH.data` beside the file
     (the model then needs that file next to it to load)."""
-    model = to_onnx(graph, opset or DEFAULT_OPSET, seed)
+    return write_model(to_onnx(graph, opset or DEFAULT_OPSET, seed), path,
+                       external_data_above)
+
+
+def initializer_bytes(model: onnx.ModelProto) -> int:
+    """The bytes of the model's initializers (what decides whether it fits protobuf)."""
+    return sum(len(t.raw_data) for t in model.graph.initializer)
+
+
+def write_model(model: onnx.ModelProto, path: str | os.PathLike[str],
+                external_data_above: int = EXTERNAL_DATA_ABOVE) -> Path:
+    """`model` checked and written to `path`, its initializers in `PATH.data` beside it
+    when they are over `external_data_above` bytes (`save_onnx`)."""
     path = Path(path)
-    size = sum(len(t.raw_data) for t in model.graph.initializer)
-    if size <= external_data_above:
+    if initializer_bytes(model) <= external_data_above:
         onnx.checker.check_model(model)
         onnx.save_model(model, str(path))
         return path

@@ -30,6 +30,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -71,6 +72,10 @@ class OrtTimer:
         self.providers = list(providers)
         self.threads = threads
         self.seed = seed
+        # A model with more initializer bytes than this is loaded from a file, not bytes.
+        from superopt.exporters.onnx import EXTERNAL_DATA_ABOVE
+
+        self.inline_bytes = EXTERNAL_DATA_ABOVE
         self._sessions: OrderedDict[tuple[str, int], Callable[[], object]] = OrderedDict()
         self.exported = 0  # graphs exported and loaded (a session each)
 
@@ -82,15 +87,27 @@ class OrtTimer:
             return got
         import onnxruntime as ort
 
-        from superopt.exporters.onnx import to_onnx
+        from superopt.exporters import onnx as export
         from superopt.ir import random_feeds
 
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
-        sess = ort.InferenceSession(to_onnx(graph, seed=self.seed).SerializeToString(), opts,
-                                    providers=self.providers)
+        model = export.to_onnx(graph, seed=self.seed)
+        folder = None
+        if export.initializer_bytes(model) <= self.inline_bytes:
+            source: bytes | str = model.SerializeToString()
+        else:
+            # Protobuf refuses a message over 2 GiB (Llama-3.2-1B's weights are 5 GB):
+            # such a model is loaded from a file with its weights beside it. The folder
+            # lives as long as the session.
+            import tempfile
+
+            folder = tempfile.TemporaryDirectory(prefix="superopt_ort_")
+            source = str(export.write_model(model, Path(folder.name) / "model.onnx", 0))
+        del model
+        sess = ort.InferenceSession(source, opts, providers=self.providers)
         feeds = random_feeds(graph, seed=self.seed)
         # The reference draws float64; the model's inputs have their own types.
         mine = {i.name: np.asarray(feeds[i.name], dtype=ORT_DTYPES.get(i.type, None))
@@ -98,6 +115,7 @@ class OrtTimer:
         self.exported += 1
 
         def run() -> object:
+            _ = folder  # kept with the session
             return sess.run(None, mine)
 
         self._sessions[key] = run
