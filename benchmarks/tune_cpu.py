@@ -308,16 +308,19 @@ def main() -> None:
         order = sorted(order, key=lambda mb: _flops(mb[0]) * mb[1])
     data["settings"]["order"] = [f"{m} b{b}" for m, b in order]
     for m, b in order:
-        if (m, b) in done or f"{m} b{b}" in data["failed"]:
+        if (m, b) in done:  # a failed row is tried again (after a fix)
             continue
         if args.until is not None and time.time() > args.until:
             break
         try:
             row = run_row(m, b, args, args.workdir)
-        except MemoryError as e:
-            data["failed"][f"{m} b{b}"] = f"MemoryError: {e}"
+        except Exception as e:  # one row's failure is reported for it; the rest still run
+            data["failed"][f"{m} b{b}"] = f"{type(e).__name__}: {e}"
+            print(f"{m:17s} b={b:<3d} failed: {type(e).__name__}: {e}", flush=True)
+            args.out.write_text(json.dumps(data, indent=1) + "\n")
             continue
         data["rows"].append(row)
+        data["failed"].pop(f"{m} b{b}", None)
         print(_line(row), flush=True)
         summarize(data)
         args.out.write_text(json.dumps(data, indent=1) + "\n")
