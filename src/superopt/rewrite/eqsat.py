@@ -297,14 +297,16 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
                         continue
                     tried.add(key)
                 if len(rts) > 1:
-                    # A rule with several sources (a merge of siblings) rewrites distinct
-                    # terms, each set of them once: merge(a, b) and merge(b, a) are the
-                    # same values at the same cost, split in the other order, and made
-                    # in every order of every subset they filled most of a transformer's
-                    # e-graph (llama3_2_1b: 9,000 e-nodes in its first attention block,
-                    # 600 in the others) and of its ILP's time; merge(a, a) gains nothing.
-                    classes = frozenset(eg.find(r) for r in rts)
-                    if len(classes) < len(rts) or (j, classes) in tried:
+                    # A rule with several sources (a merge of siblings) rewrites each set
+                    # of classes once: merge(a, b) and merge(b, a) are the same values at
+                    # the same cost, split in the other order, and made in every order of
+                    # every subset they filled most of a transformer's e-graph
+                    # (llama3_2_1b: 9,000 e-nodes in its first attention block, 600 in
+                    # the others) and of its ILP's time. merge(a, a) stays: without it
+                    # efficientnet_b0's local moves ended 0.4% slower (337.7 us against
+                    # 336.1 with it).
+                    classes = tuple(sorted(eg.find(r) for r in rts))  # as a multiset
+                    if (j, classes) in tried:
                         continue
                     tried.add((j, classes))
                 n0 = len(eg)
