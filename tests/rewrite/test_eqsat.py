@@ -606,3 +606,64 @@ def test_both_climbs_count_whether_side_by_side_or_in_turn(monkeypatch) -> None:
         assert r.refine_moves == 14  # both climbs reported their moves
         assert r.cost_after == pytest.approx(0.5 * before, rel=1e-12)
         assert "from the input: with stand_in" in r.ilp_status
+
+
+def test_a_graph_built_folded_for_pricing_costs_what_the_full_graph_costs() -> None:
+    """The local moves price graphs built as `fold` leaves them (`_build(folded=True)`);
+    each must cost exactly what the full graph, folded by the cost itself, does, and the
+    full build must be the graph the extraction chose (the input, for the input's
+    terms). Checked over the input, greedy extraction and single rule applications of a
+    saturated inception block, where batch-norm folds make weight-only computations."""
+    from superopt.rewrite.cost import SimCost
+    from superopt.rewrite.eqsat import (
+        _build,
+        _directions,
+        _extraction_costs,
+        _load,
+        _moves,
+        _saturate,
+        _space,
+    )
+    from superopt.rewrite.fold import foldable_values
+    from superopt.substitutions.egraph import EGraph
+
+    g = _inception_block()
+    eg = EGraph(max_nodes=50_000)
+    ld = _load(g, eg)
+    made: dict = {}
+    _saturate(eg, _directions(Matcher(starter_rules())), EqsatOptions(), made)
+    sp = _space(ld, g, _extraction_costs(SimCost())[0])
+    greedy = _greedy(sp)
+    as_input = {**greedy, **{sp.cls_of[sp.rep[i]]: sp.rep[i] for i in ld.orig_of
+                             if i in sp.rep}}
+    full, origin = _build(ld, g, as_input)
+    assert sorted(full.node_hashes) == sorted(g.node_hashes)  # the input, renumbered
+    assert sorted(i for ids in origin.values() for i in ids) == list(range(len(g)))
+    sim = SimCost()
+    picks = [as_input, greedy] + [{**as_input, **change}
+                                  for _, _, change in _moves(ld, sp, made, as_input)]
+    folded_some = 0
+    for pick in picks:
+        full, _ = _build(ld, g, pick)
+        lean, _ = _build(ld, g, pick, folded=True)
+        assert not foldable_values(lean)
+        folded_some += bool(foldable_values(full))
+        assert len(lean) <= len(full)
+        assert sim.cost(lean) == pytest.approx(sim.cost(full), rel=1e-12)
+    assert folded_some >= 3  # the check saw weight computations to fold
+
+
+def test_a_node_added_as_typed_is_the_node_add_makes() -> None:
+    from superopt.ir.errors import IRError
+
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 6))
+    ref = b.add("split", [x], {"axis": 1, "sizes": (2, 4)})
+    node = b.nodes[ref[0].node]
+    again = b.add_typed("split", [x], node.attrs, node.types)
+    assert again == ref and len(b.nodes) == 2  # found, not added twice
+    y = b.add_typed("relu", [ref[1]], (), (node.types[1],))[0]
+    assert b.build([y]).nodes[-1].types == node.types[1:]
+    other = GraphBuilder("h").input("z", (2, 6))
+    with pytest.raises(IRError, match="not a value of this builder"):
+        GraphBuilder("k").add_typed("relu", [other], (), (node.types[0],))

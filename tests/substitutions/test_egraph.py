@@ -43,3 +43,16 @@ def test_equal_terms_are_one_node() -> None:
     assert eg.add("transpose", {"perm": (1, 0)}, [a]) == eg.add("transpose", {"perm": [1, 0]},
                                                                  [a])
     assert len(eg) == 2
+
+
+def test_output_types_are_every_output_of_the_enodes_op() -> None:
+    from superopt.ir.types import TensorType
+
+    eg = EGraph()
+    x = eg.var("x", TensorType((2, 6), "f32"))
+    first = eg.add("split", {"axis": 1, "sizes": (2, 4)}, [x], 0)
+    second = eg.add("split", {"axis": 1, "sizes": (2, 4)}, [x], 1)
+    assert eg.output_types(first) == eg.output_types(second) == (
+        TensorType((2, 2), "f32"), TensorType((2, 4), "f32"))
+    assert eg.type_of(second) == TensorType((2, 4), "f32")
+    assert eg.output_types(x) == (TensorType((2, 6), "f32"),)

@@ -436,6 +436,17 @@ class GraphBuilder:
             return self.add(node.op, inputs, dict(node.attrs))
         return self.nodes[self._append(node.op, inputs, node.attrs, node.types)].outputs
 
+    def add_typed(self, op: str, inputs: Sequence[Value], attrs: AttrItems,
+                  types: tuple[TensorType, ...]) -> tuple[Value, ...]:
+        """Add (or find) a node whose attributes and output types were checked already
+        (an e-graph typed the term when it was made): `add` without re-checking them,
+        which is most of its time when a search builds thousands of candidate graphs."""
+        inputs = tuple(inputs)
+        for i, v in enumerate(inputs):
+            if not self._has(v):
+                raise IRError(f"{op}: input {i} is not a value of this builder: {v!r}")
+        return self.nodes[self._append(op, inputs, attrs, types)].outputs
+
     def _append(self, op: str, inputs: tuple[Value, ...], attrs: AttrItems,
                 types: tuple[TensorType, ...]) -> int:
         key = (op, inputs, attrs)

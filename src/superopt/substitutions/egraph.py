@@ -98,6 +98,15 @@ class EGraph:
     def type_of(self, i: int) -> TensorType:
         return self.types[self.find(i)]
 
+    def output_types(self, i: int) -> tuple[TensorType, ...]:
+        """Every output type of e-node `i`'s op (its class holds output `output` of
+        them); a variable's, its own."""
+        n = self.nodes[i]
+        if n.op == VAR:
+            return (self.types[i],)
+        kids = tuple(self.types[self.find(k)] for k in n.children)
+        return self._typed(n.op, get_op(n.op), dict(n.attrs), kids)[1]
+
     def classes(self) -> list[int]:
         return list(self.members)
 
