@@ -118,3 +118,22 @@ def test_keep_returns_every_value() -> None:
     g = _linear_graph()
     every = interpret(g, keep=True)
     assert len(every) == sum(len(n.types) for n in g.nodes)
+
+
+def test_random_feeds_check_the_memory_of_what_they_draw_only() -> None:
+    """A model's weights are not drawn for its input feeds, so they do not count against
+    the memory the feeds need (a 5 GB language model's 16 token ids were refused)."""
+    from superopt.ir.memory import MemoryLimitError
+
+    b = GraphBuilder("big")
+    x = b.input("x", (2, 3))
+    w = b.weight("w", (1 << 20, 1 << 20))  # 4 TiB at f32, never drawn here
+    y = b.op("ewadd", x, b.op("reduce_sum", b.op("slice", w, starts=(0, 0), ends=(2, 3)),
+                              axes=()))
+    g = b.build([y])
+    feeds = random_feeds(g, seed=0)
+    assert set(feeds) == {"x"} and feeds["x"].shape == (2, 3)
+    with pytest.raises(MemoryLimitError, match=r"random feeds of graph 'big'.*'w'"):
+        random_feeds(g, seed=0, include_weights=True)
+    with pytest.raises(MemoryLimitError):
+        interpret(g, {"x": feeds["x"]})  # running it needs the weight

@@ -246,14 +246,17 @@ def random_feeds(graph: Graph, semantics: str | Semantics = "reference", seed: i
                  include_weights: bool = False) -> dict[str, Any]:
     """Random values for the graph's inputs (and weights without data, if asked)."""
     sem = _semantics(semantics)
-    if sem.name != "shapes":
-        check_memory(graph, sources_only=True)
-    out: dict[str, Any] = {}
-    for n in graph.nodes:
-        if n.op == "input" or (include_weights and n.op == "weight"
-                               and n.attr("name") not in graph.weights):
-            out[n.attr("name")] = sem.draw(n, seed)
-    return out
+    drawn = [n for n in graph.nodes
+             if n.op == "input" or (include_weights and n.op == "weight"
+                                    and n.attr("name") not in graph.weights)]
+    if sem.name != "shapes" and drawn:
+        # Only what is drawn counts: a model's weights are not (llama3_2_1b's 5 GB of
+        # them, counted at 64 bits, refused a feed of 16 token ids).
+        big = max(drawn, key=lambda n: n.type.size)
+        ensure_fits(sum(n.type.size for n in drawn) * 8,
+                    f"random feeds of graph {graph.name!r} at 64-bit precision (largest: "
+                    f"{big.op} {big.attr('name')!r} {big.type})")
+    return {n.attr("name"): sem.draw(n, seed) for n in drawn}
 
 
 REFERENCE = ReferenceSemantics()
