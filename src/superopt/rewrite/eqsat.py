@@ -41,7 +41,9 @@ fastest kept; then local moves, each priced with `sim` (`_refine`): per rule app
 adopt it or undo it, and per rule all of them or halves to eighths, hill-climbing from
 the extraction and from the input, with pivots through whole-rule moves up to 1.05x
 slower (the backtracking search's alpha), until `refine_limit` seconds. Weight-only
-values are free with the cost's `fold` (a compiler computes them once). The result is
+values are free with the cost's `fold` (a compiler computes them once), so a move's graph
+is priced as built folded (`_build(folded=True)`: same cost, a third of the time) and
+only the result is built in full. The result is
 never costlier than the input under the search cost: if nothing beats it, the input is
 kept and `kept_input` says so.
 
