@@ -374,10 +374,7 @@ class GraphBuilder:
             ) -> tuple[Value, ...]:
         """Add (or find) a node and return all of its outputs."""
         opdef = get_op(name)
-        inputs = tuple(inputs)
-        for i, v in enumerate(inputs):
-            if not self._has(v):
-                raise IRError(f"{name}: input {i} is not a value of this builder: {v!r}")
+        inputs = self._own(name, inputs)
         if opdef.num_inputs == VARIADIC:
             if len(inputs) < opdef.min_inputs:
                 raise IRError(f"{name}: expected at least {opdef.min_inputs} inputs, "
@@ -441,11 +438,15 @@ class GraphBuilder:
         """Add (or find) a node whose attributes and output types were checked already
         (an e-graph typed the term when it was made): `add` without re-checking them,
         which is most of its time when a search builds thousands of candidate graphs."""
+        return self.nodes[self._append(op, self._own(op, inputs), attrs, types)].outputs
+
+    def _own(self, op: str, inputs: Sequence[Value]) -> tuple[Value, ...]:
+        """`inputs` as a tuple, each checked to be a value of this builder."""
         inputs = tuple(inputs)
         for i, v in enumerate(inputs):
             if not self._has(v):
                 raise IRError(f"{op}: input {i} is not a value of this builder: {v!r}")
-        return self.nodes[self._append(op, inputs, attrs, types)].outputs
+        return inputs
 
     def _append(self, op: str, inputs: tuple[Value, ...], attrs: AttrItems,
                 types: tuple[TensorType, ...]) -> int:

@@ -35,7 +35,7 @@ class FeedError(IRError):
     """A feed that does not match the graph's input (unknown name, shape or dtype)."""
 
 
-def check_memory(graph: Graph, itemsize: int = 8, sources_only: bool = False) -> None:
+def check_memory(graph: Graph, itemsize: int = 8) -> None:
     """Refuse to run `graph` when its sources plus twice its largest value (an op's input
     and output live together), at `itemsize` bytes per element, exceed the memory
     available now. The figure and the largest tensor are in the message."""
@@ -43,10 +43,9 @@ def check_memory(graph: Graph, itemsize: int = 8, sources_only: bool = False) ->
     for n in graph.nodes:
         if n.is_named_source:
             total += n.type.size
-        if not sources_only or n.is_named_source:
-            for t in n.types:
-                if t.size > largest:
-                    largest, where = t.size, (n, t)
+        for t in n.types:
+            if t.size > largest:
+                largest, where = t.size, (n, t)
     if where is None:
         return
     node, t = where

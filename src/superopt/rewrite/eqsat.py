@@ -900,21 +900,6 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _chosen(eg: EGraph, roots: list[int], pick: Mapping[int, int]) -> set[int]:
-    """The e-node ids the extraction uses."""
-    out: set[int] = set()
-    seen: set[int] = set()
-    stack = [eg.find(r) for r in roots]
-    while stack:
-        c = stack.pop()
-        if c in seen or c not in pick:
-            continue
-        seen.add(c)
-        out.add(pick[c])
-        stack.extend(eg.find(k) for k in eg.nodes[pick[c]].children)
-    return out
-
-
 def _order(ld: _Loaded, pick: Mapping[int, int]) -> list[int]:
     """The classes the extraction uses, each after its operand classes; found without
     recursion (graphs are deep). Raises EqsatError for a cycle or a class left unchosen."""
@@ -943,14 +928,20 @@ def _order(ld: _Loaded, pick: Mapping[int, int]) -> list[int]:
     return order
 
 
-def _build(ld: _Loaded, graph: Graph, pick: Mapping[int, int], folded: bool = False
-           ) -> tuple[Graph, Origin]:
+def _chosen(ld: _Loaded, pick: Mapping[int, int]) -> set[int]:
+    """The e-node ids the extraction uses."""
+    return {pick[c] for c in _order(ld, pick)}
+
+
+def _build(ld: _Loaded, graph: Graph, pick: Mapping[int, int], folded: bool = False,
+           order: list[int] | None = None) -> tuple[Graph, Origin]:
     """The graph of the chosen e-nodes. `folded`: as `fold_weights(evaluate=False)` would
     leave it, for pricing only (no origin): each weight-only value an op computes becomes
     a weight without data, and what computes it is never built. The e-graph typed every
-    term when it was made, so nodes are added without checking them again."""
+    term when it was made, so nodes are added without checking them again. `order`:
+    `_order(ld, pick)`, where the caller has it already."""
     eg = ld.eg
-    order = _order(ld, pick)
+    order = _order(ld, pick) if order is None else order
     roots = {eg.find(r) for r in ld.roots}
     as_weight: set[int] = set()
     if folded:
@@ -1011,8 +1002,7 @@ def _moves(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
     once (the backtracking search's batch moves) and in parts. Each with its change under
     the extraction's per-op cost; whole-rule moves first, each kind most promising
     first."""
-    eg = ld.eg
-    chosen = _chosen(eg, ld.roots, pick)
+    chosen = _chosen(ld, pick)
     used = {sp.cls_of[i] for i in chosen}
     from_input: dict[int, int] = {}
     for i in ld.orig_of:
@@ -1191,10 +1181,12 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
     priced: dict[frozenset[int], float] = {}
 
     def price(pick: Mapping[int, int]) -> float:
-        key = frozenset(_chosen(eg, ld.roots, pick))
+        order = _order(ld, pick)
+        key = frozenset(pick[c] for c in order)
         got = priced.get(key)
         if got is None:
-            got = priced[key] = cost_fn.cost(_build(ld, graph, pick, folded=cost_fn.fold)[0])
+            got = priced[key] = cost_fn.cost(
+                _build(ld, graph, pick, folded=cost_fn.fold, order=order)[0])
         return got
 
     tie = 0.0 if isinstance(cost_fn, AdditiveCost) else TIE_S
@@ -1262,7 +1254,7 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
     new, origin = _build(ld, graph, pick)
     objective = ext.cost(new)
     # Rule applications whose new e-nodes the extracted graph contains.
-    chosen = _chosen(eg, ld.roots, pick)
+    chosen = _chosen(ld, pick)
     used = Counter(rule for rule, groups in made.items() for g in groups if g & chosen)
     t2 = time.perf_counter()
     kept = not after <= before
