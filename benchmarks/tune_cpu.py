@@ -104,6 +104,10 @@ def _retime(original: Any, tuned: Any, args: argparse.Namespace) -> dict[str, An
     out["onnxruntime"]["max_rel_err"] = max(
         float(np.max(np.abs(x - y)) / max(float(np.max(np.abs(x))), 1e-30))
         for x, y in zip(ort.outputs(original), ort.outputs(tuned), strict=True))
+    # True when memory let the original's second slot run only as its first session (its
+    # A/A control then compares one session with itself; llama3_2_1b's 5 GB sessions).
+    out["onnxruntime"]["aa_one_session"] = ort.shared_slots > 0
+    ort.clear()  # torch's three programs need that memory
     if args.torch_rounds:
         folded = fold_weights(tuned).graph if tuned is not original else original
         t = time_side_by_side([original, folded, original], repeats=args.torch_rounds,
@@ -125,6 +129,10 @@ def run_row(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> 
            "kept": bool(got["final"] and got["final"]["kept"]),
            "tuner_final": got["final"], "tuner_noise": got["noise"],
            "tune_wall_s": got["tune_wall_s"]}
+    timer = getattr(session.runner, "timer", None)
+    row["tuner_aa_one_session"] = bool(getattr(timer, "shared_slots", 0))
+    if timer is not None and hasattr(timer, "clear"):
+        timer.clear()  # the tuner's sessions are not timed again: their memory is free
     row |= _retime(session.graph, got["tuned"], args)
     row["wall_s"] = time.perf_counter() - start
     row["load_avg_1min"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # before, after

@@ -137,3 +137,96 @@ def test_a_model_over_the_inline_limit_is_loaded_from_a_file_and_gives_the_same_
     assert seen == ["bytes", "file"]
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert filed([g], rounds=2, warmup=1).times[0][0] > 0  # the filed session still runs
+
+
+def _memory(monkeypatch: pytest.MonkeyPatch, timer: OrtTimer, free: list[int]) -> None:
+    """`timer` asks about memory for every graph, and the machine has `free[0]` bytes
+    available less what its cached sessions hold (their weights)."""
+    import superopt.xtat.realrunner as rr
+
+    timer.small_bytes = 0
+    held = {}
+
+    def available() -> int:
+        live = {key for key in timer._sessions}
+        return free[0] - sum(held.get(k, 0) for k in live)
+
+    real = timer._session
+
+    def session(graph, slot, pinned=()):  # type: ignore[no-untyped-def]
+        run = real(graph, slot, pinned)
+        held.setdefault((graph.structural_hash, slot), rr.weight_bytes(graph))
+        return run
+
+    monkeypatch.setattr(rr, "available_bytes", available)
+    monkeypatch.setattr(timer, "_session", session)
+
+
+def test_sessions_the_call_does_not_use_are_dropped_when_memory_is_short(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("onnxruntime")
+    from superopt.ir.memory import MemoryLimitError
+    from superopt.xtat.realrunner import weight_bytes
+
+    g, h = dense_branches(2), dense_branches(3)
+    timer = OrtTimer(threads=1)
+    # Room for h's session once g's is gone, not beside it.
+    free = [int(weight_bytes(h) * OrtTimer.BUILD_PEAK) + weight_bytes(g) - 1]
+    _memory(monkeypatch, timer, free)
+    timer([g], rounds=1, warmup=0)
+    timer([h], rounds=1, warmup=0)
+    assert list(timer._sessions) == [(h.structural_hash, 0)] and timer.exported == 2
+    # g beside h does not fit, and h is in this call: it is kept, and g is refused.
+    free[0] = int(weight_bytes(g) * OrtTimer.BUILD_PEAK) + weight_bytes(h) - 1
+    with pytest.raises(MemoryLimitError):
+        timer([h, g], rounds=1, warmup=0)
+    assert list(timer._sessions) == [(h.structural_hash, 0)]
+
+
+def test_a_second_slot_that_does_not_fit_runs_the_first_slots_session(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("onnxruntime")
+    from superopt.xtat.realrunner import weight_bytes
+
+    g = dense_branches(2)
+    timer = OrtTimer(threads=1)
+    free = [int(weight_bytes(g) * OrtTimer.BUILD_PEAK)]  # one session, then no room
+    _memory(monkeypatch, timer, free)
+    t = timer([g, g], rounds=2, warmup=0)
+    assert timer.exported == 1 and timer.shared_slots == 1
+    assert len(t.times) == 2 and all(len(x) == 2 for x in t.times)
+    free[0] = 10**15  # with room again, the second slot gets its own session
+    timer([g, g], rounds=1, warmup=0)
+    assert timer.exported == 2 and timer.shared_slots == 1
+
+
+def test_a_candidate_beside_the_incumbents_two_sessions_drops_the_second(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # llama3_2_1b: the A/A control's two sessions of the input fit, and a candidate's
+    # session does not fit beside them; the candidate is timed against one of them.
+    pytest.importorskip("onnxruntime")
+    from superopt.xtat.realrunner import weight_bytes
+
+    g, h = dense_branches(2), dense_branches(3)
+    timer = OrtTimer(threads=1)
+    free = [int(weight_bytes(h) * OrtTimer.BUILD_PEAK) + weight_bytes(g)]
+    _memory(monkeypatch, timer, free)
+    timer([g, g], rounds=1, warmup=0)
+    assert timer.exported == 2 and timer.shared_slots == 0
+    t = timer([g, h, g], rounds=2, warmup=0)
+    assert len(t.times) == 3 and timer.shared_slots == 1 and timer.exported == 3
+    assert set(timer._sessions) == {(g.structural_hash, 0), (h.structural_hash, 0)}
+
+
+def test_a_session_that_does_not_fit_at_all_is_refused_with_the_figures(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("onnxruntime")
+    from superopt.ir.memory import MemoryLimitError
+    from superopt.xtat.realrunner import weight_bytes
+
+    g = dense_branches(2)
+    timer = OrtTimer(threads=1)
+    _memory(monkeypatch, timer, [int(weight_bytes(g) * OrtTimer.BUILD_PEAK) - 1])
+    with pytest.raises(MemoryLimitError, match=f"graph {g.name!r} needs about .* available"):
+        timer([g], rounds=1, warmup=0)
+    assert timer.exported == 0

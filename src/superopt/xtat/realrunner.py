@@ -26,9 +26,10 @@ tests pass a fake one.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from superopt.ir.graph import Graph
+from superopt.ir.memory import SMALL_BYTES, MemoryLimitError, available_bytes, human_bytes
 from superopt.rewrite.check import SideBySide, interleave
 from superopt.xtat.stage import Candidate
 
@@ -59,13 +61,31 @@ class Timer(Protocol):
         twice runs as two sessions)."""
 
 
+def weight_bytes(graph: Graph) -> int:
+    """The bytes of `graph`'s sources (weights, inputs and constants) in their dtypes: what
+    an exported model's initializers and feeds take."""
+    return sum(n.type.nbytes for n in graph.nodes if n.is_source)
+
+
 class OrtTimer:
     """Paired rounds in onnxruntime (ORT_ENABLE_ALL, `threads` intra-op threads, one
     inter-op thread). Sessions are cached by the graph's structural hash and slot (a graph
     listed twice gets two sessions: the A/A control runs the same model twice, not one
-    session twice); a few are kept, the least recently used dropped."""
+    session twice); a few are kept, the least recently used dropped.
+
+    Memory bounds the cache too. Before a session is made, cached sessions the current
+    call does not use are dropped until the machine has `BUILD_PEAK` times the graph's
+    weight bytes free. When even then a call's sessions do not fit, each graph listed
+    twice runs its first slot's session in both places (counted in `shared_slots`: that
+    A/A control compares one session with itself); when one session of each does not
+    fit, a MemoryLimitError says so."""
 
     KEEP = 4
+    # A session's peak while it is made, in weight bytes: the exported model, the file
+    # written from it and onnxruntime's loaded and pre-packed copies (Llama-3.2-1B with
+    # 4.9 GB of weights: about 13 GB above the process's baseline while each session was
+    # made, 4.9 GB once made).
+    BUILD_PEAK = 3.0
 
     def __init__(self, providers: Sequence[str] = ("CPUExecutionProvider",),
                  threads: int = 1, seed: int = 0) -> None:
@@ -78,13 +98,42 @@ class OrtTimer:
         self.inline_bytes = EXTERNAL_DATA_ABOVE
         self._sessions: OrderedDict[tuple[str, int], Callable[[], object]] = OrderedDict()
         self.exported = 0  # graphs exported and loaded (a session each)
+        self.shared_slots = 0  # second slots that ran the first slot's session (memory)
+        self.small_bytes = SMALL_BYTES  # below this peak, memory is not asked about
 
-    def _session(self, graph: Graph, slot: int) -> Callable[[], object]:
+    def clear(self) -> None:
+        """Drop every cached session (their memory goes back when nothing else holds
+        them)."""
+        self._sessions.clear()
+        gc.collect()
+
+    def _room(self, graph: Graph, pinned: Collection[tuple[str, int]]) -> bool:
+        """Whether a session of `graph` can be made now, after dropping the cached
+        sessions not in `pinned` as far as needed (class docstring)."""
+        need = int(weight_bytes(graph) * self.BUILD_PEAK)
+        if need < self.small_bytes:
+            return True
+        for key in list(self._sessions):
+            if available_bytes() >= need:
+                break
+            if key not in pinned:
+                del self._sessions[key]
+                gc.collect()
+        return available_bytes() >= need
+
+    def _session(self, graph: Graph, slot: int,
+                 pinned: Collection[tuple[str, int]] = ()) -> Callable[[], object]:
         key = (graph.structural_hash, slot)
         got = self._sessions.get(key)
         if got is not None:
             self._sessions.move_to_end(key)
             return got
+        if not self._room(graph, {*pinned, key}):
+            need = weight_bytes(graph) * self.BUILD_PEAK
+            raise MemoryLimitError(
+                f"an onnxruntime session of graph {graph.name!r} needs about "
+                f"{human_bytes(need)} while it is made, more than the "
+                f"{human_bytes(available_bytes())} of memory available")
         import onnxruntime as ort
 
         from superopt.exporters import onnx as export
@@ -129,11 +178,21 @@ class OrtTimer:
 
     def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int) -> SideBySide:
         seen: dict[str, int] = {}
-        runs = []
+        keys = []
         for g in graphs:
             slot = seen.get(g.structural_hash, 0)
             seen[g.structural_hash] = slot + 1
-            runs.append(self._session(g, slot))
+            keys.append((g.structural_hash, slot))
+        try:
+            runs = [self._session(g, k[1], keys) for g, k in zip(graphs, keys, strict=True)]
+        except MemoryLimitError:
+            # Two sessions of one graph do not fit beside the others: each graph of the
+            # call runs as its first slot's session (the second slots may now be dropped).
+            firsts = [(h, 0) for h, _ in keys]
+            if firsts == keys:
+                raise
+            runs = [self._session(g, 0, firsts) for g in graphs]
+            self.shared_slots += len(keys) - len(set(firsts))
         device = "cuda" if "CUDAExecutionProvider" in self.providers else "cpu"
         return interleave(runs, rounds, warmup, device, self.threads)
 
@@ -315,4 +374,4 @@ class RealRunner:
 
 
 __all__ = ["FINAL_ROUNDS", "LEVEL", "ROUNDS", "WARMUP", "Final", "Noise", "OrtTimer",
-           "Paired", "RealRunner", "Timer", "verdict"]
+           "Paired", "RealRunner", "Timer", "verdict", "weight_bytes"]
