@@ -128,7 +128,7 @@ def run_row(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> 
            "stopped": result.stopped, "applied": got["applied"],
            "kept": bool(got["final"] and got["final"]["kept"]),
            "tuner_final": got["final"], "tuner_noise": got["noise"],
-           "tune_wall_s": got["tune_wall_s"]}
+           "tune_wall_s": got["tune_wall_s"], "row_limit_s": args.row_limit}
     timer = getattr(session.runner, "timer", None)
     row["tuner_aa_one_session"] = bool(getattr(timer, "shared_slots", 0))
     if timer is not None and hasattr(timer, "clear"):
