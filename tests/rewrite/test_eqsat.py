@@ -7,6 +7,7 @@ import functools
 import itertools
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -434,24 +435,12 @@ def test_decomposed_ilp_matches_brute_force_on_random_layered_egraphs(monkeypatc
         assert got == pytest.approx(want), (trial, nodes, kids, costs)
 
 
-def test_decomposed_ilp_finds_the_whole_problems_optimum_on_a_saturated_model() -> None:
-    from scipy.optimize import milp
-
+def _saturated_squeezenet() -> tuple[Graph, Any, list[int]]:
+    """SqueezeNet's e-graph saturated with the starter rules: the graph, the loaded
+    e-graph (`_load`) and the output classes."""
     from superopt import zoo
     from superopt.rewrite import load_rules
-    from superopt.rewrite.cost import SimCost
-    from superopt.rewrite.eqsat import (
-        _chunks,
-        _directions,
-        _extraction_costs,
-        _ilp_pick,
-        _ilp_problem,
-        _ilp_solve,
-        _load,
-        _saturate,
-        _space,
-        _zero_terms,
-    )
+    from superopt.rewrite.eqsat import _directions, _load, _saturate
     from superopt.substitutions.egraph import EGraph
 
     g = zoo.build("squeezenet")
@@ -459,7 +448,24 @@ def test_decomposed_ilp_finds_the_whole_problems_optimum_on_a_saturated_model() 
     eg = EGraph(max_nodes=50_000)
     ld = _load(g, eg)
     _saturate(eg, _directions(Matcher(rules)), EqsatOptions(), {})
-    roots = [eg.find(r) for r in ld.roots]
+    return g, ld, [eg.find(r) for r in ld.roots]
+
+
+def test_decomposed_ilp_finds_the_whole_problems_optimum_on_a_saturated_model() -> None:
+    from scipy.optimize import milp
+
+    from superopt.rewrite.cost import SimCost
+    from superopt.rewrite.eqsat import (
+        _chunks,
+        _extraction_costs,
+        _ilp_pick,
+        _ilp_problem,
+        _ilp_solve,
+        _space,
+        _zero_terms,
+    )
+
+    g, ld, roots = _saturated_squeezenet()
     for ext in _extraction_costs(SimCost())[1:3]:
         sp = _space(ld, g, ext)
         zero = _zero_terms(sp)
@@ -483,26 +489,10 @@ def test_highspy_and_scipys_milp_reach_the_same_optimum_on_a_saturated_models_pa
     pytest.importorskip("highspy")
     from scipy.optimize import Bounds, LinearConstraint, milp
 
-    from superopt import zoo
-    from superopt.rewrite import load_rules
     from superopt.rewrite.cost import SimCost
-    from superopt.rewrite.eqsat import (
-        _directions,
-        _extraction_costs,
-        _ilp_problem,
-        _load,
-        _milp,
-        _saturate,
-        _space,
-    )
-    from superopt.substitutions.egraph import EGraph
+    from superopt.rewrite.eqsat import _extraction_costs, _ilp_problem, _milp, _space
 
-    g = zoo.build("squeezenet")
-    rules, _ = load_rules(None)
-    eg = EGraph(max_nodes=50_000)
-    ld = _load(g, eg)
-    _saturate(eg, _directions(Matcher(rules)), EqsatOptions(), {})
-    roots = [eg.find(r) for r in ld.roots]
+    g, ld, roots = _saturated_squeezenet()
     for ext in _extraction_costs(SimCost()):
         sp = _space(ld, g, ext)
         problem, _, _ = _ilp_problem(sp, roots, 60.0)
