@@ -230,3 +230,24 @@ def test_a_session_that_does_not_fit_at_all_is_refused_with_the_figures(
     with pytest.raises(MemoryLimitError, match=f"graph {g.name!r} needs about .* available"):
         timer([g], rounds=1, warmup=0)
     assert timer.exported == 0
+
+
+def test_the_report_says_when_an_aa_control_ran_one_session_twice() -> None:
+    import argparse
+    import io
+
+    from rich.console import Console
+
+    from superopt.xtat.realcommand import report
+
+    timer = FakeTimer(node_count, sigma=0.01)
+    session = _session(timer)
+    _, result = _tune(session, 12)
+    args = argparse.Namespace(no_check=True, seed=0)
+    seen = []
+    for shared in (0, 1):
+        timer.shared_slots = shared  # what OrtTimer counts when memory is short
+        out = io.StringIO()
+        _, summary, _ = report(session, result, args, Console(file=out, width=200))
+        seen.append((summary["aa_one_session"], "one session run twice" in out.getvalue()))
+    assert seen == [(False, False), (True, True)]

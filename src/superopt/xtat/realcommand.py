@@ -49,6 +49,8 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
     runner = session.runner
     assert isinstance(runner, RealRunner)
     final, noise = runner.final, runner.noise
+    # This process's comparisons whose A/A control ran one session twice (`OrtTimer`).
+    one_session = getattr(runner.timer, "shared_slots", 0) > 0
     best = result.best
     applied = applied_rewrites(best)
     screened = session.screen_hook.screened() if session.screen_hook is not None else 0
@@ -63,7 +65,8 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
             ("tuned candidate (median)", _ms(final.tuned_s)),
             ("speedup, 95% CI", f"{final.speedup:.4f}x [{final.ci[0]:.4f}, {final.ci[1]:.4f}]"),
             ("A/A control, 95% CI", f"{final.aa:.4f}x [{final.aa_ci[0]:.4f}, "
-                                    f"{final.aa_ci[1]:.4f}]"),
+                                    f"{final.aa_ci[1]:.4f}]"
+             + (" (one session run twice: two did not fit in memory)" if one_session else "")),
             ("result", ("the tuned graph (measurably faster)" if final.kept else
                         "the input (the tuned graph is not measurably faster)")
              + f", {final.rounds} paired rounds")]
@@ -86,7 +89,7 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
         "onnxruntime": session.spec["onnxruntime"],
         "default_s": result.default_time, "tuned_s": result.best_time,
         "speedup": result.speedup, "final": final.__dict__ if final else None,
-        "noise": noise.__dict__ if noise else None,
+        "noise": noise.__dict__ if noise else None, "aa_one_session": one_session,
         "evaluations": result.evaluations, "measured": result.measured,
         "replayed": result.replayed, "screened": screened, "wall_s": result.wall_s,
         "stopped": result.stopped, "phases": [list(p) for p in result.phases],
