@@ -603,7 +603,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "into an e-graph, then the cheapest graph extracted)")
     p.add_argument("--extraction", choices=("ilp", "greedy"), default="ilp",
                    help="with --search eqsat: exact extraction by integer programming "
-                        "(scipy milp/HiGHS, default) or greedy per e-class")
+                        "(HiGHS, default) or greedy per e-class")
     p.add_argument("--node-limit", type=int, default=50_000, metavar="N",
                    help="with --search eqsat: stop saturating at N e-nodes (default 50000)")
     p.add_argument("--ilp-time-limit", type=float, default=60.0, metavar="S",
