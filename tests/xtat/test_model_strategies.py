@@ -118,6 +118,38 @@ def test_tuner_runs_are_reproducible(name: str) -> None:
     assert runs[0] == runs[1]
 
 
+EFFECTIVE = 4  # sites that take effect in the identity test; the rest change nothing
+
+
+def effective(cand: Candidate) -> str:
+    cfg = cand.config("toy")
+    return ",".join(str(int(cfg.get(f"s{i}", 0))) for i in range(EFFECTIVE))
+
+
+@pytest.mark.parametrize("name", ["autotvm", "mbo"])
+def test_one_program_is_proposed_once(name: str) -> None:
+    # Only the first EFFECTIVE sites make the program (as only the chosen sketch's
+    # decisions make a MetaSchedule schedule): 6^4 = 1,296 programs under 2e9 keys. A
+    # strategy told so by `TuneContext.identity` never proposes a program it measured
+    # or proposed before, and so spends every trial on a new one.
+    costs = toy_costs()
+    pipeline = Pipeline([ToyPass()])
+    default = pipeline.initial(None)  # type: ignore[arg-type]
+    ctx = TuneContext(pipeline, default, np.random.default_rng(1), identity=effective)
+    ctx.observe(default, toy_time(default, costs))
+    strat = create(name)
+    strat.start(ctx, ("toy",), 120)
+    programs = [effective(default)]
+    for _ in range(15):
+        cands = strat.ask(8)
+        programs += [effective(c) for c in cands]
+        # A program's time is its effective sites' (what runs).
+        strat.tell(cands, [1.0 + sum(costs[i, int(c.config("toy").get(f"s{i}", 0))]
+                                     for i in range(EFFECTIVE)) for c in cands])
+    assert len(programs) == 1 + 15 * 8
+    assert len(set(programs)) == len(programs)
+
+
 @pytest.mark.parametrize(("name", "opts", "says"), [
     ("autotvm", {"plan": 0}, "'plan' must be >= 1"),
     ("autotvm", {"epsilon": 1.5}, "'epsilon' must be in [0.0, 1.0]"),

@@ -33,6 +33,12 @@ class TuneContext:
     # The default compiler's analytical estimate of a candidate: free, for ranking
     # proposals only (None: the runner has none).
     estimate: Callable[[Candidate], float] | None = None
+    # What makes a candidate the program it runs: two candidates of one identity are the
+    # same program (None: each candidate key is its own). A space whose sites do not all
+    # take effect (MetaSchedule's design space: the other sketches' decisions; a compute
+    # location TVM moves) has many keys per program, and a strategy that plans rounds of
+    # proposals should not fill them with programs it has measured.
+    identity: Callable[[Candidate], str] | None = None
 
     def tunable(self, candidate: Candidate, passes: Sequence[str]) -> list[tuple[str, Site]]:
         """(pass, site) for every site with a choice to make, in the given passes."""

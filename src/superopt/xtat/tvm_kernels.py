@@ -330,7 +330,18 @@ def search(space: ScheduleSpace, strategy: str, seed: int, budget: int, measure:
     knob_pass = space.make_pass()
     pipeline = Pipeline([knob_pass])
     default = pipeline.initial(space.kernel.graph())
-    ctx = TuneContext(pipeline, default, np.random.default_rng(seed))
+    idents: dict[str, tuple[str, dict[str, Any]]] = {}  # by candidate key
+
+    def identity(cand: Candidate) -> str:
+        """The candidate's schedule as it takes effect (`ScheduleSpace.canonical`)."""
+        got = idents.get(cand.key)
+        if got is None:
+            config = space.complete(cand.config(knob_pass.name))
+            canon = {k: _jsonable(v) for k, v in space.canonical(config).items()}
+            got = idents[cand.key] = (json.dumps(canon, sort_keys=True), canon)
+        return got[0]
+
+    ctx = TuneContext(pipeline, default, np.random.default_rng(seed), identity=identity)
     times: dict[str, float] = {}  # by candidate key: no canonical form needed twice
     by_schedule: dict[str, float] = {}  # by canonical form: no schedule measured twice
     trials: list[Trial] = []
@@ -339,8 +350,8 @@ def search(space: ScheduleSpace, strategy: str, seed: int, budget: int, measure:
         t = times.get(cand.key)
         if t is None:
             config = space.complete(cand.config(knob_pass.name))
-            canon = {k: _jsonable(v) for k, v in space.canonical(config).items()}
-            ident = json.dumps(canon, sort_keys=True)
+            ident = identity(cand)
+            canon = idents[cand.key][1]
             t = by_schedule.get(ident)
             if t is None:
                 t = by_schedule[ident] = measure(config)

@@ -36,6 +36,10 @@ from superopt.xtat.space import Choice, PassConfig, Site
 from superopt.xtat.stage import Candidate
 from superopt.xtat.strategies.base import SearchStrategy
 
+# With `TuneContext.identity`, a round draws this many times its size from the model's
+# ranking, before the programs measured or planned before are dropped.
+OVERDRAW = 4
+
 
 class StrategyOptionError(IRError):
     """A strategy option that is unknown or out of range."""
@@ -279,6 +283,7 @@ class ModelBased(SearchStrategy):
         self.ts: list[float] = []
         self.seen: set[bytes] = set()  # encodings measured or planned
         self.keys: set[str] = set()  # candidate keys measured or planned
+        self.idents: set[str] = set()  # programs measured or planned (`ctx.identity`)
         self.queue: list[Candidate] = []
         self.rounds = 0
         self.seed = int(ctx.rng.integers(2**31 - 1))  # the models' seeds come from here
@@ -312,6 +317,8 @@ class ModelBased(SearchStrategy):
     def _observe(self, cand: Candidate, t: float) -> None:
         x = self.space.encode(cand)
         self.keys.add(cand.key)
+        if self.ctx.identity is not None:
+            self.idents.add(self.ctx.identity(cand))
         self.seen.add(self.code(x))
         self.xs.append(x)
         self.ts.append(t)
@@ -323,7 +330,12 @@ class ModelBased(SearchStrategy):
         if len(self.ts) >= self.min_data():
             X = np.stack([self.space.pad(x) for x in self.xs])
             self.fit(X, np.asarray(self.ts))
-            picks = self.propose(k)
+            # Where many encodings are one program, more of the ranking is drawn, so that
+            # the round still holds `k` the model picked after the same programs go
+            # (MetaSchedule's space: two in three mutations change another sketch's
+            # decisions, which nothing runs; a round of 16 then held one new program, and
+            # mbo refitted its four models a round per trial).
+            picks = self.propose(k if self.ctx.identity is None else OVERDRAW * k)
         out: list[Candidate] = []
         base = self.ctx.best or self.base
         for x in picks:
@@ -346,6 +358,11 @@ class ModelBased(SearchStrategy):
         if cand.key in self.keys:
             return
         self.keys.add(cand.key)
+        if self.ctx.identity is not None:
+            ident = self.ctx.identity(cand)
+            if ident in self.idents:
+                return
+            self.idents.add(ident)
         out.append(cand)
 
     # -- for subclasses ----------------------------------------------------------------
