@@ -1,0 +1,110 @@
+"""Benchmark: two versions of the eqsat search side by side (an A/B of a code change).
+
+Each variant is a source tree (`--variant NAME=SRC_DIR`, e.g. a `git worktree` of the
+commit before the change, and `src`). Per zoo model, each variant runs `eqsat_optimize`
+(ILP extraction, default options, `--workers` processes) in a fresh interpreter with its
+tree first on the path; the order of the variants alternates from model to model, so that
+a drift in the machine's load falls on both. Recorded per model and variant: the result's
+simulated time (TPU v4 default compiler, weights folded), search time, the rules its graph
+uses, and q = the backtracking search's simulated time / this one's (>= 1: at least as
+fast), from `--backtracking-from` (a `benchmarks/eqsat.py --phase backtracking` JSON of
+the same machine).
+
+The local moves stop at a wall-clock limit, so one model's outcome depends on how many
+moves fit; judge a change across every model, not one.
+
+Run: `.venv/bin/python benchmarks/eqsat_ab.py --variant before=/tmp/wt/src
+--variant after=src [--models a,b] [--workers 1] --out benchmarks/results/X.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+_CHILD = """
+import json, sys
+from superopt import zoo
+from superopt.rewrite import Matcher, load_rules
+from superopt.rewrite.cost import SimCost
+from superopt.rewrite.eqsat import EqsatOptions, eqsat_optimize
+from superopt.rewrite.fold import fold_weights
+
+g = zoo.build(sys.argv[1])
+rules, _ = load_rules(None)
+sim = SimCost()
+r = eqsat_optimize(g, Matcher(rules), sim, EqsatOptions(workers=int(sys.argv[2])))
+print(json.dumps({"sim_s": sim.cost(r.graph), "search_s": r.seconds,
+                  "saturate_s": r.saturate_s, "refine_moves": r.refine_moves,
+                  "status": r.ilp_status, "used": dict(r.used)}))
+"""
+
+
+def run_one(src: str, model: str, workers: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(src)}
+    out = subprocess.run([sys.executable, "-c", _CHILD, model, str(workers)], env=env,
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"{model} with {src}: the search failed: "
+                         f"{out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    from superopt import zoo
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--variant", action="append", required=True, metavar="NAME=SRC_DIR")
+    ap.add_argument("--models", default=",".join(zoo.names()))
+    ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--backtracking-from",
+                    default="benchmarks/results/eqsat_backtracking.json")
+    ap.add_argument("--note", default="")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    variants: list[tuple[str, str]] = []
+    for v in args.variant:
+        name, sep, src = v.partition("=")
+        if not sep or not Path(src, "superopt").is_dir():
+            ap.error(f"--variant {v!r}: expected NAME=SRC_DIR with a superopt package in it")
+        variants.append((name, src))
+    bt = {r["model"]: r["backtracking"]["sim_s"]
+          for r in json.loads(Path(args.backtracking_from).read_text())["models"]}
+    rows: list[dict] = []
+    t0 = time.perf_counter()
+    for k, model in enumerate(args.models.split(",")):
+        if model not in bt:
+            raise SystemExit(f"{model}: no backtracking row in {args.backtracking_from}")
+        row: dict = {"model": model, "backtracking_sim_s": bt[model], "order": []}
+        for name, src in (variants if k % 2 == 0 else variants[::-1]):
+            got = run_one(src, model, args.workers)
+            got["q"] = bt[model] / got["sim_s"]
+            row[name] = got
+            row["order"].append(name)
+        rows.append(row)
+        print(f"{model}: " + ", ".join(
+            f"{n} q={row[n]['q']:.7f} {row[n]['search_s']:.1f} s" for n, _ in variants),
+            flush=True)
+        summary = {n: {"at_least_backtracking": sum(r[n]["q"] >= 1 for r in rows),
+                       "behind": {r["model"]: r[n]["q"] for r in rows if r[n]["q"] < 1},
+                       "search_s": sum(r[n]["search_s"] for r in rows)}
+                   for n, _ in variants}
+        Path(args.out).write_text(json.dumps({
+            "what": __doc__.split("\n")[0], "variants": dict(variants),
+            "workers": args.workers, "note": args.note,
+            "machine": {"host": platform.node(), "cpus": os.cpu_count(),
+                        "affinity": sorted(os.sched_getaffinity(0))},
+            "wall_s": time.perf_counter() - t0, "summary": summary, "models": rows},
+            indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
