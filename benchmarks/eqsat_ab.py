@@ -14,7 +14,8 @@ The local moves stop at a wall-clock limit, so one model's outcome depends on ho
 moves fit; judge a change across every model, not one.
 
 Run: `.venv/bin/python benchmarks/eqsat_ab.py --variant before=/tmp/wt/src
---variant after=src [--models a,b] [--workers 1] --out benchmarks/results/X.json`.
+--variant after=src [--models a,b] [--workers 1] --out benchmarks/results/X.json`. The JSON
+is rewritten after every model; `--resume` keeps its models and runs the rest.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ def main() -> None:
                     default="benchmarks/results/eqsat_backtracking.json")
     ap.add_argument("--note", default="")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the models --out already has (same variants) and run the rest")
     args = ap.parse_args()
     variants: list[tuple[str, str]] = []
     for v in args.variant:
@@ -79,8 +82,16 @@ def main() -> None:
     bt = {r["model"]: r["backtracking"]["sim_s"]
           for r in json.loads(Path(args.backtracking_from).read_text())["models"]}
     rows: list[dict] = []
+    if args.resume and Path(args.out).exists():
+        prior = json.loads(Path(args.out).read_text())
+        if prior.get("variants") != dict(variants):
+            raise SystemExit(f"{args.out}: its variants {prior.get('variants')} are not "
+                             f"{dict(variants)}; nothing resumed")
+        rows = [r for r in prior["models"] if r["model"] in args.models.split(",")]
     t0 = time.perf_counter()
     for k, model in enumerate(args.models.split(",")):
+        if any(r["model"] == model for r in rows):
+            continue
         if model not in bt:
             raise SystemExit(f"{model}: no backtracking row in {args.backtracking_from}")
         row: dict = {"model": model, "backtracking_sim_s": bt[model], "order": []}
