@@ -37,7 +37,6 @@ from superopt import zoo
 from superopt.rewrite import Matcher, load_rules
 from superopt.rewrite.cost import SimCost
 from superopt.rewrite.eqsat import EqsatOptions, eqsat_optimize
-from superopt.rewrite.fold import fold_weights
 
 g = zoo.build(sys.argv[1])
 rules, _ = load_rules(None)
@@ -54,8 +53,8 @@ def run_one(src: str, model: str, workers: int) -> dict:
     out = subprocess.run([sys.executable, "-c", _CHILD, model, str(workers)], env=env,
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
-        raise SystemExit(f"{model} with {src}: the search failed: "
-                         f"{out.stderr.strip().splitlines()[-1:]}")
+        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SystemExit(f"{model} with {src}: the search failed: {last}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -79,6 +78,8 @@ def main() -> None:
         if not sep or not Path(src, "superopt").is_dir():
             ap.error(f"--variant {v!r}: expected NAME=SRC_DIR with a superopt package in it")
         variants.append((name, src))
+    if not Path(args.out).parent.is_dir():
+        ap.error(f"--out {args.out}: folder {Path(args.out).parent} does not exist")
     bt = {r["model"]: r["backtracking"]["sim_s"]
           for r in json.loads(Path(args.backtracking_from).read_text())["models"]}
     rows: list[dict] = []
@@ -118,4 +119,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        # The JSON holds every model finished before the interrupt.
+        raise SystemExit("interrupted; the models finished so far are in --out "
+                         "(--resume runs the rest)") from None
