@@ -4,7 +4,8 @@ part 5), measured by TVM on this CPU.
 Four kernels of the zoo (`superopt.xtat.tvm_kernels.KERNELS`: two resnet50 convs, two
 bert-base matmuls, batch 1) are tuned by MetaSchedule (`tune_tir`, its evolutionary
 search with its XGBoost model, trials of 64) and by `guided`, `evolution`, `autotvm` and
-`mbo` driving one of two spaces (`--space`): `ms`, MetaSchedule's own design space
+`mbo` (and `guided_plain`, guided with uniform kernel moves, its ablation) driving one of
+two spaces (`--space`): `ms`, MetaSchedule's own design space
 (`tvm_msspace.MsSpace`: its sketches' sampling decisions as sites), or `knobs`, our
 AutoTVM-like knob space of the kernel's loops (`tvm_kernels.KnobSpace`, at most ~55% of
 MetaSchedule's best: over it the comparison measures the spaces, not the search). TVM
@@ -47,7 +48,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent
-OURS = ("guided", "evolution", "autotvm", "mbo")
+# A tuner here is a strategy, or a variant of one with other options: `guided_plain` is
+# guided with uniform kernel moves (local=0), the search before near moves, run beside
+# guided as its ablation.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"guided_plain": ("guided", {"local": 0.0})}
+OURS = ("guided", "guided_plain", "evolution", "autotvm", "mbo")
 TUNERS = ("metaschedule", *OURS)
 SPACES = ("ms", "knobs")
 BUDGETS = (64, 256, 1000)
@@ -100,11 +105,13 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
     else:
         sp = make_space(kernel, space)
         measure = tk.TvmMeasure(sp, ev)
-        trials = tk.search(sp, tuner, seed, budget, measure)
+        strategy, opts = VARIANTS.get(tuner, (tuner, {}))
+        trials = tk.search(sp, strategy, seed, budget, measure, opts=opts)
         secs = [t.seconds for t in trials]
         best = min(trials, key=lambda t: t.seconds)
         steps = [e.split(":", 1)[0] for e in measure.errors]
-        extra = {"space": space, "best_config": best.config, "errors": len(measure.errors),
+        extra = {"space": space, "strategy": strategy, "options": opts,
+                 "best_config": best.config, "errors": len(measure.errors),
                  # schedule: failed to replay or postprocess (MetaSchedule's search drops
                  # such a candidate unmeasured; here it is a failed trial)
                  "errors_by_step": {k: steps.count(k) for k in sorted(set(steps))},

@@ -21,7 +21,9 @@ from superopt.xtat.advantage import (
 )
 from superopt.xtat.advantage_data import TRAINING_TILING, collect, train
 from superopt.xtat.session import open_session
+from superopt.xtat.space import Site
 from superopt.xtat.strategies import create
+from superopt.xtat.strategies.guided import near_options
 from superopt.xtat.strategies.modelbased import StrategyOptionError
 from superopt.xtat.tuner import Tuner, make_schedule
 
@@ -221,3 +223,53 @@ def test_guided_run_is_the_same_incremental_or_not(monkeypatch) -> None:
     # After the first ranking, a new best re-predicts a small part of the rows.
     assert all(rows < total / 4 for rows, total in checked[1:])
     assert inc == run(0)
+
+
+# ---- kernel moves: near options ----------------------------------------------------------
+
+
+def _site(options: tuple, default: object) -> Site:
+    return Site("s", options, default)
+
+
+def test_near_options_of_a_factorization_move_one_factor() -> None:
+    # 16 as two factors: from (4, 4) one factor 2 moved either way is log-distance 2;
+    # (1, 16) and (16, 1) are 4 away.
+    site = _site(((1, 16), (2, 8), (4, 4), (8, 2), (16, 1)), (4, 4))
+    assert sorted(near_options(site, (4, 4), 2)) == [(2, 8), (8, 2)]
+    assert sorted(near_options(site, (4, 4), 1)) == [(2, 8), (8, 2)]  # tied with the 1st
+    assert sorted(near_options(site, (1, 16), 1)) == [(2, 8)]
+    assert len(near_options(site, (4, 4), 9)) == 4  # k past the options: all others
+
+
+def test_near_options_of_integers_by_rank_and_of_flags_all() -> None:
+    site = _site((-2, -1, 0, 1, 2, 3), 0)
+    assert sorted(near_options(site, 0, 2)) == [-1, 1]
+    assert sorted(near_options(site, -2, 2)) == [-1, 0]
+    flags = _site((False, True), False)
+    assert near_options(flags, False, 1) == [True]
+    mixed = _site(("a", 3, None), "a")
+    assert sorted(near_options(mixed, "a", 1), key=str) == [3, None]
+
+
+def test_guided_kernel_moves_are_near_with_local_one() -> None:
+    """With local=1 each proposal from the start changes a tile to a near option only."""
+    from superopt.xtat.context import TuneContext
+    from superopt.xtat.pipeline import Pipeline
+    from superopt.xtat.tvm_kernels import KERNELS, KnobSpace
+
+    space = KnobSpace(KERNELS[0])
+    knob = space.make_pass()
+    pipeline = Pipeline([knob])
+    start = pipeline.initial(space.kernel.graph())
+    ctx = TuneContext(pipeline, start, np.random.default_rng(0))
+    ctx.best, ctx.best_time = start, 1.0
+    g = create("guided", model="none", local=1.0, changes=1, near=1)
+    g.start(ctx, [knob.name], 50)
+    sites = {s.key: s for s in knob.sites(start.stages[0]).tunable}
+    for cand in g.ask(30):
+        changed = {k: v for k, v in cand.config(knob.name).choices.items()
+                   if v != sites[k].default}
+        assert len(changed) == 1
+        (key, value), = changed.items()
+        assert value in near_options(sites[key], sites[key].default, 1)

@@ -64,21 +64,30 @@ class TuneContext:
         points, kernel tiles) is not drowned by one with many (fusion nodes)."""
         out = candidate
         for _ in range(changes):
-            live = []
-            for n in passes:
-                j = self.pipeline.index(n)
-                tunable = self.pipeline.passes[j].sites(out.stages[j]).tunable
-                if tunable:
-                    live.append((n, tunable))
-            if not live:
+            drawn = self.draw_site(out, passes)
+            if drawn is None:
                 break
-            name, sites = live[int(self.rng.integers(len(live)))]
-            site = sites[int(self.rng.integers(len(sites)))]
+            name, site = drawn
             current = self.choice(out, name, site)
             others = [o for o in site.options if o != current]
             pick = others[int(self.rng.integers(len(others)))]
             out = self.pipeline.with_choice(out, name, site.key, pick, self.store)
         return out
+
+    def draw_site(self, candidate: Candidate, passes: Sequence[str]
+                  ) -> tuple[str, Site] | None:
+        """A random tunable site of `passes` as `mutate` draws one: a pass first (of those
+        with a site to tune), then a site in it. None when no pass has one."""
+        live = []
+        for n in passes:
+            j = self.pipeline.index(n)
+            tunable = self.pipeline.passes[j].sites(candidate.stages[j]).tunable
+            if tunable:
+                live.append((n, tunable))
+        if not live:
+            return None
+        name, sites = live[int(self.rng.integers(len(live)))]
+        return name, sites[int(self.rng.integers(len(sites)))]
 
     def crossover(self, a: Candidate, b: Candidate, passes: Sequence[str]) -> Candidate:
         """Per tuned pass, each choice of either parent taken with probability 1/2 (on
