@@ -60,11 +60,15 @@ STRATEGIES = ("anneal", "evolution", "mbo", "autotvm", "guided", "guided-none")
 # Columns that run a strategy with options: the guided search without its model (the
 # sites in random order), to show what the advantage model adds; and (on request only,
 # --columns/--only) the guided search rescoring every site for each new best, as it did
-# before it ranked incrementally: the same measurements, to compare the wall time.
+# before it ranked incrementally (the same measurements, to compare the wall time), and
+# the guided search whose kernel moves draw any option (local=0), as it did before they
+# stepped to near ones.
 COLUMNS: dict[str, tuple[str, dict[str, Any]]] = {
     "guided-none": ("guided", {"model": "none"}),
-    "guided-full": ("guided", {"incremental": 0})}
-ALL_COLUMNS = (*STRATEGIES, "guided-full")
+    "guided-full": ("guided", {"incremental": 0}),
+    # (on request) the guided search with uniform kernel moves, as before near moves
+    "guided-plain": ("guided", {"local": 0.0})}
+ALL_COLUMNS = (*STRATEGIES, "guided-full", "guided-plain")
 ADVANTAGE_CACHE = Path(__file__).parent.parent / "out" / "advantage_cache"
 HELD_OUT = ("resnet50", "inception_v3", "bert_base", "nasnet_a")
 GRAPHS = ("resnet50", "inception_v3", "bert_base")
