@@ -708,3 +708,50 @@ def test_a_node_added_as_typed_is_the_node_add_makes() -> None:
     other = GraphBuilder("h").input("z", (2, 6))
     with pytest.raises(IRError, match="not a value of this builder"):
         GraphBuilder("k").add_typed("relu", [other], (), (node.types[0],))
+
+
+def test_sites_alike_are_one_move_and_sites_of_other_shapes_another() -> None:
+    """Per rule, the sites with the same ops on the same shapes are one local move
+    (`_moves`' "part alike" moves): four bias fusions, two on 16-wide and two on
+    32-wide linear layers, give two such moves, each adopting exactly the two sites of
+    one width, together the four single-site moves."""
+    from superopt.rewrite.cost import SimCost
+    from superopt.rewrite.eqsat import (
+        _directions,
+        _extraction_costs,
+        _load,
+        _moves,
+        _saturate,
+        _space,
+    )
+    from superopt.substitutions.egraph import EGraph
+
+    b = GraphBuilder("widths")
+    x = b.input("x", (1, 8, 16))
+    outs = [b.relu(b.ewadd(b.matmul(x, b.weight(f"W{k}", (16, width))),
+                           b.weight(f"b{k}", (width,))))
+            for k, width in enumerate((16, 32, 16, 32))]
+    g = b.build(outs)
+    eg = EGraph(max_nodes=50_000)
+    ld = _load(g, eg)
+    made: dict = {}
+    rules = [r for r in starter_rules() if r.name == "fuse_matmul_bias"]
+    assert rules
+    _saturate(eg, _directions(Matcher(rules)), EqsatOptions(), made)
+    sp = _space(ld, g, _extraction_costs(SimCost())[0])
+    as_input = {**_greedy(sp), **{sp.cls_of[sp.rep[i]]: sp.rep[i] for i in ld.orig_of
+                                  if i in sp.rep}}
+    moves = {label: change for _, label, change in _moves(ld, sp, made, as_input)}
+    singles = [ch for label, ch in moves.items() if label.startswith("with fuse_matmul_bias#")]
+    alike = [ch for label, ch in moves.items()
+             if label.startswith("with fuse_matmul_bias part alike")]
+    assert len(singles) == 4 and len(alike) == 2
+    widths = []
+    for ch in alike:
+        got = {eg.type_of(i).shape[-1] for i in ch.values()}
+        assert len(got) == 1  # one width per move
+        widths.append(got.pop())
+        assert len(ch) == 2 * len(singles[0])  # two sites
+    assert sorted(widths) == [16, 32]
+    assert {c: i for ch in alike for c, i in ch.items()} == {
+        c: i for ch in singles for c, i in ch.items()}
