@@ -649,6 +649,29 @@ def test_both_climbs_count_whether_side_by_side_or_in_turn(monkeypatch) -> None:
         assert "from the input: with stand_in" in r.ilp_status
 
 
+def _saturated_space(g: Graph, rules: list) -> tuple[Any, Any, dict, _Space, dict[int, int]]:
+    """`g`'s e-graph saturated with `rules`, its loaded form, the rule applications made,
+    the space under the sim cost's first proxy, and the extraction that is the input."""
+    from superopt.rewrite.cost import SimCost
+    from superopt.rewrite.eqsat import (
+        _directions,
+        _extraction_costs,
+        _load,
+        _saturate,
+        _space,
+    )
+    from superopt.substitutions.egraph import EGraph
+
+    eg = EGraph(max_nodes=50_000)
+    ld = _load(g, eg)
+    made: dict = {}
+    _saturate(eg, _directions(Matcher(rules)), EqsatOptions(), made)
+    sp = _space(ld, g, _extraction_costs(SimCost())[0])
+    as_input = {**_greedy(sp), **{sp.cls_of[sp.rep[i]]: sp.rep[i] for i in ld.orig_of
+                                  if i in sp.rep}}
+    return eg, ld, made, sp, as_input
+
+
 def test_a_graph_built_folded_for_pricing_costs_what_the_full_graph_costs() -> None:
     """The local moves price graphs built as `fold` leaves them (`_build(folded=True)`);
     each must cost exactly what the full graph, folded by the cost itself, does, and the
@@ -656,27 +679,12 @@ def test_a_graph_built_folded_for_pricing_costs_what_the_full_graph_costs() -> N
     terms). Checked over the input, greedy extraction and single rule applications of a
     saturated inception block, where batch-norm folds make weight-only computations."""
     from superopt.rewrite.cost import SimCost
-    from superopt.rewrite.eqsat import (
-        _build,
-        _directions,
-        _extraction_costs,
-        _load,
-        _moves,
-        _saturate,
-        _space,
-    )
+    from superopt.rewrite.eqsat import _build, _moves
     from superopt.rewrite.fold import foldable_values
-    from superopt.substitutions.egraph import EGraph
 
     g = _inception_block()
-    eg = EGraph(max_nodes=50_000)
-    ld = _load(g, eg)
-    made: dict = {}
-    _saturate(eg, _directions(Matcher(starter_rules())), EqsatOptions(), made)
-    sp = _space(ld, g, _extraction_costs(SimCost())[0])
+    _, ld, made, sp, as_input = _saturated_space(g, starter_rules())
     greedy = _greedy(sp)
-    as_input = {**greedy, **{sp.cls_of[sp.rep[i]]: sp.rep[i] for i in ld.orig_of
-                             if i in sp.rep}}
     full, origin = _build(ld, g, as_input)
     assert sorted(full.node_hashes) == sorted(g.node_hashes)  # the input, renumbered
     assert sorted(i for ids in origin.values() for i in ids) == list(range(len(g)))
@@ -715,16 +723,7 @@ def test_sites_alike_are_one_move_and_sites_of_other_shapes_another() -> None:
     (`_moves`' "part alike" moves): four bias fusions, two on 16-wide and two on
     32-wide linear layers, give two such moves, each adopting exactly the two sites of
     one width, together the four single-site moves."""
-    from superopt.rewrite.cost import SimCost
-    from superopt.rewrite.eqsat import (
-        _directions,
-        _extraction_costs,
-        _load,
-        _moves,
-        _saturate,
-        _space,
-    )
-    from superopt.substitutions.egraph import EGraph
+    from superopt.rewrite.eqsat import _moves
 
     b = GraphBuilder("widths")
     x = b.input("x", (1, 8, 16))
@@ -732,15 +731,9 @@ def test_sites_alike_are_one_move_and_sites_of_other_shapes_another() -> None:
                            b.weight(f"b{k}", (width,))))
             for k, width in enumerate((16, 32, 16, 32))]
     g = b.build(outs)
-    eg = EGraph(max_nodes=50_000)
-    ld = _load(g, eg)
-    made: dict = {}
     rules = [r for r in starter_rules() if r.name == "fuse_matmul_bias"]
     assert rules
-    _saturate(eg, _directions(Matcher(rules)), EqsatOptions(), made)
-    sp = _space(ld, g, _extraction_costs(SimCost())[0])
-    as_input = {**_greedy(sp), **{sp.cls_of[sp.rep[i]]: sp.rep[i] for i in ld.orig_of
-                                  if i in sp.rep}}
+    eg, ld, made, sp, as_input = _saturated_space(g, rules)
     moves = {label: change for _, label, change in _moves(ld, sp, made, as_input)}
     singles = [ch for label, ch in moves.items() if label.startswith("with fuse_matmul_bias#")]
     alike = [ch for label, ch in moves.items()
