@@ -4,7 +4,9 @@ part 5), measured by TVM on this CPU.
 Four kernels of the zoo (`superopt.xtat.tvm_kernels.KERNELS`: two resnet50 convs, two
 bert-base matmuls, batch 1) are tuned by MetaSchedule (`tune_tir`, its evolutionary
 search with its XGBoost model, trials of 64) and by `guided`, `evolution`, `autotvm` and
-`mbo` (and `guided_plain`, guided with uniform kernel moves, its ablation) driving one of
+`mbo` (and two variants of guided: `guided_plain`, with uniform kernel moves instead of
+near ones, its ablation, and `guided_screened`, with MetaSchedule's cost model picking
+its proposals on the ms space) driving one of
 two spaces (`--space`): `ms`, MetaSchedule's own design space
 (`tvm_msspace.MsSpace`: its sketches' sampling decisions as sites), or `knobs`, our
 AutoTVM-like knob space of the kernel's loops (`tvm_kernels.KnobSpace`, at most ~55% of
@@ -51,8 +53,12 @@ ROOT = Path(__file__).resolve().parent
 # A tuner here is a strategy, or a variant of one with other options: `guided_plain` is
 # guided with uniform kernel moves (local=0), the search before near moves, run beside
 # guided as its ablation.
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"guided_plain": ("guided", {"local": 0.0})}
-OURS = ("guided", "guided_plain", "evolution", "autotvm", "mbo")
+# `guided_screened` is guided with MetaSchedule's cost model picking its proposals
+# (`screen=8`: eight scored per trial; `tvm_msspace.MsScreen`), on the ms space only.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "guided_plain": ("guided", {"local": 0.0}),
+    "guided_screened": ("guided", {"screen": 8})}
+OURS = ("guided", "guided_screened", "guided_plain", "evolution", "autotvm", "mbo")
 TUNERS = ("metaschedule", *OURS)
 SPACES = ("ms", "knobs")
 BUDGETS = (64, 256, 1000)
@@ -106,7 +112,12 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
         sp = make_space(kernel, space)
         measure = tk.TvmMeasure(sp, ev)
         strategy, opts = VARIANTS.get(tuner, (tuner, {}))
-        trials = tk.search(sp, strategy, seed, budget, measure, opts=opts)
+        screen = None
+        if space == "ms" and opts.get("screen", 1) > 1:  # a strategy asks for the model
+            from superopt.xtat.tvm_msspace import MsScreen
+
+            screen = MsScreen(sp, seed=seed)
+        trials = tk.search(sp, strategy, seed, budget, measure, opts=opts, screen=screen)
         secs = [t.seconds for t in trials]
         best = min(trials, key=lambda t: t.seconds)
         steps = [e.split(":", 1)[0] for e in measure.errors]

@@ -26,6 +26,7 @@ from superopt.xtat.strategies import create
 from superopt.xtat.strategies.guided import near_options
 from superopt.xtat.strategies.modelbased import StrategyOptionError
 from superopt.xtat.tuner import Tuner, make_schedule
+from xtat.knob_cases import knob_cost
 
 
 def chain_graph() -> Graph:
@@ -273,3 +274,60 @@ def test_guided_kernel_moves_are_near_with_local_one() -> None:
         assert len(changed) == 1
         (key, value), = changed.items()
         assert value in near_options(sites[key], sites[key].default, 1)
+
+
+class _OracleScreen:
+    """A `TuneContext.screen` that knows the fake cost (it scores minus the time) and
+    says a vectorized schedule cannot run; it records what it is told."""
+
+    def __init__(self, space, cost) -> None:
+        self.space, self.cost = space, cost
+        self.told: list[tuple[dict, float]] = []
+        self.asked = 0
+
+    def _config(self, cand) -> dict:
+        return self.space.complete(cand.config(self.space.make_pass().name))
+
+    def predict(self, cands) -> np.ndarray:
+        self.asked += len(cands)
+        cfgs = [self._config(c) for c in cands]
+        return np.array([-np.inf if c["vectorize"] else -self.cost(c) for c in cfgs])
+
+    def update(self, cands, times) -> None:
+        self.told.extend((self._config(c), t) for c, t in zip(cands, times, strict=True))
+
+
+def test_guided_screen_picks_what_the_model_scores_best_and_hears_every_measurement() -> None:
+    from superopt.xtat.tvm_kernels import KERNELS, KnobSpace, best_curve, search
+
+    space = KnobSpace(KERNELS[2])
+    target = space.random(np.random.default_rng(3)) | {"vectorize": False}
+    cost = knob_cost(space, target)
+    screen = _OracleScreen(space, cost)
+    screened = search(space, "guided", seed=0, budget=60, measure=cost, screen=screen,
+                      opts={"screen": 8, "explore": 0.0})
+    idle = _OracleScreen(space, cost)
+    plain = search(space, "guided", seed=0, budget=60, measure=cost, screen=idle)
+    assert idle.asked == 0 and len(idle.told) == 60  # off by default: told, never asked
+    assert screen.asked >= 8 * (60 - 1)  # eight proposals scored per trial handed out
+    # The driver tells the screen each measurement once, in measurement order.
+    assert [t for _, t in screen.told] == [t.seconds for t in screened]
+    # What the screen says cannot run is never measured (but the default, measured first).
+    assert not any(t.config["vectorize"] for t in screened[1:])
+    assert any(t.config["vectorize"] for t in plain)  # the unscreened search does try it
+    # An exact model finds a better schedule in the same trials than no model.
+    assert best_curve([t.seconds for t in screened])[-1] < best_curve(
+        [t.seconds for t in plain])[-1]
+    again = search(space, "guided", seed=0, budget=60, measure=cost,
+                   screen=_OracleScreen(space, cost), opts={"screen": 8, "explore": 0.0})
+    assert [t.config for t in again] == [t.config for t in screened]
+
+
+def test_guided_without_a_screen_in_the_context_ignores_its_screen_option() -> None:
+    from superopt.xtat.tvm_kernels import KERNELS, KnobSpace, search
+
+    space = KnobSpace(KERNELS[2])
+    cost = knob_cost(space, space.random(np.random.default_rng(4)))
+    a = search(space, "guided", seed=1, budget=30, measure=cost)
+    b = search(space, "guided", seed=1, budget=30, measure=cost, opts={"screen": 8})
+    assert [t.config for t in a] == [t.config for t in b]

@@ -1,12 +1,14 @@
 """What a search strategy sees: the pipeline, the candidates measured so far, the best
 one, the global config store, a seeded random generator, the moves on candidates and,
 where the runner profiles its runs, each kernel configuration's measured time (and, where
-it has one, its analytical estimate of a candidate)."""
+it has one, its analytical estimate of a candidate, or a cost model learned from this
+run's measurements: `Screen`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -14,6 +16,18 @@ from superopt.xtat.pipeline import Pipeline
 from superopt.xtat.space import PassConfig, Site
 from superopt.xtat.stage import Candidate
 from superopt.xtat.store import ConfigStore
+
+
+class Screen(Protocol):
+    """A cost model learned from the measurements of this run, to pick which proposals
+    are worth a measurement (as MetaSchedule's XGBoost model picks its evolutionary
+    search's): whoever measures calls `update` with every new measurement; `predict`
+    scores candidates, higher for one predicted faster (-inf: one that cannot run; all
+    equal while the model has too few measurements to say)."""
+
+    def predict(self, candidates: Sequence[Candidate]) -> np.ndarray: ...
+
+    def update(self, candidates: Sequence[Candidate], times: Sequence[float]) -> None: ...
 
 
 @dataclass
@@ -39,6 +53,8 @@ class TuneContext:
     # location TVM moves) has many keys per program, and a strategy that plans rounds of
     # proposals should not fill them with programs it has measured.
     identity: Callable[[Candidate], str] | None = None
+    # A cost model trained on this run's measurements (None: the runner has none).
+    screen: Screen | None = None
 
     def tunable(self, candidate: Candidate, passes: Sequence[str]) -> list[tuple[str, Site]]:
         """(pass, site) for every site with a choice to make, in the given passes."""
@@ -120,4 +136,4 @@ class TuneContext:
             self.store.record(candidate)
 
 
-__all__ = ["TuneContext"]
+__all__ = ["Screen", "TuneContext"]

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from superopt.ir.graph import Graph, GraphBuilder
-from superopt.xtat.context import TuneContext
+from superopt.xtat.context import Screen, TuneContext
 from superopt.xtat.passes.base import PassResult, TunablePass
 from superopt.xtat.pipeline import Pipeline
 from superopt.xtat.space import Choice, PassConfig, Site
@@ -321,12 +321,15 @@ Measure = Callable[[dict[str, Choice]], float]
 
 def search(space: ScheduleSpace, strategy: str, seed: int, budget: int, measure: Measure,
            batch: int = 8, opts: dict[str, Any] | None = None, idle_rounds: int = 50,
-           on_trial: Callable[[Trial], None] | None = None) -> list[Trial]:
+           on_trial: Callable[[Trial], None] | None = None,
+           screen: Screen | None = None) -> list[Trial]:
     """Tune `space` with the named strategy for `budget` trials (fewer when it stops
     proposing new schedules: `idle_rounds` asks in a row with nothing new). Trial 0 is
     the default schedule (the knobs' naive one, MetaSchedule's first sketch as it sampled
     it), measured before the strategy starts, as the tuner does, so that every strategy
-    starts from a measured best. A trial records the canonical configuration."""
+    starts from a measured best. A trial records the canonical configuration. `screen`,
+    a cost model the strategy may use to pick its proposals (`TuneContext.screen`), is
+    updated with every batch's new measurements."""
     knob_pass = space.make_pass()
     pipeline = Pipeline([knob_pass])
     default = pipeline.initial(space.kernel.graph())
@@ -341,7 +344,9 @@ def search(space: ScheduleSpace, strategy: str, seed: int, budget: int, measure:
             got = idents[cand.key] = (json.dumps(canon, sort_keys=True), canon)
         return got[0]
 
-    ctx = TuneContext(pipeline, default, np.random.default_rng(seed), identity=identity)
+    ctx = TuneContext(pipeline, default, np.random.default_rng(seed), identity=identity,
+                      screen=screen)
+    fresh: list[tuple[Candidate, float]] = []  # measured since the screen's last update
     times: dict[str, float] = {}  # by candidate key: no canonical form needed twice
     by_schedule: dict[str, float] = {}  # by canonical form: no schedule measured twice
     trials: list[Trial] = []
@@ -357,6 +362,7 @@ def search(space: ScheduleSpace, strategy: str, seed: int, budget: int, measure:
                 t = by_schedule[ident] = measure(config)
                 trial = Trial(len(trials), t, canon)
                 trials.append(trial)
+                fresh.append((cand, t))
                 if on_trial is not None:
                     on_trial(trial)
             times[cand.key] = t
@@ -379,6 +385,9 @@ def search(space: ScheduleSpace, strategy: str, seed: int, budget: int, measure:
             got.append(run(c))
             told.append(c)
         strat.tell(told, got)
+        if screen is not None and fresh:
+            screen.update([c for c, _ in fresh], [t for _, t in fresh])
+        fresh.clear()
         idle = idle + 1 if len(trials) == before else 0
     return trials
 

@@ -23,6 +23,10 @@ schedule whose trace holds sampling instructions with MetaSchedule's sampled dec
   A configuration that fails to replay or postprocess is an infinite-time trial.
 - `MsPass`: the pass that carries these sites, so `tvm_kernels.search` drives any
   strategy over the space unchanged.
+- `MsScreen`: MetaSchedule's own cost model (`XGBModel`: XGBoost over its per-store
+  features of the scheduled program, trained on the measured time ratios as its search
+  trains it) fitted on this run's measurements, as a `TuneContext.screen` for a strategy
+  that picks its proposals by it (`guided`).
 
 Not covered: MetaSchedule's `MutateParallel` changes the parallel extent annotated on the
 outer loops, which is not a sampling instruction; here it stays as the sketch has it (on
@@ -220,10 +224,76 @@ class MsSpace(SiteSpace):
         return sch.mod
 
 
+class MsScreen:
+    """A `TuneContext.screen` over an `MsSpace`: MetaSchedule's XGBoost cost model on its
+    per-store features, fitted on the measurements `update` is given (module docstring).
+    Until `warmup` measurements are in, every score is 0 (the model's own warm-up draws
+    random scores from numpy's global generator, which would make a run irreproducible).
+    A candidate whose schedule fails to replay or postprocess scores -inf: it cannot run.
+    The schedules of the last `predict` are kept for `update` (the measured candidates
+    are among them); any other is rebuilt."""
+
+    def __init__(self, space: MsSpace, warmup: int = 16, seed: int = 0) -> None:
+        from tvm.s_tir import meta_schedule as ms
+
+        self.space, self.warmup = space, warmup
+        self.model = ms.cost_model.XGBModel(
+            config=ms.cost_model.xgb_model.XGBConfig(seed=seed, nthread=1),
+            num_warmup_samples=0, verbose_eval=0)
+        self.args = ms.arg_info.ArgInfo.from_prim_func(space.workload["main"])
+        self.seen = 0
+        self._last: dict[str, Any] = {}  # candidate key -> MeasureCandidate or None
+
+    def _measure_candidate(self, cand: Any) -> Any:
+        """The candidate's postprocessed schedule as MetaSchedule's `MeasureCandidate`
+        (None when it does not schedule)."""
+        from tvm.s_tir import meta_schedule as ms
+
+        got = self._last.get(cand.key, False)
+        if got is not False:
+            return got
+        config = self.space.complete(cand.config(MS_PASS))
+        try:
+            sch = self.space.replay(config)
+            if not all(post.apply(sch) for post in self.space.postprocs):
+                return None
+        except Exception:  # not a schedule: it cannot run
+            return None
+        return ms.MeasureCandidate(sch, self.args)
+
+    def predict(self, candidates: Any) -> np.ndarray:
+        built = [self._measure_candidate(c) for c in candidates]
+        self._last = {c.key: m for c, m in zip(candidates, built, strict=True)}
+        out = np.full(len(built), -np.inf)
+        ok = [i for i, m in enumerate(built) if m is not None]
+        if ok and self.model.booster is not None and self.seen >= self.warmup:
+            out[ok] = self.model.predict(self.space.context, [built[i] for i in ok])
+        else:
+            out[ok] = 0.0
+        return out
+
+    def update(self, candidates: Any, times: Any) -> None:
+        from tvm.s_tir import meta_schedule as ms
+
+        cands, results = [], []
+        for c, t in zip(candidates, times, strict=True):
+            m = self._measure_candidate(c)
+            if m is None:
+                continue
+            cands.append(m)
+            # A run that failed is MetaSchedule's failed result (its model reads 1e10 s).
+            results.append(ms.runner.RunnerResult(
+                run_secs=[float(t)] if math.isfinite(t) else None,
+                error_msg=None if math.isfinite(t) else "failed"))
+        if cands:
+            self.model.update(self.space.context, cands, results)
+            self.seen += len(cands)
+
+
 class MsPass(KnobPass):
     """The pass that carries an `MsSpace`'s sites (a `KnobPass` under its own name)."""
 
     name = MS_PASS
 
 
-__all__ = ["MS_PASS", "SKETCH", "MsPass", "MsSpace", "Sampling", "perfect_tiles"]
+__all__ = ["MS_PASS", "SKETCH", "MsPass", "MsScreen", "MsSpace", "Sampling", "perfect_tiles"]

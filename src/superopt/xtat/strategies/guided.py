@@ -22,6 +22,20 @@ candidate with 1..`changes` moves:
   stalled for hundreds of trials at a third of MetaSchedule's speed); a step to a
   neighbouring one is the move MetaSchedule's own mutator makes.
 
+With `screen` > 1 (default 1: off) and a context that has a cost model learned from
+this run's measurements (`TuneContext.screen`: MetaSchedule's XGBoost model over its
+features of the scheduled program, on MetaSchedule's space), each ask draws `screen`
+times as many new proposals as it hands out, each from one of the `parents` fastest
+candidates measured (not only the best, a local optimum whose neighbours the model soon
+calls all worse), mutates the best-scored quarter again for `generations` rounds
+(scored each time), and hands out the ones the model scores best, each one with
+probability `explore` a random one of the pool instead (MetaSchedule's epsilon-greedy
+pick). A proposal the model says cannot run (it fails to schedule) is not handed out.
+It is off by default because on real kernels it did not pay: side by side with the
+unscreened search on MetaSchedule's space (4 kernels, 2 seeds, 256 trials,
+`benchmarks/results/tvm_compare_screen.json`) its best was above the unscreened
+search's on 2 of 8 kernel-seed pairs and below on 6 (docs/benchmarks.md).
+
 A measured candidate faster than the best becomes the best (and its ranking is computed
 afresh). Where the context says which candidates are one program (`TuneContext.identity`:
 MetaSchedule's space, whose other sketches' decisions change nothing), a proposal that is
@@ -274,6 +288,10 @@ class Guided(SearchStrategy):
         "incremental": (int, 0, 1, 1),
         "local": (float, 0.0, 1.0, 0.5),
         "near": (int, 1, None, 4),
+        "screen": (int, 1, None, 1),
+        "explore": (float, 0.0, 1.0, 0.05),
+        "parents": (int, 1, None, 8),
+        "generations": (int, 0, None, 2),
     }
 
     def __init__(self, **opts: Any) -> None:
@@ -297,6 +315,10 @@ class Guided(SearchStrategy):
         self._window = 0
         self._scores: Scores | None = None
         self.proposed.add(self._seen(self.current))  # the start is measured already
+        # The fastest measured candidates (time, order told, candidate): a screened
+        # ask mutates these, not only the best.
+        self.elite: list[tuple[float, int, Candidate]] = []
+        self._told = 0
 
     # -- the ranking ----------------------------------------------------------------------
 
@@ -378,9 +400,9 @@ class Guided(SearchStrategy):
                                             others[int(rng.integers(len(others)))], store)
         return cand
 
-    def _propose(self) -> Candidate:
+    def _propose(self, start: Candidate | None = None) -> Candidate:
         ctx = self.ctx
-        cand = self.current
+        cand = self.current if start is None else start
         for _ in range(1 + int(ctx.rng.integers(self.o["changes"]))):
             fusion = self.fusion is not None and (
                 not self.others or ctx.rng.random() < self.o["fusion_share"])
@@ -412,6 +434,10 @@ class Guided(SearchStrategy):
         return cand.key if ident is None else ident(cand)
 
     def ask(self, n: int) -> list[Candidate]:
+        if self.ctx.screen is not None and self.o["screen"] > 1:
+            picked = self._screened(n)
+            if picked:
+                return picked
         out = []
         for _ in range(n):
             for _ in range(8):  # a few tries for a candidate not proposed before
@@ -422,10 +448,60 @@ class Guided(SearchStrategy):
             out.append(cand)
         return out
 
+    def _screened(self, n: int) -> list[Candidate]:
+        """Up to `n` of `screen` x `n` new proposals, picked by the context's cost model
+        (class docstring); none when no proposal is new or the model says none can run."""
+        ctx, screen = self.ctx, self.ctx.screen
+        assert screen is not None
+        want = n * self.o["screen"]
+        seen: set[str] = set()
+        parents = [c for _, _, c in self.elite] or [self.current]
+
+        def draw(starts: Sequence[Candidate], count: int) -> list[Candidate]:
+            got: list[Candidate] = []
+            for _ in range(4 * count):  # bounded: a small space runs out of new ones
+                if len(got) >= count:
+                    break
+                cand = self._propose(starts[int(ctx.rng.integers(len(starts)))])
+                ident = self._seen(cand)
+                if ident not in self.proposed and ident not in seen:
+                    seen.add(ident)
+                    got.append(cand)
+            return got
+
+        pool = draw(parents, want)
+        if not pool:
+            return []
+        scores = np.asarray(screen.predict(pool), dtype=float)
+        # Generations on the model: the best-scored quarter mutated again (a good
+        # schedule is often two or three moves from a measured one).
+        for _ in range(self.o["generations"]):
+            top = [pool[i] for i in np.argsort(-scores, kind="stable")[:max(1, want // 4)]
+                   if np.isfinite(scores[i])]
+            more = draw(top, want // 2) if top else []
+            if not more:
+                break
+            pool += more
+            scores = np.concatenate([scores, np.asarray(screen.predict(more), dtype=float)])
+        # Best score first; equal scores (a model not fitted yet) keep the drawn order.
+        left = [i for i in np.argsort(-scores, kind="stable").tolist()
+                if np.isfinite(scores[i])]
+        out = []
+        while left and len(out) < n:
+            k = int(ctx.rng.integers(len(left))) if ctx.rng.random() < self.o["explore"] else 0
+            cand = pool[left.pop(k)]
+            self.proposed.add(self._seen(cand))
+            out.append(cand)
+        return out
+
     def tell(self, candidates: Sequence[Candidate], times: Sequence[float]) -> None:
         for cand, t in zip(candidates, times, strict=True):
             if math.isfinite(t) and t < self.current_time:
                 self.current, self.current_time = cand, t
+            if math.isfinite(t):
+                self._told += 1
+                self.elite.append((t, self._told, cand))
+        self.elite = sorted(self.elite, key=lambda e: e[:2])[:self.o["parents"]]
 
 
 __all__ = ["Guided", "Scores", "full_ranking", "load_model", "near_options"]
