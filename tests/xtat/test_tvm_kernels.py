@@ -445,3 +445,34 @@ def test_ms_screen_scores_schedules_after_warmup_and_fails_what_cannot_run(
     from scipy.stats import spearmanr
 
     assert spearmanr(after[:-1], [-t for t in times]).statistic > 0.5
+
+
+def test_report_counts_metaschedule_against_its_other_seeds(tmp_path: Path) -> None:
+    """The A/A control: each MetaSchedule seed's trials to another seed's best, as a
+    ratio of that seed's own trials to it."""
+    bench = _bench()
+    k = KERNELS[0]
+
+    def cell(tuner: str, seed: int, secs: list[float]) -> None:
+        p = bench.cell_path(tmp_path, k.name, tuner, seed, 256, "ms")
+        p.write_text(json.dumps({"kernel": k.name, "tuner": tuner, "seed": seed,
+                                 "budget": 256, "space": "ms", "seconds": secs}))
+
+    a, b = [1.0] * 256, [1.0] * 256
+    a[199] = 0.5  # seed 0: its best at trial 200
+    b[39], b[79] = 0.6, 0.4  # seed 1: 0.6 at trial 40, its best 0.4 at trial 80
+    cell("metaschedule", 0, a)
+    cell("metaschedule", 1, b)
+    g0, g1 = [2.0] * 256, [2.0] * 256
+    g0[59] = 0.5  # guided seed 0 reaches seed 0's best at 60: 0.3x
+    cell("guided", 0, g0)
+    cell("guided", 1, g1)  # never reaches seed 1's
+    res = bench.report(tmp_path)
+    entry = next(e for e in res["kernels"] if e["kernel"] == k.name)
+    aa = {(r["seed"], r["target_seed"]): r for r in entry["ms_across_seeds"]["256"]}
+    # Seed 1 reaches seed 0's 0.5 at trial 80 (0.4): 80/200; seed 0 never reaches 0.4.
+    assert aa[(1, 0)]["trials"] == 80 and aa[(1, 0)]["ratio"] == 0.4
+    assert aa[(0, 1)]["trials"] is None and aa[(0, 1)]["ratio"] is None
+    goal = res["goal"]["ms"]["256"]
+    assert goal["pairs_guided_le_0.5"] == [1, 2]
+    assert goal["pairs_ms_vs_own_other_seeds_le_0.5"] == [1, 2]
