@@ -184,6 +184,9 @@ def test_unknown_executor_is_an_input_error(tmp_path: Path, capsys) -> None:
     assert "unknown executor 'threads'" in err and err.count("\n") == 1
 
 
+# About two minutes (Z3 at symbolic shapes, twice): slow. The prover's generalisation is
+# in the default run (test_soundness: TASO's true rules proved and generalised).
+@pytest.mark.slow
 def test_generalise_reports_the_shapes_a_verdict_holds_for(tmp_path: Path) -> None:
     eqs = _write(tmp_path, "eqs.txt", "ewadd(input_1,input_2)==ewadd(input_2,input_1)"
                                       "relu(conv2d(1,1,0,0,input_7,input_10))=="
