@@ -44,13 +44,14 @@ TVM is imported inside functions only.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from superopt.xtat.space import Choice, Site
+from superopt.xtat.stage import Candidate
 from superopt.xtat.tvm_kernels import Kernel, KnobPass, SiteSpace, host_target
 
 SKETCH = "sketch"
@@ -214,14 +215,19 @@ class MsSpace(SiteSpace):
             own[smp.key] = _plain(trace.get_decision(insts[smp.position]))
         return own
 
-    def schedule(self, config: dict[str, Choice]) -> Any:
-        """The configuration's IRModule after MetaSchedule's postprocessors (raises when
+    def postprocessed(self, config: dict[str, Choice]) -> Any:
+        """The configuration's schedule after MetaSchedule's postprocessors (raises when
         the replay fails or a postprocessor rejects the schedule)."""
         sch = self.replay(config)
         for post in self.postprocs:
             if not post.apply(sch):
                 raise ValueError(f"postprocessor {type(post).__name__} rejected the schedule")
-        return sch.mod
+        return sch
+
+    def schedule(self, config: dict[str, Choice]) -> Any:
+        """The configuration's IRModule after MetaSchedule's postprocessors (raises as
+        `postprocessed` does)."""
+        return self.postprocessed(config).mod
 
 
 class MsScreen:
@@ -244,7 +250,7 @@ class MsScreen:
         self.seen = 0
         self._last: dict[str, Any] = {}  # candidate key -> MeasureCandidate or None
 
-    def _measure_candidate(self, cand: Any) -> Any:
+    def _measure_candidate(self, cand: Candidate) -> Any:
         """The candidate's postprocessed schedule as MetaSchedule's `MeasureCandidate`
         (None when it does not schedule)."""
         from tvm.s_tir import meta_schedule as ms
@@ -252,16 +258,13 @@ class MsScreen:
         got = self._last.get(cand.key, False)
         if got is not False:
             return got
-        config = self.space.complete(cand.config(MS_PASS))
         try:
-            sch = self.space.replay(config)
-            if not all(post.apply(sch) for post in self.space.postprocs):
-                return None
+            sch = self.space.postprocessed(self.space.complete(cand.config(MS_PASS)))
         except Exception:  # not a schedule: it cannot run
             return None
         return ms.MeasureCandidate(sch, self.args)
 
-    def predict(self, candidates: Any) -> np.ndarray:
+    def predict(self, candidates: Sequence[Candidate]) -> np.ndarray:
         built = [self._measure_candidate(c) for c in candidates]
         self._last = {c.key: m for c, m in zip(candidates, built, strict=True)}
         out = np.full(len(built), -np.inf)
@@ -272,7 +275,7 @@ class MsScreen:
             out[ok] = 0.0
         return out
 
-    def update(self, candidates: Any, times: Any) -> None:
+    def update(self, candidates: Sequence[Candidate], times: Sequence[float]) -> None:
         from tvm.s_tir import meta_schedule as ms
 
         cands, results = [], []
