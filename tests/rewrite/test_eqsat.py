@@ -63,6 +63,24 @@ def _space(costs: dict[int, float], nodes: dict[int, list[int]],
     return _Space(list(nodes), nodes, kids, costs)
 
 
+def _random_egraph(rng: np.random.Generator, cost_lo: int, cost_hi: int
+                   ) -> tuple[dict[int, float], dict[int, list[int]], dict[int, tuple[int, ...]]]:
+    """Six classes of one to three e-nodes, each reading up to two random classes (cycles
+    included), costs drawn from [cost_lo, cost_hi): (costs, nodes, kids)."""
+    nodes: dict[int, list[int]] = {}
+    kids: dict[int, tuple[int, ...]] = {}
+    costs: dict[int, float] = {}
+    nid = 100
+    for c in range(6):
+        nodes[c] = []
+        for _k in range(int(rng.integers(1, 4))):
+            nid += 1
+            kids[nid] = tuple(dict.fromkeys(int(k) for k in rng.choice(6, rng.integers(0, 3))))
+            costs[nid] = float(rng.integers(cost_lo, cost_hi))
+            nodes[c].append(nid)
+    return costs, nodes, kids
+
+
 def _brute_force(sp: _Space, roots: list[int]) -> float:
     """The least DAG cost over every acyclic choice of one e-node per class."""
     best = math.inf
@@ -310,17 +328,7 @@ def test_a_rule_with_too_many_matches_applies_its_limit_then_rests() -> None:
 def test_greedy_reaches_the_least_tree_cost_and_never_a_cycle() -> None:
     rng = np.random.default_rng(7)
     for _ in range(40):
-        nodes: dict[int, list[int]] = {}
-        kids: dict[int, tuple[int, ...]] = {}
-        costs: dict[int, float] = {}
-        nid = 100
-        for c in range(6):
-            nodes[c] = []
-            for _k in range(int(rng.integers(1, 4))):
-                nid += 1
-                kids[nid] = tuple(dict.fromkeys(int(k) for k in rng.choice(6, rng.integers(0, 3))))
-                costs[nid] = float(rng.integers(0, 4))
-                nodes[c].append(nid)
+        costs, nodes, kids = _random_egraph(rng, 0, 4)
         sp = _space(costs, nodes, kids)
         # Least tree cost per class by Bellman-Ford rounds (it converges in |classes|).
         tree = dict.fromkeys(nodes, math.inf)
@@ -433,6 +441,93 @@ def test_decomposed_ilp_matches_brute_force_on_random_layered_egraphs(monkeypatc
         got = _brute_force(_space(costs, {c: [pick[c]] for c in pick},
                                   {i: kids[i] for i in pick.values()}), [0])
         assert got == pytest.approx(want), (trial, nodes, kids, costs)
+
+
+def test_greedys_start_is_a_feasible_solution_of_the_ilp_at_greedys_cost() -> None:
+    from superopt.rewrite.eqsat import _greedy, _ilp_problem
+
+    # Random cyclic e-graphs: the start given to HiGHS (the greedy pick, with order
+    # values for the classes on cycles) must satisfy every row and bound, and cost what
+    # greedy's extraction costs; where greedy reaches no root there is no start.
+    rng = np.random.default_rng(11)
+    starts = 0
+    for _ in range(60):
+        costs, nodes, kids = _random_egraph(rng, 1, 6)
+        sp = _space(costs, nodes, kids)
+        pick = _greedy(sp)
+        problem, _, _ = _ilp_problem(sp, [0], 10.0, start=pick)
+        if 0 not in pick:
+            assert "x0" not in problem
+            continue
+        starts += 1
+        x0, cons, bounds = problem["x0"], problem["constraints"], problem["bounds"]
+        a = cons.A @ x0
+        assert np.all(a >= cons.lb - 1e-9) and np.all(a <= cons.ub + 1e-9)
+        assert np.all(x0 >= bounds.lb) and np.all(x0 <= bounds.ub)
+        # (the objective is scaled so the costliest e-node costs 1)
+        assert float(problem["c"] @ x0) == pytest.approx(_dag_cost(sp, [0], pick)
+                                                         / max(costs.values()))
+    assert starts >= 30
+
+
+def test_alike_parts_are_solved_once_and_the_optimum_stays_exact(monkeypatch) -> None:
+    from superopt.rewrite import eqsat
+    from superopt.rewrite.eqsat import _ilp_solve
+
+    # One random block of three classes repeated four times, each copy reading the one
+    # below (a residual stream's layers): every copy but the lowest is the same ILP
+    # once the part below, which each needs, is priced as a constant; HiGHS solves it
+    # once, and the optimum is still the whole problem's (brute force).
+    monkeypatch.setattr(eqsat, "MIN_CHUNK", 1)
+    calls: list[int] = []
+    milp = eqsat._milp
+    monkeypatch.setattr(eqsat, "_milp", lambda p: calls.append(1) or milp(p))
+    rng = np.random.default_rng(7)
+    for trial in range(12):
+        template = {c: [(tuple(int(k) for k in rng.choice([x for x in range(3) if x != c]
+                                                        + [3], int(rng.integers(0, 3)))),
+                         float(rng.integers(1, 6))) for _ in range(int(rng.integers(1, 3)))]
+                    for c in range(3)}
+        nodes: dict[int, list[int]] = {99: [100]}  # 99: a weight, free
+        kids: dict[int, tuple[int, ...]] = {100: ()}
+        costs: dict[int, float] = {100: 0.0}
+        nid = 100
+        n_blocks = 4
+        for b in range(n_blocks):
+            below = 3 * (b + 1) if b + 1 < n_blocks else 99
+            for c in range(3):
+                nodes[3 * b + c] = []
+                for ks, cost in template[c]:
+                    nid += 1
+                    # every e-node of a block's first class reads the block below
+                    kids[nid] = tuple(dict.fromkeys(3 * b + k if k < 3 else below
+                                                    for k in (*ks, *((3,) if c == 0 else ()))))
+                    costs[nid] = cost
+                    nodes[3 * b + c].append(nid)
+        sp = _space(costs, nodes, kids)
+        want = _brute_force(sp, [0])
+        calls.clear()
+        pick, status = _ilp_solve(sp, [0], 10.0)
+        if not math.isfinite(want):
+            continue
+        assert pick is not None and status == "optimal", trial
+        assert _dag_cost(sp, [0], pick) == pytest.approx(want), trial
+        assert len(calls) <= 3, (trial, len(calls))  # lowest block, one alike, the rest
+
+
+def test_a_part_below_is_forced_only_when_every_choice_needs_it() -> None:
+    from superopt.rewrite.eqsat import _forced
+
+    # Class 0 (top): e-node 10 reads 1 and 5; e-node 11 reads 2. Class 1 reads 5 or
+    # goes round a cycle through 3 (which needs 1 again): 5 is needed by 10 either way.
+    # Class 2 reads 6. So 5 is not forced (11 avoids it), 6 neither, and with 11 gone 5 is.
+    nodes = {0: [10, 11], 1: [12, 13], 2: [14], 3: [15], 5: [16], 6: [17]}
+    kids = {10: (1, 5), 11: (2,), 12: (5,), 13: (3,), 14: (6,), 15: (1,), 16: (), 17: ()}
+    assert _forced(nodes, kids, [0], {5, 6}) == set()
+    assert _forced({**nodes, 0: [10]}, kids, [0], {5, 6}) == {5}
+    # 1 alone: e-node 12 needs 5; e-node 13 is a cycle back to 1, no extraction: 5 forced.
+    assert _forced(nodes, kids, [1], {5, 6}) == {5}
+    assert _forced(nodes, kids, [2], {5, 6}) == {6}
 
 
 def _saturated_squeezenet() -> tuple[Graph, Any, list[int]]:
