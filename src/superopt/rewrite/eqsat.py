@@ -676,12 +676,13 @@ def _ilp_solve(sp: _Space, roots: list[int], time_limit: float
             at, status = alike[keyed[0]]
             got = {c: nodes[c][k] for c, k in zip(keyed[1], at, strict=True) if k is not None}
         else:
+            greedy = _greedy(part)
             problem, enodes, col = _ilp_problem(part, tops,
                                                 max(deadline - time.monotonic(), 0.5),
-                                                start=_greedy(part))
+                                                start=greedy)
             got, status = _ilp_pick(part, enodes, col, _milp(problem))
             if got is None:
-                got, status = _greedy(part), "time limit: greedy"
+                got, status = greedy, "time limit: greedy"
                 if not all(t in got for t in tops):
                     return None, "failed: no extraction"
             if keyed is not None:
@@ -853,23 +854,13 @@ def _ilp_problem(sp: _Space, roots: list[int], time_limit: float,
         # The order variables: a class's height over the chosen e-nodes inside its
         # component (0 for a class nothing chosen reaches), below `big` since the
         # chosen e-nodes form no cycle.
+        inner = nx.DiGraph()
+        inner.add_nodes_from(ordered)
+        inner.add_edges_from((c, k) for c in ordered if c in need for k in sp.kids[start[c]]
+                             if k != c and scc_of.get(k) == scc_of[c])
         height: dict[int, int] = {}
-        for c in ordered:
-            stack = [c]
-            while stack:
-                top = stack[-1]
-                if top in height:
-                    stack.pop()
-                    continue
-                inner = [k for k in sp.kids[start[top]] if k != top
-                         and scc_of.get(k) == scc_of[top]] if top in need else []
-                todo = [k for k in inner if k not in height]
-                if todo:
-                    stack.extend(todo)
-                    continue
-                height[top] = 1 + max((height[k] for k in inner), default=-1)
-                stack.pop()
-        for c in ordered:
+        for c in reversed(list(nx.topological_sort(inner))):
+            height[c] = 1 + max((height[k] for k in inner.successors(c)), default=-1)
             x0[ocol[c]] = float(height[c])
         problem["x0"] = x0
     return problem, enodes, col
