@@ -55,6 +55,24 @@ def test_ids_are_positions_in_topological_order_and_dead_nodes_are_dropped() -> 
     g.lint()
 
 
+def test_a_graph_with_nothing_dead_keeps_its_ids_and_is_not_changed_by_later_adds() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (2, 4))
+    y = b.tanh(b.matmul(x, b.weight("w", (4, 4))))
+    g, remap = b.build_with_map([y])
+    assert remap == {i: i for i in range(len(b.nodes))}
+    assert [(n.op, n.inputs) for n in g.nodes] == [(n.op, n.inputs) for n in b.nodes]
+    z = b.relu(y)  # the builder goes on; the graph built before must not see it
+    assert len(g) == 4 and g.outputs == (y,)
+    g2, remap2 = b.build_with_map([z])
+    assert len(g2) == 5 and remap2[z.node] == 4
+    b.relu(x)  # dead in the next build: ids renumbered densely, the map says how
+    g3, remap3 = b.build_with_map([z])
+    assert len(g3) == 5 and remap3 == {i: i for i in range(5)}
+    g.lint()
+    g3.lint()
+
+
 def test_multi_output_split_values() -> None:
     b = GraphBuilder()
     x = b.input("x", (2, 6))

@@ -480,12 +480,18 @@ class GraphBuilder:
                 stack.extend(v.node for v in self.nodes[i].inputs)
         remap: dict[int, int] = {}
         nodes: list[Node] = []
-        for n in self.nodes:
-            if live[n.id]:
-                remap[n.id] = len(nodes)
-                nodes.append(Node(len(nodes), n.op,
-                                  tuple(Value(remap[v.node], v.index) for v in n.inputs),
-                                  n.attrs, n.types))
+        if all(live):
+            # Nothing to drop (a search's candidate graphs, built from what they need):
+            # the ids are dense already, and the nodes are kept as they are.
+            remap = {n.id: n.id for n in self.nodes}
+            nodes = self.nodes
+        else:
+            for n in self.nodes:
+                if live[n.id]:
+                    remap[n.id] = len(nodes)
+                    nodes.append(Node(len(nodes), n.op,
+                                      tuple(Value(remap[v.node], v.index) for v in n.inputs),
+                                      n.attrs, n.types))
         kept = {n.attr("name") for n in nodes if n.op == "weight"}
         weights = {k: v for k, v in self.weights.items() if k in kept}
         graph = Graph(tuple(nodes), tuple(Value(remap[v.node], v.index) for v in outs),

@@ -72,6 +72,7 @@ from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, GraphBuilder, Value
 from superopt.ir.opdef import ELEMENTWISE, MOVEMENT, get_op
 from superopt.ir.passes import Origin, identity_origin
+from superopt.ir.types import TensorType
 from superopt.rewrite.cost import AdditiveCost, CostFunction, SimOpCost, create_cost
 from superopt.rewrite.match import Matcher
 from superopt.substitutions.egraph import VAR, BudgetExceeded, EGraph
@@ -183,6 +184,11 @@ class _Loaded:
     roots: list[int]
     leaf_of: dict[int, int] = field(default_factory=dict)  # e-node id -> input node id
     orig_of: dict[int, int] = field(default_factory=dict)  # e-node id -> input node id
+    # Filled as `_build` needs them (the e-graph no longer changes by then): each e-node's
+    # output types (type inference is most of a build's time otherwise), and the input's
+    # source names.
+    out_types: dict[int, tuple[TensorType, ...]] = field(default_factory=dict)
+    names: frozenset[str] | None = None
 
 
 def _load(graph: Graph, eg: EGraph) -> _Loaded:
@@ -1121,13 +1127,17 @@ def _build(ld: _Loaded, graph: Graph, pick: Mapping[int, int], folded: bool = Fa
     for c in reversed(order):
         if c in needed and c not in as_weight:
             needed.update(eg.find(k) for k in eg.nodes[pick[c]].children)
-    names = {n.attr("name") for n in graph.nodes if n.is_named_source}
+    if ld.names is None:
+        ld.names = frozenset(n.attr("name") for n in graph.nodes if n.is_named_source)
+    names = ld.names
+    out_types = ld.out_types
     b = GraphBuilder(graph.name)
     value: dict[int, Value] = {}
     made: dict[int, set[int]] = {}  # builder node id -> input node ids
     equal_input: dict[int, set[int]] = {}
-    for i, nid in ld.orig_of.items():
-        equal_input.setdefault(eg.find(i), set()).add(nid)
+    if not folded:
+        for i, nid in ld.orig_of.items():
+            equal_input.setdefault(eg.find(i), set()).add(nid)
     for c in order:
         if c not in needed:
             continue
@@ -1145,8 +1155,11 @@ def _build(ld: _Loaded, graph: Graph, pick: Mapping[int, int], folded: bool = Fa
             data = graph.weights.get(src.attr("name")) if src.op == "weight" else None
             v = b.recreate(src, (), (), data)[0]
         else:
+            types = out_types.get(i)
+            if types is None:
+                types = out_types[i] = eg.output_types(i)
             v = b.add_typed(n.op, [value[eg.find(k)] for k in n.children], n.attrs,
-                            eg.output_types(i))[n.output]
+                            types)[n.output]
         value[c] = v
         if not folded:
             from_input = {ld.orig_of[i]} if i in ld.orig_of else equal_input.get(c, set())
