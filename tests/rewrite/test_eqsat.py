@@ -19,12 +19,16 @@ from superopt.rewrite.cost import AdditiveCost, CostFunction, FlopsCost
 from superopt.rewrite.eqsat import (
     EqsatError,
     EqsatOptions,
+    _directions,
     _greedy,
     _ilp,
+    _load,
+    _saturate,
     _Space,
     eqsat_optimize,
 )
 from superopt.substitutions import parse_rules
+from superopt.substitutions.egraph import EGraph
 
 SCALE_RULES = [r for r in starter_rules() if r.name.startswith("scale_")]
 
@@ -843,3 +847,55 @@ def test_sites_alike_are_one_move_and_sites_of_other_shapes_another() -> None:
     assert sorted(widths) == [16, 32]
     assert {c: i for ch in alike for c, i in ch.items()} == {
         c: i for ch in singles for c, i in ch.items()}
+
+
+
+_FOLD_RULES = (
+    "fold: (matmul (relu ?x) (tanh ?w)) => (matmul (relu ?x) (neg (neg (tanh ?w))))"
+    " if rank(?w) == 2\n"
+    "fold2: (matmul (relu ?x) (tanh ?w1)) ; (matmul (relu ?x) (tanh ?w2)) => "
+    "(matmul (relu ?x) (neg (neg (tanh ?w1)))) ; (matmul (relu ?x) (neg (neg (tanh ?w2))))"
+    " if rank(?w1) == 2 and rank(?w2) == 2 and dim(?w1, 0) > 0\n"
+    "fold2_more: (matmul (relu ?x) (tanh ?w1)) ; (matmul (relu ?x) (tanh ?w2)) => "
+    "(matmul (relu ?x) (neg (neg (tanh ?w1)))) ; (matmul (relu ?x) (neg (neg (tanh ?w2))))"
+    " if rank(?w1) == 2\n"
+    "fold2_or: (matmul (relu ?x) (tanh ?w1)) ; (matmul (relu ?x) (tanh ?w2)) => "
+    "(matmul (relu ?x) (neg (neg (tanh ?w1)))) ; (matmul (relu ?x) (neg (neg (tanh ?w2))))"
+    " if rank(?w1) == 2 and rank(?w2) == 2 or rank(?x) == 3\n")
+
+
+def test_a_rule_that_applies_a_one_output_rule_to_each_source_is_left_out() -> None:
+    """fold2 states fold at two matches at once, asking at least fold's condition of
+    each: in an e-graph it adds fold's terms, nothing else. fold2_more asks less of its
+    second source than fold does (no rank), fold2_or's condition is not a conjunction:
+    both stay, as does a merge (its target is one matmul, no one-output rewrite)."""
+    rules = [*parse_rules(_FOLD_RULES), *_merge_rule()]
+    assert {d.rule.name for d in _directions(Matcher(rules))} == {
+        "fold", "fold2_more", "fold2_or", "merge"}
+    # The starter library: the RMS-norm folds of two and three matmuls are left out, no
+    # merge of siblings.
+    starter = Matcher(starter_rules())
+    several = {r.name for r in starter.rules if len(r.source) > 1}
+    assert several - {d.rule.name for d in _directions(starter)} == {
+        "fold_rms_norm_weight2", "fold_rms_norm_weight3"}
+
+
+def test_leaving_out_a_product_rule_saturates_to_the_same_e_graph() -> None:
+    """With fold alone and with fold and fold2, the saturated e-graphs of a relu read by
+    three matmuls have the same e-nodes and classes."""
+    from superopt.substitutions.covers import _direction
+
+    b = GraphBuilder("three")
+    x = b.relu(b.input("x", (8, 16)))
+    g = b.build([b.matmul(x, b.tanh(b.weight(f"w{i}", (16, 4)))) for i in range(3)])
+    fold, fold2 = parse_rules(_FOLD_RULES)[:2]
+    sizes = []
+    for rules in ([fold], [fold, fold2]):
+        eg = EGraph(max_nodes=10_000)
+        _load(g, eg)
+        _, stopped, _ = _saturate(eg, [_direction(r, True) for r in rules], EqsatOptions(),
+                                   {})
+        assert stopped == "saturated"
+        sizes.append((len(eg), len(eg.members)))
+    assert sizes[0] == sizes[1]
+    assert sizes[0][0] == len(g) + 3 * 3  # fold at each matmul: two negs and a matmul
