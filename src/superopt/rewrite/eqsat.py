@@ -2,7 +2,8 @@
 
 Yang et al., "Equality Saturation for Tensor Graph Superoptimization", MLSys 2021. The
 model graph goes into an e-graph (`superopt.substitutions.egraph`: typed e-classes, one
-e-node per op output), the same rule directions the backtracking search matches are
+e-node per op output), the same rule directions the backtracking search matches (less
+those that only apply a one-output rule at several matches at once, `_products`) are
 applied to every match at once, iteration after iteration, until nothing new is added
 (saturated) or a limit is hit (e-nodes, wall time, iterations). Then one e-node per needed
 e-class is extracted:
