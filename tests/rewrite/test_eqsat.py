@@ -849,7 +849,6 @@ def test_sites_alike_are_one_move_and_sites_of_other_shapes_another() -> None:
         c: i for ch in singles for c, i in ch.items()}
 
 
-
 _FOLD_RULES = (
     "fold: (matmul (relu ?x) (tanh ?w)) => (matmul (relu ?x) (neg (neg (tanh ?w))))"
     " if rank(?w) == 2\n"
