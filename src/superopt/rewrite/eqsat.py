@@ -78,7 +78,7 @@ from superopt.ir.types import TensorType
 from superopt.rewrite.cost import AdditiveCost, CostFunction, SimOpCost, create_cost
 from superopt.rewrite.match import Matcher
 from superopt.substitutions.egraph import VAR, BudgetExceeded, EGraph
-from superopt.substitutions.pattern import AExpr, AVar, Pattern, PNode, PVar
+from superopt.substitutions.pattern import PatternError, compile_expr
 from superopt.substitutions.rule import Rule
 
 EXTRACTIONS = ("greedy", "ilp")
@@ -230,65 +230,44 @@ def _directions(matcher: Matcher) -> list[Any]:
 _VAR_RE = re.compile(r"\?([A-Za-z_][A-Za-z0-9_]*)")
 
 
-def _renamed(pats: Sequence[Pattern], names: dict[str, str]) -> tuple[Pattern, ...]:
-    """`pats` with every variable (tensor, attribute, and in computed attributes) named
-    by its first appearance, numbering on from `names` (updated)."""
+def _output_rewrite(r: Rule, k: int) -> tuple[str, frozenset[str], bool] | None:
+    """Output `k` of rule `r` as a rule of its own, its text with the variables named by
+    first appearance; the conjuncts of the condition's top-level `and` that read only
+    its variables (renamed, as `ast.unparse` writes them); and whether every conjunct
+    does. None when that output is no rule alone (its target reads a variable another
+    source binds, as a merge's does) or the condition does not parse."""
+    import ast
+    import copy
 
-    def name(v: str) -> str:
-        return names.setdefault(v, f"v{len(names)}")
+    from superopt.substitutions.text import format_rule
 
-    def text(t: str) -> str:
-        return _VAR_RE.sub(lambda m: "?" + name(m.group(1)), t)
-
-    def attr(a: Any) -> Any:
-        if isinstance(a, AVar):
-            return AVar(name(a.name))
-        return AExpr(text(a.text)) if isinstance(a, AExpr) else a
-
-    def pat(p: Pattern) -> Pattern:
-        if isinstance(p, PVar):
-            return PVar(name(p.name))
-        attrs = tuple((k, attr(a)) for k, a in p.attrs)
-        return PNode(p.op, attrs, tuple(pat(c) for c in p.children), p.output)
-
-    return tuple(pat(p) for p in pats)
-
-
-def _conjuncts(condition: str | None) -> list[str]:
-    """A condition's parts joined by a top-level `and` (one part if it has a top-level
-    `or`, whose precedence would make the split wrong)."""
-    if not condition:
-        return []
-    parts: list[str] = []
-    depth, start, k = 0, 0, 0
-    text = condition
-    while k < len(text):
-        ch = text[k]
-        depth += (ch in "([{") - (ch in ")]}")
-        if depth == 0 and text.startswith(" or ", k):
-            return [condition.strip()]
-        if depth == 0 and text.startswith(" and ", k):
-            parts.append(text[start:k].strip())
-            start = k = k + 5
-            continue
-        k += 1
-    parts.append(text[start:].strip())
-    return parts
-
-
-def _output_rewrite(r: Rule, k: int) -> tuple[tuple[Pattern, ...], frozenset[str], bool]:
-    """Output `k` of rule `r` with its variables named by first appearance: (source,
-    target), the condition's conjuncts over those variables only, and whether every
-    conjunct was."""
+    try:
+        text = format_rule(Rule("_", (r.source[k],), (r.target[k],))).split(":", 1)[1]
+    except PatternError:
+        return None
     names: dict[str, str] = {}
-    key = (*_renamed((r.source[k],), names), *_renamed((r.target[k],), names))
+    key = _VAR_RE.sub(lambda m: "?" + names.setdefault(m.group(1), f"v{len(names)}"), text)
+    if not r.condition:
+        return key, frozenset(), True
+    try:
+        body = compile_expr(r.condition).body
+    except PatternError:
+        return None
+    parts = body.values if isinstance(body, ast.BoolOp) and isinstance(body.op, ast.And) \
+        else [body]
     has: set[str] = set()
     every = True
-    for c in _conjuncts(r.condition):
-        if set(_VAR_RE.findall(c)) <= names.keys():
-            has.add(_VAR_RE.sub(lambda m: "?" + names[m.group(1)], c))
-        else:
+    for part in parts:
+        variables = [n for n in ast.walk(part) if isinstance(n, ast.Name)
+                     and n.id.startswith("v_")]  # `compile_expr` writes ?x as v_x
+        if not {n.id[2:] for n in variables} <= names.keys():
             every = False
+            continue
+        part = copy.deepcopy(part)
+        for n in ast.walk(part):
+            if isinstance(n, ast.Name) and n.id.startswith("v_"):
+                n.id = "v_" + names[n.id[2:]]
+        has.add(ast.unparse(part))
     return key, frozenset(has), every
 
 
@@ -301,16 +280,15 @@ def _products(dirs: list[Any]) -> list[Any]:
     consing (for the backtracking search it is a different step, a graph with both
     matmuls folded at once). Matching its pairs and triples of sources took 8,000 matches
     in an iteration on llama3_2_1b."""
-    singles: dict[tuple[Pattern, ...], list[frozenset[str]]] = {}
+    singles: dict[str, list[frozenset[str]]] = {}
     for d in dirs:
-        if len(d.rule.source) == 1:
-            key, needs, every = _output_rewrite(d.rule, 0)
-            if every:
-                singles.setdefault(key, []).append(needs)
+        got = _output_rewrite(d.rule, 0) if len(d.rule.source) == 1 else None
+        if got is not None and got[2]:
+            singles.setdefault(got[0], []).append(got[1])
 
     def covered(r: Rule, k: int) -> bool:
-        key, has, _ = _output_rewrite(r, k)
-        return any(needs <= has for needs in singles.get(key, ()))
+        got = _output_rewrite(r, k)
+        return got is not None and any(needs <= got[1] for needs in singles.get(got[0], ()))
 
     return [d for d in dirs
             if len(d.rule.source) == 1 or not all(covered(d.rule, k)
