@@ -898,3 +898,37 @@ def test_leaving_out_a_product_rule_saturates_to_the_same_e_graph() -> None:
         sizes.append((len(eg), len(eg.members)))
     assert sizes[0] == sizes[1]
     assert sizes[0][0] == len(g) + 3 * 3  # fold at each matmul: two negs and a matmul
+
+
+def test_a_space_priced_like_another_is_the_space_built_afresh() -> None:
+    """The proxies' spaces share the first one's classes and e-nodes (`_space(like=)`):
+    each must equal the space walked afresh under its own cost, and the weight-only
+    classes (a worklist) must be the least fixpoint of their definition: a weight, or an
+    e-node over weight-only classes only."""
+    from superopt.rewrite.cost import SimCost
+    from superopt.rewrite.eqsat import VAR, _extraction_costs
+    from superopt.rewrite.eqsat import _space as space
+
+    g = _inception_block()
+    eg, ld, _, first, _ = _saturated_space(g, starter_rules())
+    costs = _extraction_costs(SimCost())
+    assert len(costs) > 1 and all(c.fold == costs[0].fold for c in costs)
+    prices = set()
+    for cost in costs:
+        fresh = space(ld, g, cost)
+        shared = space(ld, g, cost, like=first)
+        for name in ("classes", "nodes", "kids", "cost", "rep", "cls_of", "users",
+                     "weight_only"):
+            assert getattr(shared, name) == getattr(fresh, name), name
+        prices.add(tuple(sorted(fresh.cost.items())))
+    assert len(prices) > 1  # the proxies price this block differently
+    wo = {eg.find(i) for i, nid in ld.leaf_of.items() if g.nodes[nid].op != "input"}
+    while True:  # the definition, swept until nothing changes
+        more = {c for c in first.classes if c not in wo and any(
+            eg.nodes[i].op != VAR and all(k in wo for k in first.kids[i])
+            for i in first.nodes[c])}
+        if not more:
+            break
+        wo |= more
+    assert first.weight_only == frozenset(wo)
+    assert len(wo) > sum(g.nodes[nid].op != "input" for nid in ld.leaf_of.values())

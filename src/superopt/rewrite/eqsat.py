@@ -433,6 +433,7 @@ class _Space:
     cls_of: dict[int, int] = field(default_factory=dict)  # e-node id -> its class
     users: dict[int, list[int]] = field(default_factory=dict)  # class -> e-nodes reading it
     rep: dict[int, int] = field(default_factory=dict)  # any e-node id -> the one kept of its kind
+    weight_only: frozenset[int] = frozenset()  # classes whose values are weights' alone
 
     def __post_init__(self) -> None:
         if not self.cls_of:
@@ -445,7 +446,7 @@ class _Space:
     def repriced(self, cost: dict[int, float]) -> _Space:
         """The same e-graph under other e-node costs."""
         return _Space(self.classes, self.nodes, self.kids, cost, self.cls_of, self.users,
-                      self.rep)
+                      self.rep, self.weight_only)
 
 
 class FusedOpCost(AdditiveCost):
@@ -502,10 +503,46 @@ def _extraction_costs(cost: CostFunction) -> list[AdditiveCost]:
             FusedOpCost(proxies[0], 0.05, vector=True)]
 
 
-def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost, tie: float = 0.0) -> _Space:
+def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost, tie: float = 0.0,
+           like: _Space | None = None) -> _Space:
     """The extraction problem under `cost`; an e-node a rule made costs `tie` more than
     the proxy says, so that where the proxy cannot tell two terms apart the input's
-    stays (`TIE_S`)."""
+    stays (`TIE_S`). `like`: this e-graph's space under another cost with the same
+    `fold`, whose classes, e-nodes and weight-only classes are taken as they are (only
+    the prices differ; walking the e-graph was most of the time: llama3_2_1b's four
+    proxies took 1.9-4.3 s)."""
+    eg = ld.eg
+    if like is not None:
+        order, nodes, kids = like.classes, like.nodes, like.kids
+        rep, wo = like.rep, set(like.weight_only)
+    else:
+        order, nodes, kids, rep, wo = _structure(ld, graph, cost.fold)
+    prices: dict[int, float] = {}
+    for c in order:
+        for i in nodes[c]:
+            n = eg.nodes[i]
+            if n.op == VAR or (cost.fold and c in wo and all(k in wo for k in kids[i])):
+                prices[i] = 0.0
+                continue
+            ins = tuple(eg.type_of(k) for k in n.children)
+            try:
+                outs = tuple(get_op(n.op).shape(ins, dict(n.attrs)))
+                flags = tuple(eg.find(k) in wo for k in n.children)
+                p = cost.op_cost(n.op, n.attrs, ins, outs, flags) / max(len(outs), 1)
+            except (IRError, ValueError, KeyError, TypeError, ZeroDivisionError):
+                p = math.inf
+            # A multi-output op (split) is one e-node per output: each carries its share.
+            prices[i] = p + (tie if i not in ld.orig_of else 0.0) \
+                if math.isfinite(p) and p >= 0 else math.inf
+    if like is not None:
+        return like.repriced(prices)
+    return _Space(order, nodes, kids, prices, rep=rep, weight_only=frozenset(wo))
+
+
+def _structure(ld: _Loaded, graph: Graph, fold: bool) -> tuple[
+        list[int], dict[int, list[int]], dict[int, tuple[int, ...]], dict[int, int], set[int]]:
+    """`_space`'s classes (from the roots down), their distinct e-nodes, each one's
+    operand classes, each e-node's representative, and the weight-only classes."""
     eg = ld.eg
     weights = {i for i, nid in ld.leaf_of.items() if graph.nodes[nid].op != "input"}
     # Weight-only classes (with `fold`, their values are computed once, for free): a class
@@ -526,6 +563,7 @@ def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost, tie: float = 0.0) -> _
     nodes: dict[int, list[int]] = {}
     kids: dict[int, tuple[int, ...]] = {}
     rep: dict[int, int] = {}
+    readers: dict[int, list[int]] = {}  # class -> the classes with an e-node reading it
     for c in order:
         keys: dict[Any, int] = {}
         for i in eg.members[c]:
@@ -537,33 +575,25 @@ def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost, tie: float = 0.0) -> _
                 continue
             nodes.setdefault(c, []).append(i)
             kids[i] = tuple(dict.fromkeys(canon))
-    if cost.fold:
-        changed = True
-        while changed:
-            changed = False
-            for c in order:
-                if c not in wo and any(eg.nodes[i].op != VAR and all(k in wo for k in kids[i])
-                                       for i in nodes[c]):
-                    wo.add(c)
-                    changed = True
-    prices: dict[int, float] = {}
-    for c in order:
-        for i in nodes[c]:
-            n = eg.nodes[i]
-            if n.op == VAR or (cost.fold and c in wo and all(k in wo for k in kids[i])):
-                prices[i] = 0.0
-                continue
-            ins = tuple(eg.type_of(k) for k in n.children)
-            try:
-                outs = tuple(get_op(n.op).shape(ins, dict(n.attrs)))
-                flags = tuple(eg.find(k) in wo for k in n.children)
-                p = cost.op_cost(n.op, n.attrs, ins, outs, flags) / max(len(outs), 1)
-            except (IRError, ValueError, KeyError, TypeError, ZeroDivisionError):
-                p = math.inf
-            # A multi-output op (split) is one e-node per output: each carries its share.
-            prices[i] = p + (tie if i not in ld.orig_of else 0.0) \
-                if math.isfinite(p) and p >= 0 else math.inf
-    return _Space(order, nodes, kids, prices, rep=rep)
+            for k in kids[i]:
+                readers.setdefault(k, []).append(c)
+    if fold:
+        # A worklist: a class is looked at again only when one of its operand classes
+        # became weight-only (sweeping every class until nothing changed was most of
+        # this function's time on llama3_2_1b).
+        work = deque(order)
+        queued = set(order)
+        while work:
+            c = work.popleft()
+            queued.discard(c)
+            if c not in wo and any(eg.nodes[i].op != VAR and all(k in wo for k in kids[i])
+                                   for i in nodes[c]):
+                wo.add(c)
+                for r in readers.get(c, ()):
+                    if r not in wo and r not in queued:
+                        queued.add(r)
+                        work.append(r)
+    return order, nodes, kids, rep, wo
 
 
 def _greedy(sp: _Space) -> dict[int, int]:
@@ -1460,8 +1490,10 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
         return got
 
     tie = 0.0 if isinstance(cost_fn, AdditiveCost) else TIE_S
+    shapes: dict[bool, _Space] = {}  # the first space per `fold`, the others' `like`
     for ext in ext_costs:
-        spaces[ext.name] = _space(ld, graph, ext, tie)
+        spaces[ext.name] = _space(ld, graph, ext, tie, like=shapes.get(ext.fold))
+        shapes.setdefault(ext.fold, spaces[ext.name])
     workers = opts.workers or _cores()
     solved: list[tuple[dict[int, int] | None, str]] = [(None, "")] * len(ext_costs)
     if opts.extraction == "ilp":
