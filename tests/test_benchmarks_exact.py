@@ -33,3 +33,15 @@ def test_search_speedups_are_exact_times_of_the_measured_best() -> None:
     # The curve never counts a noisy minimum: each point is an exact time, and the best
     # measured candidate can be slower in exact time than one found earlier.
     assert all(c > 0 for c in r["curve"])
+
+
+def test_eqsat_reaches_backtracking_at_the_first_graph_as_fast() -> None:
+    """`reached_backtracking_s`: the first time on the anytime curve whose cost is at most
+    backtracking's (up to the pricing's 1e-9), never a later one, None if never."""
+    eqsat = _module("eqsat")
+    curve = ((0.0, 10.0), (1.5, 8.0), (2.0, 7.5), (9.0, 7.0))
+    assert eqsat._reached(curve, 8.0) == 1.5
+    assert eqsat._reached(curve, 8.0 * (1 - 1e-12)) == 1.5  # within the pricing's noise
+    assert eqsat._reached(curve, 7.9) == 2.0
+    assert eqsat._reached(curve, 10.0) == 0.0  # backtracking found nothing better
+    assert eqsat._reached(curve, 6.9) is None

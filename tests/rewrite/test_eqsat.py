@@ -7,6 +7,7 @@ import functools
 import itertools
 import json
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -226,6 +227,12 @@ def test_eqsat_is_no_worse_than_backtracking_on_squeezenet_under_the_simulator()
     assert bt.cost_after < bt.cost_before  # a gain exists to be found
     assert eq.cost_after <= bt.cost_after * (1 + 1e-9)
     assert check_values(g, eq.graph).ok
+    # The anytime curve: from the input's cost at 0 s down to the result's, each entry
+    # later and cheaper than the last, all within the search's time.
+    assert eq.progress[0] == (0.0, eq.cost_before) and eq.progress[-1][1] == eq.cost_after
+    assert len(eq.progress) >= 2  # the result is cheaper than the input
+    assert all(a[0] <= b[0] <= eq.seconds and a[1] > b[1]
+               for a, b in itertools.pairwise(eq.progress))
 
 
 def test_optimize_cli_search_eqsat(tmp_path) -> None:
@@ -712,7 +719,6 @@ def test_saturation_tries_each_match_once_by_classes(monkeypatch) -> None:
 
 def test_a_forked_climb_returns_its_value_or_none_when_it_dies_or_overruns() -> None:
     import os
-    import time
 
     from superopt.rewrite.eqsat import _Forked
 
@@ -733,8 +739,11 @@ def test_both_climbs_count_whether_side_by_side_or_in_turn(monkeypatch) -> None:
     from superopt.rewrite.cost import SimCost
 
     def climb(ld, sp, made, pick, cost, price, deadline):
-        # The climb from the input (it starts at the input's cost) "finds" half of it.
-        return (cost * 0.5 if cost == before else cost), pick, ["with stand_in#0"], 7
+        # The climb from the input (it starts at the input's cost) "finds" half of it,
+        # at a time it reports (the forked climb's clock must be the parent's).
+        if cost == before:
+            return cost * 0.5, pick, ["with stand_in#0"], 7, [(time.perf_counter(), cost * 0.5)]
+        return cost, pick, ["with stand_in#0"], 7, []
 
     monkeypatch.setattr(eqsat, "_refine", climb)
     g = zoo.build("squeezenet")
@@ -746,6 +755,12 @@ def test_both_climbs_count_whether_side_by_side_or_in_turn(monkeypatch) -> None:
         assert r.refine_moves == 14  # both climbs reported their moves
         assert r.cost_after == pytest.approx(0.5 * before, rel=1e-12)
         assert "from the input: with stand_in" in r.ilp_status
+        # The anytime curve: the input at 0 s, then the extraction's, then the climb's
+        # half, at a time within the search's (in the child too: one clock).
+        assert r.progress[0] == (0.0, before)
+        assert r.progress[-1][1] == r.cost_after
+        assert r.progress[1][0] <= r.progress[-1][0] <= r.seconds
+        assert all(a[0] <= b[0] and a[1] > b[1] for a, b in itertools.pairwise(r.progress))
 
 
 def _saturated_space(g: Graph, rules: list) -> tuple[Any, Any, dict, _Space, dict[int, int]]:

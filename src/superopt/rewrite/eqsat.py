@@ -172,6 +172,10 @@ class EqsatResult:
     kept_input: bool
     refine_moves: int = 0  # whole-graph-priced local moves tried after extraction
     workers: int = 1  # processes it ran at once (`EqsatOptions.workers`)
+    # When the best graph so far improved: (seconds since the start, its cost), from the
+    # input's at 0 s through the extraction's to the local moves' (an anytime curve: when
+    # a result at least as good as a given one was first reached).
+    progress: tuple[tuple[float, float], ...] = ()
 
     @property
     def speedup(self) -> float:
@@ -1396,14 +1400,17 @@ def _moves(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
 
 def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
             pick: dict[int, int], cost: float,
-            price: Any, deadline: float) -> tuple[float, dict[int, int], list[str], int]:
+            price: Any, deadline: float
+            ) -> tuple[float, dict[int, int], list[str], int, list[tuple[float, float]]]:
     """Hill-climb an extraction (complete: a choice in every class) by `_moves`, each
     priced with the whole-graph cost and kept when faster, until a pass keeps nothing
     or the deadline passes. Then, as the backtracking search's `alpha` lets it, each
     whole-rule move that costs at most `PIVOT` times more is taken anyway and climbed
     from; kept if that ends faster. Returns the cost, the extraction, the moves kept,
-    the moves tried. A move that closes a cycle is skipped (`_build` refuses it)."""
+    the moves tried, and when each move was kept (`time.perf_counter()`) with the cost
+    it reached. A move that closes a cycle is skipped (`_build` refuses it)."""
     tried = 0
+    trace: list[tuple[float, float]] = []
 
     def attempt(trial: dict[int, int]) -> float:
         nonlocal tried
@@ -1413,8 +1420,8 @@ def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
         except EqsatError:
             return math.inf
 
-    def climb(pick: dict[int, int], cost: float, kept: list[str]
-              ) -> tuple[float, dict[int, int], list[str]]:
+    def climb(pick: dict[int, int], cost: float, kept: list[str],
+              trace: list[tuple[float, float]]) -> tuple[float, dict[int, int], list[str]]:
         while time.perf_counter() < deadline:
             better = False
             for _, label, change in _moves(ld, sp, made, pick):
@@ -1425,11 +1432,12 @@ def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
                 if t < cost * (1 - (MIN_GAIN_SITE if "#" in label else MIN_GAIN)):
                     cost, pick, better = t, trial, True
                     kept = [*kept, label]
+                    trace.append((time.perf_counter(), cost))
             if not better:
                 break
         return cost, pick, kept
 
-    cost, pick, kept = climb(pick, cost, [])
+    cost, pick, kept = climb(pick, cost, [], trace)
     pivoted = True
     while pivoted and time.perf_counter() < deadline:
         pivoted = False
@@ -1440,12 +1448,14 @@ def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
             t = attempt(trial)
             if t > cost * PIVOT:
                 continue
-            got = climb(trial, t, [*kept, label])
+            steps: list[tuple[float, float]] = []
+            got = climb(trial, t, [*kept, label], steps)
             if got[0] < cost * (1 - MIN_GAIN_SITE):
                 cost, pick, kept = got
+                trace += steps  # only a pivot kept counts: the others were abandoned
                 pivoted = True
                 break
-    return cost, pick, kept, tried
+    return cost, pick, kept, tried, trace
 
 
 # ---- the optimizer --------------------------------------------------------------------
@@ -1510,6 +1520,9 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
         return price(pick), ext, pick, status
 
     best = min((extract(k) for k in range(len(ext_costs))), key=lambda b: b[0])
+    # (seconds since the start, a cost reached then): the input's, the extraction's,
+    # then each climb's kept moves (the forked climb's clock is this one's: monotonic).
+    reached = [(0.0, before), (time.perf_counter() - t0, best[0])]
     refined = 0
     t_refine = time.perf_counter()
     if not isinstance(cost_fn, AdditiveCost):
@@ -1530,7 +1543,8 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
                                  if i in sp.rep}}
         starts = ((pick, t, "extraction"), (as_input, before, "input"))
 
-        def climb(k: int, deadline: float) -> tuple[float, dict[int, int], list[str], int]:
+        def climb(k: int, deadline: float
+                  ) -> tuple[float, dict[int, int], list[str], int, list[tuple[float, float]]]:
             start, cost0, _ = starts[k]
             return _refine(ld, sp, made, {**greedy, **start}, cost0, price, deadline)
 
@@ -1545,8 +1559,9 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
         for (_, _, label), got_climb in zip(starts, climbs, strict=True):
             if got_climb is None:
                 continue  # the child died or ran past its limit: that climb found nothing
-            got_t, got, notes, n = got_climb
+            got_t, got, notes, n, trace = got_climb
             refined += n
+            reached += [(at - t0, c) for at, c in trace]
             if got_t < best[0]:
                 kept = Counter(note.split("#")[0] for note in notes)
                 best = (got_t, ext, got,
@@ -1569,4 +1584,14 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
         stopped=stopped, ilp_status=status, applied=MappingProxyType(dict(applied)),
         used=MappingProxyType(dict(used)),
         saturate_s=t1 - t0, extract_s=t2 - t1, seconds=time.perf_counter() - t0,
-        kept_input=kept, refine_moves=refined, workers=workers)
+        kept_input=kept, refine_moves=refined, workers=workers,
+        progress=_progress(reached))
+
+
+def _progress(reached: Iterable[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+    """(seconds, cost) reached, in time order, kept where the cost is the least yet."""
+    out: list[tuple[float, float]] = []
+    for at, cost in sorted(reached):
+        if not out or cost < out[-1][1]:
+            out.append((at, cost))
+    return tuple(out)
