@@ -48,7 +48,8 @@ values are free with the cost's `fold` (a compiler computes them once), so a mov
 is priced as built folded (`_build(folded=True)`: same cost, a third of the time) and
 only the result is built in full. The result is
 never costlier than the input under the search cost: if nothing beats it, the input is
-kept and `kept_input` says so.
+kept and `kept_input` says so. `progress` is the anytime curve: when the best graph so
+far improved (the extraction's, then each kept move's), and to what cost.
 
 The result has the backtracking search's shape (graph, origin, costs, seconds), so both
 are plan sources for the tuner's rewrite pass (`superopt.xtat.passes.plan`). Its origin
