@@ -519,7 +519,7 @@ def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost, tie: float = 0.0,
     eg = ld.eg
     if like is not None:
         order, nodes, kids = like.classes, like.nodes, like.kids
-        rep, wo = like.rep, set(like.weight_only)
+        rep, wo = like.rep, like.weight_only
     else:
         order, nodes, kids, rep, wo = _structure(ld, graph, cost.fold)
     prices: dict[int, float] = {}
@@ -541,11 +541,17 @@ def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost, tie: float = 0.0,
                 if math.isfinite(p) and p >= 0 else math.inf
     if like is not None:
         return like.repriced(prices)
-    return _Space(order, nodes, kids, prices, rep=rep, weight_only=frozenset(wo))
+    return _Space(order, nodes, kids, prices, rep=rep, weight_only=wo)
+
+
+# A climb's result (`_refine`): cost, extraction, moves kept, moves tried, and when each
+# kept move was kept with the cost it reached.
+_Climbed = tuple[float, dict[int, int], list[str], int, list[tuple[float, float]]]
 
 
 def _structure(ld: _Loaded, graph: Graph, fold: bool) -> tuple[
-        list[int], dict[int, list[int]], dict[int, tuple[int, ...]], dict[int, int], set[int]]:
+        list[int], dict[int, list[int]], dict[int, tuple[int, ...]], dict[int, int],
+        frozenset[int]]:
     """`_space`'s classes (from the roots down), their distinct e-nodes, each one's
     operand classes, each e-node's representative, and the weight-only classes."""
     eg = ld.eg
@@ -598,7 +604,7 @@ def _structure(ld: _Loaded, graph: Graph, fold: bool) -> tuple[
                     if r not in wo and r not in queued:
                         queued.add(r)
                         work.append(r)
-    return order, nodes, kids, rep, wo
+    return order, nodes, kids, rep, frozenset(wo)
 
 
 def _greedy(sp: _Space) -> dict[int, int]:
@@ -1401,8 +1407,7 @@ def _moves(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
 
 def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
             pick: dict[int, int], cost: float,
-            price: Any, deadline: float
-            ) -> tuple[float, dict[int, int], list[str], int, list[tuple[float, float]]]:
+            price: Any, deadline: float) -> _Climbed:
     """Hill-climb an extraction (complete: a choice in every class) by `_moves`, each
     priced with the whole-graph cost and kept when faster, until a pass keeps nothing
     or the deadline passes. Then, as the backtracking search's `alpha` lets it, each
@@ -1422,7 +1427,7 @@ def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
             return math.inf
 
     def climb(pick: dict[int, int], cost: float, kept: list[str],
-              trace: list[tuple[float, float]]) -> tuple[float, dict[int, int], list[str]]:
+              steps: list[tuple[float, float]]) -> tuple[float, dict[int, int], list[str]]:
         while time.perf_counter() < deadline:
             better = False
             for _, label, change in _moves(ld, sp, made, pick):
@@ -1433,7 +1438,7 @@ def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
                 if t < cost * (1 - (MIN_GAIN_SITE if "#" in label else MIN_GAIN)):
                     cost, pick, better = t, trial, True
                     kept = [*kept, label]
-                    trace.append((time.perf_counter(), cost))
+                    steps.append((time.perf_counter(), cost))
             if not better:
                 break
         return cost, pick, kept
@@ -1544,8 +1549,7 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
                                  if i in sp.rep}}
         starts = ((pick, t, "extraction"), (as_input, before, "input"))
 
-        def climb(k: int, deadline: float
-                  ) -> tuple[float, dict[int, int], list[str], int, list[tuple[float, float]]]:
+        def climb(k: int, deadline: float) -> _Climbed:
             start, cost0, _ = starts[k]
             return _refine(ld, sp, made, {**greedy, **start}, cost0, price, deadline)
 
