@@ -4,7 +4,7 @@ Per zoo model: the input's and each search's result's simulated time (TPU v4 sim
 default compiler, weight-only computations folded) and FLOPs, and each search's wall time:
 backtracking (`superopt.rewrite.optimize`, sim cost, budget 40, 300 s limit, as
 `benchmarks/optimize.py` ran it), eqsat with greedy extraction and with ILP extraction
-(`superopt.rewrite.eqsat`, defaults: 50,000 e-nodes, 60 s saturation, 12 iterations,
+(`superopt.rewrite.eqsat`, defaults: 50,000 e-nodes, 60 s saturation, 6 iterations,
 backoff scheduling, 20 s of simulator-priced local moves after extraction, the four
 proxies' ILP solves and the moves' two climbs side by side on the cores it may use).
 Both searches use the verified starter library and the sim cost. The eqsat graphs' values

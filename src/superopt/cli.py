@@ -606,6 +606,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(HiGHS, default) or greedy per e-class")
     p.add_argument("--node-limit", type=int, default=50_000, metavar="N",
                    help="with --search eqsat: stop saturating at N e-nodes (default 50000)")
+    p.add_argument("--iter-limit", type=int, default=6, metavar="N",
+                   help="with --search eqsat: stop saturating after N iterations (default 6)")
     p.add_argument("--ilp-time-limit", type=float, default=60.0, metavar="S",
                    help="with --search eqsat: HiGHS time limit per extraction (default 60; "
                         "at the limit its best solution so far is used)")

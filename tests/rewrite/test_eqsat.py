@@ -252,6 +252,13 @@ def test_optimize_cli_search_eqsat(tmp_path) -> None:
     assert doc["cost_after"] < doc["cost_before"] and doc["stopped"] == "saturated"
     assert main(["optimize", str(p), "--search", "eqsat", "--node-limit", "0",
                  "--repeats", "0"]) == 2
+    # One iteration does not reach the fixpoint the default reached above.
+    assert main(["optimize", str(p), "--search", "eqsat", "--cost", "flops", "--rules",
+                 str(rules), "--repeats", "0", "--iter-limit", "1", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["stopped"] == "iterations" and doc["iterations"] == 1
+    assert main(["optimize", str(p), "--search", "eqsat", "--iter-limit", "0",
+                 "--repeats", "0"]) == 2
 
 
 def _inception_block() -> Graph:

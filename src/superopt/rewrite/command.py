@@ -185,6 +185,7 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
     from superopt.rewrite.fold import runtime_ops
 
     opts = EqsatOptions(extraction=args.extraction, node_limit=args.node_limit,
+                        iter_limit=args.iter_limit,
                         time_limit=args.time_limit, ilp_time_limit=args.ilp_time_limit,
                         refine_limit=args.refine_limit, workers=args.workers)
     with console.status(f"equality saturation on {graph.name}, then {args.extraction} "
