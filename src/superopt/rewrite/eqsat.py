@@ -124,11 +124,12 @@ class EqsatOptions:
     node_limit: int = 50_000
     time_limit: float = 60.0
     # Every zoo model but four saturates in at most 5 iterations. Past the 6th, the four
-    # transformers (llama3_2_1b, t5_small_encoder, bert_base, bert_small) only re-apply
-    # rules back from a rest (llama3_2_1b's 11th: 1,688 RMS-norm weight folds) that no
-    # extraction used: at 12, the same graphs on all 17 zoo models at an equal number of
-    # pricings, 5,100 more e-nodes on llama3_2_1b and 3.2-4.8 s of saturation there against
-    # 1.5-1.7 s.
+    # transformers (llama3_2_1b, t5_small_encoder, bert_base, bert_small) add terms no
+    # extraction used: the attention scale moved on through the merged projections' splits
+    # and concats one step an iteration, and rules back from a rest (llama3_2_1b's 11th:
+    # 1,688 RMS-norm weight folds). At 12: the same graphs on all 17 zoo models at an
+    # equal number of pricings, 5,100 more e-nodes on llama3_2_1b and 3.2-4.8 s of
+    # saturation there against 1.5-1.7 s.
     iter_limit: int = 6
     match_limit: int = 1_000
     ban_iters: int = 2
