@@ -551,11 +551,6 @@ def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost, tie: float = 0.0,
     return _Space(order, nodes, kids, prices, rep=rep, weight_only=wo)
 
 
-# A climb's result (`_refine`): cost, extraction, moves kept, moves tried, and when each
-# kept move was kept with the cost it reached.
-_Climbed = tuple[float, dict[int, int], list[str], int, list[tuple[float, float]]]
-
-
 def _structure(ld: _Loaded, graph: Graph, fold: bool) -> tuple[
         list[int], dict[int, list[int]], dict[int, tuple[int, ...]], dict[int, int],
         frozenset[int]]:
@@ -1410,6 +1405,11 @@ def _moves(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
         rank[family] += 1
     ranked.sort(key=lambda r: r[0])
     return [m for _, m in ranked]
+
+
+# A climb's result (`_refine`): cost, extraction, moves kept, moves tried, and when each
+# kept move was kept with the cost it reached.
+_Climbed = tuple[float, dict[int, int], list[str], int, list[tuple[float, float]]]
 
 
 def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
