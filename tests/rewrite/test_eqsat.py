@@ -261,6 +261,18 @@ def test_optimize_cli_search_eqsat(tmp_path) -> None:
                  "--repeats", "0"]) == 2
 
 
+def test_the_cli_defaults_are_the_options_defaults() -> None:
+    """`optimize --search eqsat`'s limits default to `EqsatOptions`' own (the parser
+    repeats them so that `--help` need not import the search)."""
+    from superopt.cli import build_parser
+
+    args = build_parser().parse_args(["optimize", "m.onnx", "--search", "eqsat"])
+    opts = EqsatOptions()
+    for name in ("extraction", "node_limit", "iter_limit", "ilp_time_limit", "refine_limit",
+                 "workers"):
+        assert getattr(args, name) == getattr(opts, name), name
+
+
 def _inception_block() -> Graph:
     """Inception's shape in small: two 1x1 convolutions of one input and an average pool
     before a third, each followed by batch norm and relu."""
