@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import math
 import os
 import re
@@ -650,12 +651,9 @@ def _ilp_many(problems: Sequence[tuple[_Space, list[int]]], time_limit: float, w
     killed `ILP_GRACE_S` past the time limit (`_forked_many`)."""
     # The solves' modules imported here, once, before the fork: imported in each child
     # they took ~0.8 s of the proxies' 1.6-1.8 s wall on inception_v3 and llama3_2_1b.
-    import networkx  # noqa: F401
-    import scipy.optimize
-    import scipy.sparse  # noqa: F401
-
-    with contextlib.suppress(ImportError):
-        import highspy  # noqa: F401
+    for module in ("networkx", "scipy.optimize", "scipy.sparse", "highspy"):
+        with contextlib.suppress(ImportError):  # highspy is optional (`_milp`)
+            importlib.import_module(module)
     got = _forked_many([functools.partial(_ilp_solve, sp, roots, time_limit)
                         for sp, roots in problems], time_limit + ILP_GRACE_S, workers)
     return [(None, f"failed: {g}") if isinstance(g, str) else g for g in got]
