@@ -1093,9 +1093,10 @@ def _highs(highspy: Any, problem: dict[str, Any]) -> tuple[Any, bool] | str:
     claimed = float(info.objective_function_value)
     if problem.get("x0") is not None and float(c @ x) > claimed + 1e-9 * max(1.0, abs(claimed)):
         # HiGHS 1.16 can hand back the start itself as its optimum while pricing the
-        # better solution it found in the presolved problem (MobileNet-V2's parts under
-        # the fused proxies: 8 of 152 solves, by ties of 1e-4 of the objective): solved
-        # again without the start, which has not been seen to happen.
+        # better solution it found in the presolved problem (MobileNet-V2's and
+        # EfficientNet-B0's parts under the fused proxies: 8 of 152 solves, by ties of
+        # 1e-4 of the objective). Such a solve runs again without the start: no solve
+        # without one has shown this.
         left = float(opts.get("time_limit", math.inf)) - h.getRunTime()
         again = {k: v for k, v in problem.items() if k != "x0"}
         again["options"] = {**opts, "time_limit": max(left, 0.5)}
