@@ -13,8 +13,8 @@ e-class is extracted:
   can miss a merge whose pay-off is sharing (Tensat's greedy extractor, same weakness).
 - `ilp`: exact DAG cost by integer programming (HiGHS, `_milp`): a binary
   per e-node and a variable per class (needed: its e-nodes' sum), the outputs' classes
-  needed, a chosen e-node's operand classes needed (`_ilp_problem`); each e-node's cost
-  counts once however often it is used. Solved
+  needed, a chosen e-node's operand classes needed and no other class (`_ilp_problem`);
+  each e-node's cost counts once however often it is used. Solved
   in parts where that is exact (`_chunks`): free classes (weights) left out, and below
   each class that dominates a part using nothing outside it, that part alone first. On
   a saturated BERT-base one solve of 28,000 e-nodes ran out of 60 s on three of the
@@ -912,7 +912,8 @@ def _ilp_problem(sp: _Space, roots: list[int], time_limit: float,
     needed), equal to the sum of its e-nodes' (at most one is chosen: with non-negative
     costs some optimum chooses one per needed class). The outputs' classes are needed;
     per class and operand class, the class's e-nodes that read it, summed, are at most
-    that class's variable. One row per pair of classes with two entries per e-node in it,
+    that class's variable; any other class is needed only if a chosen e-node reads it.
+    One row per pair of classes with two entries per e-node in it,
     where a row per e-node and operand class listing every e-node of the operand class
     was long wherever a class has many (a merge's outputs: each of its splits is an
     e-node of the class): the same optima on the 17 zoo models' 68 proxy problems,
@@ -973,6 +974,7 @@ def _ilp_problem(sp: _Space, roots: list[int], time_limit: float,
         lo.append(low)
         hi.append(high)
 
+    read_by: dict[int, list[int]] = {}  # class -> the e-nodes of other classes reading it
     for c in sp.classes:
         # needed <=> one e-node chosen
         row([(ycol[c], 1.0), *((col[i], -1.0) for i in sp.nodes[c])], 0.0, 0.0)
@@ -981,6 +983,7 @@ def _ilp_problem(sp: _Space, roots: list[int], time_limit: float,
             for k in dict.fromkeys(sp.kids[i]):
                 if k != c:
                     readers.setdefault(k, []).append(i)
+                    read_by.setdefault(k, []).append(i)
         for k, users in readers.items():
             # an e-node reading k chosen -> k needed
             row([*((col[i], 1.0) for i in users), (ycol[k], -1.0)], -math.inf, 0.0)
@@ -988,6 +991,16 @@ def _ilp_problem(sp: _Space, roots: list[int], time_limit: float,
                 # an e-node reading k chosen -> order(c) >= order(k) + 1
                 row([(ocol[c], 1.0), (ocol[k], -1.0), *((col[i], -big) for i in users)],
                     1.0 - big, math.inf)
+    outputs = set(roots)
+    for k in sp.classes:
+        if k not in outputs:
+            # needed -> a chosen e-node reads it: true of some optimum (with non-negative
+            # costs the classes no chosen e-node reads can be dropped), and it tightens the
+            # relaxation (BERT-small's second part: root bound 0.58 -> 0.79 of 1.63): the
+            # 68 zoo problems 41.4 -> 28.5 s, BERT-base 2.0x, BERT-small and T5-small 1.5x,
+            # the same optima (benchmarks/results/eqsat_ilp_upward_ab.json)
+            row([(ycol[k], 1.0), *((col[i], -1.0) for i in read_by.get(k, ()))],
+                -math.inf, 0.0)
     a = coo_matrix((vals, (rows, cols)), shape=(len(lo), nvar)).tocsr()
     integrality = np.zeros(nvar)
     integrality[:len(enodes)] = 1  # the class variables are sums of binaries
