@@ -337,6 +337,39 @@ def test_fused_activation_is_applied_after_the_op() -> None:
     assert got[1].item() == pytest.approx(1 / (1 + np.exp(2.0)), rel=1e-6)
 
 
+def test_clamps_are_written_as_one_clip_and_read_back_as_they_were() -> None:
+    # ReLU6 after a convolution, a clamp by maximum then minimum, a relu that something
+    # else reads too (not taken into the Clip), a maximum by 0 (stays Max: Clip(x, 0)
+    # would read back as relu) and a bound held by a one-element weight of rank 1 (stays
+    # Min: Clip's bounds are rank 0, and the weight would come back under another name).
+    b = GraphBuilder()
+    x = b.input("x", (1, 2, 3, 3))
+    w = b.weight("w", (2, 2, 1, 1), data=np.array([[[[2.0]], [[-1.0]]], [[[0.5]], [[3.0]]]]))
+    six = b.weight("six", (), data=np.asarray(6.0))
+    lo = b.weight("lo", (), data=np.asarray(-0.5))
+    hi1 = b.weight("hi1", (1,), data=np.asarray([0.25]))
+    conv = b.op("conv2d", x, w)
+    relu6 = b.op("minimum", b.op("relu", conv), six)
+    clamp = b.op("minimum", b.op("maximum", x, lo), hi1)
+    shared = b.op("relu", x)
+    capped = b.op("minimum", shared, six)
+    floor0 = b.op("minimum", b.op("maximum", x, b.weight("zero", (), data=np.asarray(0.0))),
+                  six)
+    g = b.build([relu6, clamp, b.op("ewadd", shared, capped), floor0])
+    model = to_onnx(g)
+    onnx.checker.check_model(model, full_check=True)
+    kinds = [n.op_type for n in model.graph.node]
+    assert kinds.count("Clip") == 4, kinds
+    assert kinds.count("Relu") == 1 and kinds.count("Max") == 1, kinds
+    assert kinds.count("Min") == 1, kinds
+    feeds = {"x": np.linspace(-8.0, 8.0, 18).reshape(1, 2, 3, 3)}
+    assert_close(run_ort(model, feeds), interpret(g, feeds), 1e-6, 1e-7)
+    back = import_onnx(model)
+    assert back.op_histogram() == g.op_histogram()
+    shapes = {k: v.shape for k, v in weight_values(g).items()}
+    assert round_trip_form(back, shapes) == round_trip_form(g, shapes)
+
+
 def test_weights_are_initializers_and_inputs_keep_their_names() -> None:
     b = GraphBuilder()
     x = b.input("tokens", (2, 3))

@@ -13,6 +13,7 @@ text (the shipped expected outputs of the light models agree with the spec, see
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -897,6 +898,7 @@ HF_FOLDS: dict[str, set[str]] = {
     "deit": {"gelu", "layer_norm", "attention"},
     "mobilevit": {"silu", "layer_norm", "attention"},
     "efficientnet": {"silu"},
+    "mobilenet_v2": set(),
     "resnet": set(),
     "whisper-encoder": {"gelu", "layer_norm", "attention"},
 }
@@ -923,6 +925,23 @@ def _hf_check(family: str, tmp: Path, opset: int = 17) -> None:
     for a, b in zip(got, want, strict=True):
         scale = float(np.abs(b).max())
         assert np.max(np.abs(np.asarray(a) - b)) <= 1e-5 * scale, family
+
+
+def test_clip_reads_as_relu_and_minimum_and_exports_as_clip_again(tmp_path: Path) -> None:
+    # torch's exporter writes MobileNet-V2's ReLU6 as Clip(x, 0, 6); read as relu and
+    # minimum it goes back out as one Clip, which onnxruntime fuses into the convolution.
+    pytest.importorskip("transformers")
+    from superopt.exporters.onnx import to_onnx
+    from superopt.importers.hf import hf_inputs, hf_module
+
+    path = _export(hf_module("mobilenet_v2"), *hf_inputs("mobilenet_v2"), tmp=tmp_path,
+                   opset=17)
+    clips = sum(n.op_type == "Clip" for n in onnx.load(str(path)).graph.node)
+    g = import_onnx(path)
+    h = ops(g)
+    assert clips > 10 and h["minimum"] == clips and "sub" not in h, (clips, h)
+    out = Counter(n.op_type for n in to_onnx(g).graph.node)
+    assert out["Clip"] == clips and "Min" not in out and "Sub" not in out, out
 
 
 @pytest.mark.parametrize("family", FAST_HF)

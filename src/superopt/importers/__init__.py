@@ -20,7 +20,7 @@ HF_MODELS = ("hf:bert-tiny", "hf:bert-small", "hf:bert-base")  # published BERT 
 # known without importing transformers.
 HF_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "phi", "gemma", "bert", "distilbert",
                "roberta", "t5-encoder", "vit", "deit", "swin", "convnext", "mobilevit",
-               "resnet", "efficientnet", "whisper-encoder")
+               "resnet", "efficientnet", "mobilenet_v2", "whisper-encoder")
 
 
 def load_model(spec: str, batch: int | None = None) -> Graph:

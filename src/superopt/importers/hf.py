@@ -8,7 +8,8 @@ Two entry points:
   attention mask, so the all-ones mask arithmetic folds into constants).
 - `hf_graph(NAME)` (the CLI's `hf:NAME`): one of `FAMILIES`, each a public architecture
   (GPT-2, Llama, Mistral, Qwen2, Phi, Gemma, BERT, DistilBERT, RoBERTa, T5's encoder,
-  ViT, DeiT, Swin, ConvNeXt, MobileViT, ResNet, EfficientNet, Whisper's encoder, ...) built
+  ViT, DeiT, Swin, ConvNeXt, MobileViT, ResNet, EfficientNet, MobileNet-V2, Whisper's
+  encoder, ...) built
   from a small config of that family with seeded random weights. Attention is the library's
   default (SDPA where the family has it), so decoders reach the importer as
   `scaled_dot_product_attention` with a causal flag or mask. `hf_module` and `hf_inputs` give
@@ -227,6 +228,13 @@ def _efficientnet() -> Any:
                                             hidden_dim=320))  # round_filters(1280) at 0.25
 
 
+def _mobilenet_v2() -> Any:
+    # ReLU6 throughout: torch's exporter writes it as Clip, which the importer and the
+    # exporter must keep one Clip for onnxruntime to fuse it into the convolutions.
+    return _model("MobileNetV2Model", _cfg("MobileNetV2Config", image_size=IMAGE,
+                                           depth_multiplier=0.35))
+
+
 _WHISPER_MEL = (16, 32)  # mel bins, frames (= 2 x max_source_positions)
 
 
@@ -265,8 +273,41 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("mobilevit", "vision", _mobilevit, "pixels", image=64),
     Family("resnet", "vision", _resnet, "pixels"),
     Family("efficientnet", "vision", _efficientnet, "pixels"),
+    Family("mobilenet_v2", "vision", _mobilenet_v2, "pixels"),
     Family("whisper-encoder", "audio", _whisper_encoder, "mel", _WHISPER_MEL),
 )}
+
+
+# ---- published sizes -------------------------------------------------------------------
+
+# Some families at a published size, for timing on real hardware (the small configs run
+# in microseconds, where a runtime's per-node overhead is all there is to time). Each is
+# the library's config at the published model's shape: MobileNet-V2 1.0 at 224 pixels,
+# ResNet-50, EfficientNet-B0 (the library's default config is B7), ConvNeXt-T, Swin-T,
+# ViT-B/16, BERT-base, GPT-2 (124M) and T5-small's encoder, texts of PUBLISHED_SEQ tokens.
+PUBLISHED_SEQ = 128
+PUBLISHED_IMAGE = 224
+
+
+def _published(model: str, config: str, **kw: Any) -> Callable[[], Any]:
+    def build() -> Any:
+        return _model(model, _cfg(config, **kw))
+    return build
+
+
+PUBLISHED: dict[str, Callable[[], Any]] = {
+    "mobilenet_v2": _published("MobileNetV2Model", "MobileNetV2Config"),
+    "resnet": _published("ResNetModel", "ResNetConfig"),
+    "efficientnet": _published("EfficientNetModel", "EfficientNetConfig", image_size=224,
+                               width_coefficient=1.0, depth_coefficient=1.0,
+                               dropout_rate=0.2),
+    "convnext": _published("ConvNextModel", "ConvNextConfig"),
+    "swin": _published("SwinModel", "SwinConfig"),
+    "vit": _published("ViTModel", "ViTConfig"),
+    "bert": _published("BertModel", "BertConfig"),
+    "gpt2": _published("GPT2Model", "GPT2Config", use_cache=False),
+    "t5-encoder": _published("T5EncoderModel", "T5Config", use_cache=False),
+}
 
 
 def _family(name: str) -> Family:
@@ -334,15 +375,19 @@ def _lively(model: Any) -> None:
                     mod.running_var.uniform_(0.5, 1.5)
 
 
-def hf_module(name: str, seed: int = 0) -> Any:
-    """The family's small model with seeded random weights, eval mode, tensor outputs."""
+def hf_module(name: str, seed: int = 0, published: bool = False) -> Any:
+    """The family's small model (with `published`, the published size: `PUBLISHED`) with
+    seeded random weights, eval mode, tensor outputs."""
     fam = _family(name)
+    if published and name not in PUBLISHED:
+        raise ModelImportError(f"hf:{name} has no published size here; those with one: "
+                               f"{', '.join(PUBLISHED)}")
     _offline()
     import torch
 
     torch.manual_seed(seed)
     try:
-        model = fam.build()
+        model = PUBLISHED[name]() if published else fam.build()
         _lively(model)
     except Exception as e:
         raise ModelImportError(f"hf:{name}: building the model from its config failed: "
@@ -350,8 +395,10 @@ def hf_module(name: str, seed: int = 0) -> Any:
     return _wrap(model.eval(), mask=fam.kind == "decoder")
 
 
-def hf_inputs(name: str, batch: int = 1, seed: int = 0) -> tuple[Any, ...]:
-    """Seeded example inputs for `hf_module(name)` (one tensor, as a 1-tuple)."""
+def hf_inputs(name: str, batch: int = 1, seed: int = 0, published: bool = False
+              ) -> tuple[Any, ...]:
+    """Seeded example inputs for `hf_module(name, published=...)` (one tensor, as a
+    1-tuple)."""
     import torch
 
     fam = _family(name)
@@ -359,9 +406,11 @@ def hf_inputs(name: str, batch: int = 1, seed: int = 0) -> tuple[Any, ...]:
         raise ModelImportError(f"hf:{name}: batch must be >= 1, found {batch}")
     gen = torch.Generator().manual_seed(seed)
     if fam.inputs == "ids":
-        return (torch.randint(0, VOCAB, (batch, SEQ), generator=gen),)
+        return (torch.randint(0, VOCAB, (batch, PUBLISHED_SEQ if published else SEQ),
+                              generator=gen),)
     if fam.inputs == "pixels":
-        return (torch.randn((batch, 3, fam.image, fam.image), generator=gen),)
+        side = PUBLISHED_IMAGE if published else fam.image
+        return (torch.randn((batch, 3, side, side), generator=gen),)
     bins, frames = fam.mel
     return (torch.randn((batch, bins, frames), generator=gen),)
 
@@ -386,7 +435,7 @@ def hf_export(name: str, batch: int = 1, seed: int = 0) -> Any:
 
 
 def hf_onnx(name: str, path: str | os.PathLike[str], batch: int = 1, seed: int = 0,
-            opset: int = 17) -> Any:
+            opset: int = 17, published: bool = False) -> Any:
     """Write the family's model as ONNX with `torch.onnx.export` (the TorchScript-based
     exporter: the dynamo-based one needs onnxscript) and return the path; the one input is
     named `x`. Torch's exporter lowers SDPA itself (with IsNaN/Where guards)."""
@@ -395,8 +444,8 @@ def hf_onnx(name: str, path: str | os.PathLike[str], batch: int = 1, seed: int =
 
     import torch
 
-    model = hf_module(name, seed)
-    args = hf_inputs(name, batch, seed)
+    model = hf_module(name, seed, published)
+    args = hf_inputs(name, batch, seed, published)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
@@ -416,6 +465,6 @@ def hf_graph(name: str, batch: int = 1, seed: int = 0) -> Graph:
                            input_high=hf_input_high(name))
 
 
-__all__ = ["BERT_SIZES", "FAMILIES", "BertSize", "Family", "bert_graph", "bert_inputs",
-           "bert_model", "hf_export", "hf_graph", "hf_input_high", "hf_inputs", "hf_module",
-           "hf_onnx"]
+__all__ = ["BERT_SIZES", "FAMILIES", "PUBLISHED", "BertSize", "Family", "bert_graph",
+           "bert_inputs", "bert_model", "hf_export", "hf_graph", "hf_input_high", "hf_inputs",
+           "hf_module", "hf_onnx"]
