@@ -1,5 +1,6 @@
 """The A/B and headroom benchmarks: `eqsat_ab.py --ilp-only` compares two source trees'
-extraction ILPs, `cpu_rules.py` times each rule applied everywhere in onnxruntime."""
+extraction ILPs, `cpu_rules.py` times each rule applied everywhere in onnxruntime, and
+`ort_roundtrip.py` a user's ONNX file beside superopt's re-written one."""
 
 from __future__ import annotations
 
@@ -65,3 +66,29 @@ def test_cpu_rules_times_every_rule_with_sites_beside_the_input() -> None:
     assert r["ci95"][0] <= r["ratio"] <= r["ci95"][1]
     assert r["verdict"] in ("faster", "slower", "noise")
     assert row["slower"] == ([r["rule"]] if r["verdict"] == "slower" else [])
+
+
+def test_ort_roundtrip_refuses_unknown_families(tmp_path: Path) -> None:
+    got = _run("benchmarks/ort_roundtrip.py", "--families", "mobilenet_v2,nope",
+               "--out", str(tmp_path / "x.json"))
+    assert got.returncode == 2 and "unknown family 'nope'" in got.stderr
+    # A family with no published size is named as such.
+    got = _run("benchmarks/ort_roundtrip.py", "--families", "gemma",
+               "--out", str(tmp_path / "x.json"))
+    assert got.returncode == 2 and "at a published size" in got.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_ort_roundtrip_times_the_users_file_beside_superopts(tmp_path: Path) -> None:
+    # MobileNet-V2's ReLU6 is Clip in torch's file: superopt's file must keep one Clip per
+    # clamp and compute the same outputs.
+    out = tmp_path / "rt.json"
+    got = _run("benchmarks/ort_roundtrip.py", "--small", "--families", "mobilenet_v2",
+               "--rounds", "3", "--out", str(out))
+    assert got.returncode == 0, got.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["values_agree"] and row["max_rel_diff"] <= 1e-4
+    assert row["ops_superopt"]["Clip"] == row["ops_user"]["Clip"] > 10
+    assert "Sub" not in row["ops_superopt"] and "Min" not in row["ops_superopt"]
+    assert row["user_ms"] > 0 and row["superopt_ms"] > 0 and row["verdict"] in (
+        "faster", "slower", "noise")

@@ -300,7 +300,7 @@ PUBLISHED: dict[str, Callable[[], Any]] = {
     "resnet": _published("ResNetModel", "ResNetConfig"),
     "efficientnet": _published("EfficientNetModel", "EfficientNetConfig", image_size=224,
                                width_coefficient=1.0, depth_coefficient=1.0,
-                               dropout_rate=0.2),
+                               dropout_rate=0.2, hidden_dim=1280),
     "convnext": _published("ConvNextModel", "ConvNextConfig"),
     "swin": _published("SwinModel", "SwinConfig"),
     "vit": _published("ViTModel", "ViTConfig"),
