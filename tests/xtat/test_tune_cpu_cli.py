@@ -76,3 +76,48 @@ def test_sigkill_and_resume_repeat_no_measurement(tmp_path: Path) -> None:
                     str(rp)], env=ENV, check=True, capture_output=True)
     assert _rows(db) == after
     assert json.loads(rp.read_text())["default_s"] == summary["default_s"]
+
+
+def _onnx_file(path: Path, op: str, name: str = "x") -> Path:
+    """A one-node ONNX model y = OP(x, x) on a (4, 8) float input named `name`."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node(op, [name, name], ["y"])], "one",
+                              [helper.make_tensor_value_info(name, TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              str(path))
+    return path
+
+
+def test_the_timer_runs_a_graph_as_the_file_it_came_from(tmp_path: Path) -> None:
+    import numpy as np
+
+    from superopt.importers.onnx import import_onnx
+    from superopt.xtat.realrunner import OrtTimer
+
+    graph = import_onnx(_onnx_file(tmp_path / "add.onnx", "Add"))
+    timer = OrtTimer()
+    doubled = timer.outputs(graph)[0]
+    # Another file with the same input: from now on the graph runs as that file (a Mul,
+    # so x * x, not x + x, comes back: the file ran, not the graph's export).
+    assert timer.use_file(graph, _onnx_file(tmp_path / "mul.onnx", "Mul"))
+    squared = timer.outputs(graph)[0]
+    x = doubled / 2
+    np.testing.assert_allclose(squared, x * x, rtol=1e-6)
+    # A file whose input is named otherwise is not used.
+    assert not OrtTimer().use_file(graph, _onnx_file(tmp_path / "z.onnx", "Mul", "z"))
+
+
+def test_tune_keeps_the_users_onnx_file_when_nothing_beats_it(tmp_path: Path) -> None:
+    model = _onnx_file(tmp_path / "add.onnx", "Add")
+    out, js = tmp_path / "out.onnx", tmp_path / "r.json"
+    got = subprocess.run([sys.executable, "-m", "superopt", "tune", str(model), "--target",
+                          "cpu", "--op-cost", "flops", "--plan-budget", "0", "--budget", "3",
+                          "--rounds", "4", "--out", str(out), "--json", str(js)],
+                         env=ENV, capture_output=True, text=True, check=False)
+    assert got.returncode == 0, got.stderr
+    summary = json.loads(js.read_text())
+    assert summary["input_file"].startswith("add.onnx:")
+    assert out.read_bytes() == model.read_bytes()  # the user's file, not a re-export

@@ -345,11 +345,34 @@ def _report(session: Session, result: TuneResult, args: argparse.Namespace,
     return 0 if ok else 1
 
 
+def _copy_model(source: Path, dest: Path) -> Path:
+    """An ONNX file copied, with its weights when they are external data beside it."""
+    import onnx
+
+    from superopt.exporters.onnx import write_model
+
+    head = onnx.load(str(source), load_external_data=False)
+    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in head.graph.initializer):
+        import shutil
+
+        shutil.copyfile(source, dest)
+        return dest
+    return write_model(onnx.load(str(source)), dest)
+
+
 def _outputs(args: argparse.Namespace, console: Console, session: Session,
              result: TuneResult, rewritten: Graph, summary: dict[str, Any]) -> None:
     """--out, --plot and --json, on any target."""
     if args.out:
-        console.print(f"saved {save_graph(rewritten, args.out, args.seed)}")
+        source = Path(str(session.spec["model"]))
+        if (rewritten is session.graph and session.spec.get("input_file")
+                and str(args.out).lower().endswith(".onnx")):
+            # The input kept, and it was timed as the user's own file: that file is the
+            # result (superopt's export of it was never the one measured).
+            console.print(f"saved {_copy_model(source, Path(args.out))} (the input file, "
+                          "unchanged)")
+        else:
+            console.print(f"saved {save_graph(rewritten, args.out, args.seed)}")
     if args.plot:
         console.print(f"wrote {tuning_curve_png(result, args.plot, session.graph.name)}")
     if args.json:

@@ -59,6 +59,8 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
     t.add_column("what")
     t.add_column("value", justify="right")
     rows = [("threads", str(session.spec["threads"]))]
+    if session.spec.get("input_file"):
+        rows.append(("input timed as", "the given file itself, not superopt's export of it"))
     if final is not None:
         rows += [
             ("input (onnxruntime, median)", _ms(final.input_s)),
@@ -87,6 +89,8 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
         "target": session.target.name if session.target else None,
         "machine": session.spec["machine"], "threads": session.spec["threads"],
         "onnxruntime": session.spec["onnxruntime"],
+        # The input timed as the user's .onnx file (name and digest), or None: an export.
+        "input_file": session.spec.get("input_file"),
         "default_s": result.default_time, "tuned_s": result.best_time,
         "speedup": result.speedup, "final": final.__dict__ if final else None,
         "noise": noise.__dict__ if noise else None, "aa_one_session": one_session,

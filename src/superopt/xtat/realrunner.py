@@ -97,9 +97,41 @@ class OrtTimer:
 
         self.inline_bytes = EXTERNAL_DATA_ABOVE
         self._sessions: OrderedDict[tuple[str, int], Callable[[], object]] = OrderedDict()
+        # Graphs (by structural hash) that run as an ONNX file of their own instead of
+        # their export: the user's model, when `tune` was given an .onnx file (`use_file`).
+        self.files: dict[str, Path] = {}
         self.exported = 0  # graphs exported and loaded (a session each)
         self.shared_slots = 0  # second slots that ran the first slot's session (memory)
         self.small_bytes = SMALL_BYTES  # below this peak, memory is not asked about
+
+    def use_file(self, graph: Graph, path: str | Path) -> bool:
+        """Run `graph` as the ONNX file `path` (the file it was imported from) wherever it
+        is timed, so that every comparison with it is with what the user runs: superopt's
+        own export of an imported model can be faster or slower than the file (before
+        f0e3c01, MobileNet-V2's 2.3x slower; `benchmarks/ort_roundtrip.py`). Only when
+        the file's inputs are the graph's, by name and order, with the same or symbolic
+        dimensions (the timer's feeds are the graph's); False, and nothing changes,
+        otherwise."""
+        import onnx
+
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception:
+            return False
+        inits = {t.name for t in model.graph.initializer}
+        ins = [i for i in model.graph.input if i.name not in inits]
+        if [i.name for i in ins] != [n.attr("name") for n in graph.inputs]:
+            return False
+        for i, n in zip(ins, graph.inputs, strict=True):
+            dims = i.type.tensor_type.shape.dim
+            if len(dims) != n.type.rank or any(
+                    d.HasField("dim_value") and d.dim_value != want
+                    for d, want in zip(dims, n.type.shape, strict=True)):
+                return False
+        self.files[graph.structural_hash] = Path(path)
+        self._sessions = OrderedDict((k, v) for k, v in self._sessions.items()
+                                     if k[0] != graph.structural_hash)
+        return True
 
     def clear(self) -> None:
         """Drop every cached session (their memory goes back when nothing else holds
@@ -143,10 +175,13 @@ class OrtTimer:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
-        model = export.to_onnx(graph, seed=self.seed)
         folder = None
-        if export.initializer_bytes(model) <= self.inline_bytes:
-            source: bytes | str = model.SerializeToString()
+        own = self.files.get(graph.structural_hash)
+        model = None if own is not None else export.to_onnx(graph, seed=self.seed)
+        if model is None:
+            source: bytes | str = str(own)
+        elif export.initializer_bytes(model) <= self.inline_bytes:
+            source = model.SerializeToString()
         else:
             # Protobuf refuses a message over 2 GiB (Llama-3.2-1B's weights are 5 GB):
             # such a model is loaded from a file with its weights beside it. The folder

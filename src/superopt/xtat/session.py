@@ -124,6 +124,9 @@ class Session:
         if self.real:
             assert self.target is not None
             out |= {k: self.spec[k] for k in REAL_WORKLOAD} | {"target": self.target.name}
+            if self.spec.get("input_file"):
+                # The input ran as the user's file: its times are not an export's.
+                out["input_file"] = self.spec["input_file"]
         return out
 
 
@@ -172,6 +175,17 @@ def open_session(spec: Mapping[str, Any], graph: Graph | None = None,
 OP_COSTS = ("torch", "flops")  # a real target's per-op cost (flops: no measuring, tests)
 
 
+def _file_digest(path: Path) -> str:
+    """The name and a content digest of a model file (its external data not read)."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=8)
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return f"{path.name}:{h.hexdigest()}"
+
+
 def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: list[str],
                timer: Timer | None) -> Session:
     import platform
@@ -195,6 +209,13 @@ def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: li
         version = onnxruntime.__version__
     else:
         version = f"injected {type(timer).__name__}"
+    # A model given as an .onnx file is timed as that file, not as superopt's export of
+    # it: the input every candidate and the final comparison are measured against is
+    # what the user runs (`OrtTimer.use_file`).
+    model = str(spec["model"])
+    if (isinstance(timer, OrtTimer) and model.lower().endswith(".onnx")
+            and Path(model).is_file() and timer.use_file(graph, model)):
+        spec["input_file"] = _file_digest(Path(model))
     spec |= {"threads": threads, "op_cost": op_cost, "onnxruntime": version,
              "machine": f"{target.device}: {_processor_name()} ({platform.machine()}, "
                         f"{os.cpu_count()} cores)"}
