@@ -452,12 +452,14 @@ def _layer_norm(node: Node, em: _Emitter) -> None:
 @_rule("rms_norm")
 def _rms_norm(node: Node, em: _Emitter) -> None:
     # RMSNormalization arrives in opset 23; before it, written out the way torch's exporter
-    # writes RMSNorm, which the importer folds back: x / sqrt(mean(x * x) + eps) * weight.
+    # writes RMSNorm, which the importer folds back: x / sqrt(mean(x ** 2) + eps) * weight.
+    # Pow, not x * x: onnxruntime fuses this chain into one SimplifiedLayerNormalization
+    # only from Pow (with Mul(x, x), T5's and Llama's norms ran as five ops each).
     x, w = em.inp(node, 0), em.inp(node, 1)
     rank = em.graph.type_of(node.inputs[0]).rank
     axes = list(range(node.attr("axis"), rank))
     t = [em.tmp(f"rms_norm_{node.id}_{k}") for k in range(5)]
-    em.emit("Mul", [x, x], [t[0]])
+    em.emit("Pow", [x, _scalar(em, node, 2.0, "rms_norm_two")], [t[0]])
     if em.opset >= 18:
         em.emit("ReduceMean", [t[0], em.ints(axes, f"rms_norm_{node.id}_axes")], [t[1]],
                 keepdims=1)
