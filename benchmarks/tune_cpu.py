@@ -17,6 +17,14 @@ database), so a killed benchmark continues; rows never reached are listed as not
 Run pinned to one core with one thread, as the committed JSON was:
 `OMP_WAIT_POLICY=PASSIVE taskset -c 1 .venv/bin/python benchmarks/tune_cpu.py`
 (`--models a,b --batches 1 --budget 16 --row-limit 300 --out FILE`).
+
+`--hf FAMILIES` (or `--hf published`) tunes users' files instead of the zoo: each
+`transformers` family at its published size (`superopt.importers.hf.PUBLISHED`) written
+by torch's ONNX exporter, tuned from that file as `superopt tune FILE.onnx --target cpu`
+does, so the input every candidate and the final comparison are measured against is the
+file itself (`OrtTimer.use_file`), and the re-timing runs the file beside the tuned
+graph's export (torch eager times the imported graph). Rows are named `hf:FAMILY`, in
+the order given; the default output is `results/tune_cpu_hf.json`.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ MODELS = ("squeezenet", "mobilenet_v2", "efficientnet_b0", "resnet18", "bert_sma
           "t5_small_encoder", "gpt2", "squeezenet1_0", "inception_v3", "resnet50",
           "resnext50", "nasnet_a", "csrnet", "vit_b16", "bert_base", "vgg19", "llama3_2_1b")
 RESULTS = Path(__file__).parent / "results" / "tune_cpu.json"
+HF_RESULTS = Path(__file__).parent / "results" / "tune_cpu_hf.json"
 
 
 def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -46,14 +55,15 @@ def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> di
     from superopt.xtat.session import applied_rewrites, open_session, use_plan_cache
     from superopt.xtat.tuner import Tuner, make_schedule
 
-    spec = {"model": model, "batch": batch, "target": "cpu", "threads": args.threads,
+    spec = {"model": str(_source(model, batch, args)), "batch": batch, "target": "cpu",
+            "threads": args.threads,
             "op_cost": "torch", "cost_db": str(args.cost_db), "rounds": args.rounds,
             "plan_budget": args.plan_budget}
     t0 = time.perf_counter()
     session = open_session(spec)
     settings = {"budget": args.budget, "schedule": "joint", "seed": 0,
                 **session.runner.settings()}  # type: ignore[union-attr]
-    path = workdir / f"{model}_b{batch}.sqlite"
+    path = workdir / f"{model.replace(':', '_')}_b{batch}.sqlite"
     db = RecordsDB(path, session.workload, settings, resume=path.exists())
     plans = use_plan_cache(session, path)
     hook = screening(session.screen)
@@ -91,7 +101,23 @@ def _figures(t: Any) -> dict[str, Any]:
             "aa_ci95": [aa_lo, aa_hi], "rounds": len(t.times[0])}
 
 
-def _retime(original: Any, tuned: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _source(model: str, batch: int, args: argparse.Namespace) -> str | Path:
+    """What the session loads: a zoo name, or for `hf:FAMILY` the family's published-size
+    model as torch's ONNX exporter writes it (made once per batch in the work folder)."""
+    if not model.startswith("hf:"):
+        return model
+    from superopt.importers.hf import hf_onnx
+
+    path = args.workdir / "hf" / f"{model[3:]}_b{batch}.onnx"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        hf_onnx(model[3:], path.with_suffix(".part"), batch=batch, published=True)
+        path.with_suffix(".part").rename(path)
+    return path
+
+
+def _retime(original: Any, tuned: Any, args: argparse.Namespace,
+            file: Path | None = None) -> dict[str, Any]:
     import numpy as np
 
     from superopt.rewrite.check import time_side_by_side
@@ -99,6 +125,8 @@ def _retime(original: Any, tuned: Any, args: argparse.Namespace) -> dict[str, An
     from superopt.xtat.realrunner import OrtTimer
 
     ort = OrtTimer(threads=args.threads)
+    if file is not None and not ort.use_file(original, file):
+        raise ValueError(f"{file}: its inputs are not the imported graph's")
     out = {"onnxruntime": _figures(ort([original, tuned, original], args.bench_rounds, 2))}
     # The two graphs compute the same values in onnxruntime (float32).
     out["onnxruntime"]["max_rel_err"] = max(
@@ -133,7 +161,11 @@ def run_row(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> 
     row["tuner_aa_one_session"] = bool(getattr(timer, "shared_slots", 0))
     if timer is not None and hasattr(timer, "clear"):
         timer.clear()  # the tuner's sessions are not timed again: their memory is free
-    row |= _retime(session.graph, got["tuned"], args)
+    file = session.spec.get("input_file")
+    row |= _retime(session.graph, got["tuned"], args,
+                   Path(session.spec["model"]) if file else None)
+    if file:
+        row["input_file"] = file
     row["wall_s"] = time.perf_counter() - start
     row["load_avg_1min"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # before, after
     return row
@@ -153,10 +185,13 @@ def _line(r: dict[str, Any]) -> str:
 
 
 def _flops(model: str) -> float:
-    """The model's FLOPs at batch 1 (`superopt.ir.analysis`): the rows' cost order."""
+    """The model's FLOPs at batch 1 (`superopt.ir.analysis`): the rows' cost order (users'
+    files keep the order given)."""
     from superopt.ir.analysis import stats
     from superopt.zoo import build
 
+    if model.startswith("hf:"):
+        return 0.0
     return float(stats(build(model, batch=1)).flops)
 
 
@@ -277,14 +312,28 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/superopt_tune_cpu"))
     ap.add_argument("--cost-db", type=Path, default=None,
                     help="per-op costs kept across rows (default WORKDIR/op_costs.jsonl)")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--hf", default="", metavar="FAMILIES",
+                    help="users' files instead of the zoo: these transformers families at "
+                         "their published sizes, as torch's ONNX exporter writes them "
+                         "('published': every family with one)")
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    args.out = args.out or (HF_RESULTS if args.hf else RESULTS)
     args.workdir.mkdir(parents=True, exist_ok=True)
     args.cost_db = args.cost_db or args.workdir / "op_costs.jsonl"
     import onnxruntime
     import torch
 
     models = [m for m in args.models.split(",") if m]
+    if args.hf:
+        from superopt.importers.hf import PUBLISHED
+
+        names = list(PUBLISHED) if args.hf == "published" else args.hf.split(",")
+        for n in names:
+            if n not in PUBLISHED:
+                ap.error(f"--hf: no published size for {n!r}; those with one: "
+                         f"{', '.join(PUBLISHED)}")
+        models = [f"hf:{n}" for n in names]
     batches = [int(b) for b in args.batches.split(",")]
     if args.summarize:
         data = json.loads(args.out.read_text())

@@ -1,6 +1,7 @@
 """The A/B and headroom benchmarks: `eqsat_ab.py --ilp-only` compares two source trees'
-extraction ILPs, `cpu_rules.py` times each rule applied everywhere in onnxruntime, and
-`ort_roundtrip.py` a user's ONNX file beside superopt's re-written one."""
+extraction ILPs, `cpu_rules.py` times each rule applied everywhere in onnxruntime,
+`ort_roundtrip.py` a user's ONNX file beside superopt's re-written one, and `tune_cpu.py
+--hf` tunes users' files."""
 
 from __future__ import annotations
 
@@ -92,3 +93,10 @@ def test_ort_roundtrip_times_the_users_file_beside_superopts(tmp_path: Path) -> 
     assert "Sub" not in row["ops_superopt"] and "Min" not in row["ops_superopt"]
     assert row["user_ms"] > 0 and row["superopt_ms"] > 0 and row["verdict"] in (
         "faster", "slower", "noise")
+
+
+def test_tune_cpu_refuses_a_users_family_without_a_published_size(tmp_path: Path) -> None:
+    got = _run("benchmarks/tune_cpu.py", "--hf", "mobilenet_v2,gemma", "--workdir",
+               str(tmp_path), "--out", str(tmp_path / "x.json"))
+    assert got.returncode == 2 and "no published size for 'gemma'" in got.stderr
+    assert not (tmp_path / "x.json").exists()
