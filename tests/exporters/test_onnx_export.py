@@ -19,6 +19,7 @@ from op_cases import OP_CASES, op_case  # noqa: E402
 from superopt import zoo  # noqa: E402
 from superopt.backends.torch import compare as torch_compare  # noqa: E402
 from superopt.exporters.onnx import (  # noqa: E402
+    CLIP_BOUND,
     LOWERING,
     NOT_INVERTIBLE,
     ExportError,
@@ -284,6 +285,9 @@ def test_every_op_has_an_onnx_rule() -> None:
     assert LOWERING.missing() == [] and LOWERING.stale() == []
     assert [op for op in sorted(OPS) if not LOWERING.supports(op)] == []
     assert set(NOT_INVERTIBLE) <= set(OPS)
+    # The ops a Clip stands for are IR ops, relu the one with a single operand.
+    assert set(CLIP_BOUND) <= set(OPS)
+    assert [op for op in CLIP_BOUND if get_op(op).num_inputs == 1] == ["relu"]
 
 
 @pytest.mark.parametrize("op", sorted(OP_CASES))

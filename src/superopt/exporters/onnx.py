@@ -38,8 +38,8 @@ from superopt.ir.ops.pool import avg_divisor, pool_geometry
 from superopt.ir.rules import RuleTable
 from superopt.ir.types import DType
 
-__all__ = ["DEFAULT_OPSET", "EXTERNAL_DATA_ABOVE", "LOWERING", "MAX_OPSET", "MIN_OPSET",
-           "NOT_INVERTIBLE", "ExportError", "save_onnx", "to_onnx"]
+__all__ = ["CLIP_BOUND", "DEFAULT_OPSET", "EXTERNAL_DATA_ABOVE", "LOWERING", "MAX_OPSET",
+           "MIN_OPSET", "NOT_INVERTIBLE", "ExportError", "save_onnx", "to_onnx"]
 
 # Opset 20 has Gelu, ReduceMean with axes as an input and LayerNormalization; 17 is the
 # oldest with LayerNormalization, where gelu is written out with Erf instead.
@@ -560,6 +560,8 @@ def _value_info(name: str, dtype: DType, shape: Sequence[int]) -> onnx.ValueInfo
 # trip is exact: relu then minimum is Clip(x, 0, hi); maximum by lo != 0 then minimum is
 # Clip(x, lo, hi); a minimum alone is Clip(x, , hi), a maximum by lo != 0 alone Clip(x, lo)
 # (a maximum by 0 stays Max: a Clip(x, 0) would come back as relu).
+# The IR ops a Clip stands for, and which of its bounds each sets (relu: the lower, 0).
+CLIP_BOUND: dict[str, str] = {"maximum": "min", "minimum": "max", "relu": "min"}
 # A bound: its value, and the one-element weight that holds it (None: relu's 0).
 _Bound = tuple[float, Value | None]
 _Clip = tuple[Value, _Bound | None, _Bound | None]
@@ -589,22 +591,21 @@ def _clips(graph: Graph) -> tuple[dict[int, _Clip], set[int]]:
     clips: dict[int, _Clip] = {}
     absorbed: set[int] = set()
     for node in graph.nodes:
-        if node.op not in ("minimum", "maximum"):
-            continue
-        got = _scalar_operand(graph, node)
+        side = CLIP_BOUND.get(node.op)
+        got = _scalar_operand(graph, node) if side and len(node.inputs) == 2 else None
         if got is None:
             continue
         x, c = got
-        if node.op == "maximum":
+        if side == "min":
             if c[0] != 0:
                 clips[node.id] = (x, c, None)
             continue
         inner = graph.node(x.node)
         only_here = inner.id not in outputs and graph.consumers[inner.id] == (node.id,)
         lo: _Bound | None = None
-        if inner.op == "relu" and only_here:
-            x, lo = inner.inputs[0], (0.0, None)
-        elif inner.op == "maximum" and only_here:
+        if only_here and CLIP_BOUND.get(inner.op) == "min" and len(inner.inputs) == 1:
+            x, lo = inner.inputs[0], (0.0, None)  # relu
+        elif only_here and CLIP_BOUND.get(inner.op) == "min":
             under = _scalar_operand(graph, inner)
             if under is not None and under[1][0] != 0 and under[1][0] <= c[0]:
                 x, lo = under
