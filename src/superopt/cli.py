@@ -682,9 +682,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the model will run: tpu-v4 (default; the simulator, or the "
                         "--hardware preset), tpu-v3, tpu-v5e, cpu (onnxruntime on this "
                         "machine, every candidate measured for real), cuda (onnxruntime "
-                        "on a CUDA GPU, where there is one)")
+                        "on a CUDA GPU, where there is one), torch-cpu, torch-cuda (torch "
+                        "eager on either)")
     p.add_argument("--threads", type=int, default=1,
-                   help="cpu/cuda: onnxruntime's intra-op threads (default 1)")
+                   help="real targets: the runtime's intra-op threads (default 1)")
     p.add_argument("--rounds", type=int, default=10,
                    help="cpu/cuda: paired rounds per measurement against the incumbent "
                         "(default 10; the final comparison runs twice as many)")

@@ -49,6 +49,12 @@ def _cuda() -> bool:
     return "CUDAExecutionProvider" in ort.get_available_providers()
 
 
+def _torch_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["tune", "resnet18", "--target", "cpu", "--passes", "rewrite,layout"],
      "--target cpu cannot tune layout"),
@@ -57,9 +63,32 @@ def _cuda() -> bool:
     (["tune", "resnet18", "--target", "cpu", "--hardware", "v3"], "names a TPU preset"),
     pytest.param(["tune", "resnet18", "--target", "cuda"], "no CUDA device here",
                  marks=pytest.mark.skipif(_cuda(), reason="a CUDA device is here")),
+    pytest.param(["tune", "resnet18", "--target", "torch-cuda"], "torch sees no CUDA device",
+                 marks=pytest.mark.skipif(_torch_cuda(), reason="a CUDA device is here")),
 ])
 def test_bad_target_input_is_one_line_exit_2(argv: list[str], message: str,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_torch_targets_measure_in_torch_and_offer_the_graph_passes() -> None:
+    # The torch runtime's timer runs the lowered graphs: a graph with twice the work
+    # measures slower than the input against itself.
+    from superopt.ir import GraphBuilder
+    from superopt.xtat.realrunner import TorchTimer
+
+    g = dense_branches(2)
+    s = open_session({"model": "dense", "target": "torch-cpu", "op_cost": "flops"}, g)
+    assert s.pipeline.names == ("plan", "rewrite") and s.sim is None
+    assert isinstance(s.runner.timer, TorchTimer)  # type: ignore[union-attr]
+    assert s.spec["onnxruntime"].startswith("torch ") and "torch" in s.workload["onnxruntime"]
+    b = GraphBuilder("mm")
+    x = b.input("x", (256, 256))
+    w = b.weight("w", (256, 256))
+    one = b.build(b.op("matmul", x, w))
+    y = b.op("matmul", x, w)
+    many = b.build(b.op("matmul", b.op("matmul", b.op("matmul", y, w), w), w))
+    t = TorchTimer()([one, many, one], 8, 1)
+    assert t.ratio(0, 1) < 0.6 < 0.8 < t.ratio(0, 2)

@@ -105,8 +105,8 @@ def validate_args(args: argparse.Namespace) -> None:
                 on = getattr(args, flag, None)
                 if on and not (flag == "workers" and on == 1):
                     raise IRError(f"--{flag.replace('_', '-')} needs a simulator target; "
-                                  f"--target {target.name} measures in onnxruntime on this "
-                                  "machine")
+                                  f"--target {target.name} measures in {target.measures} "
+                                  "on this machine")
         check_device(target)
 
 

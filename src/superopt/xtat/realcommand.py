@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 def describe(session: Session) -> str:
     s = session.spec
+    if str(s["onnxruntime"]).startswith("torch "):
+        return (f"measured in {s['onnxruntime']} eager on {s['machine']}, "
+                f"{s['threads']} intra-op thread(s)")
     return (f"measured in onnxruntime {s['onnxruntime']} on {s['machine']}, "
             f"{s['threads']} intra-op thread(s), all graph optimizations on")
 
@@ -63,7 +66,7 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
         rows.append(("input timed as", "the given file itself, not superopt's export of it"))
     if final is not None:
         rows += [
-            ("input (onnxruntime, median)", _ms(final.input_s)),
+            ("input (median)", _ms(final.input_s)),
             ("tuned candidate (median)", _ms(final.tuned_s)),
             ("speedup, 95% CI", f"{final.speedup:.4f}x [{final.ci[0]:.4f}, {final.ci[1]:.4f}]"),
             ("A/A control, 95% CI", f"{final.aa:.4f}x [{final.aa_ci[0]:.4f}, "
@@ -73,7 +76,7 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
                         "the input (the tuned graph is not measurably faster)")
              + f", {final.rounds} paired rounds")]
     elif noise is not None:
-        rows += [("input (onnxruntime, median)", _ms(noise.input_s)),
+        rows += [("input (median)", _ms(noise.input_s)),
                  ("result", "the input (no measured candidate changed the graph)")]
     rows += [("rewrites applied", str(len(applied))),
              ("measurements", f"{result.evaluations} ({result.measured} measured now, "

@@ -61,6 +61,26 @@ class Timer(Protocol):
         twice runs as two sessions)."""
 
 
+class TorchTimer:
+    """Paired rounds in torch eager on `device` through superopt's torch backend (float32;
+    `threads` intra-op threads on the CPU), in the shape `OrtTimer` returns: what the
+    torch targets measure with. Each call lowers its graphs afresh (no session cache: a
+    lowered program holds its weights on the device)."""
+
+    def __init__(self, device: str = "cpu", threads: int = 1, seed: int = 0) -> None:
+        self.device, self.threads, self.seed = device, threads, seed
+        self.shared_slots = 0  # every slot is a program of its own (the report reads it)
+
+    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int) -> SideBySide:
+        from superopt.rewrite.check import time_side_by_side
+
+        return time_side_by_side(graphs, repeats=rounds, warmup=warmup, device=self.device,
+                                 seed=self.seed, threads=self.threads)
+
+    def clear(self) -> None:
+        """Nothing is cached (the benchmarks call this between rows)."""
+
+
 def weight_bytes(graph: Graph) -> int:
     """The bytes of `graph`'s sources (weights, inputs and constants) in their dtypes: what
     an exported model's initializers and feeds take."""
@@ -409,4 +429,4 @@ class RealRunner:
 
 
 __all__ = ["FINAL_ROUNDS", "LEVEL", "ROUNDS", "WARMUP", "Final", "Noise", "OrtTimer",
-           "Paired", "RealRunner", "Timer", "verdict", "weight_bytes"]
+           "Paired", "RealRunner", "Timer", "TorchTimer", "verdict", "weight_bytes"]

@@ -192,8 +192,9 @@ def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: li
 
     from superopt.rewrite import Matcher, create_cost
     from superopt.rewrite.cost import _processor_name
-    from superopt.xtat.realrunner import OrtTimer
+    from superopt.xtat.realrunner import OrtTimer, TorchTimer
     from superopt.xtat.screen import OpCostPredictor
+    from superopt.xtat.targets import TORCH
 
     rules = rule_set(spec.get("rules"), bool(spec.get("allow_unproved")))
     spec["rules_digest"] = digest("\n".join(sorted(format_rule(r) for r in rules.rules)))
@@ -202,7 +203,16 @@ def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: li
     op_cost = spec.get("op_cost") or "torch"
     if op_cost not in OP_COSTS:
         raise ValueError(f"unknown op cost {op_cost!r}: expected one of {', '.join(OP_COSTS)}")
-    if timer is None:
+    device_name = ""
+    if timer is None and target.measures == TORCH:
+        import torch
+
+        timer = TorchTimer(target.device, threads, int(spec.get("seed") or 0))
+        # The runtime's version, under the key onnxruntime's has (the records' workload).
+        version = f"torch {torch.__version__}"
+        if target.device == "cuda":
+            device_name = f", {torch.cuda.get_device_name()}"
+    elif timer is None:
         timer = OrtTimer(providers, threads, int(spec.get("seed") or 0))
         import onnxruntime
 
@@ -218,7 +228,7 @@ def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: li
         spec["input_file"] = _file_digest(Path(model))
     spec |= {"threads": threads, "op_cost": op_cost, "onnxruntime": version,
              "machine": f"{target.device}: {_processor_name()} ({platform.machine()}, "
-                        f"{os.cpu_count()} cores)"}
+                        f"{os.cpu_count()} cores{device_name})"}
     # Fewer, shorter samples than `optimize --cost torch`: the screen ranks; the paired
     # runs in onnxruntime judge.
     cost = create_cost("torch", device=target.device, threads=threads, samples=3,

@@ -1,5 +1,7 @@
 """Where a tuned model will run: the simulated TPU presets, or onnxruntime on this
-machine's CPU (or a CUDA GPU when there is one).
+machine's CPU (or a CUDA GPU when there is one), or torch eager on either (`torch-cpu`,
+`torch-cuda`: superopt's torch backend, for users who run their models in torch and for
+machines whose onnxruntime has no CUDA provider).
 
 A target says which kinds of decision it lets the tuner make (`Target.controls`); each
 pass says which kind it makes (`TunablePass.controls`, the pass contract). A target offers
@@ -9,7 +11,7 @@ fusions and kernels and takes no say in them. Asking a target for a pass it does
 offer is bad input, named in one line.
 
 On a simulator target the tuner's measurements are the simulator's; on a real target they
-are paired runs in onnxruntime (`superopt.xtat.realrunner`).
+are paired runs in onnxruntime or torch (`superopt.xtat.realrunner`).
 """
 
 from __future__ import annotations
@@ -37,21 +39,21 @@ PASS_TYPES: MappingProxyType[str, type[TunablePass]] = MappingProxyType({
     cls.name: cls for cls in (RewritePlan, RewriteSites, LayoutSites, FusionSites, TileSites,
                               FlagSites)})
 
-SIMULATOR, ONNXRUNTIME = "simulator", "onnxruntime"  # how a target measures
+SIMULATOR, ONNXRUNTIME, TORCH = "simulator", "onnxruntime", "torch"  # how a target measures
 
 
 @dataclass(frozen=True)
 class Target:
     name: str
-    measures: str  # SIMULATOR or ONNXRUNTIME
+    measures: str  # SIMULATOR, ONNXRUNTIME or TORCH
     controls: frozenset[str]  # the kinds of decision the tuner may make (pass contract)
     what: str  # one line for help and reports
     hardware: str | None = None  # the TPU preset (simulator targets)
-    device: str = "cpu"  # onnxruntime's device (real targets)
+    device: str = "cpu"  # the runtime's device (real targets)
 
     @property
     def real(self) -> bool:
-        return self.measures == ONNXRUNTIME
+        return self.measures in (ONNXRUNTIME, TORCH)
 
     def offers(self, p: TunablePass | type[TunablePass]) -> bool:
         return p.controls in self.controls
@@ -72,6 +74,12 @@ TARGETS: MappingProxyType[str, Target] = MappingProxyType({
                   "this machine's CPU, measured in onnxruntime (rewrites only)"),
     "cuda": Target("cuda", ONNXRUNTIME, _GRAPH_ONLY,
                    "a CUDA GPU, measured in onnxruntime (rewrites only)", device="cuda"),
+    # torch eager picks its kernels per op and fuses nothing: as for onnxruntime, the
+    # graph is all the tuner decides.
+    "torch-cpu": Target("torch-cpu", TORCH, _GRAPH_ONLY,
+                        "this machine's CPU, measured in torch eager (rewrites only)"),
+    "torch-cuda": Target("torch-cuda", TORCH, _GRAPH_ONLY,
+                         "a CUDA GPU, measured in torch eager (rewrites only)", device="cuda"),
 })
 DEFAULT_HARDWARE = "v4"
 
@@ -112,8 +120,19 @@ def tuned_passes(target: Target, requested: Sequence[str] | None) -> tuple[str, 
 
 def check_device(target: Target) -> list[str]:
     """onnxruntime's execution providers for a real target on this machine, best first
-    (a missing onnxruntime or device is a `TargetError`); [] for a simulator target."""
+    (a missing onnxruntime or device is a `TargetError`); [] for a simulator target and
+    for torch's (whose device is checked here too)."""
     if not target.real:
+        return []
+    if target.measures == TORCH:
+        try:
+            import torch
+        except ImportError as e:
+            raise TargetError(f"--target {target.name} measures in torch, which is not "
+                              f"installed ({e})") from None
+        if target.device == "cuda" and not torch.cuda.is_available():
+            raise TargetError(f"--target {target.name}: torch sees no CUDA device here; "
+                              "use --target torch-cpu")
         return []
     try:
         import onnxruntime as ort
@@ -129,5 +148,5 @@ def check_device(target: Target) -> list[str]:
     return ["CPUExecutionProvider"]
 
 
-__all__ = ["DEFAULT_HARDWARE", "ONNXRUNTIME", "PASS_TYPES", "SIMULATOR", "TARGETS", "Target",
-           "TargetError", "check_device", "get_target", "tuned_passes"]
+__all__ = ["DEFAULT_HARDWARE", "ONNXRUNTIME", "PASS_TYPES", "SIMULATOR", "TARGETS", "TORCH",
+           "Target", "TargetError", "check_device", "get_target", "tuned_passes"]
