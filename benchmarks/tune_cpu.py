@@ -23,7 +23,9 @@ Run pinned to one core with one thread, as the committed JSON was:
 by torch's ONNX exporter, tuned from that file as `superopt tune FILE.onnx --target cpu`
 does, so the input every candidate and the final comparison are measured against is the
 file itself (`OrtTimer.use_file`), and the re-timing runs the file beside the tuned
-graph's export (torch eager times the imported graph). Rows are named `hf:FAMILY`, in
+graph's export (torch eager times the imported graph). Where the input is kept, the tuner
+also compares the file with superopt's export of it (`RealRunner.export`); when the
+export is measurably faster it is the result, and the re-timing runs it beside the file. Rows are named `hf:FAMILY`, in
 the order given; the default output is `results/tune_cpu_hf.json`.
 """
 
@@ -117,7 +119,7 @@ def _source(model: str, batch: int, args: argparse.Namespace) -> str | Path:
 
 
 def _retime(original: Any, tuned: Any, args: argparse.Namespace,
-            file: Path | None = None) -> dict[str, Any]:
+            file: Path | None = None, export: bool = False) -> dict[str, Any]:
     import numpy as np
 
     from superopt.rewrite.check import time_side_by_side
@@ -127,7 +129,10 @@ def _retime(original: Any, tuned: Any, args: argparse.Namespace,
     ort = OrtTimer(threads=args.threads)
     if file is not None and not ort.use_file(original, file):
         raise ValueError(f"{file}: its inputs are not the imported graph's")
-    out = {"onnxruntime": _figures(ort([original, tuned, original], args.bench_rounds, 2))}
+    # The result superopt's export of the kept input (`export`): the file against it.
+    t = ort.export_vs_file(original, args.bench_rounds, 2) if export else None
+    out = {"onnxruntime": _figures(t or ort([original, tuned, original], args.bench_rounds,
+                                              2))}
     # The two graphs compute the same values in onnxruntime (float32).
     out["onnxruntime"]["max_rel_err"] = max(
         float(np.max(np.abs(x - y)) / max(float(np.max(np.abs(x))), 1e-30))
@@ -162,8 +167,11 @@ def run_row(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> 
     if timer is not None and hasattr(timer, "clear"):
         timer.clear()  # the tuner's sessions are not timed again: their memory is free
     file = session.spec.get("input_file")
+    export = getattr(session.runner, "export", None)
+    row["export_vs_file"] = export.__dict__ if export else None
     row |= _retime(session.graph, got["tuned"], args,
-                   Path(session.spec["model"]) if file else None)
+                   Path(session.spec["model"]) if file else None,
+                   bool(export and export.kept and not row["kept"]))
     if file:
         row["input_file"] = file
     row["wall_s"] = time.perf_counter() - start
@@ -207,6 +215,12 @@ def _outside(f: dict[str, Any], sign: int) -> bool:
     return f["ci95"][1] < 1 and f["ratio"] < f["aa_ci95"][0]
 
 
+def _changed(r: dict[str, Any]) -> bool:
+    """The row's result is not the input as it came: a tuned graph, or for a user's file
+    superopt's export of it (measured faster than the file)."""
+    return bool(r["kept"] or (r.get("export_vs_file") or {}).get("kept"))
+
+
 def summarize(data: dict[str, Any]) -> None:
     rows = data["rows"]
     ort = [r["onnxruntime"]["ratio"] for r in rows]
@@ -219,11 +233,13 @@ def summarize(data: dict[str, Any]) -> None:
     # listed apart, as what sessions alone can do, and not as a tuned row slower.
     for sign, key in ((-1, "slower_outside_noise"), (1, "faster_outside_noise")):
         data[key] = [f"{r['model']} b{r['batch']}" for r in rows
-                     if r["kept"] and _outside(r["onnxruntime"], sign)]
+                     if _changed(r) and _outside(r["onnxruntime"], sign)]
     data["same_graph_outside_noise"] = [
-        f"{r['model']} b{r['batch']}" for r in rows if not r["kept"]
+        f"{r['model']} b{r['batch']}" for r in rows if not _changed(r)
         and (_outside(r["onnxruntime"], -1) or _outside(r["onnxruntime"], 1))]
-    data["input_kept"] = [f"{r['model']} b{r['batch']}" for r in rows if not r["kept"]]
+    data["input_kept"] = [f"{r['model']} b{r['batch']}" for r in rows if not _changed(r)]
+    data["export_kept"] = [f"{r['model']} b{r['batch']}" for r in rows
+                           if not r["kept"] and _changed(r)]
     done = {(r["model"], r["batch"]) for r in rows}
     data["not_run"] = [f"{m} b{b}" for b in data["settings"]["batches"] for m in
                        data["settings"]["models"] if (m, b) not in done

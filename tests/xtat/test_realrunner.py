@@ -3,12 +3,14 @@ incumbent, the A/A noise model, the final comparison, screening and resuming."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from superopt.ir.graph import Graph
+from superopt.rewrite.check import SideBySide
 from superopt.xtat.realrunner import OrtTimer, RealRunner, verdict
 from superopt.xtat.records import RecordsDB
 from superopt.xtat.screen import screening
@@ -251,3 +253,47 @@ def test_the_report_says_when_an_aa_control_ran_one_session_twice() -> None:
         _, summary, _ = report(session, result, args, Console(file=out, width=200))
         seen.append((summary["aa_one_session"], "one session run twice" in out.getvalue()))
     assert seen == [(False, False), (True, True)]
+
+
+class _FileTimer(FakeTimer):
+    """A fake timer whose input graph runs as a user's file costing `file_s` per run
+    wherever it is timed, while superopt's export of it costs what `cost` says
+    (`OrtTimer.use_file`, `OrtTimer.export_vs_file`)."""
+
+    def __init__(self, cost: Callable[[Graph], float], file_s: float, input_hash: str
+                 ) -> None:
+        super().__init__(lambda g: file_s if g.structural_hash == input_hash else cost(g),
+                         sigma=0.01)
+        self.export_cost = cost
+        self.file_s = file_s
+        self.files = {input_hash: Path("model.onnx")}
+
+    def export_vs_file(self, graph: Graph, rounds: int, warmup: int) -> SideBySide:
+        def runs(base: float) -> tuple[float, ...]:
+            return tuple(base * float(np.exp(0.01 * self.rng.standard_normal()))
+                         for _ in range(rounds))
+
+        times = (runs(self.file_s), runs(self.export_cost(graph)), runs(self.file_s))
+        return SideBySide(tuple(float(np.median(t)) for t in times),
+                          tuple(min(t) for t in times), times, "cpu", 1)
+
+
+@pytest.mark.parametrize("file_ms, kept", [(1.25, True), (1.0, False)])
+def test_superopts_export_of_a_kept_input_is_the_result_only_when_faster_than_the_file(
+        file_ms: float, kept: bool) -> None:
+    # superopt's export of the input runs 1 ms, every rewrite 1.3 ms (so the input is
+    # kept), and the user's file 1.25 ms (the export is the result) or 1 ms (the file).
+    g = dense_branches(4)
+    h = g.structural_hash
+    timer = _FileTimer(lambda x: 1e-3 if x.structural_hash == h else 1.3e-3, file_ms * 1e-3, h)
+    session = _session(timer, g)
+    _, result = _tune(session, 8, screen=False)
+    runner = session.runner
+    assert isinstance(runner, RealRunner) and runner.export is not None
+    assert result.best is session.default
+    assert runner.export.kept is kept
+    if kept:
+        assert runner.export.ci[0] > 1.0
+        assert result.speedup == pytest.approx(1.25, rel=0.05)
+    else:
+        assert result.speedup == 1.0

@@ -106,11 +106,18 @@ def test_the_timer_runs_a_graph_as_the_file_it_came_from(tmp_path: Path) -> None
     squared = timer.outputs(graph)[0]
     x = doubled / 2
     np.testing.assert_allclose(squared, x * x, rtol=1e-6)
+    # The file against superopt's export of the graph, in paired rounds; a graph with no
+    # file has nothing to compare.
+    t = timer.export_vs_file(graph, 3, 1)
+    assert t is not None and len(t.times) == 3 and all(len(x) == 3 for x in t.times)
+    assert OrtTimer().export_vs_file(graph, 3, 1) is None
     # A file whose input is named otherwise is not used.
     assert not OrtTimer().use_file(graph, _onnx_file(tmp_path / "z.onnx", "Mul", "z"))
 
 
 def test_tune_keeps_the_users_onnx_file_when_nothing_beats_it(tmp_path: Path) -> None:
+    from superopt.xtat.realrunner import FINAL_ROUNDS
+
     model = _onnx_file(tmp_path / "add.onnx", "Add")
     out, js = tmp_path / "out.onnx", tmp_path / "r.json"
     got = subprocess.run([sys.executable, "-m", "superopt", "tune", str(model), "--target",
@@ -120,4 +127,8 @@ def test_tune_keeps_the_users_onnx_file_when_nothing_beats_it(tmp_path: Path) ->
     assert got.returncode == 0, got.stderr
     summary = json.loads(js.read_text())
     assert summary["input_file"].startswith("add.onnx:")
-    assert out.read_bytes() == model.read_bytes()  # the user's file, not a re-export
+    # superopt's export of the kept input was compared with the file; unless it measured
+    # faster (one Add either way: noise), the result is the user's file, not a re-export.
+    export = summary["export_vs_file"]
+    assert export is not None and export["rounds"] == FINAL_ROUNDS
+    assert (out.read_bytes() == model.read_bytes()) is not export["kept"]

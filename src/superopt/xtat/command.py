@@ -365,7 +365,9 @@ def _outputs(args: argparse.Namespace, console: Console, session: Session,
     """--out, --plot and --json, on any target."""
     if args.out:
         source = Path(str(session.spec["model"]))
+        export = getattr(session.runner, "export", None)
         if (rewritten is session.graph and session.spec.get("input_file")
+                and not (export is not None and export.kept)
                 and str(args.out).lower().endswith(".onnx")):
             # The input kept, and it was timed as the user's own file: that file is the
             # result (superopt's export of it was never the one measured).
