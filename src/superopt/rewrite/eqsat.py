@@ -208,16 +208,6 @@ class _Loaded:
     # source names.
     out_types: dict[int, tuple[TensorType, ...]] = field(default_factory=dict)
     names: frozenset[str] | None = None
-    # Each e-node's operand classes, canonical (found once: a local move's pricing walks
-    # the extraction's classes, and finding every child again took a fifth of it).
-    kids: dict[int, tuple[int, ...]] = field(default_factory=dict)
-
-    def children(self, i: int) -> tuple[int, ...]:
-        got = self.kids.get(i)
-        if got is None:
-            find = self.eg.find
-            got = self.kids[i] = tuple(find(k) for k in self.eg.nodes[i].children)
-        return got
 
 
 def _load(graph: Graph, eg: EGraph) -> _Loaded:
@@ -1256,14 +1246,13 @@ def _order(ld: _Loaded, pick: Mapping[int, int]) -> list[int]:
     done: set[int] = set()
     on_path: set[int] = set()
     stack: list[tuple[int, bool]] = [(eg.find(r), False) for r in reversed(ld.roots)]
-    children = ld.children
     while stack:
         c, expanded = stack.pop()
         if c in done:
             continue
         if c not in pick:
             raise EqsatError(f"extraction chose nothing for e-class {c}")
-        kids = children(pick[c])
+        kids = [eg.find(k) for k in eg.nodes[pick[c]].children]
         if not expanded:
             if c in on_path:
                 raise EqsatError("extraction chose a cycle")
@@ -1300,13 +1289,13 @@ def _build(ld: _Loaded, graph: Graph, pick: Mapping[int, int], folded: bool = Fa
             if n.op == VAR:
                 weight_only[c] = graph.nodes[ld.leaf_of[pick[c]]].op != "input"
             else:
-                weight_only[c] = all(weight_only[k] for k in ld.children(pick[c]))
+                weight_only[c] = all(weight_only[eg.find(k)] for k in n.children)
                 if weight_only[c]:
                     as_weight.add(c)
     needed = set(roots)
     for c in reversed(order):
         if c in needed and c not in as_weight:
-            needed.update(ld.children(pick[c]))
+            needed.update(eg.find(k) for k in eg.nodes[pick[c]].children)
     if ld.names is None:
         ld.names = frozenset(n.attr("name") for n in graph.nodes if n.is_named_source)
     names = ld.names
@@ -1338,7 +1327,7 @@ def _build(ld: _Loaded, graph: Graph, pick: Mapping[int, int], folded: bool = Fa
             types = out_types.get(i)
             if types is None:
                 types = out_types[i] = eg.output_types(i)
-            v = b.add_typed(n.op, [value[k] for k in ld.children(i)], n.attrs,
+            v = b.add_typed(n.op, [value[eg.find(k)] for k in n.children], n.attrs,
                             types)[n.output]
         value[c] = v
         if not folded:
