@@ -119,11 +119,11 @@ def test_tune_keeps_the_users_onnx_file_when_nothing_beats_it(tmp_path: Path) ->
     from superopt.xtat.realrunner import FINAL_ROUNDS
 
     model = _onnx_file(tmp_path / "add.onnx", "Add")
-    out, js = tmp_path / "out.onnx", tmp_path / "r.json"
+    out, js, db = tmp_path / "out.onnx", tmp_path / "r.json", tmp_path / "db.sqlite"
     got = subprocess.run([sys.executable, "-m", "superopt", "tune", str(model), "--target",
                           "cpu", "--op-cost", "flops", "--plan-budget", "0", "--budget", "3",
-                          "--rounds", "4", "--out", str(out), "--json", str(js)],
-                         env=ENV, capture_output=True, text=True, check=False)
+                          "--rounds", "4", "--out", str(out), "--json", str(js), "--db",
+                          str(db)], env=ENV, capture_output=True, text=True, check=False)
     assert got.returncode == 0, got.stderr
     summary = json.loads(js.read_text())
     assert summary["input_file"].startswith("add.onnx:")
@@ -132,3 +132,10 @@ def test_tune_keeps_the_users_onnx_file_when_nothing_beats_it(tmp_path: Path) ->
     export = summary["export_vs_file"]
     assert export is not None and export["rounds"] == FINAL_ROUNDS
     assert (out.read_bytes() == model.read_bytes()) is not export["kept"]
+    # The replay writes what the run wrote, without measuring.
+    again = tmp_path / "again.onnx"
+    got = subprocess.run([sys.executable, "-m", "superopt", "tune", "--replay", str(db),
+                          "--out", str(again)], env=ENV, capture_output=True, text=True,
+                         check=False)
+    assert got.returncode == 0, got.stderr
+    assert again.read_bytes() == out.read_bytes()

@@ -543,7 +543,16 @@ def _replayed(args: argparse.Namespace, console: Console, session: Session, w: d
                   f"{_fmt(default)} ({default / exact:.4f}x); rebuilt without measuring")
     if args.out:
         graph = rewritten_graph(session.pipeline, cand)
-        console.print(f"saved {save_graph(graph, args.out, 0)}")
+        from superopt.xtat.realcommand import export_kept
+
+        if (graph is session.graph and w.get("input_file")
+                and str(args.out).lower().endswith(".onnx") and not export_kept(args.replay)):
+            # As the run wrote it: the input kept as the user's own file (not its export,
+            # which the records say was no faster).
+            console.print(f"saved {_copy_model(Path(w['model']), Path(args.out))} (the "
+                          "input file, unchanged)")
+        else:
+            console.print(f"saved {save_graph(graph, args.out, 0)}")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "model": w["model"], "step": best.step, "measured_s": best.runtime,

@@ -173,4 +173,14 @@ def replayed_times(path: str | Path) -> tuple[float, float]:
         return t, t
 
 
-__all__ = ["describe", "final_pick", "real_spec", "replayed_times", "report"]
+def export_kept(path: str | Path) -> bool:
+    """Whether a real run's result was superopt's export of the user's file (the input
+    kept, its export measured faster than the file)."""
+    from superopt.xtat.records import RecordsDB
+
+    with RecordsDB(path, None) as db:
+        got = db.get_meta("export")
+    return bool(got and got.get("kept"))
+
+
+__all__ = ["describe", "export_kept", "final_pick", "real_spec", "replayed_times", "report"]
