@@ -25,8 +25,9 @@ does, so the input every candidate and the final comparison are measured against
 file itself (`OrtTimer.use_file`), and the re-timing runs the file beside the tuned
 graph's export (torch eager times the imported graph). Where the input is kept, the tuner
 also compares the file with superopt's export of it (`RealRunner.export`); when the
-export is measurably faster it is the result, and the re-timing runs it beside the file. Rows are named `hf:FAMILY`, in
-the order given; the default output is `results/tune_cpu_hf.json`.
+export is measurably faster it is the result, and the re-timing runs it beside the file.
+Rows are named `hf:FAMILY`, in the order given; the default output is
+`results/tune_cpu_hf.json`.
 """
 
 from __future__ import annotations
@@ -58,9 +59,8 @@ def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> di
     from superopt.xtat.tuner import Tuner, make_schedule
 
     spec = {"model": str(_source(model, batch, args)), "batch": batch, "target": "cpu",
-            "threads": args.threads,
-            "op_cost": "torch", "cost_db": str(args.cost_db), "rounds": args.rounds,
-            "plan_budget": args.plan_budget}
+            "threads": args.threads, "op_cost": "torch", "cost_db": str(args.cost_db),
+            "rounds": args.rounds, "plan_budget": args.plan_budget}
     t0 = time.perf_counter()
     session = open_session(spec)
     settings = {"budget": args.budget, "schedule": "joint", "seed": 0,
