@@ -961,3 +961,14 @@ def test_hf_family_at_opset_14_folds_the_written_out_layer_norm(family: str,
     # Before opset 17 there is no LayerNormalization: torch writes ReduceMean, Sub, Pow,
     # ReduceMean, Add, Sqrt, Div, Mul, Add, which must come back as layer_norm.
     _hf_check(family, tmp_path, opset=14)
+
+
+def test_a_folded_constant_too_large_for_memory_is_one_error() -> None:
+    # Expand of a constant folds to a broadcast view of 2^44 floats; making it a weight
+    # (or comparing it with an arange) would need 64 TiB.
+    shape = np.array([1 << 22, 1 << 22], np.int64)
+    nodes = [N("Expand", ["one", "shape"], ["big"]), N("Add", ["x", "big"], ["y"])]
+    model = make_model(nodes, {"x": [1, 1]}, ["y"],
+                       {"one": np.array([1.0], np.float32), "shape": shape})
+    with pytest.raises(ModelImportError, match="needs about .* more than the"):
+        import_onnx(model)

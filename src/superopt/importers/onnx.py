@@ -40,6 +40,7 @@ from superopt.importers.naming import UniqueNames
 from superopt.ir import kernels
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, GraphBuilder, Node, Value
+from superopt.ir.memory import ensure_fits
 from superopt.ir.ops.index import iota_value, tri_mask_value
 
 __all__ = [
@@ -183,6 +184,11 @@ class _Context:
         hit = self._materialised.get(id(t))
         if hit is not None:
             return hit[1]
+        # A folded constant can be a broadcast view far larger than its data (a corrupt
+        # Expand or ConstantOfShape shape): refused here, before comparing it with an
+        # arange of its shape would allocate that much.
+        ensure_fits(int(t.data.size) * t.data.dtype.itemsize,
+                    f"constant {t.hint!r} of shape {list(t.shape)}")
         index = _index_constant(t.data)
         if index is not None:  # an arange or a triangular mask: the IR's constant op
             v = self.b.op(index[0], **index[1])
