@@ -41,6 +41,7 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "workers": WORKERS,
     "tune.workers": (1, 256),
     "threads": (0, 1024),  # 0: torch's default
+    "tune.threads": (1, 1024),  # a real target's runtime threads, recorded with its records
     "max_ops": (1, 8),
     "depth": (1, 8),
     "plan_budget": (0, 10**6),  # 0: no plan

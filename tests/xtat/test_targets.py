@@ -91,4 +91,4 @@ def test_torch_targets_measure_in_torch_and_offer_the_graph_passes() -> None:
     y = b.op("matmul", x, w)
     many = b.build(b.op("matmul", b.op("matmul", b.op("matmul", y, w), w), w))
     t = TorchTimer()([one, many, one], 8, 1)
-    assert t.ratio(0, 1) < 0.6 < 0.8 < t.ratio(0, 2)
+    assert t.ratio(0, 1) < 0.6 < 0.7 < t.ratio(0, 2)
