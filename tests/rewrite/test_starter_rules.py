@@ -177,6 +177,66 @@ CASES: dict[str, list[Case]] = {
                                 "w2": T((8, 4)), "w3": T((8, 4))}, {"a": 2, "e": 1e-6}),
                               ({"x": T((3, 4)), "g": T((4,)), "w1": T((4, 2)), "w2": T((4, 1)),
                                 "w3": T((4, 3))}, {"a": 1, "e": 1e-5})],
+    # Narrowing: slices (some strided, some of one token) through ops they commute with.
+    "slice_relu": [({"x": T((2, 5))}, {"b": (0, 1), "e": (2, 4), "t": (1, 1)}),
+                   ({"x": T((3, 4, 2))}, {"b": (1, 0, 0), "e": (3, 4, 2), "t": (1, 2, 1)})],
+    "slice_gelu": [({"x": T((2, 5))}, {"b": (0, 1), "e": (2, 4), "t": (1, 1), "ap": "none"}),
+                   ({"x": T((3, 4, 2))}, {"b": (1, 0, 0), "e": (3, 4, 2), "t": (1, 2, 1),
+                                          "ap": "tanh"})],
+    "slice_ewadd": [({"x": T((2, 5)), "y": T((2, 5))}, {"b": (1, 0), "e": (2, 5), "t": (1, 2)}),
+                    ({"x": T((3, 4, 2)), "y": T((3, 4, 2))},
+                     {"b": (0, 1, 0), "e": (3, 2, 2), "t": (2, 1, 1)})],
+    "slice_ewadd_bias2": [({"x": T((4, 3)), "c": T((3,))}, {"b": (1, 0), "e": (3, 3),
+                                                          "t": (1, 1)}),
+                          ({"x": T((5, 2)), "c": T((2,))}, {"b": (0, 0), "e": (5, 2),
+                                                          "t": (2, 1)})],
+    "slice_ewadd_bias3": [({"x": T((2, 5, 3)), "c": T((3,))},
+                           {"b": (0, 0, 0), "e": (2, 1, 3), "t": (1, 1, 1)}),
+                          ({"x": T((3, 4, 2)), "c": T((2,))},
+                           {"b": (1, 1, 0), "e": (3, 4, 2), "t": (1, 2, 1)})],
+    "slice_matmul2": [({"x": T((4, 3)), "w": T((3, 5))},
+                       {"a": "none", "b": (1, 0), "e": (3, 5), "t": (1, 1)}),
+                      ({"x": T((5, 2)), "w": T((2, 3))},
+                       {"a": "relu", "b": (0, 0), "e": (5, 3), "t": (2, 1)})],
+    "slice_matmul3": [({"x": T((2, 5, 3)), "w": T((3, 4))},
+                       {"a": "none", "b": (0, 0, 0), "e": (2, 1, 4), "t": (1, 1, 1)}),
+                      ({"x": T((3, 4, 2)), "w": T((2, 3))},
+                       {"a": "tanh", "b": (1, 1, 0), "e": (3, 4, 3), "t": (1, 2, 1)})],
+    "slice_linear2": [({"x": T((4, 3)), "w": T((5, 3)), "c": T((5,))},
+                       {"a": "none", "b": (1, 0), "e": (3, 5), "t": (1, 1)}),
+                      ({"x": T((5, 2)), "w": T((3, 2)), "c": T((3,))},
+                       {"a": "relu", "b": (0, 0), "e": (5, 3), "t": (2, 1)})],
+    "slice_linear3": [({"x": T((2, 5, 3)), "w": T((4, 3)), "c": T((4,))},
+                       {"a": "none", "b": (0, 0, 0), "e": (2, 1, 4), "t": (1, 1, 1)}),
+                      ({"x": T((3, 4, 2)), "w": T((3, 2)), "c": T((3,))},
+                       {"a": "sigmoid", "b": (1, 1, 0), "e": (3, 4, 3), "t": (1, 2, 1)})],
+    # Over the last axis (ViT's) and over the last two (a slice of the rows only).
+    "slice_layer_norm": [({"x": T((2, 5, 4)), "g": T((4,)), "c": T((4,))},
+                          {"a": 2, "n": 1e-5, "b": (0, 0, 0), "e": (2, 1, 4), "t": (1, 1, 1)}),
+                         ({"x": T((3, 4, 2, 3)), "g": T((2, 3)), "c": T((2, 3))},
+                          {"a": 2, "n": 1e-6, "b": (1, 1, 0, 0), "e": (3, 4, 2, 3),
+                           "t": (1, 2, 1, 1)})],
+    "slice_transpose_0213": [({"x": T((2, 3, 4, 5))},
+                              {"b": (0, 1, 0, 2), "e": (2, 4, 3, 5), "t": (1, 1, 2, 1)}),
+                             ({"x": T((1, 2, 3, 2))},
+                              {"b": (0, 0, 1, 0), "e": (1, 3, 2, 2), "t": (1, 2, 1, 1)})],
+    "slice_reshape_merge_last": [({"x": T((2, 5, 3, 4))}, {"s": (2, 5, 12), "b": (0, 0, 0),
+                                                         "e": (2, 1, 12), "t": (1, 1, 1)}),
+                                 ({"x": T((3, 4, 2, 2))}, {"s": (3, 4, 4), "b": (1, 2, 0),
+                                                         "e": (3, 4, 4), "t": (1, 1, 1)})],
+    "slice_reshape_split_last": [({"x": T((2, 5, 12))},
+                                  {"s": (2, 5, 3, 4), "b": (0, 0, 0, 0), "e": (2, 1, 3, 4),
+                                   "t": (1, 1, 1, 1)}),
+                                 ({"x": T((3, 4, 6))},
+                                  {"s": (3, 4, 2, 3), "b": (1, 1, 0, 0), "e": (2, 3, 2, 3),
+                                   "t": (1, 1, 1, 1)})],
+    # One query row (the class token) and strided rows under grouped-query attention.
+    "slice_attention_rows": [({"q": T((1, 2, 5, 4)), "k": T((1, 2, 6, 4)), "v": T((1, 2, 6, 3))},
+                              {"s": 0.5, "b": (0, 0, 0, 0), "e": (1, 2, 1, 3),
+                               "t": (1, 1, 1, 1)}),
+                             ({"q": T((2, 4, 5, 8)), "k": T((2, 2, 7, 8)), "v": T((2, 2, 7, 8))},
+                              {"s": 0.125, "b": (0, 0, 1, 0), "e": (2, 4, 5, 8),
+                               "t": (1, 1, 2, 1)})],
 }
 # Exact over the reals only: the mod-p semantics has no exact square roots (rsqrt is a
 # pseudo-random function there) and reads the scale attribute as a rational's residue.
@@ -186,7 +246,9 @@ SAME_AS = {"fuse_conv_sigmoid": "fuse_conv_relu", "fuse_conv_tanh": "fuse_conv_r
            "relu_after_fused_relu": "fuse_conv_relu", "fuse_matmul_sigmoid": "fuse_matmul_relu",
            "fuse_matmul_tanh": "fuse_matmul_relu", "scale_matmul_rhs": "scale_matmul_lhs",
            "split_concat1": "split_concat0", "fuse_bias_matmul": "fuse_matmul_bias",
-           "fuse_linear_sigmoid": "fuse_linear_relu", "fuse_linear_tanh": "fuse_linear_relu"}
+           "fuse_linear_sigmoid": "fuse_linear_relu", "fuse_linear_tanh": "fuse_linear_relu",
+           "slice_silu": "slice_relu", "slice_sigmoid": "slice_relu", "slice_tanh": "slice_relu",
+           "slice_ewmul": "slice_ewadd"}
 
 
 def cases(name: str) -> list[Case]:
@@ -368,3 +430,30 @@ def test_default_attention_scale_is_recognised_at_every_head_dim(head_dim: int) 
     new = apply_sites(g, sites, m).graph
     assert [n.attr("scale") for n in new.nodes if n.op == "attention"] == [1.0]
     assert check_values(g, new, rtol=1e-9).ok
+
+
+def test_narrowing_computes_the_last_block_of_a_vit_for_the_class_token_only() -> None:
+    # The classifier reads the class token alone: after the search, the last block's MLP
+    # runs on one token per image and every other block's on all of them; the keys and
+    # values of the last block are still computed for every token.
+    from superopt.rewrite import create_cost, optimize
+    from superopt.zoo.vit import ViTConfig, vit
+
+    # Wide enough that the narrowed block pays under the FLOP cost (at width 16 the extra
+    # slices cost more than the one-token MLP saves, and the search leaves it).
+    cfg = ViTConfig(layers=2, hidden=64, heads=4, mlp=256, patch=4)
+    g = vit(cfg, batch=2, image_size=16, num_classes=5)  # 16 patches + the class token
+    flops = create_cost("flops")
+    res = optimize(g, starter_rules(), flops, budget=30)
+    assert any(r.startswith("slice_attention_rows") for r in res.applied)
+
+    def mlp_rows(graph: Any) -> list[int]:
+        return sorted(n.types[0].shape[1] for n in graph.nodes
+                      if n.op in ("matmul", "linear") and n.types[0].rank == 3
+                      and graph.type_of(n.inputs[0]).shape[-1] == cfg.mlp)
+
+    assert mlp_rows(g) == [17, 17]
+    assert mlp_rows(res.graph) == [1, 17]
+    assert flops.cost(res.graph) < flops.cost(g)
+    check = check_values(g, res.graph, rtol=1e-9)
+    assert check.ok, check.summary()

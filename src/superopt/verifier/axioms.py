@@ -706,10 +706,74 @@ def _transformer_axioms() -> list[str]:
     return ax
 
 
+def _whole(k: int | str, x: str = "?x", size: str | None = None) -> str:
+    """The slice `(slice ?b ?e ?t ...)` keeps axis k of ?x whole (`size`: its length
+    when that is not ?x's own dim k)."""
+    return f"?b[{k}] == 0 and ?e[{k}] == {size or f'dim({x},{k})'} and ?t[{k}] == 1"
+
+
+def _slice_axioms() -> list[str]:
+    """Slices through ops that compute each cell from the same cells of their input (the
+    narrowing rules: a model that reads part of a tensor computes only that part)."""
+    ax = ["# slices through ops that act on the sliced cells alone (narrowing)"]
+    for u, name in (("sigmoid", "sigmoid"), ("tanh", "tanh"), ("gelu ?ap", "gelu"),
+                    ("silu", "silu"), ("neg", "neg"), ("exp", "exp")):
+        ax.append(f"{name}_slice: (slice ?b ?e ?t ({u} ?x)) <=> ({u} (slice ?b ?e ?t ?x))")
+    for op in ("ewadd", "ewmul"):
+        ax.append(f"slice_{op}: (slice ?b ?e ?t ({op} ?x ?y)) <=> "
+                  f"({op} (slice ?b ?e ?t ?x) (slice ?b ?e ?t ?y)) if shape(?x) == shape(?y)")
+    for r in (2, 3, 4):
+        last = r - 1
+        # The ends of the lhs: the output's on every axis but the last (the lhs's own).
+        ends = "{[" + ", ".join([f"?e[{k}]" for k in range(last)] + [f"dim(?x,{last})"]) + "]}"
+        ax += [
+            f"slice_ewadd_bias{r}: (slice ?b ?e ?t (ewadd ?x ?c)) => "
+            f"(ewadd (slice ?b ?e ?t ?x) ?c) if rank(?x) == {r} and rank(?c) == 1 and "
+            f"dim(?c,0) == dim(?x,{last}) and {_whole(last)}",
+            f"slice_matmul{r}: (slice ?b ?e ?t (matmul ?a ?x ?w)) => "
+            f"(matmul ?a (slice ?b {ends} ?t ?x) ?w) if rank(?x) == {r} and rank(?w) == 2 and "
+            f"{_whole(last, size='dim(?w,1)')}",
+            f"slice_linear{r}: (slice ?b ?e ?t (linear ?a ?x ?w ?c)) => "
+            f"(linear ?a (slice ?b {ends} ?t ?x) ?w ?c) if rank(?x) == {r} and "
+            f"{_whole(last, size='dim(?w,0)')}",
+        ]
+    # A norm over the axes from ?a on: any slice that keeps those whole.
+    ax.append("slice_layer_norm: (slice ?b ?e ?t (layer_norm ?a ?n ?x ?g ?c)) => "
+              "(layer_norm ?a ?n (slice ?b ?e ?t ?x) ?g ?c) if " + " and ".join(
+                  f"(?a > {k} or rank(?x) <= {k} or ({_whole(k)}))" for k in range(MAX_RANK)))
+    swap = [0, 2, 1, 3]
+    ax += [
+        "slice_transpose_0213: (slice ?b ?e ?t (transpose [0,2,1,3] ?x)) => "
+        "(transpose [0,2,1,3] (slice " + " ".join(
+            "{[" + ", ".join(f"?{a}[{k}]" for k in swap) + "]}" for a in "bet") + " ?x))",
+        # The heads' reshapes: (B, T, H, D) to (B, T, H * D) and back, sliced on B and T.
+        "slice_reshape_merge_last: (slice ?b ?e ?t (reshape ?s ?x)) => "
+        "(reshape {[?e[0] - ?b[0], ?e[1] - ?b[1], ?s[2]]} (slice {[?b[0], ?b[1], 0, 0]} "
+        "{[?e[0], ?e[1], dim(?x,2), dim(?x,3)]} [1,1,1,1] ?x)) if rank(?x) == 4 and "
+        "?s == (dim(?x,0), dim(?x,1), dim(?x,2) * dim(?x,3)) and ?t == (1, 1, 1) and "
+        "?b[2] == 0 and ?e[2] == ?s[2] and ?b[0] < ?e[0] and ?b[1] < ?e[1]",
+        "slice_reshape_split_last: (slice ?b ?e ?t (reshape ?s ?x)) => "
+        "(reshape {[?e[0] - ?b[0], ?e[1] - ?b[1], ?s[2], ?s[3]]} (slice {[?b[0], ?b[1], 0]} "
+        "{[?e[0], ?e[1], dim(?x,2)]} [1,1,1] ?x)) if rank(?x) == 3 and len(?s) == 4 and "
+        "?s[0] == dim(?x,0) and ?s[1] == dim(?x,1) and ?s[2] * ?s[3] == dim(?x,2) and "
+        "?t == (1, 1, 1, 1) and ?b[2] == 0 and ?e[2] == ?s[2] and ?b[3] == 0 and "
+        "?e[3] == ?s[3] and ?b[0] < ?e[0] and ?b[1] < ?e[1]",
+        # Without the causal mask each query row attends to every key on its own: the
+        # rows can be sliced before (batch and heads kept whole: grouped-query attention
+        # pairs query heads with key heads by position).
+        "slice_attention_rows: (slice ?b ?e ?t (attention ?s false ?q ?k ?v)) => "
+        "(attention ?s false (slice ?b {[?e[0], ?e[1], ?e[2], dim(?q,3)]} ?t ?q) ?k ?v) if "
+        f"rank(?q) == 4 and {_whole(0, '?q')} and {_whole(1, '?q')} and "
+        f"{_whole(3, size='dim(?v,3)')}",
+    ]
+    return ax
+
+
 def builtin_text() -> str:
     """The built-in axioms in the rule text format (one per line, `#` comments)."""
     lines = [*_core_axioms(), *_transpose_axioms(), *_concat_axioms(), *_pool_axioms(),
-             *_batch_norm_axioms(), *_other_axioms(), *_fold_axioms(), *_transformer_axioms()]
+             *_batch_norm_axioms(), *_other_axioms(), *_fold_axioms(), *_transformer_axioms(),
+             *_slice_axioms()]
     return "\n".join(lines) + "\n"
 
 
@@ -735,6 +799,10 @@ SPECS: dict[str, SamplerSpec] = {
     # otherwise keep every dim at most 3).
     **{name: SamplerSpec(dims={"x": (1, 6)}) for name in (
         "avgpool_same3_rows", "avgpool_same3_cols")},
+    # Several keys and query rows (with one key every row's softmax is 1, and any slicing
+    # of the rows agrees).
+    "slice_attention_rows": SamplerSpec(ranks={v: (4, 4) for v in "qkv"},
+                                        dims={"q": (2, 4), "k": (2, 4), "v": (2, 4)}),
 }
 
 
