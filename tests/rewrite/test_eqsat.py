@@ -213,6 +213,33 @@ def test_limits_stop_saturation_and_options_are_checked() -> None:
         EqsatOptions(node_limit=0)
     with pytest.raises(EqsatError, match="workers"):
         EqsatOptions(workers=-1)
+    with pytest.raises(EqsatError, match="sink_iters"):
+        EqsatOptions(sink_iters=-1)
+
+
+def test_sinking_rules_run_on_past_the_iteration_limit_to_narrow_a_vit() -> None:
+    # The class-token slice crosses 14 ops to the last block's attention rows: more than
+    # the 6 iterations the other rules get. With the sinking rules run on alone, eqsat
+    # narrows the last block's MLP to one token, as the backtracking search does.
+    from superopt.zoo.vit import ViTConfig, vit
+
+    cfg = ViTConfig(layers=2, hidden=64, heads=4, mlp=256, patch=4)
+    g = vit(cfg, batch=1, image_size=32, num_classes=5)  # 64 patches + the class token
+
+    def mlp_rows(graph: Graph) -> list[int]:
+        return sorted(n.types[0].shape[1] for n in graph.nodes
+                      if n.op in ("matmul", "linear") and n.types[0].rank == 3
+                      and graph.type_of(n.inputs[0]).shape[-1] == cfg.mlp)
+
+    rules = starter_rules()
+    bt = optimize(g, rules, FlopsCost(), budget=30)
+    on = eqsat_optimize(g, rules, FlopsCost(), EqsatOptions(workers=1))
+    off = eqsat_optimize(g, rules, FlopsCost(), EqsatOptions(workers=1, sink_iters=0))
+    assert mlp_rows(bt.graph) == mlp_rows(on.graph) == [1, 65]
+    assert off.iterations == 6 and on.iterations > 6 and on.stopped == "iterations"
+    assert on.cost_after <= bt.cost_after * (1 + 1e-9) and on.cost_after < off.cost_after
+    assert on.used["slice_attention_rows"] >= 1 and "slice_attention_rows" not in off.used
+    assert check_values(g, on.graph).ok
 
 
 def test_eqsat_is_no_worse_than_backtracking_on_squeezenet_under_the_simulator() -> None:

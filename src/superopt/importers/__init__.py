@@ -18,9 +18,10 @@ from superopt.ir.graph import Graph
 HF_MODELS = ("hf:bert-tiny", "hf:bert-small", "hf:bert-base")  # published BERT sizes
 # Small-config families (superopt.importers.hf.FAMILIES), listed here so that the names are
 # known without importing transformers.
-HF_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "phi", "gemma", "bert", "distilbert",
-               "roberta", "t5-encoder", "vit", "deit", "swin", "convnext", "mobilevit",
-               "resnet", "efficientnet", "mobilenet_v2", "whisper-encoder")
+HF_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "phi", "gemma", "bert", "bert-classifier",
+               "distilbert", "roberta", "t5-encoder", "vit", "vit-classifier", "deit", "swin",
+               "convnext", "mobilevit", "resnet", "efficientnet", "mobilenet_v2",
+               "whisper-encoder")
 
 
 def load_model(spec: str, batch: int | None = None) -> Graph:

@@ -194,6 +194,10 @@ def _vit() -> Any:
     return _model("ViTModel", _cfg("ViTConfig", **_VIT))
 
 
+def _vit_classifier() -> Any:
+    return _model("ViTForImageClassification", _cfg("ViTConfig", num_labels=10, **_VIT))
+
+
 def _deit() -> Any:
     return _model("DeiTModel", _cfg("DeiTConfig", **_VIT))
 
@@ -263,10 +267,15 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("gemma", "decoder", _decoder("GemmaModel", "GemmaConfig", num_key_value_heads=1,
                                         head_dim=8), "ids"),
     Family("bert", "encoder", _encoder("BertModel", "BertConfig"), "ids"),
+    # A classifier head reads one token of the last layer (BERT's pooler and ViT's head
+    # the first): what the narrowing rules (`slice_*` in the starter library) exploit.
+    Family("bert-classifier", "encoder", _encoder("BertForSequenceClassification",
+                                                  "BertConfig", num_labels=3), "ids"),
     Family("distilbert", "encoder", _distilbert, "ids"),
     Family("roberta", "encoder", _encoder("RobertaModel", "RobertaConfig"), "ids"),
     Family("t5-encoder", "encoder", _t5_encoder, "ids"),
     Family("vit", "vision", _vit, "pixels"),
+    Family("vit-classifier", "vision", _vit_classifier, "pixels"),
     Family("deit", "vision", _deit, "pixels"),
     Family("swin", "vision", _swin, "pixels"),
     Family("convnext", "vision", _convnext, "pixels"),
@@ -284,7 +293,9 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
 # in microseconds, where a runtime's per-node overhead is all there is to time). Each is
 # the library's config at the published model's shape: MobileNet-V2 1.0 at 224 pixels,
 # ResNet-50, EfficientNet-B0 (the library's default config is B7), ConvNeXt-T, Swin-T,
-# ViT-B/16, BERT-base, GPT-2 (124M) and T5-small's encoder, texts of PUBLISHED_SEQ tokens.
+# ViT-B/16, BERT-base, GPT-2 (124M) and T5-small's encoder, texts of PUBLISHED_SEQ tokens;
+# and two classifiers as users fine-tune them: ViT-B/16 with its 1000-class head and BERT-base
+# for two-way sequence classification.
 PUBLISHED_SEQ = 128
 PUBLISHED_IMAGE = 224
 
@@ -304,7 +315,10 @@ PUBLISHED: dict[str, Callable[[], Any]] = {
     "convnext": _published("ConvNextModel", "ConvNextConfig"),
     "swin": _published("SwinModel", "SwinConfig"),
     "vit": _published("ViTModel", "ViTConfig"),
+    "vit-classifier": _published("ViTForImageClassification", "ViTConfig", num_labels=1000),
     "bert": _published("BertModel", "BertConfig"),
+    "bert-classifier": _published("BertForSequenceClassification", "BertConfig",
+                                  num_labels=2),
     "gpt2": _published("GPT2Model", "GPT2Config", use_cache=False),
     "t5-encoder": _published("T5EncoderModel", "T5Config", use_cache=False),
 }
