@@ -345,7 +345,8 @@ def _match_key(eg: EGraph, j: int, m: Any, roots: tuple[int, ...]) -> tuple[Any,
 
 
 def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
-              made: dict[str, list[frozenset[int]]]) -> tuple[int, str, Counter[str]]:
+              made: dict[str, list[frozenset[int]]],
+              partial: frozenset[int] | None = None) -> tuple[int, str, Counter[str]]:
     """Apply every match of every direction per iteration until nothing changes or a limit
     is hit; `made` collects, per rule, the e-nodes each of its applications created.
 
@@ -361,7 +362,7 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
 
     applied: Counter[str] = Counter()
     active = set(range(len(dirs)))
-    sinking = {j for j, d in enumerate(dirs) if _sinks(d.rule)}
+    sinking = {j for j, d in enumerate(dirs) if d.forward and _sinks(d.rule)}
     last_iter, late = opts.iter_limit, False
     bans = [0] * len(dirs)
     resting_until = [0] * len(dirs)
@@ -397,6 +398,11 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
                 # (inception: 1,001), and counted, those would keep it resting for ever.
                 got = [hit for hit in _matches(eg, d, by_op, 2 * limit + 1, index)
                        if _applicable(eg, d, hit[0])]
+                if partial is not None and j in sinking:
+                    # Only into what the outputs read in part (`_partial_demand`): a slice
+                    # of a tensor needed whole anyway is cheaper than computing both.
+                    wanted = {eg.find(i) for i in partial}
+                    got = [hit for hit in got if _sunk_into(eg, d, hit[0], by_op) & wanted]
                 eg.check_deadline()
                 if len(got) > limit:
                     # The first `limit` still apply (a merge of sibling convolutions has
@@ -468,6 +474,66 @@ def _sinks(rule: Rule) -> bool:
         return False
     moved = [q for q in walk(tgt) if isinstance(q, PNode) and q.op == op]
     return bool(moved) and all(isinstance(c, PVar) for q in moved for c in q.children)
+
+
+def _narrowed(rule: Rule) -> tuple[str, str, frozenset[int]] | None:
+    """For a sinking rule (`_sinks`): the movement op, the op it moves through, and the
+    operands of that op the target applies the movement op to (attention's rows: its
+    queries, not its keys or values)."""
+    if not _sinks(rule):
+        return None
+    src, tgt = rule.source[0], rule.target[0]
+    assert isinstance(src, PNode) and isinstance(tgt, PNode)
+    inner = src.children[0]
+    assert isinstance(inner, PNode)
+    moved = set()
+    for k, (a, b) in enumerate(zip(inner.children, tgt.children, strict=False)):
+        if (isinstance(a, PVar) and isinstance(b, PNode) and b.op == src.op
+                and b.children == (a,)):
+            moved.add(k)
+    return src.op, inner.op, frozenset(moved)
+
+
+def _partial_demand(graph: Graph, ld: _Loaded, rules: Iterable[Rule]) -> frozenset[int]:
+    """The input's e-nodes whose value the outputs read only in part, as the sinking rules
+    can narrow it: read by a slice, or only at narrowable operands of ops read so (ViT's
+    last block up to its attention's queries; not a tensor that is itself an output or
+    feeds a key, a value or a convolution)."""
+    narrow: dict[str, set[int]] = {}
+    movers: set[str] = set()
+    for r in rules:
+        got = _narrowed(r)
+        if got is not None:
+            movers.add(got[0])
+            narrow.setdefault(got[1], set()).update(got[2])
+    uses: dict[int, list[tuple[int, int]]] = {}
+    for n in graph.nodes:
+        for k, v in enumerate(n.inputs):
+            uses.setdefault(v.node, []).append((n.id, k))
+    full = {v.node for v in graph.outputs}
+    for n in reversed(graph.nodes):
+        if n.id in full or n.is_source:
+            continue
+        for c, k in uses.get(n.id, ()):
+            op = graph.nodes[c].op
+            if op in movers:
+                continue
+            if c in full or k not in narrow.get(op, ()):
+                full.add(n.id)
+                break
+    return frozenset(i for i, n in ld.orig_of.items()
+                     if n not in full and not graph.nodes[n].is_source)
+
+
+def _sunk_into(eg: EGraph, d: Any, m: Any, by_op: Mapping[str, list[tuple[int, int]]]
+               ) -> set[int]:
+    """The classes a sinking direction's match moves its slice into: those holding the op
+    under the slice over the matched operands."""
+    inner = d.rule.source[0].children[0]
+    kids = tuple(eg.find(m.tensors[c.name]) if isinstance(c, PVar) else None
+                 for c in inner.children)
+    return {eg.find(cls) for cls, i in by_op.get(inner.op, ())
+            if tuple(eg.find(k) for k in eg.nodes[i].children) == kids}
 
 
 # ---- extraction ---------------------------------------------------------------------------
@@ -1580,7 +1646,8 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
     eg.max_nodes = max(opts.node_limit, len(eg))
     eg.deadline = t0 + opts.time_limit
     made: dict[str, list[frozenset[int]]] = {}
-    iters, stopped, applied = _saturate(eg, _directions(matcher), opts, made)
+    iters, stopped, applied = _saturate(eg, _directions(matcher), opts, made,
+                                        _partial_demand(graph, ld, matcher.rules))
     t1 = time.perf_counter()
 
     spaces: dict[str, _Space] = {}  # by proxy name
