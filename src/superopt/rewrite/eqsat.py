@@ -137,8 +137,8 @@ class EqsatOptions:
     iter_limit: int = 6
     # Then the sinking rules alone run on (`_sinks`: a slice moved one op toward the
     # inputs) for up to this many more iterations: a chain of them pays only as a whole
-    # (vit_b16's class-token slice crosses 14 ops to narrow its last block; with 6
-    # iterations eqsat ended 0.3% behind backtracking there). Each step adds a few e-nodes.
+    # (vit_b16's class-token slice needs 8 iterations to reach its last attention; with
+    # 6, eqsat ended 0.3% behind backtracking there). Each step adds a few e-nodes.
     sink_iters: int = 32
     match_limit: int = 1_000
     ban_iters: int = 2
@@ -357,7 +357,10 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
     nobody extracts while the others wait. A multi-source direction runs in at most
     `multi_iters` iterations in which it applies (Tensat's k_multi; counting those only, a
     merge whose operands a chain of other rules makes is still found: an average pool
-    rewritten as a convolution, then made dense, then merged with its 1x1 siblings)."""
+    rewritten as a convolution, then made dense, then merged with its 1x1 siblings).
+    The sinking directions (`_sinks`) run on alone for `sink_iters` iterations past
+    `iter_limit`, and with `partial` (e-nodes of values read in part: `_partial_demand`)
+    apply only where they move a slice into one of those."""
     from superopt.substitutions.covers import _apply, _matches
 
     applied: Counter[str] = Counter()
@@ -380,6 +383,7 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
             by_op = eg.by_op()
             index = eg.match_index()  # nothing changes the e-graph until every match is found
             present = set(by_op)
+            wanted = None if partial is None else {eg.find(i) for i in partial}
             found = []
             resting = False
             for j, d in enumerate(dirs):
@@ -398,10 +402,9 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
                 # (inception: 1,001), and counted, those would keep it resting for ever.
                 got = [hit for hit in _matches(eg, d, by_op, 2 * limit + 1, index)
                        if _applicable(eg, d, hit[0])]
-                if partial is not None and j in sinking:
+                if wanted is not None and j in sinking:
                     # Only into what the outputs read in part (`_partial_demand`): a slice
                     # of a tensor needed whole anyway is cheaper than computing both.
-                    wanted = {eg.find(i) for i in partial}
                     got = [hit for hit in got if _sunk_into(eg, d, hit[0], by_op) & wanted]
                 eg.check_deadline()
                 if len(got) > limit:
@@ -460,9 +463,9 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
 def _sinks(rule: Rule) -> bool:
     """Does the rule move a movement op one op toward the inputs: its one source that op
     over another op (not its own kind: composing two is no move), its target the other op
-    with the movement op over variables only
-    (the narrowing rules: `(slice (gelu ?x)) => (gelu (slice ?x))`)? Such chains end at
-    the inputs, and each step pays only with the rest of its chain."""
+    with the movement op over variables only (the narrowing rules: `(slice (gelu ?x)) =>
+    (gelu (slice ?x))`)? Such chains end at the inputs, and a step pays only with the rest
+    of its chain."""
     if len(rule.source) != 1 or len(rule.target) != 1:
         return False
     src, tgt = rule.source[0], rule.target[0]
@@ -515,14 +518,14 @@ def _partial_demand(graph: Graph, ld: _Loaded, rules: Iterable[Rule]) -> frozens
         if n.id in full or n.is_source:
             continue
         for c, k in uses.get(n.id, ()):
-            op = graph.nodes[c].op
+            op = graph.node(c).op
             if op in movers:
                 continue
             if c in full or k not in narrow.get(op, ()):
                 full.add(n.id)
                 break
     return frozenset(i for i, n in ld.orig_of.items()
-                     if n not in full and not graph.nodes[n].is_source)
+                     if n not in full and not graph.node(n).is_source)
 
 
 def _sunk_into(eg: EGraph, d: Any, m: Any, by_op: Mapping[str, list[tuple[int, int]]]

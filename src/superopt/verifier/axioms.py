@@ -8,7 +8,8 @@ conv/matmul linearity, concat/split laws, transpose laws, pooling, constants, en
 adds laws for the project's other ops and for the starter rewrites (batch norm as a
 per-channel affine map, separable pooling and box filters, rank-2 weights over a batched
 lhs, enlarged kernels under explicit pads, convs, biases, relus and max pools over
-columns folded into channels).
+columns folded into channels, slices through ops that compute each cell from the same
+cells of their input).
 
 Validation (`validate_axiom`) samples instances where one side (the trigger of that
 direction) type-checks and the condition holds, and requires that the other side
