@@ -1057,3 +1057,20 @@ def test_slices_sink_only_into_what_the_outputs_read_in_part() -> None:
     assert attention[-1] in partial and attention[0] not in partial
     assert not set(splits) & partial
     assert ops.count("layer_norm") == 2  # the last block's second norm and the final one
+
+
+def test_sinking_rules_are_told_by_their_shape() -> None:
+    # A slice moved through another op onto variables sinks; composing two movement ops,
+    # dropping a slice that keeps everything, or moving a scale does not.
+    from superopt.rewrite.eqsat import _narrowed, _sinks
+
+    rules = {r.name: r for r in starter_rules()}
+    sinking = {n for n, r in rules.items() if _sinks(r)}
+    assert "slice_attention_rows" in sinking and "slice_gelu" in sinking
+    assert not sinking & {"slice_identity", "transpose_compose4", "reshape_compose",
+                          "scale_through_transpose", "fuse_matmul_bias"}
+    assert all(n.startswith("slice_") for n in sinking)
+    # Attention's rows narrow its queries only; a same-shape sum narrows both operands.
+    assert _narrowed(rules["slice_attention_rows"]) == ("slice", "attention", frozenset({0}))
+    assert _narrowed(rules["slice_ewadd"]) == ("slice", "ewadd", frozenset({0, 1}))
+    assert _narrowed(rules["slice_matmul3"]) == ("slice", "matmul", frozenset({0}))
