@@ -707,7 +707,7 @@ def _transformer_axioms() -> list[str]:
     return ax
 
 
-def _whole(k: int | str, x: str = "?x", size: str | None = None) -> str:
+def _whole(k: int, x: str = "?x", size: str | None = None) -> str:
     """The slice `(slice ?b ?e ?t ...)` keeps axis k of ?x whole (`size`: its length
     when that is not ?x's own dim k)."""
     return f"?b[{k}] == 0 and ?e[{k}] == {size or f'dim({x},{k})'} and ?t[{k}] == 1"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from superopt.xtat.realrunner import Final, RealRunner
+from superopt.xtat.targets import TORCH
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 def describe(session: Session) -> str:
     s = session.spec
-    if str(s["onnxruntime"]).startswith("torch "):
+    if session.target is not None and session.target.measures == TORCH:
         return (f"measured in {s['onnxruntime']} eager on {s['machine']}, "
                 f"{s['threads']} intra-op thread(s)")
     return (f"measured in onnxruntime {s['onnxruntime']} on {s['machine']}, "
@@ -133,8 +134,10 @@ def real_spec(workload: dict[str, Any]) -> dict[str, Any]:
             "op_cost": workload["op_cost"]}
 
 
-def _final(db: RecordsDB) -> Final | None:
-    got = db.get_meta("final")
+def _final(db: RecordsDB, key: str = "final") -> Final | None:
+    """The comparison the records keep under `key`: the final one, or (`export`) the
+    user's file against superopt's export of it."""
+    got = db.get_meta(key)
     if got is None:
         return None
     return Final.from_json(got)
@@ -159,9 +162,7 @@ def replayed_times(path: str | Path) -> tuple[float, float]:
     from superopt.xtat.records import RecordsDB
 
     with RecordsDB(path, None) as db:
-        final = _final(db)
-        got = db.get_meta("export")
-        export = Final.from_json(got) if got is not None else None
+        final, export = _final(db), _final(db, "export")
         if final is not None and final.kept:
             return final.tuned_s, final.input_s
         if export is not None and export.kept:
@@ -179,8 +180,8 @@ def export_kept(path: str | Path) -> bool:
     from superopt.xtat.records import RecordsDB
 
     with RecordsDB(path, None) as db:
-        got = db.get_meta("export")
-    return bool(got and got.get("kept"))
+        export = _final(db, "export")
+    return export is not None and export.kept
 
 
 __all__ = ["describe", "export_kept", "final_pick", "real_spec", "replayed_times", "report"]
