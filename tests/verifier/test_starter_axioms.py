@@ -34,6 +34,7 @@ NEEDS = {
     "fuse_linear_relu": {"fuse_linear_relu"},
     "merge_dense": {"linear_concat_w"},
     "group_conv_dense": {"conv_group_dense"},
+    **{f"group_conv_merge{k}": {f"conv_group_merge{k}"} for k in (2, 4, 8)},
 }
 NEW = sorted({*set().union(*NEEDS.values()), "conv_col_scale", "concat_ewmul_bcast",
               "concat_matmul_w", "matmul_concat_inner_w", "concat_matmul_inner_w",
@@ -126,12 +127,6 @@ group_dense_interleaved: (conv2d ?s ?p ?d ?g ?act ?x ?w) => (conv2d ?s ?p ?d 1 ?
 """
 
 
-@pytest.mark.parametrize("axiom", axioms_from_rules(parse_rules(BAD_GROUPED), "test"),
-                         ids=lambda a: a.name)
-def test_broken_grouped_conv_law_is_rejected_with_its_sampler_bounds(axiom: Axiom) -> None:
-    check = validate_axiom(replace(axiom, spec=AXIOMS["conv_group_dense"].spec), samples=16)
-    assert not check.ok
-    assert [d for d in check.directions if d.kind == "differs"], check
 
 
 def test_grouped_conv_law_is_sampled_with_several_channels_and_outputs_per_group() -> None:
@@ -160,3 +155,48 @@ def test_a_timed_out_proof_is_tried_again_on_the_next_seeds() -> None:
     res = Prover(builtin_axioms(), VerifyOptions(timeout_s=0.5, restarts=2)).verify(rule)
     assert res.state == "unknown"  # 13 s on the quickest seeds
     assert res.reason == "time limit of 0.5 s reached on each of 2 seeds"
+
+
+# Merging k groups into one: the kernel viewed as (k, groups/k, ...) merges group i with
+# groups i + groups/k, ... (their inputs are not side by side); all-ones in place of the
+# identity lets each output read its merged group's other inputs.
+BAD_MERGE = """\
+group_merge2_strided: (conv2d ?s ?p ?d ?g ?act ?x ?w) => (conv2d ?s ?p ?d {?g // 2} ?act ?x (reshape {(dim(?w,0), 2 * dim(?w,1), dim(?w,2), dim(?w,3))} (ewmul (reshape {(2, ?g // 2, dim(?w,0) // ?g, 1, dim(?w,1) * dim(?w,2) * dim(?w,3))} ?w) (reshape [2,1,1,2,1] (const_imm 2))))) if ?g > 2 and ?g % 2 == 0
+group_merge2_ones: (conv2d ?s ?p ?d ?g ?act ?x ?w) => (conv2d ?s ?p ?d {?g // 2} ?act ?x (reshape {(dim(?w,0), 2 * dim(?w,1), dim(?w,2), dim(?w,3))} (ewmul (reshape {(?g // 2, 2, dim(?w,0) // ?g, 1, dim(?w,1) * dim(?w,2) * dim(?w,3))} ?w) (const_one [1,2,1,2,1])))) if ?g > 2 and ?g % 2 == 0
+"""
+
+
+@pytest.mark.parametrize(("axiom", "law"), [
+    *((a, "conv_group_dense") for a in axioms_from_rules(parse_rules(BAD_GROUPED), "test")),
+    *((a, "conv_group_merge2") for a in axioms_from_rules(parse_rules(BAD_MERGE), "test"))],
+    ids=lambda a: getattr(a, "name", ""))
+def test_broken_grouped_conv_law_is_rejected_with_its_sampler_bounds(axiom: Axiom,
+                                                                     law: str) -> None:
+    check = validate_axiom(replace(axiom, spec=AXIOMS[law].spec), samples=16)
+    assert not check.ok
+    assert [d for d in check.directions if d.kind == "differs"], check
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_group_merge_law_is_sampled_with_several_merged_groups(k: int) -> None:
+    # At least two merged groups, and some instances with several channels and outputs
+    # per group: otherwise a law that mixed merged groups or channels could pass.
+    ax = AXIOMS[f"conv_group_merge{k}"]
+    sampler = Sampler(ax.rule, ax.spec, seed=0)
+    drawn = [i for i in (sampler.draw() for _ in range(12)) if i is not None]
+    assert drawn and all(i.attrs["g"] >= 2 * k for i in drawn)
+    assert [i for i in drawn if i.types["w"].shape[1] > 1
+            and i.types["w"].shape[0] > i.attrs["g"]], [i.describe() for i in drawn]
+
+
+def test_sampler_widens_its_default_bounds_when_they_admit_no_instance() -> None:
+    # Merging 8 groups at a time needs 16 groups: beyond the default bounds (groups up to
+    # 3, dims up to 4), so the sampler falls back to wide ones rather than report none.
+    rule = next(r for r in starter_rules() if r.name == "group_conv_merge8")
+    sampler = Sampler(rule, seed=0)
+    got = [sampler.draw() for _ in range(3)]
+    assert all(i is not None and i.attrs["g"] % 8 == 0 and i.attrs["g"] >= 16 for i in got)
+    assert sampler.given.wide
+    # A rule the default bounds admit keeps them.
+    narrow = Sampler(next(r for r in starter_rules() if r.name == "group_conv_dense"), seed=0)
+    assert narrow.draw() is not None and not narrow.given.wide

@@ -66,6 +66,14 @@ class SamplerSpec:
     dims: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     attrs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # var -> allowed values
     min_samples: int = 6
+    # Positive integer attributes (groups, channels, kernel sizes, ...) and dims up to
+    # WIDE: the bounds a sampler falls back to when its own admit no instance at all.
+    wide: bool = False
+
+
+# The upper bound of dims and positive attributes in a wide spec: merging 8 of 16 groups
+# needs 16 channels (`group_conv_merge8`).
+WIDE = 16
 
 
 @dataclass(frozen=True)
@@ -253,6 +261,8 @@ def _bound_attr(spec: SamplerSpec, facts: list[z3.BoolRef],
         pins.append((consts[0], list(range(hi + 1))))
         return
     lo, hi = ATTR_BOUNDS.get(codec.name, DEFAULT_BOUNDS)
+    if spec.wide and lo >= 1:
+        hi = max(hi, WIDE)
     if codec.kind == "padding":
         pins.append((consts[0], [0, 1, 2]))
         items = consts[1:]
@@ -357,6 +367,12 @@ class Sampler:
                 and self.narrowed and self.spec != self.given:
             # The bounds narrowed for reshape's products admit no instance (a grouped
             # conv with two channels per group needs four channels): the spec's own bounds.
+            self._setup(narrow=False)
+            got = self._draw(target)
+        if got is None and self.exhausted and not self.drawn and not self.given.wide:
+            # Nothing within the bounds at all (16 groups merged 8 at a time): wider ones.
+            self.given = replace(self.given, wide=True,
+                                 max_dim=max(self.given.max_dim, WIDE))
             self._setup(narrow=False)
             got = self._draw(target)
         if got is not None:
