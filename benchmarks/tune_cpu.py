@@ -3,7 +3,8 @@
 Per row (model, batch), in this order: tune the rewrite plan and the rewrite points for
 real (onnxruntime, ORT_ENABLE_ALL, `--threads` intra-op threads; each candidate paired
 against the incumbent, an A/A control deciding what is real, proposals screened by this
-machine's per-op torch costs kept in one cost database for all rows), with a fixed
+machine's per-op costs, each op timed alone in onnxruntime (`--op-cost`), kept in one cost
+database for all rows), with a fixed
 measurement budget and a wall limit per row (Ctrl-C's path: the tuner stops and picks
 from what it measured); then, side by side in one loop, the original, the tuned graph
 and the original again (the A/A control) in onnxruntime, and the same three in torch
@@ -59,7 +60,7 @@ def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> di
     from superopt.xtat.tuner import Tuner, make_schedule
 
     spec = {"model": str(_source(model, batch, args)), "batch": batch, "target": "cpu",
-            "threads": args.threads, "op_cost": "torch", "cost_db": str(args.cost_db),
+            "threads": args.threads, "op_cost": args.op_cost, "cost_db": str(args.cost_db),
             "rounds": args.rounds, "plan_budget": args.plan_budget}
     t0 = time.perf_counter()
     session = open_session(spec)
@@ -326,6 +327,9 @@ def main() -> None:
     ap.add_argument("--until", type=float, default=None,
                     help="a time.time() after which no new row starts")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/superopt_tune_cpu"))
+    ap.add_argument("--op-cost", choices=("onnxruntime", "torch"), default="onnxruntime",
+                    help="the per-op cost that screens proposals (rows before the group "
+                         "merges were measured with torch's)")
     ap.add_argument("--cost-db", type=Path, default=None,
                     help="per-op costs kept across rows (default WORKDIR/op_costs.jsonl)")
     ap.add_argument("--hf", default="", metavar="FAMILIES",
@@ -365,6 +369,7 @@ def main() -> None:
                 "row_limit_s": args.row_limit, "threads": args.threads,
                 "rounds": args.rounds, "bench_rounds": args.bench_rounds,
                 "torch_rounds": args.torch_rounds, "plan_budget": args.plan_budget,
+                "op_cost": args.op_cost,
                 "graph_optimization_level": "ORT_ENABLE_ALL",
                 "affinity": sorted(os.sched_getaffinity(0)),
                 "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),

@@ -592,11 +592,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rules", metavar="LIB", default=None,
                    help="a rule file (.rules text) or library (.json/.jsonl); default: the "
                         "starter library shipped with superopt")
-    p.add_argument("--cost", choices=("sim", "simop", "torch", "flops"), default="sim",
+    p.add_argument("--cost", choices=("sim", "simop", "torch", "onnxruntime", "flops"),
+                   default="sim",
                    help="search cost: the TPU simulator's default-compiled time (sim, default),"
                         " the sum of each op's simulated time alone (simop), the sum of "
-                        "per-op torch CPU times as in TASO (torch), or an analytical "
-                        "FLOP/byte count (flops)")
+                        "per-op torch CPU times as in TASO (torch) or of per-op onnxruntime "
+                        "CPU times (onnxruntime), or an analytical FLOP/byte count (flops)")
     p.add_argument("--search", choices=("backtracking", "eqsat"), default="backtracking",
                    help="backtracking: TASO's cost-ordered search (default); eqsat: "
                         "equality saturation as in Tensat (every rewrite of the same rules "
@@ -647,13 +648,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed torch runs per graph (0: no timing); medians are reported")
     p.add_argument("--warmup", type=int, default=2, help="untimed torch runs per graph")
     p.add_argument("--threads", type=int, default=0,
-                   help="torch threads for --cost torch and the timing (default 0: torch's "
-                        "default, all cores; 1 is steadier on a shared machine, but which "
+                   help="threads for --cost torch or onnxruntime and the timing (default "
+                        "0: the runtime's default, all cores; 1 is steadier on a shared machine, but which "
                         "rewrites pay off depends on it)")
     p.add_argument("--cost-db", metavar="FILE.jsonl", default=None,
-                   help="with --cost torch: keep measured op costs in this file and reuse "
-                        "those measured on the same machine and settings (a rerun then "
-                        "makes the same choices, without measuring again)")
+                   help="with --cost torch or onnxruntime: keep measured op costs in this "
+                        "file and reuse those measured on the same machine and settings (a "
+                        "rerun then makes the same choices, without measuring again)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.set_defaults(func=cmd_optimize)
 
@@ -689,10 +690,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=10,
                    help="cpu/cuda: paired rounds per measurement against the incumbent "
                         "(default 10; the final comparison runs twice as many)")
-    p.add_argument("--op-cost", choices=("torch", "flops"), default="torch",
-                   help="cpu/cuda: the per-op cost that prices the plan's search and screens "
-                        "proposals before they are measured: torch (each op timed on this "
-                        "machine, kept in --cost-db; default) or flops (analytical)")
+    p.add_argument("--op-cost", choices=("onnxruntime", "torch", "flops"), default=None,
+                   help="real targets: the per-op cost that prices the plan's search and "
+                        "screens proposals before they are measured: onnxruntime or torch "
+                        "(each op timed alone on this machine in that runtime, kept in "
+                        "--cost-db; default: the runtime the target measures in) or flops "
+                        "(analytical)")
     p.add_argument("--cost-db", metavar="OPS.jsonl", default=None,
                    help="cpu/cuda: per-op costs measured on this machine, kept across runs "
                         "(default: none kept)")

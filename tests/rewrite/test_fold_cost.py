@@ -9,7 +9,7 @@ from superopt.ir import GraphBuilder, interpret, random_feeds
 from superopt.ir import TensorType as T
 from superopt.rewrite import Matcher, apply_sites, create_cost, fold_weights, starter_rules
 from superopt.rewrite.check import check_values, time_side_by_side
-from superopt.rewrite.cost import CostError, FlopsCost, TorchOpCost
+from superopt.rewrite.cost import CostError, FlopsCost, OrtOpCost, TorchOpCost
 from superopt.rewrite.effect import site_effect
 from superopt.rewrite.fold import runtime_ops, weight_only
 
@@ -247,11 +247,40 @@ def test_cost_database_errors_name_the_line_and_survive_a_torn_append(tmp_path) 
     assert reread.database is not None and reread.database.loaded == 3
 
 
-def test_cli_cost_db_needs_the_torch_cost(tmp_path, capsys) -> None:
+def test_cli_cost_db_needs_a_measured_cost(tmp_path, capsys) -> None:
     from superopt.cli import main
 
     code = main(["optimize", "bert-small", "--cost", "sim", "--cost-db",
                  str(tmp_path / "c.jsonl")])
     assert code == 2
-    assert "--cost-db keeps measured torch costs: it needs --cost torch" in \
+    assert "--cost-db keeps measured op costs: it needs --cost torch or onnxruntime" in \
         capsys.readouterr().err
+
+
+def test_onnxruntime_cost_times_each_op_signature_once_and_tracks_work() -> None:
+    c = create_cost("onnxruntime", samples=2, min_sample_s=2e-4, threads=1)
+    assert isinstance(c, OrtOpCost) and "onnxruntime" in c.describe()
+    g = _tiny_graph()
+    total = c.cost(g)
+    assert total > 0 and c.cached == 2 and c.cost(g) == total  # matmul, relu; cached
+    # Four times the rows of a 256 x 256 product: well over twice the time (a run's fixed
+    # cost, taken off each op, would otherwise flatten the ratio).
+    small, big = ((T((n, 256)), T((256, 256))) for n in (256, 1024))
+    act = (("activation", "none"),)
+    t_small = c.op_cost("matmul", act, small, (T((256, 256)),), (False, True))
+    t_big = c.op_cost("matmul", act, big, (T((1024, 256)),), (False, True))
+    assert t_big > 2 * t_small > 0
+
+
+def test_onnxruntime_cost_database_is_its_own_context(tmp_path) -> None:
+    db = tmp_path / "costs.jsonl"
+    g = _tiny_graph()
+    first = OrtOpCost(samples=2, min_sample_s=2e-4, threads=1, database=db)
+    total = first.cost(g)
+    again = OrtOpCost(samples=2, min_sample_s=2e-4, threads=1, database=db)
+    assert again.cost(g) == total and again.reused == 2 and again.measured_s == 0.0
+    # torch's measurements of the same signatures in the same file are not reused.
+    torch_cost = TorchOpCost(samples=2, min_sample_s=2e-4, threads=1, database=db)
+    torch_cost.cost(g)
+    assert torch_cost.reused == 0 and torch_cost.database is not None
+    assert torch_cost.database.other_contexts == 2

@@ -92,3 +92,21 @@ def test_torch_targets_measure_in_torch_and_offer_the_graph_passes() -> None:
     many = b.build(b.op("matmul", b.op("matmul", b.op("matmul", y, w), w), w))
     t = TorchTimer()([one, many, one], 8, 1)
     assert t.ratio(0, 1) < 0.6 < 0.7 < t.ratio(0, 2)
+
+
+def test_a_real_target_screens_by_op_costs_measured_in_its_own_runtime() -> None:
+    # Unless told otherwise, the plan search and the screen price ops as they run where
+    # the target measures: onnxruntime for cpu, torch for torch-cpu.
+    from superopt.rewrite.cost import OrtOpCost, TorchOpCost
+
+    g = dense_branches(2)
+    cpu = open_session({"model": "dense", "target": "cpu"}, g, timer=FakeTimer(node_count))
+    assert cpu.spec["op_cost"] == "onnxruntime" and cpu.workload["op_cost"] == "onnxruntime"
+    assert isinstance(cpu.screen.cost, OrtOpCost)  # type: ignore[union-attr]
+    torch_cpu = open_session({"model": "dense", "target": "torch-cpu"}, g,
+                             timer=FakeTimer(node_count))
+    assert torch_cpu.spec["op_cost"] == "torch"
+    assert isinstance(torch_cpu.screen.cost, TorchOpCost)  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="unknown op cost 'tvm'"):
+        open_session({"model": "dense", "target": "cpu", "op_cost": "tvm"}, g,
+                     timer=FakeTimer(node_count))

@@ -78,3 +78,10 @@ class TensorType:
 
     def __str__(self) -> str:
         return f"{self.dtype.value}[{','.join(str(d) for d in self.shape)}]"
+
+
+# onnxruntime's input type names -> numpy dtypes (what the reference's feeds are cast to
+# when a graph runs in onnxruntime).
+ORT_DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
+              "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+              "tensor(int32)": np.int32, "tensor(bool)": np.bool_}

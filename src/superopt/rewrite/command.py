@@ -28,14 +28,14 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
     from superopt.ir.errors import IRError
     from superopt.rewrite import Matcher, create_cost, fold_weights, load_rules, optimize
     from superopt.rewrite.check import time_side_by_side
-    from superopt.rewrite.cost import TorchOpCost
+    from superopt.rewrite.cost import OrtOpCost, TorchOpCost
     from superopt.rewrite.fold import runtime_ops
 
     if args.budget < 1:
         raise IRError(f"--budget must be >= 1, found {args.budget}")
-    if args.cost_db is not None and args.cost != "torch":
-        raise IRError(f"--cost-db keeps measured torch costs: it needs --cost torch, not "
-                      f"--cost {args.cost}")
+    if args.cost_db is not None and args.cost not in ("torch", "onnxruntime"):
+        raise IRError(f"--cost-db keeps measured op costs: it needs --cost torch or "
+                      f"onnxruntime, not --cost {args.cost}")
     graph = load(args.model, args.batch)
     if not args.no_check:
         from superopt.ir.interpret import check_memory
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
     options: dict[str, Any] = {}
     if args.cost in ("sim", "simop"):
         options["hardware"] = args.hardware
-    elif args.cost == "torch":
+    elif args.cost in ("torch", "onnxruntime"):
         options["threads"] = threads
         options["database"] = args.cost_db
     cost = create_cost(args.cost, **options)
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
         ("search time", f"{result.seconds:.2f} s (matching {result.match_seconds:.2f} s); "
                         f"stopped: {result.stopped}"),
     ]
-    if isinstance(cost, TorchOpCost):
+    if isinstance(cost, TorchOpCost | OrtOpCost):
         rows.append(("op signatures priced", f"{cost.cached} ({cost.reused} from the database, "
                                              f"{cost.measured_s:.1f} s measuring)"))
     for k, v in rows:

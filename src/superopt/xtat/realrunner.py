@@ -38,6 +38,7 @@ import numpy as np
 
 from superopt.ir.graph import Graph
 from superopt.ir.memory import SMALL_BYTES, MemoryLimitError, available_bytes, human_bytes
+from superopt.ir.types import ORT_DTYPES
 from superopt.rewrite.check import SideBySide, interleave
 from superopt.xtat.stage import Candidate
 
@@ -45,10 +46,6 @@ if TYPE_CHECKING:
     from superopt.xtat.context import TuneContext
     from superopt.xtat.records import RecordsDB
 
-# onnxruntime's input type names -> numpy dtypes (what the reference's feeds are cast to).
-ORT_DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
-              "tensor(float16)": np.float16, "tensor(int64)": np.int64,
-              "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
 ROUNDS = 10  # paired rounds per measurement
 WARMUP = 2  # runs of each session before the rounds (allocator, first-call setup)
 FINAL_ROUNDS = 20  # the final comparison's rounds: it decides what the user gets

@@ -172,7 +172,10 @@ def open_session(spec: Mapping[str, Any], graph: Graph | None = None,
                    target)
 
 
-OP_COSTS = ("torch", "flops")  # a real target's per-op cost (flops: no measuring, tests)
+# A real target's per-op cost (flops: no measuring, tests). By default each op is timed in
+# the runtime the target measures in: onnxruntime ranks grouped convolutions the other way
+# from torch (see `superopt.rewrite.cost.OrtOpCost`).
+OP_COSTS = ("onnxruntime", "torch", "flops")
 
 
 def _file_digest(path: Path) -> str:
@@ -200,7 +203,7 @@ def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: li
     spec["rules_digest"] = digest("\n".join(sorted(format_rule(r) for r in rules.rules)))
     matcher = Matcher(rules.rules)
     threads = int(spec.get("threads") or 1)
-    op_cost = spec.get("op_cost") or "torch"
+    op_cost = spec.get("op_cost") or ("torch" if target.measures == TORCH else "onnxruntime")
     if op_cost not in OP_COSTS:
         raise ValueError(f"unknown op cost {op_cost!r}: expected one of {', '.join(OP_COSTS)}")
     device_name = ""
@@ -231,9 +234,14 @@ def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: li
                         f"{os.cpu_count()} cores{device_name})"}
     # Fewer, shorter samples than `optimize --cost torch`: the screen ranks; the paired
     # runs in onnxruntime judge.
-    cost = create_cost("torch", device=target.device, threads=threads, samples=3,
-                       min_sample_s=5e-3, database=spec.get("cost_db")) \
-        if op_cost == "torch" else create_cost("flops")
+    if op_cost == "torch":
+        cost = create_cost("torch", device=target.device, threads=threads, samples=3,
+                           min_sample_s=5e-3, database=spec.get("cost_db"))
+    elif op_cost == "onnxruntime":
+        cost = create_cost("onnxruntime", providers=providers, threads=threads, samples=3,
+                           min_sample_s=5e-3, database=spec.get("cost_db"))
+    else:
+        cost = create_cost("flops")
     plan_budget = int(spec.get("plan_budget", PLAN_BUDGET))
     pipeline = Pipeline([RewritePlan(matcher, lambda: cost, plan_budget,
                                      cost_key=f"{op_cost}:{spec['machine']}:{threads}"),
