@@ -15,7 +15,7 @@ from superopt.xtat.realrunner import OrtTimer, RealRunner, verdict
 from superopt.xtat.records import RecordsDB
 from superopt.xtat.screen import screening
 from superopt.xtat.session import Session, open_session, rewritten_graph
-from superopt.xtat.tuner import Tuner, TuneResult, make_schedule
+from superopt.xtat.tuner import GRAPH_ONLY_PLAN_TOP_K, Tuner, TuneResult, make_schedule
 from xtat.realcases import FakeTimer, dense_branches, node_count
 
 
@@ -70,7 +70,7 @@ def test_a_real_gain_is_kept_with_its_interval() -> None:
 
 def test_the_screen_leaves_proposals_priced_above_the_incumbent_unmeasured() -> None:
     timer = FakeTimer(node_count)
-    session = _session(timer)
+    session = _session(timer, plan_budget=0)
     # Price each candidate by its op count, negated: every rewrite that removes ops is
     # priced above the input, so none of them may run.
     session.screen = lambda c: -node_count(rewritten_graph(session.pipeline, c))
@@ -79,6 +79,23 @@ def test_the_screen_leaves_proposals_priced_above_the_incumbent_unmeasured() -> 
     result = tuner.run(make_schedule("joint", ("plan", "rewrite")), 12)
     assert result.evaluations == 1 and hook.screened() > 0  # type: ignore[attr-defined]
     assert len(timer.calls) == 2  # the A/A control alone (after its warm-up pass)
+
+
+def test_a_real_targets_plan_options_are_measured_whatever_the_screen_prices() -> None:
+    # The plan and its variants differ in what the runtime fuses, which the per-op cost
+    # cannot see: the plan phase measures them all, even priced above the input; the
+    # rewrite points after it are still screened.
+    timer = FakeTimer(node_count)
+    session = _session(timer)
+    session.screen = lambda c: -node_count(rewritten_graph(session.pipeline, c))
+    plan = session.pipeline.passes[session.pipeline.index("plan")]
+    options = plan.list_sites(session.default.stages[0])[0].options
+    tuner = Tuner(session.pipeline, session.runner, session.default, seed=0, batch=1,
+                  wrap=screening(session.screen))
+    result = tuner.run(make_schedule("joint", ("plan", "rewrite")), 12)
+    assert len(options) > 2  # the plan and at least one variant without a rule
+    assert dict(result.phases).get("plan") == min(len(options), GRAPH_ONLY_PLAN_TOP_K) - 1
+    assert dict(result.phases).get("rewrite", 0) == 0  # nothing after it priced below
 
 
 def test_resume_measures_nothing_twice_and_keeps_the_noise_model(tmp_path: Path) -> None:

@@ -114,16 +114,22 @@ class Screened(SearchStrategy):
         self.inner.tell(candidates, times)
 
 
+# A phase option: this phase's proposals are all measured (the per-op cost cannot judge
+# them: a real target's plan variants differ in what the runtime fuses, `tuner.make_schedule`).
+UNSCREENED = "unscreened"
+
+
 def screening(predict: Callable[[Candidate], float], margin: float = MARGIN,
               skip: Callable[[Any], bool] | None = None
               ) -> Callable[[SearchStrategy, Any], SearchStrategy]:
     """A `Tuner(wrap=...)` hook screening every phase's proposals by `predict` (the
-    phases `skip` names keep their strategy as it is); its `screened()` counts the
-    proposals left unmeasured in all phases."""
+    phases `skip` names, and those with the option `UNSCREENED`, keep their strategy as
+    it is); its `screened()` counts the proposals left unmeasured in all phases."""
     created: list[Screened] = []
 
     def wrap(strategy: SearchStrategy, phase: Any) -> SearchStrategy:
-        if skip is not None and skip(phase):
+        if (skip is not None and skip(phase)) or dict(getattr(phase, "options", ())).get(
+                UNSCREENED):
             return strategy
         created.append(Screened(strategy, predict, margin))
         return created[-1]
@@ -132,4 +138,4 @@ def screening(predict: Callable[[Candidate], float], margin: float = MARGIN,
     return wrap
 
 
-__all__ = ["MARGIN", "Budgeted", "OpCostPredictor", "Screened", "screening"]
+__all__ = ["MARGIN", "UNSCREENED", "Budgeted", "OpCostPredictor", "Screened", "screening"]
