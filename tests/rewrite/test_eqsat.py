@@ -1074,3 +1074,27 @@ def test_sinking_rules_are_told_by_their_shape() -> None:
     assert _narrowed(rules["slice_attention_rows"]) == ("slice", "attention", frozenset({0}))
     assert _narrowed(rules["slice_ewadd"]) == ("slice", "ewadd", frozenset({0, 1}))
     assert _narrowed(rules["slice_matmul3"]) == ("slice", "matmul", frozenset({0}))
+
+
+def test_reparameterising_rules_are_told_by_their_shape() -> None:
+    # A grouped conv as a conv with fewer groups and a masked kernel re-parameterises one
+    # op; folding a batch norm into it, scaling its weight or fusing an activation do not.
+    from superopt.rewrite.eqsat import _reparams
+
+    names = {r.name for r in starter_rules() if _reparams(r)}
+    assert names == {"group_conv_dense", "group_conv_merge2", "group_conv_merge4"}
+
+
+def test_merged_groups_are_not_merged_again_in_the_egraph() -> None:
+    # Eight groups of two channels: the rules give 4, 2 and 1 groups from the input's
+    # conv. Applied to their own results they would add the same group counts again over
+    # other kernels (merge2 of merge2, dense of merge4, ...): one conv e-node per count.
+    b = GraphBuilder("grouped")
+    x = b.input("x", (1, 16, 6, 6))
+    g = b.build([b.conv2d(x, b.weight("w", (16, 2, 3, 3)), padding="same", groups=8)])
+    rules = [r for r in starter_rules() if r.name.startswith("group_conv_")]
+    eg = EGraph(max_nodes=50_000)
+    _load(g, eg)
+    _saturate(eg, _directions(Matcher(rules)), EqsatOptions(), {})
+    convs = [n for n in eg.nodes if n.op == "conv2d"]
+    assert sorted(dict(n.attrs)["groups"] for n in convs) == [1, 2, 4, 8]

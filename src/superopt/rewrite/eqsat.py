@@ -366,6 +366,10 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
     applied: Counter[str] = Counter()
     active = set(range(len(dirs)))
     sinking = {j for j, d in enumerate(dirs) if d.forward and _sinks(d.rule)}
+    reparam = {j for j, d in enumerate(dirs) if d.forward and _reparams(d.rule)}
+    # Classes of the operand terms the re-parameterising rules made (a merged conv's
+    # masked kernel): they match no re-parameterisation again (`_reparams`).
+    reparam_made: set[int] = set()
     last_iter, late = opts.iter_limit, False
     bans = [0] * len(dirs)
     resting_until = [0] * len(dirs)
@@ -402,6 +406,10 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
                 # (inception: 1,001), and counted, those would keep it resting for ever.
                 got = [hit for hit in _matches(eg, d, by_op, 2 * limit + 1, index)
                        if _applicable(eg, d, hit[0])]
+                if j in reparam and reparam_made:
+                    made_now = {eg.find(c) for c in reparam_made}
+                    got = [hit for hit in got if not any(
+                        eg.find(c) in made_now for c in hit[0].tensors.values())]
                 if wanted is not None and j in sinking:
                     # Only into what the outputs read in part (`_partial_demand`): a slice
                     # of a tensor needed whole anyway is cheaper than computing both.
@@ -446,6 +454,10 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
                     ran.add(j)
                 if len(eg) > n0:
                     made.setdefault(d.rule.name, []).append(frozenset(range(n0, len(eg))))
+                    if j in reparam:
+                        roots = {eg.find(r) for r in rts}
+                        reparam_made.update(i for i in range(n0, len(eg))
+                                            if eg.find(i) not in roots)
                 eg.check_deadline()
             for j in ran:  # k_multi counts the iterations in which a direction changed something
                 runs[j] += 1
@@ -458,6 +470,24 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
     except BudgetExceeded as e:
         eg.rebuild()  # congruence over what was added before the limit
         return it, "time limit" if "time" in str(e) else "node limit", applied
+
+
+def _reparams(rule: Rule) -> bool:
+    """Does the rule re-parameterise one op: its one source that op over variables, its
+    target the same op over the same data operand (the first) and terms for the others
+    (`group_conv_dense`, `group_conv_merge{2,4}`: a grouped conv as one with fewer
+    groups and a masked kernel)? Such a rule applied to its own kind's result only
+    composes re-parameterisations (merging merged groups) that the rules state directly
+    on the original, so the saturation does not (ResNeXt-50: the chains took its e-graph
+    from 2,349 to 12,540 e-nodes, and its local moves ended 0.08% behind the
+    backtracking search)."""
+    if len(rule.source) != 1 or len(rule.target) != 1:
+        return False
+    src, tgt = rule.source[0], rule.target[0]
+    return (isinstance(src, PNode) and isinstance(tgt, PNode) and src.op == tgt.op
+            and bool(src.children) and all(isinstance(c, PVar) for c in src.children)
+            and bool(tgt.children) and tgt.children[0] == src.children[0]
+            and tgt.children != src.children)
 
 
 def _sinks(rule: Rule) -> bool:

@@ -709,7 +709,7 @@ def _transformer_axioms() -> list[str]:
 
 
 # The factors by which grouped convs merge groups (`_group_merge`).
-GROUP_MERGES = (2, 4, 8)
+GROUP_MERGES = (2, 4)
 
 
 def _group_merge(k: int) -> str:

@@ -71,8 +71,8 @@ class SamplerSpec:
     wide: bool = False
 
 
-# The upper bound of dims and positive attributes in a wide spec: merging 8 of 16 groups
-# needs 16 channels (`group_conv_merge8`).
+# The upper bound of dims and positive attributes in a wide spec: merging 4 of 8 groups of
+# 2 channels needs 16 channels (`group_conv_merge4`).
 WIDE = 16
 
 
@@ -370,7 +370,7 @@ class Sampler:
             self._setup(narrow=False)
             got = self._draw(target)
         if got is None and self.exhausted and not self.drawn and not self.given.wide:
-            # Nothing within the bounds at all (16 groups merged 8 at a time): wider ones.
+            # Nothing within the bounds at all (8 groups merged 4 at a time): wider ones.
             self.given = replace(self.given, wide=True,
                                  max_dim=max(self.given.max_dim, WIDE))
             self._setup(narrow=False)
