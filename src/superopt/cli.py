@@ -590,8 +590,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "and keeps the best graph found so far.")
     p.add_argument("model", metavar="MODEL_OR_FILE", help=MODEL_HELP)
     p.add_argument("--rules", metavar="LIB", default=None,
-                   help="a rule file (.rules text) or library (.json/.jsonl); default: the "
-                        "starter library shipped with superopt")
+                   help="a rule file (.rules text) or library (.json/.jsonl), or 'groups' "
+                        "(the group merges shipped with superopt); default: the starter "
+                        "library shipped with superopt")
     p.add_argument("--cost", choices=("sim", "simop", "torch", "onnxruntime", "flops"),
                    default="sim",
                    help="search cost: the TPU simulator's default-compiled time (sim, default),"
@@ -742,9 +743,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "the figures before 2026-11-29 were over)")
     p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
     p.add_argument("--rules", metavar="LIB", action="append", default=None,
-                   help="rule source for the rewrite pass, repeatable: 'starter' (default; "
-                        "shipped with its proofs), a .rules/.json/.jsonl library, TASO's .pb, "
-                        "Tensat's files, or PET's corrected mutants (superopt mutants --out)")
+                   help="rule source for the rewrite pass, repeatable: 'starter' (shipped "
+                        "with its proofs), 'groups' (the group merges, shipped with theirs), "
+                        "a .rules/.json/.jsonl library, TASO's .pb, Tensat's files, or PET's "
+                        "corrected mutants (superopt mutants --out); default: 'starter', and "
+                        "'groups' too on --target cpu and cuda")
     p.add_argument("--plan-budget", type=int, default=20,
                    help="graphs TASO's search expands for the rewrite plan, with the "
                         "simulator as its cost model (default 20; 0: no plan)")

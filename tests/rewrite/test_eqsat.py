@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from superopt.ir import Graph, GraphBuilder, save
-from superopt.rewrite import Matcher, optimize, starter_rules
+from superopt.rewrite import Matcher, group_rules, optimize, starter_rules
 from superopt.rewrite.check import check_values
 from superopt.rewrite.cost import AdditiveCost, CostFunction, FlopsCost
 from superopt.rewrite.eqsat import (
@@ -1081,7 +1081,7 @@ def test_reparameterising_rules_are_told_by_their_shape() -> None:
     # op; folding a batch norm into it, scaling its weight or fusing an activation do not.
     from superopt.rewrite.eqsat import _reparams
 
-    names = {r.name for r in starter_rules() if _reparams(r)}
+    names = {r.name for r in [*starter_rules(), *group_rules()] if _reparams(r)}
     assert names == {"group_conv_dense", "group_conv_merge2", "group_conv_merge4"}
 
 
@@ -1092,7 +1092,7 @@ def test_merged_groups_are_not_merged_again_in_the_egraph() -> None:
     b = GraphBuilder("grouped")
     x = b.input("x", (1, 16, 6, 6))
     g = b.build([b.conv2d(x, b.weight("w", (16, 2, 3, 3)), padding="same", groups=8)])
-    rules = [r for r in starter_rules() if r.name.startswith("group_conv_")]
+    rules = [r for r in [*starter_rules(), *group_rules()] if r.name.startswith("group_conv_")]
     eg = EGraph(max_nodes=50_000)
     _load(g, eg)
     _saturate(eg, _directions(Matcher(rules)), EqsatOptions(), {})

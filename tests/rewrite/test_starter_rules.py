@@ -10,12 +10,20 @@ import numpy as np
 import pytest
 
 from superopt.ir import TensorType, interpret, random_feeds
-from superopt.rewrite import Matcher, RewritePass, apply_sites, choose_all, starter_rules
+from superopt.rewrite import (
+    Matcher,
+    RewritePass,
+    apply_sites,
+    choose_all,
+    group_rules,
+    starter_rules,
+)
 from superopt.rewrite.check import check_values
 from superopt.substitutions import differs
 
 T = TensorType
-RULES = {r.name: r for r in starter_rules()}
+# The starter library and the group merges shipped beside it (`groups.rules`).
+RULES = {r.name: r for r in [*starter_rules(), *group_rules()]}
 CONV = {"s": (1, 1), "p": "same", "d": (1, 1), "g": 1}
 CONV2 = {"s": (2, 1), "p": (1, 0, 0, 1), "d": (1, 2), "g": 2}
 

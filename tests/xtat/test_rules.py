@@ -7,11 +7,19 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from superopt.ir.errors import IRError
-from superopt.rewrite import STARTER, starter_rules, verified_starter_rules
+from superopt.rewrite import (
+    GROUPS,
+    STARTER,
+    group_rules,
+    starter_rules,
+    verified_group_rules,
+    verified_starter_rules,
+)
 from superopt.substitutions.library import save_library
 from superopt.substitutions.rule import ProofStatus
 from superopt.substitutions.text import format_rule
@@ -21,14 +29,29 @@ from superopt.xtat.session import open_session
 from superopt.xtat.space import PassConfig
 
 
-def test_verified_starter_is_in_step_with_starter_rules() -> None:
-    # Editing starter.rules without re-running `superopt verify ... --save` must fail here.
-    text = {r.name: format_rule(r) for r in starter_rules()}
-    verified = {r.name: r for r in verified_starter_rules()}
-    assert set(text) == set(verified), f"re-verify {STARTER}"
+@pytest.mark.parametrize(("source", "written", "shipped"), [
+    (STARTER, starter_rules, verified_starter_rules),
+    (GROUPS, group_rules, verified_group_rules)], ids=["starter", "groups"])
+def test_verified_library_is_in_step_with_its_rules(source: Path, written: Any,
+                                                    shipped: Any) -> None:
+    # Editing a .rules file without re-running `superopt verify ... --save` must fail here.
+    text = {r.name: format_rule(r) for r in written()}
+    verified = {r.name: r for r in shipped()}
+    assert set(text) == set(verified), f"re-verify {source}"
     for name, r in verified.items():
         assert format_rule(r) == text[name], f"{name} changed since it was verified"
         assert r.status.state == "proved" and r.status.axioms
+
+
+def test_real_targets_that_run_blocked_convolutions_add_the_group_merges() -> None:
+    from superopt.xtat.targets import TARGETS
+
+    assert TARGETS["cpu"].rules == ("starter", "groups") == TARGETS["cuda"].rules
+    assert TARGETS["tpu-v4"].rules == ("starter",) == TARGETS["torch-cpu"].rules
+    merges = {r.name for r in rule_set(list(TARGETS["cpu"].rules)).rules}
+    assert {"group_conv_merge2", "group_conv_merge4", "fold_conv_bn"} <= merges
+    assert not {"group_conv_merge2", "group_conv_merge4"} & {
+        r.name for r in rule_set(None).rules}
 
 
 def _library(tmp_path: Path) -> Path:

@@ -31,6 +31,12 @@ STARTER = Path(__file__).with_name("starter.rules")
 STARTER_VERIFIED = Path(__file__).with_name("starter_verified.json")
 
 
+# Rules that pay where a runtime's kernels want wider groups (`groups.rules`), and the
+# library `superopt verify groups.rules --save` wrote of them.
+GROUPS = Path(__file__).with_name("groups.rules")
+GROUPS_VERIFIED = Path(__file__).with_name("groups_verified.json")
+
+
 def starter_rules() -> list[Rule]:
     """The hand-written starter library shipped with the package."""
     from superopt.substitutions.text import read_rules
@@ -45,15 +51,32 @@ def verified_starter_rules() -> list[Rule]:
     return list(load_library(STARTER_VERIFIED).rules)
 
 
+def group_rules() -> list[Rule]:
+    """The group-merge library shipped with the package (`groups.rules`)."""
+    from superopt.substitutions.text import read_rules
+
+    return read_rules(GROUPS)
+
+
+def verified_group_rules() -> list[Rule]:
+    """The group-merge library with the proof status `superopt verify` gave each rule."""
+    from superopt.substitutions.library import load_library
+
+    return list(load_library(GROUPS_VERIFIED).rules)
+
+
 def load_rules(spec: str | Path | None = None, include_refuted: bool = False
                ) -> tuple[list[Rule], int]:
-    """Rules from `spec`: None or "starter" (the starter library), a text rule file, a
+    """Rules from `spec`: None or "starter" (the starter library), "groups" (the group
+    merges, `groups.rules`), a text rule file, a
     JSON/JSONL library, TASO's graph_subst.pb or Tensat's rule files. Rules a verifier
     refuted are left out unless asked; returns the rules and how many were left out."""
     from superopt.substitutions.readers import read_any
 
     if spec is None or str(spec) == "starter":
         return starter_rules(), 0
+    if str(spec) == "groups":
+        return group_rules(), 0
     path = Path(spec)
     if not path.exists():
         raise IRError(f"{path}: no such rule file")
@@ -64,8 +87,28 @@ def load_rules(spec: str | Path | None = None, include_refuted: bool = False
 
 
 __all__ = [
-    "STARTER", "CostFunction", "Matcher", "Matches", "OptimizeResult", "Point", "RewriteConfig",
-    "RewriteError", "RewritePass", "RewriteResult", "Site", "apply_site", "apply_sites",
-    "choose_all", "create_cost", "fold_weights", "load_rules", "match", "optimize",
-    "starter_rules", "verified_starter_rules",
+    "GROUPS",
+    "STARTER",
+    "CostFunction",
+    "Matcher",
+    "Matches",
+    "OptimizeResult",
+    "Point",
+    "RewriteConfig",
+    "RewriteError",
+    "RewritePass",
+    "RewriteResult",
+    "Site",
+    "apply_site",
+    "apply_sites",
+    "choose_all",
+    "create_cost",
+    "fold_weights",
+    "group_rules",
+    "load_rules",
+    "match",
+    "optimize",
+    "starter_rules",
+    "verified_group_rules",
+    "verified_starter_rules",
 ]

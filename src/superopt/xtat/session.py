@@ -199,7 +199,7 @@ def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: li
     from superopt.xtat.screen import OpCostPredictor
     from superopt.xtat.targets import TORCH
 
-    rules = rule_set(spec.get("rules"), bool(spec.get("allow_unproved")))
+    rules = rule_set(spec.get("rules") or list(target.rules), bool(spec.get("allow_unproved")))
     spec["rules_digest"] = digest("\n".join(sorted(format_rule(r) for r in rules.rules)))
     matcher = Matcher(rules.rules)
     threads = int(spec.get("threads") or 1)

@@ -28,6 +28,7 @@ from superopt.xtat.passes.kernel import FlagSites, TileSites
 from superopt.xtat.passes.layout import LayoutSites
 from superopt.xtat.passes.plan import RewritePlan
 from superopt.xtat.passes.rewrite import RewriteSites
+from superopt.xtat.rules import GROUPS, STARTER
 
 
 class TargetError(IRError):
@@ -50,6 +51,9 @@ class Target:
     what: str  # one line for help and reports
     hardware: str | None = None  # the TPU preset (simulator targets)
     device: str = "cpu"  # the runtime's device (real targets)
+    # The rule libraries its rewrite passes use unless told (`--rules`): onnxruntime's
+    # blocked convolutions want groups of 16 channels, so its targets add the group merges.
+    rules: tuple[str, ...] = (STARTER,)
 
     @property
     def real(self) -> bool:
@@ -71,9 +75,11 @@ TARGETS: MappingProxyType[str, Target] = MappingProxyType({
                            f"simulated TPU {hw} core (rewrites, layouts, fusion, tiles, flags)",
                            hardware=hw) for hw in PRESETS},
     "cpu": Target("cpu", ONNXRUNTIME, _GRAPH_ONLY,
-                  "this machine's CPU, measured in onnxruntime (rewrites only)"),
+                  "this machine's CPU, measured in onnxruntime (rewrites only)",
+                  rules=(STARTER, GROUPS)),
     "cuda": Target("cuda", ONNXRUNTIME, _GRAPH_ONLY,
-                   "a CUDA GPU, measured in onnxruntime (rewrites only)", device="cuda"),
+                   "a CUDA GPU, measured in onnxruntime (rewrites only)", device="cuda",
+                   rules=(STARTER, GROUPS)),
     # torch eager picks its kernels per op and fuses nothing: as for onnxruntime, the
     # graph is all the tuner decides.
     "torch-cpu": Target("torch-cpu", TORCH, _GRAPH_ONLY,
