@@ -900,6 +900,7 @@ HF_FOLDS: dict[str, set[str]] = {
     "efficientnet": {"silu"},
     "mobilenet_v2": set(),
     "resnet": set(),
+    "regnet": {"sigmoid"},
     "whisper-encoder": {"gelu", "layer_norm", "attention"},
 }
 FAST_HF = ("vit", "distilbert", "t5-encoder", "llama", "gpt2", "convnext", "swin", "bert")

@@ -20,7 +20,7 @@ HF_MODELS = ("hf:bert-tiny", "hf:bert-small", "hf:bert-base")  # published BERT 
 # known without importing transformers.
 HF_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "phi", "gemma", "bert", "bert-classifier",
                "distilbert", "roberta", "t5-encoder", "vit", "vit-classifier", "deit", "swin",
-               "convnext", "mobilevit", "resnet", "efficientnet", "mobilenet_v2",
+               "convnext", "mobilevit", "resnet", "regnet", "efficientnet", "mobilenet_v2",
                "whisper-encoder")
 
 

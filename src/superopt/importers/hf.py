@@ -226,6 +226,13 @@ def _resnet() -> Any:
                                       depths=[1, 1], layer_type="bottleneck"))
 
 
+def _regnet() -> Any:
+    # RegNetY: grouped 3x3 convolutions (groups of `groups_width` channels) with
+    # squeeze-and-excitation.
+    return _model("RegNetModel", _cfg("RegNetConfig", embedding_size=16, hidden_sizes=[16, 32],
+                                      depths=[1, 1], groups_width=8, layer_type="y"))
+
+
 def _efficientnet() -> Any:
     return _model("EfficientNetModel", _cfg("EfficientNetConfig", image_size=IMAGE,
                                             width_coefficient=0.25, depth_coefficient=0.25,
@@ -281,6 +288,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("convnext", "vision", _convnext, "pixels"),
     Family("mobilevit", "vision", _mobilevit, "pixels", image=64),
     Family("resnet", "vision", _resnet, "pixels"),
+    Family("regnet", "vision", _regnet, "pixels"),
     Family("efficientnet", "vision", _efficientnet, "pixels"),
     Family("mobilenet_v2", "vision", _mobilenet_v2, "pixels"),
     Family("whisper-encoder", "audio", _whisper_encoder, "mel", _WHISPER_MEL),
@@ -292,7 +300,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
 # Some families at a published size, for timing on real hardware (the small configs run
 # in microseconds, where a runtime's per-node overhead is all there is to time). Each is
 # the library's config at the published model's shape: MobileNet-V2 1.0 at 224 pixels,
-# ResNet-50, EfficientNet-B0 (the library's default config is B7), ConvNeXt-T, Swin-T,
+# ResNet-50, RegNetY-400MF, EfficientNet-B0 (the library's default config is B7), ConvNeXt-T, Swin-T,
 # ViT-B/16, BERT-base, GPT-2 (124M) and T5-small's encoder, texts of PUBLISHED_SEQ tokens;
 # and two classifiers as users fine-tune them: ViT-B/16 with its 1000-class head and BERT-base
 # for two-way sequence classification.
@@ -309,6 +317,10 @@ def _published(model: str, config: str, **kw: Any) -> Callable[[], Any]:
 PUBLISHED: dict[str, Callable[[], Any]] = {
     "mobilenet_v2": _published("MobileNetV2Model", "MobileNetV2Config"),
     "resnet": _published("ResNetModel", "ResNetConfig"),
+    # RegNetY-400MF (facebook/regnet-y-400mf): groups of 8 channels.
+    "regnet": _published("RegNetModel", "RegNetConfig", embedding_size=32,
+                         hidden_sizes=[48, 104, 208, 440], depths=[1, 3, 6, 6],
+                         groups_width=8, layer_type="y"),
     "efficientnet": _published("EfficientNetModel", "EfficientNetConfig", image_size=224,
                                width_coefficient=1.0, depth_coefficient=1.0,
                                dropout_rate=0.2, hidden_dim=1280),
