@@ -190,14 +190,14 @@ def test_group_merge_law_is_sampled_with_several_merged_groups(k: int) -> None:
 
 
 def test_sampler_widens_its_default_bounds_when_they_admit_no_instance() -> None:
-    # Merging 4 groups of at least 2 channels at a time needs 8 groups and 16 channels:
-    # beyond the default bounds (groups up to 3, dims up to 4), so the sampler falls back
-    # to wide ones rather than report none.
+    # Merging 4 groups at a time needs 8 groups, so at least 8 channels: beyond the
+    # default bounds (groups up to 3, dims up to 4), so the sampler falls back to wide
+    # ones rather than report none.
     rule = next(r for r in group_rules() if r.name == "group_conv_merge4")
     sampler = Sampler(rule, seed=0)
     got = [sampler.draw() for _ in range(3)]
     assert all(i is not None and i.attrs["g"] % 4 == 0 and i.attrs["g"] >= 8
-               and i.types["w"].shape[1] >= 2 for i in got)
+               and i.types["x"].shape[1] >= 8 for i in got)
     assert sampler.given.wide
     # A rule the default bounds admit keeps them.
     narrow = Sampler(next(r for r in starter_rules() if r.name == "group_conv_dense"), seed=0)

@@ -71,8 +71,8 @@ class SamplerSpec:
     wide: bool = False
 
 
-# The upper bound of dims and positive attributes in a wide spec: merging 4 of 8 groups of
-# 2 channels needs 16 channels (`group_conv_merge4`).
+# The upper bound of dims and positive attributes in a wide spec: merging 4 of 8 groups
+# needs 8 groups and channels (`group_conv_merge4`, in groups.rules).
 WIDE = 16
 
 
