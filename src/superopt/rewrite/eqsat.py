@@ -367,8 +367,8 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
     active = set(range(len(dirs)))
     sinking = {j for j, d in enumerate(dirs) if d.forward and _sinks(d.rule)}
     reparam = {j for j, d in enumerate(dirs) if d.forward and _reparams(d.rule)}
-    # Classes of the operand terms the re-parameterising rules made (a merged conv's
-    # masked kernel): they match no re-parameterisation again (`_reparams`).
+    # E-nodes of the operand terms the re-parameterising rules made (a merged conv's
+    # masked kernel): their classes match no re-parameterisation again (`_reparams`).
     reparam_made: set[int] = set()
     last_iter, late = opts.iter_limit, False
     bans = [0] * len(dirs)
@@ -478,9 +478,8 @@ def _reparams(rule: Rule) -> bool:
     (`group_conv_dense`, `group_conv_merge{2,4}`: a grouped conv as one with fewer
     groups and a masked kernel)? Such a rule applied to its own kind's result only
     composes re-parameterisations (merging merged groups) that the rules state directly
-    on the original, so the saturation does not (ResNeXt-50: the chains took its e-graph
-    from 2,349 to 12,540 e-nodes, and its local moves ended 0.08% behind the
-    backtracking search)."""
+    on the original, so the saturation does not (ResNeXt-50 with `--rules groups`:
+    12,540 e-nodes with the chains, 3,189 without)."""
     if len(rule.source) != 1 or len(rule.target) != 1:
         return False
     src, tgt = rule.source[0], rule.target[0]
