@@ -272,8 +272,20 @@ class MeasuredOpCost(AdditiveCost):
         """Keep measurements in `path` (called once the settings `context` reads are set)."""
         self.database = None if path is None else CostDatabase(path, self.context())
 
+    samples: int
+    min_sample_s: float
+
     @abstractmethod
     def context(self) -> dict[str, Any]: ...
+
+    def _sampled(self, run: Callable[[int], float]) -> float:
+        """The op's time from `run(reps)` (seconds per repeat): after a warm-up run, the
+        fastest of `samples` samples of at least `min_sample_s` each. On a shared machine
+        other load only ever adds time, so the minimum is the steadiest estimate."""
+        run(1)  # warm-up: allocations, the kernel's first-call setup
+        one = min(run(1) for _ in range(3))
+        reps = max(1, min(1 << 16, math.ceil(self.min_sample_s / max(one, 1e-9))))
+        return min(one, *(run(reps) for _ in range(self.samples)))
 
     @abstractmethod
     def _time_op(self, op: str, attrs: AttrItems, ins: tuple[TensorType, ...],
@@ -392,10 +404,7 @@ class TorchOpCost(MeasuredOpCost):
                 program.execute(next(turn))
             return (time.perf_counter() - start) / reps
 
-        run(1)  # warm-up: allocator, the kernel's first-call setup
-        one = min(run(1) for _ in range(3))
-        reps = max(1, min(1 << 16, math.ceil(self.min_sample_s / max(one, 1e-9))))
-        return min(one, *(run(reps) for _ in range(self.samples)))
+        return self._sampled(run)
 
     def describe(self) -> str:
         threads = f", {self.threads} threads" if self.threads else ""
@@ -485,10 +494,7 @@ class OrtOpCost(MeasuredOpCost):
                 sess.run(None, feeds)
             return (time.perf_counter() - start) / reps
 
-        run(1)  # warm-up: the first run's allocations and kernel set-up
-        one = min(run(1) for _ in range(3))
-        reps = max(1, min(1 << 16, math.ceil(self.min_sample_s / max(one, 1e-9))))
-        return min(one, *(run(reps) for _ in range(self.samples)))
+        return self._sampled(run)
 
     def describe(self) -> str:
         where = "CUDA" if self.providers[0].startswith("CUDA") else "CPU"
