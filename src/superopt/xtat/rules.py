@@ -1,7 +1,8 @@
 """Which rules the tuner's rewrite pass may use, and the certificate of a tuned program.
 
-Rules come from any number of sources: the starter library and the group merges (`groups`,
-both shipped with the proof status `superopt verify` gave each rule), rule files and libraries (`.rules`, `.json`, `.jsonl`),
+Rules come from any number of sources: the starter library and the group merges
+(`groups`), both shipped with the proof status `superopt verify` gave each rule; rule
+files and libraries (`.rules`, `.json`, `.jsonl`),
 TASO's `.pb` and Tensat's files (read as `superopt verify` reads them), and PET's corrected
 mutants (`superopt mutants --out`). Only rules that are proved (by Z3, from validated
 axioms) or exactly corrected (PET's box test on the corrected mutant found it fully

@@ -88,6 +88,7 @@ from superopt.xtat.pipeline import Pipeline
 from superopt.xtat.realrunner import RealRunner
 from superopt.xtat.records import RecordsDB, RecordsError
 from superopt.xtat.runner import SimRunner
+from superopt.xtat.screen import UNSCREENED
 from superopt.xtat.stage import Candidate
 from superopt.xtat.strategies import DEFAULT_STRATEGY, create
 from superopt.xtat.strategies.base import SearchStrategy
@@ -175,7 +176,7 @@ def make_schedule(kind: str, passes: Sequence[str] = PASS_NAMES,
         # As large a share as the rewrite phase's: the phase ends when its options are
         # measured, and what it leaves goes to the phases after it.
         plan = replace(PLAN_PHASE, share=REWRITE_SHARE,
-                       options=(("top_k", GRAPH_ONLY_PLAN_TOP_K), ("unscreened", True)))
+                       options=(("top_k", GRAPH_ONLY_PLAN_TOP_K), (UNSCREENED, True)))
     if kind in ("joint", "plan_last"):
         # joint: the plan before any kernel is tuned: measured after them, its new kernels
         # (at the default tile) would be compared with tuned ones. plan_last: only the
