@@ -590,8 +590,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "and keeps the best graph found so far.")
     p.add_argument("model", metavar="MODEL_OR_FILE", help=MODEL_HELP)
     p.add_argument("--rules", metavar="LIB", default=None,
-                   help="a rule file (.rules text) or library (.json/.jsonl), or 'groups' "
-                        "(the group merges shipped with superopt); default: the starter "
+                   help="a rule file (.rules text) or library (.json/.jsonl), or a library "
+                        "shipped with superopt: 'groups' (the group merges) or 'runtime' "
+                        "(against onnxruntime's slower fused kernels); default: the starter "
                         "library shipped with superopt")
     p.add_argument("--cost", choices=("sim", "simop", "torch", "onnxruntime", "flops"),
                    default="sim",
@@ -637,6 +638,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
     p.add_argument("--out", metavar="OUT.json|OUT.onnx",
                    help="save the optimized graph: .json (weights in a side .npz) or .onnx")
+    p.set_defaults(out_format="graph")  # --out's suffix is checked before the run
     p.add_argument("--json", metavar="RESULT.json", help="write the figures as JSON")
     p.add_argument("--no-fold", action="store_true",
                    help="keep weight-only computations as ops instead of folding them")
@@ -744,10 +746,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
     p.add_argument("--rules", metavar="LIB", action="append", default=None,
                    help="rule source for the rewrite pass, repeatable: 'starter' (shipped "
-                        "with its proofs), 'groups' (the group merges, shipped with theirs), "
+                        "with its proofs), 'groups' (the group merges) and 'runtime' (against "
+                        "onnxruntime's slower fused kernels), shipped with theirs, "
                         "a .rules/.json/.jsonl library, TASO's .pb, Tensat's files, or PET's "
                         "corrected mutants (superopt mutants --out); default: 'starter', and "
-                        "'groups' too on --target cpu and cuda")
+                        "'groups' and 'runtime' too on --target cpu and cuda")
     p.add_argument("--plan-budget", type=int, default=20,
                    help="graphs TASO's search expands for the rewrite plan, with the "
                         "simulator as its cost model (default 20; 0: no plan)")
@@ -763,6 +766,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time the original and the rewritten graph on torch (CPU here)")
     p.add_argument("--out", metavar="OUT.json|OUT.onnx",
                    help="save the tuned (rewritten) graph as .json or .onnx")
+    p.set_defaults(out_format="graph")  # --out's suffix is checked before the run
     p.add_argument("--json", metavar="RESULT.json", help="write a summary as JSON")
     p.add_argument("--plot", metavar="CURVE.png", help="write the tuning curve as a PNG")
     p.add_argument("--no-check", action="store_true",

@@ -201,6 +201,13 @@ def check_paths(args: argparse.Namespace) -> Outputs:
         if not path.parent.is_dir():
             # A typo in a folder name should not quietly make a new tree of folders.
             raise PathError(f"{flag} {value}: no such folder {path.parent}")
+        if dest == "out" and getattr(args, "out_format", None) == "graph":
+            # A graph is saved by its suffix: known before the run, not after it.
+            from superopt.exporters import FORMATS
+
+            if path.suffix not in FORMATS:
+                raise PathError(f"{flag} {value}: unknown graph format {path.suffix!r}; "
+                                f"expected one of {', '.join(sorted(FORMATS))}")
         _writable_folder(path.parent, f"{flag} {value}")
     created: list[Path] = []
     for folder in sorted(set(to_create), key=lambda p: len(p.parts)):

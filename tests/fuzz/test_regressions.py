@@ -164,6 +164,16 @@ def test_output_paths_are_checked_before_any_work(graph_file: Path, tmp_path: Pa
     assert not (tmp_path / "no").exists()
 
 
+def test_a_graph_output_without_a_known_suffix_is_refused_before_the_run(
+        graph_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The suffix picks the format: without one, a whole tuning run used to end in a
+    # traceback at the save.
+    for argv in (["optimize", str(graph_file), "--out", str(tmp_path / "tuned")],
+                 ["tune", str(graph_file), "--out", str(tmp_path / "tuned.txt")]):
+        _one_line_error(argv, capsys, "unknown graph format")
+    assert not list(tmp_path.glob("tuned*"))
+
+
 def test_a_graph_too_large_for_memory_is_refused_with_the_figure(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     b = GraphBuilder("big")

@@ -16,14 +16,15 @@ from superopt.rewrite import (
     apply_sites,
     choose_all,
     group_rules,
+    library_rules,
     starter_rules,
 )
 from superopt.rewrite.check import check_values
 from superopt.substitutions import differs
 
 T = TensorType
-# The starter library and the group merges shipped beside it (`groups.rules`).
-RULES = {r.name: r for r in [*starter_rules(), *group_rules()]}
+# The starter library and the libraries shipped beside it (`groups.rules`, `runtime.rules`).
+RULES = {r.name: r for r in [*starter_rules(), *group_rules(), *library_rules("runtime")]}
 CONV = {"s": (1, 1), "p": "same", "d": (1, 1), "g": 1}
 CONV2 = {"s": (2, 1), "p": (1, 0, 0, 1), "d": (1, 2), "g": 2}
 
@@ -162,6 +163,9 @@ CASES: dict[str, list[Case]] = {
                           ({"x": T((1, 16, 6, 6)), "w": T((8, 2, 3, 3))},
                            {"s": (2, 2), "p": (1, 1, 1, 1), "d": (1, 1), "g": 8,
                             "a": "none"})],
+    # BERT's hidden states (batch 2, 5 tokens, 4 features) and one token of one sequence.
+    "flatten_layer_norm3": [({"x": T((2, 5, 4)), "g": T((4,)), "c": T((4,))}, {"n": 1e-12}),
+                            ({"x": T((1, 1, 6)), "g": T((6,)), "c": T((6,))}, {"n": 1e-5})],
     # VGG's first block at two sizes: a 3-channel image, and 2 channels in, 3 out, batch 2.
     "fold_vgg_block": [({"x": T((1, 3, 4, 6)), "w1": T((4, 3, 3, 3)), "b1": T((4, 1, 1)),
                           "w2": T((4, 4, 3, 3)), "b2": T((4, 1, 1))}, {}),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from superopt.ir.graph import Graph, GraphBuilder
+from superopt.ir.graph import Graph, GraphBuilder, Value
 from superopt.substitutions.rule import Rule
 from superopt.substitutions.text import parse_rule
 
@@ -31,11 +31,15 @@ def qkv(with_bn: bool) -> Graph:
     outs = [b.op("ewadd", b.op("matmul", x, b.weight(f"w{i}", (512, 512))),
                  b.weight(f"b{i}", (512,))) for i in range(3)]
     if with_bn:
-        u = b.input("u", (8, 32, 14, 14))
-        y = b.op("conv2d", u, b.weight("wu", (32, 32, 3, 3)), padding="same")
-        c = (32,)
-        outs.append(b.batch_norm(y, b.weight("s", c, init="normal"),
-                                 b.weight("bb", c, init="normal"),
-                                 b.weight("m", c, init="normal"),
-                                 b.weight("v", c, init="positive"), eps=1e-5))
+        outs.append(conv_bn(b))
     return b.build(outs)
+
+
+def conv_bn(b: GraphBuilder) -> Value:
+    """A conv and its batch norm on an input of their own (a fold any plan takes)."""
+    u = b.input("u", (8, 32, 14, 14))
+    y = b.op("conv2d", u, b.weight("wu", (32, 32, 3, 3)), padding="same")
+    c = (32,)
+    return b.batch_norm(y, b.weight("s", c, init="normal"), b.weight("bb", c, init="normal"),
+                        b.weight("m", c, init="normal"), b.weight("v", c, init="positive"),
+                        eps=1e-5)

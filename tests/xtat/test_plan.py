@@ -27,7 +27,7 @@ from superopt.xtat.runner import SimRunner
 from superopt.xtat.session import applied_rewrites, make_pipeline, rewritten_graph
 from superopt.xtat.stage import Candidate
 from superopt.xtat.tuner import FLAGS_TOP_K, Phase, Tuner, make_schedule
-from xtat.plan_cases import merge3_rule, qkv
+from xtat.plan_cases import conv_bn, merge3_rule, qkv
 
 
 def two_branches() -> Graph:
@@ -405,3 +405,47 @@ def test_eqsat_is_a_plan_source() -> None:
     assert check.ok, check.summary()
     with pytest.raises(ValueError, match="plan search"):
         make_pipeline(sim, plan_search="annealing")
+
+
+def _post_norm(with_conv: bool) -> Graph:
+    """A residual add feeding a layer norm (BERT's), beside a conv and its batch norm
+    (a plan the simulator's search takes) or alone (no plan)."""
+    b = GraphBuilder("post_norm")
+    x = b.input("x", (2, 16, 64))
+    s = b.ewadd(x, b.op("relu", x))
+    outs = [b.layer_norm(s, b.weight("g", (64,), init="positive"), b.weight("c", (64,)),
+                         axis=-1, eps=1e-12)]
+    if with_conv:
+        outs.append(conv_bn(b))
+    return b.build(outs)
+
+
+@pytest.mark.parametrize("with_conv", [True, False], ids=["after_a_plan", "without_a_plan"])
+def test_a_rule_only_a_measurement_judges_is_offered_at_every_site(with_conv: bool) -> None:
+    # The runtime library's norm over a flattened view costs a little more under any
+    # per-op cost (two reshapes), so no search takes it; the plan site offers it applied
+    # everywhere, right after the cheapest plan, for the measurement to judge.
+    sim = Simulator("v4")
+    pipe = make_pipeline(sim, rules=["starter", "runtime"])
+    graph = _post_norm(with_conv)
+    default = pipe.initial(graph)
+    plan = pipe.passes[pipe.index("plan")]
+    p = plan.plan(graph)
+    assert (p is not None) == with_conv
+    site = plan.sites(default.stages[0])[PLAN_SITE]
+    base = p.option if p is not None else "input"
+    whole = f"{base}+flatten_layer_norm3"
+    assert site.options[:3 if p is not None else 2] == (
+        (None, p.option, whole) if p is not None else (None, whole))
+    v = plan.chosen(graph, whole)
+    assert v.added == ("flatten_layer_norm3",)
+    assert v.rules.count("flatten_layer_norm3") == 1
+    assert _ops(v.graph, "reshape") == _ops(p.graph if p else graph, "reshape") + 2
+    cand = pipe.with_choice(default, "plan", PLAN_SITE, whole)
+    assert applied_rewrites(cand) == list(v.rules)
+    check = check_values(graph, rewritten_graph(pipe, cand))
+    assert check.ok, check.summary()
+    # Without the runtime library, nothing of the kind is offered.
+    bare = make_pipeline(sim, rules=["starter"])
+    sites = bare.passes[0].sites(bare.initial(graph).stages[0])
+    assert all("+" not in str(o) for s in sites.values() for o in s.options)

@@ -14,8 +14,10 @@ import pytest
 from superopt.ir.errors import IRError
 from superopt.rewrite import (
     GROUPS,
+    RUNTIME,
     STARTER,
     group_rules,
+    library_rules,
     starter_rules,
     verified_group_rules,
     verified_starter_rules,
@@ -31,7 +33,9 @@ from superopt.xtat.space import PassConfig
 
 @pytest.mark.parametrize(("source", "written", "shipped"), [
     (STARTER, starter_rules, verified_starter_rules),
-    (GROUPS, group_rules, verified_group_rules)], ids=["starter", "groups"])
+    (GROUPS, group_rules, verified_group_rules),
+    (RUNTIME, lambda: library_rules("runtime"), lambda: library_rules("runtime", True))],
+    ids=["starter", "groups", "runtime"])
 def test_verified_library_is_in_step_with_its_rules(source: Path, written: Any,
                                                     shipped: Any) -> None:
     # Editing a .rules file without re-running `superopt verify ... --save` must fail here.
@@ -43,14 +47,15 @@ def test_verified_library_is_in_step_with_its_rules(source: Path, written: Any,
         assert r.status.state == "proved" and r.status.axioms
 
 
-def test_real_targets_that_run_blocked_convolutions_add_the_group_merges() -> None:
+def test_onnxruntime_targets_add_the_group_merges_and_the_runtime_rules() -> None:
     from superopt.xtat.targets import TARGETS
 
-    assert TARGETS["cpu"].rules == ("starter", "groups") == TARGETS["cuda"].rules
+    assert TARGETS["cpu"].rules == ("starter", "groups", "runtime") == TARGETS["cuda"].rules
     assert TARGETS["tpu-v4"].rules == ("starter",) == TARGETS["torch-cpu"].rules
     merges = {r.name for r in rule_set(list(TARGETS["cpu"].rules)).rules}
-    assert {"group_conv_merge2", "group_conv_merge4", "fold_conv_bn"} <= merges
-    assert not {"group_conv_merge2", "group_conv_merge4"} & {
+    assert {"group_conv_merge2", "group_conv_merge4", "flatten_layer_norm3",
+            "fold_conv_bn"} <= merges
+    assert not {"group_conv_merge2", "group_conv_merge4", "flatten_layer_norm3"} & {
         r.name for r in rule_set(None).rules}
 
 

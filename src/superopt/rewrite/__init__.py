@@ -14,7 +14,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 
 from superopt.ir.errors import IRError
 from superopt.rewrite.apply import RewriteError, RewriteResult, apply_site, apply_sites
@@ -35,48 +37,88 @@ STARTER_VERIFIED = Path(__file__).with_name("starter_verified.json")
 # library `superopt verify groups.rules --save` wrote of them.
 GROUPS = Path(__file__).with_name("groups.rules")
 GROUPS_VERIFIED = Path(__file__).with_name("groups_verified.json")
+# Rules that pay where a runtime's fused kernel is slower than its parts (`runtime.rules`).
+RUNTIME = Path(__file__).with_name("runtime.rules")
+RUNTIME_VERIFIED = Path(__file__).with_name("runtime_verified.json")
+
+@dataclass(frozen=True)
+class Library:
+    """A rule library shipped with the package: the rules as written, as `superopt verify
+    FILE --save` wrote them with their proofs, and whether their gain is one a per-op cost
+    cannot see (`whole`: it comes from what a runtime fuses across ops), so a tuner
+    measures each such rule applied at every site rather than trusting a screen."""
+
+    rules: Path
+    verified: Path
+    whole: bool = False
+
+
+# The libraries shipped with the package, by the name commands take (`--rules NAME`).
+LIBRARIES: MappingProxyType[str, Library] = MappingProxyType({
+    "starter": Library(STARTER, STARTER_VERIFIED),
+    "groups": Library(GROUPS, GROUPS_VERIFIED),
+    "runtime": Library(RUNTIME, RUNTIME_VERIFIED, whole=True),
+})
+
+
+def library_rules(name: str, verified: bool = False) -> list[Rule]:
+    """A shipped library's rules (`LIBRARIES`): as written, or with the proof status
+    `superopt verify` gave each rule; each rule's provenance names the library."""
+    try:
+        lib = LIBRARIES[name]
+    except KeyError:
+        raise IRError(f"no shipped rule library {name!r}; expected one of "
+                      f"{', '.join(LIBRARIES)}") from None
+    if verified:
+        from superopt.substitutions.library import load_library
+
+        rules = list(load_library(lib.verified).rules)
+    else:
+        from superopt.substitutions.text import read_rules
+
+        rules = read_rules(lib.rules)
+    return [replace(r, provenance={**r.provenance, "library": name}) for r in rules]
+
+
+def measured_whole(rule: Rule) -> bool:
+    """Whether `rule` comes from a library whose gains only a measurement sees
+    (`Library.whole`)."""
+    lib = LIBRARIES.get(str(rule.provenance.get("library", "")))
+    return lib is not None and lib.whole
 
 
 def starter_rules() -> list[Rule]:
     """The hand-written starter library shipped with the package."""
-    from superopt.substitutions.text import read_rules
-
-    return read_rules(STARTER)
+    return library_rules("starter")
 
 
 def verified_starter_rules() -> list[Rule]:
     """The starter library with the proof status `superopt verify` gave each rule."""
-    from superopt.substitutions.library import load_library
-
-    return list(load_library(STARTER_VERIFIED).rules)
+    return library_rules("starter", verified=True)
 
 
 def group_rules() -> list[Rule]:
     """The group-merge library shipped with the package (`groups.rules`)."""
-    from superopt.substitutions.text import read_rules
-
-    return read_rules(GROUPS)
+    return library_rules("groups")
 
 
 def verified_group_rules() -> list[Rule]:
     """The group-merge library with the proof status `superopt verify` gave each rule."""
-    from superopt.substitutions.library import load_library
-
-    return list(load_library(GROUPS_VERIFIED).rules)
+    return library_rules("groups", verified=True)
 
 
 def load_rules(spec: str | Path | None = None, include_refuted: bool = False
                ) -> tuple[list[Rule], int]:
-    """Rules from `spec`: None or "starter" (the starter library), "groups" (the group
-    merges, `groups.rules`), a text rule file, a
+    """Rules from `spec`: None or a shipped library's name (`LIBRARIES`: "starter",
+    "groups" the group merges, "runtime"), a text rule file, a
     JSON/JSONL library, TASO's graph_subst.pb or Tensat's rule files. Rules a verifier
     refuted are left out unless asked; returns the rules and how many were left out."""
     from superopt.substitutions.readers import read_any
 
-    if spec is None or str(spec) == "starter":
+    if spec is None:
         return starter_rules(), 0
-    if str(spec) == "groups":
-        return group_rules(), 0
+    if str(spec) in LIBRARIES:
+        return library_rules(str(spec)), 0
     path = Path(spec)
     if not path.exists():
         raise IRError(f"{path}: no such rule file")
@@ -88,8 +130,11 @@ def load_rules(spec: str | Path | None = None, include_refuted: bool = False
 
 __all__ = [
     "GROUPS",
+    "LIBRARIES",
+    "RUNTIME",
     "STARTER",
     "CostFunction",
+    "Library",
     "Matcher",
     "Matches",
     "OptimizeResult",
@@ -105,8 +150,10 @@ __all__ = [
     "create_cost",
     "fold_weights",
     "group_rules",
+    "library_rules",
     "load_rules",
     "match",
+    "measured_whole",
     "optimize",
     "starter_rules",
     "verified_group_rules",

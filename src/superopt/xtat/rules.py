@@ -1,7 +1,8 @@
 """Which rules the tuner's rewrite pass may use, and the certificate of a tuned program.
 
-Rules come from any number of sources: the starter library and the group merges
-(`groups`), both shipped with the proof status `superopt verify` gave each rule; rule
+Rules come from any number of sources: the libraries shipped with the package (the
+starter, the group merges `groups`, and `runtime`: `superopt.rewrite.LIBRARIES`), each
+with the proof status `superopt verify` gave each rule; rule
 files and libraries (`.rules`, `.json`, `.jsonl`),
 TASO's `.pb` and Tensat's files (read as `superopt verify` reads them), and PET's corrected
 mutants (`superopt mutants --out`). Only rules that are proved (by Z3, from validated
@@ -26,6 +27,7 @@ from superopt.substitutions.text import format_rule
 
 STARTER = "starter"
 GROUPS = "groups"  # the group merges (`superopt/rewrite/groups.rules`)
+RUNTIME = "runtime"  # rules against a runtime's slower fused kernels (`runtime.rules`)
 
 
 def exactly_corrected(rule: Rule) -> bool:
@@ -43,12 +45,10 @@ def unusable(rule: Rule) -> str | None:
 
 def read_source(spec: str) -> list[Rule]:
     """The rules of one source (see the module docstring)."""
-    from superopt.rewrite import load_rules, verified_group_rules, verified_starter_rules
+    from superopt.rewrite import LIBRARIES, library_rules, load_rules
 
-    if spec == STARTER:
-        return verified_starter_rules()
-    if spec == GROUPS:
-        return verified_group_rules()
+    if spec in LIBRARIES:
+        return library_rules(spec, verified=True)
     path = Path(spec)
     if not path.exists():
         raise IRError(f"{spec}: no such rule file")

@@ -28,7 +28,7 @@ from superopt.xtat.passes.kernel import FlagSites, TileSites
 from superopt.xtat.passes.layout import LayoutSites
 from superopt.xtat.passes.plan import RewritePlan
 from superopt.xtat.passes.rewrite import RewriteSites
-from superopt.xtat.rules import GROUPS, STARTER
+from superopt.xtat.rules import GROUPS, RUNTIME, STARTER
 
 
 class TargetError(IRError):
@@ -52,7 +52,8 @@ class Target:
     hardware: str | None = None  # the TPU preset (simulator targets)
     device: str = "cpu"  # the runtime's device (real targets)
     # The rule libraries its rewrite passes use unless told (`--rules`): onnxruntime's
-    # blocked convolutions want groups of 16 channels, so its targets add the group merges.
+    # blocked convolutions want groups of 16 channels, so its targets add the group merges,
+    # and its fused residual-add + layer norm is slower than the two ops (`runtime`).
     rules: tuple[str, ...] = (STARTER,)
 
     @property
@@ -76,10 +77,10 @@ TARGETS: MappingProxyType[str, Target] = MappingProxyType({
                            hardware=hw) for hw in PRESETS},
     "cpu": Target("cpu", ONNXRUNTIME, _GRAPH_ONLY,
                   "this machine's CPU, measured in onnxruntime (rewrites only)",
-                  rules=(STARTER, GROUPS)),
+                  rules=(STARTER, GROUPS, RUNTIME)),
     "cuda": Target("cuda", ONNXRUNTIME, _GRAPH_ONLY,
                    "a CUDA GPU, measured in onnxruntime (rewrites only)", device="cuda",
-                   rules=(STARTER, GROUPS)),
+                   rules=(STARTER, GROUPS, RUNTIME)),
     # torch eager picks its kernels per op and fuses nothing: as for onnxruntime, the
     # graph is all the tuner decides.
     "torch-cpu": Target("torch-cpu", TORCH, _GRAPH_ONLY,

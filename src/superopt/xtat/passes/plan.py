@@ -37,6 +37,15 @@ library: the starter, a generated or a TASO/Tensat library), for each source who
 the matcher has and the plan does not use alone; the sequential pipelines' first step as
 one more option.
 
+Some rules pay only through what a runtime fuses across ops, which the plan's per-op cost
+cannot see (`superopt.rewrite.measured_whole`: the `runtime` library; onnxruntime's fused
+residual add and layer norm runs 3-6x slower than the two ops, and a reshape between them
+keeps it from fusing, which a per-op cost prices as a small loss). One site at a time,
+their gain is within a measurement's noise (0.2-1% per BERT layer norm). So the site also
+offers the plan with each such rule applied at every site it matches (`<plan>+<rule>`;
+`input+<rule>` where the search found no plan), right after the plan TASO's cost prices
+lowest, for the measurement to judge.
+
 The planned graph is handed on unfolded (the value check needs it runnable); the
 rewrite pass folds the weight-only computations the plan created (the stage memo's
 `fold_skip` names what the source graph already computed, which stays as it was).
@@ -88,6 +97,7 @@ class Plan:
     steps: tuple[tuple[str, tuple[str, ...]], ...] = ()  # the path: (rule, site keys)
     dropped: tuple[str, ...] = ()  # a variant: the plan without these groups' steps
     only: str = ""  # a source plan: TASO's search with this rule source's rules only
+    added: tuple[str, ...] = ()  # a variant: the plan with these rules at every site
 
 
 class RewritePlan(TunablePass):
@@ -240,33 +250,61 @@ class RewritePlan(TunablePass):
 
     def variants(self, graph: Graph) -> dict[str, Plan]:
         """The plan for `graph` without each group of its rules, and without each pair
-        of its `PAIRED` most applied groups (module docstring), by option; a variant
-        whose graph is the source's or another option's is left out."""
+        of its `PAIRED` most applied groups, its source plans, and the plan (or the input,
+        without one) with each rule measured whole at every site (module docstring), by
+        option; a variant whose graph is the source's or another option's is left out."""
         key = graph.structural_hash
         got = self._variants.get(key)
         if got is not None:
             return got
         got = {}
         p = self.plan(graph)
+        seen = {key} | ({p.graph.structural_hash} if p is not None else set())
+        found: list[Plan] = []
         if p is not None:
             counts = Counter(self.group(r) for r in p.rules)
             order = list(dict.fromkeys(self.group(r) for r in p.rules))
-            seen = {key, p.graph.structural_hash}
             groups = sorted(counts, key=lambda g: (-counts[g], order.index(g)))
             if len(groups) > 1:
                 drops = [(g,) for g in groups[:MAX_VARIANTS]] + list(
                     itertools.combinations(groups[:PAIRED], 2) if len(groups) > 2 else [])
-                for drop in drops:
-                    v = self._replay(graph, p, drop)
-                    if v is not None and v.graph.structural_hash not in seen:
-                        seen.add(v.graph.structural_hash)
-                        got[v.option] = v
-            for v in self._source_plans(graph, p):
-                if v.graph.structural_hash not in seen:
-                    seen.add(v.graph.structural_hash)
-                    got[v.option] = v
+                found += [v for v in (self._replay(graph, p, d) for d in drops) if v]
+            found += self._source_plans(graph, p)
+        found += self._with_whole(graph, p)
+        for v in found:
+            if v.graph.structural_hash not in seen:
+                seen.add(v.graph.structural_hash)
+                got[v.option] = v
         self._variants[key] = got
         return got
+
+    def _with_whole(self, graph: Graph, p: Plan | None) -> list[Plan]:
+        """The plan (or, without one, the input) with each rule a measurement must judge
+        whole (`superopt.rewrite.measured_whole`) applied at every site it matches there,
+        one variant per rule; none when no plan search is configured."""
+        from superopt.rewrite import measured_whole
+
+        if self.cost_factory is None or self.budget <= 0:
+            return []
+        base, origin = (p.graph, p.origin) if p is not None else (graph, identity_origin(graph))
+        out = []
+        for rule in (r.name for r in self.matcher.rules if measured_whole(r)):
+            if p is not None and rule in p.rules:
+                continue
+            sites = self.matcher.match(base, [rule]).sites
+            res = apply_sites(base, sites, self.matcher, check=False) if sites else None
+            if res is None or not res.applied:
+                continue
+            if self._cost is None:
+                assert self.cost_factory is not None
+                self._cost = self.cost_factory()
+            cost = self._cost.cost  # type: ignore[attr-defined]
+            out.append(Plan(f"{p.option if p is not None else 'input'}+{rule}", res.graph,
+                            compose(origin, res.origin),
+                            (*(p.rules if p is not None else ()), *[rule] * len(res.applied)),
+                            p.cost_before if p is not None else cost(graph),
+                            cost(res.graph), 0, 0.0, (), (), "", (rule,)))
+        return out
 
     def source(self, rule: str) -> str:
         """The rule source a rule comes from: PET's mutants (a family) or the library."""
@@ -349,23 +387,29 @@ class RewritePlan(TunablePass):
         without = f" without {', '.join(p.dropped)}" if p.dropped else ""
         only = {PET_SOURCE: " over PET's mutants only",
                 LIBRARY_SOURCE: " over the rule library only"}.get(p.only, "")
-        return f"TASO plan{without}{only}: {len(p.rules)} rewrites ({counts})"
+        added = f" with {', '.join(p.added)} at every site" if p.added else ""
+        what = "the input" if p.option.startswith("input+") else "TASO plan"
+        return f"{what}{without}{only}{added}: {len(p.rules)} rewrites ({counts})"
 
     def list_sites(self, stage: Stage) -> list[Site]:
         p = self.plan(stage.graph)
-        if p is None:
-            return []
         variants = self.variants(stage.graph)
+        if p is None and not variants:
+            return []
         # First after "no plan": the option TASO's cost prices lowest (the plan phase
         # measures only that one). The whole plan, unless a narrower search beat it: the
         # search over every source screens each graph's proposals to the best few per cost
         # proxy, and with PET's mutants there a block rewrite that only pays once fused
-        # (fold_vgg_block: more flops, more ops) can be screened out.
-        first = min([p, *variants.values()], key=lambda q: q.cost_after)
-        rest = [o for o in (p.option, *variants) if o != first.option]
+        # (fold_vgg_block: more flops, more ops) can be screened out. Next the variants
+        # with a rule measured whole: their cost prices them too high by design.
+        plans = [q for q in (p, *variants.values()) if q is not None]
+        first = min(plans, key=lambda q: q.cost_after)
+        whole = [q.option for q in plans if q.added and q is not first]
+        rest = [q.option for q in plans if q is not first and not q.added]
         # Weight: visited before any single rewrite point by the greedy strategies.
-        return [Site(PLAN_SITE, (None, first.option, *rest), None, (),
-                     self._label(p), weight=float(len(stage.graph.nodes)))]
+        return [Site(PLAN_SITE, (None, first.option, *whole, *rest), None, (),
+                     self._label(p if p is not None else first),
+                     weight=float(len(stage.graph.nodes)))]
 
     def describe(self, stage: Stage, site: Site, choice: object) -> str:
         """A variant is named by the groups it leaves out and counts only its rewrites
