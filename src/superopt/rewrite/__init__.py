@@ -41,6 +41,7 @@ GROUPS_VERIFIED = Path(__file__).with_name("groups_verified.json")
 RUNTIME = Path(__file__).with_name("runtime.rules")
 RUNTIME_VERIFIED = Path(__file__).with_name("runtime_verified.json")
 
+
 @dataclass(frozen=True)
 class Library:
     """A rule library shipped with the package: the rules as written, as `superopt verify
