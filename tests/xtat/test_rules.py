@@ -92,6 +92,9 @@ def test_exactly_corrected_pet_rules_are_usable() -> None:
 def test_missing_rule_source_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(IRError, match="no such rule file"):
         rule_set([str(tmp_path / "none.rules")])
+    # A mistyped library name is told the names there are.
+    with pytest.raises(IRError, match="nor a shipped library: starter, groups, runtime"):
+        rule_set(["runtimee"])
     with pytest.raises(IRError, match="is a directory"):
         rule_set([str(tmp_path)])
 

@@ -122,7 +122,8 @@ def load_rules(spec: str | Path | None = None, include_refuted: bool = False
         return library_rules(str(spec)), 0
     path = Path(spec)
     if not path.exists():
-        raise IRError(f"{path}: no such rule file")
+        raise IRError(f"{path}: no such rule file (nor a shipped library: "
+                      f"{', '.join(LIBRARIES)})")
     # Every format `verify` reads (TASO's .pb and Tensat's files too), by the same reader.
     rules = read_any(path)
     kept = [r for r in rules if include_refuted or r.status.state != "refuted"]

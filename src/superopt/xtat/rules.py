@@ -51,7 +51,8 @@ def read_source(spec: str) -> list[Rule]:
         return library_rules(spec, verified=True)
     path = Path(spec)
     if not path.exists():
-        raise IRError(f"{spec}: no such rule file")
+        raise IRError(f"{spec}: no such rule file (nor a shipped library: "
+                      f"{', '.join(LIBRARIES)})")
     if path.is_dir():
         raise IRError(f"{spec}: is a directory, not a rule file")
     if path.suffix in (".rules", ".json", ".jsonl"):
