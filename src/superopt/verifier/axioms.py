@@ -441,8 +441,9 @@ def _other_axioms() -> list[str]:
         "layer_norm_concat: (layer_norm ?b ?e (concat axis=?a ?x ?y) ?g ?t) <=> "
         "(concat axis=?a (layer_norm ?b ?e ?x ?g ?t) (layer_norm ?b ?e ?y ?g ?t)) if ?a < ?b",
         # A norm over the last axis of a rank-3 tensor is one over the rows of its
-        # rank-2 view (each row normalised on its own).
-        "layer_norm_flatten3: (layer_norm 2 ?e ?x ?g ?t) <=> (reshape {shape(?x)} "
+        # rank-2 view (each row normalised on its own). One way: the reverse direction's
+        # trigger is every reshape, in every proof.
+        "layer_norm_flatten3: (layer_norm 2 ?e ?x ?g ?t) => (reshape {shape(?x)} "
         "(layer_norm 1 ?e (reshape {[dim(?x,0) * dim(?x,1), dim(?x,2)]} ?x) ?g ?t)) "
         "if rank(?x) == 3",
         "batch_norm_concat0: (batch_norm ?e (concat 0 ?x ?y) ?sc ?bi ?mu ?va) <=> "
