@@ -288,6 +288,7 @@ class RewritePlan(TunablePass):
             return []
         base, origin = (p.graph, p.origin) if p is not None else (graph, identity_origin(graph))
         out = []
+        before: float | None = p.cost_before if p is not None else None
         for rule in (r.name for r in self.matcher.rules if measured_whole(r)):
             if p is not None and rule in p.rules:
                 continue
@@ -296,14 +297,15 @@ class RewritePlan(TunablePass):
             if res is None or not res.applied:
                 continue
             if self._cost is None:
-                assert self.cost_factory is not None
+                assert self.cost_factory is not None  # checked above
                 self._cost = self.cost_factory()
             cost = self._cost.cost  # type: ignore[attr-defined]
+            if before is None:
+                before = cost(graph)  # priced once, for every variant of the input
             out.append(Plan(f"{p.option if p is not None else 'input'}+{rule}", res.graph,
                             compose(origin, res.origin),
                             (*(p.rules if p is not None else ()), *[rule] * len(res.applied)),
-                            p.cost_before if p is not None else cost(graph),
-                            cost(res.graph), 0, 0.0, (), (), "", (rule,)))
+                            before, cost(res.graph), 0, 0.0, (), (), "", (rule,)))
         return out
 
     def source(self, rule: str) -> str:
