@@ -260,7 +260,10 @@ def test_cli_cost_db_needs_a_measured_cost(tmp_path, capsys) -> None:
 def test_onnxruntime_cost_times_each_op_signature_once_and_tracks_work() -> None:
     c = create_cost("onnxruntime", samples=2, min_sample_s=2e-4, threads=1)
     assert isinstance(c, OrtOpCost) and "onnxruntime" in c.describe()
-    g = _tiny_graph()
+    # Ops big enough to outlast a run's fixed cost, which is taken off each (8 x 16 ops
+    # came out at 0 on a loaded machine).
+    b = GraphBuilder("wide")
+    g = b.build([b.relu(b.matmul(b.input("x", (256, 256)), b.weight("w", (256, 256))))])
     total = c.cost(g)
     assert total > 0 and c.cached == 2 and c.cost(g) == total  # matmul, relu; cached
     # Four times the rows of a 256 x 256 product: well over twice the time (a run's fixed
