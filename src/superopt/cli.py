@@ -621,6 +621,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refine-limit", type=float, default=20.0, metavar="S",
                    help="with --search eqsat and a whole-graph cost (sim): seconds of local "
                         "moves priced with that cost after extraction (default 20)")
+    p.add_argument("--refine-patience", type=float, default=0.5, metavar="F",
+                   help="with --search eqsat: a climb of local moves stops once it has gone F "
+                        "of the search's time so far without a gain (default 0.5; 1: only "
+                        "at --refine-limit)")
     p.add_argument("--alpha", type=float, default=1.05,
                    help="keep graphs costing less than alpha x the best (default 1.05)")
     p.add_argument("--budget", type=int, default=100, help="graphs to expand at most (default 100)")

@@ -215,6 +215,9 @@ def test_limits_stop_saturation_and_options_are_checked() -> None:
         EqsatOptions(workers=-1)
     with pytest.raises(EqsatError, match="sink_iters"):
         EqsatOptions(sink_iters=-1)
+    for bad in (0.0, -0.5, 1.5):
+        with pytest.raises(EqsatError, match="refine_patience"):
+            EqsatOptions(refine_patience=bad)
 
 
 def test_sinking_rules_run_on_past_the_iteration_limit_to_narrow_a_vit() -> None:
@@ -296,7 +299,7 @@ def test_the_cli_defaults_are_the_options_defaults() -> None:
     args = build_parser().parse_args(["optimize", "m.onnx", "--search", "eqsat"])
     opts = EqsatOptions()
     for name in ("extraction", "node_limit", "iter_limit", "ilp_time_limit", "refine_limit",
-                 "workers"):
+                 "refine_patience", "workers"):
         assert getattr(args, name) == getattr(opts, name), name
 
 
@@ -823,7 +826,7 @@ def test_both_climbs_count_whether_side_by_side_or_in_turn(monkeypatch) -> None:
     from superopt.rewrite import eqsat
     from superopt.rewrite.cost import SimCost
 
-    def climb(ld, sp, made, pick, cost, price, deadline):
+    def climb(ld, sp, made, pick, cost, price, stop):
         # The climb from the input (it starts at the input's cost) "finds" half of it,
         # at a time it reports (the forked climb's clock must be the parent's).
         if cost == before:
@@ -899,6 +902,43 @@ def test_a_graph_built_folded_for_pricing_costs_what_the_full_graph_costs() -> N
         assert len(lean) <= len(full)
         assert sim.cost(lean) == pytest.approx(sim.cost(full), rel=1e-12)
     assert folded_some >= 3  # the check saw weight computations to fold
+
+
+def test_a_climb_that_stalls_stops_at_its_patience_and_one_that_gains_goes_on() -> None:
+    """A climb whose moves never pay stops once it has gone `patience` of the search's
+    time without a gain, long before its deadline; with patience 1 it goes on to the
+    deadline. A climb whose moves keep paying is not stopped by the patience."""
+    from superopt.rewrite.eqsat import _moves, _refine, _Stop
+
+    g = _inception_block()
+    _, ld, made, sp, as_input = _saturated_space(g, starter_rules())
+    assert len(_moves(ld, sp, made, as_input)) > 40  # a pass is long at 10 ms a move
+
+    def slow_price(pick: dict) -> float:
+        time.sleep(0.01)
+        return 2.0  # never faster than the start (1.0)
+
+    def run(price, patience: float, cost: float = 1.0) -> tuple[float, int]:
+        t = time.perf_counter()
+        # The search began 0.1 s before this climb: with patience 0.5 a stall may last
+        # until it is as long as the search before it.
+        got = _refine(ld, sp, made, dict(as_input), cost, price,
+                      _Stop(t + 0.4, t - 0.1, patience))
+        return time.perf_counter() - t, got[3]
+
+    took, tried = run(slow_price, 0.5)
+    assert took < 0.25 and 1 <= tried <= 20
+    took, tried = run(slow_price, 1.0)
+    assert took >= 0.4 and tried > 20  # only the deadline stopped it
+
+    calls = iter(range(10**6))
+
+    def paying(pick: dict) -> float:
+        time.sleep(0.01)
+        return 1.0 - 1e-6 * (next(calls) + 1)  # every move a little faster than the last
+
+    took, tried = run(paying, 0.5)
+    assert took >= 0.4 and tried > 20  # gains all along: on to the deadline
 
 
 def test_a_node_added_as_typed_is_the_node_add_makes() -> None:
