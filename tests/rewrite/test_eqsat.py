@@ -907,7 +907,9 @@ def test_a_graph_built_folded_for_pricing_costs_what_the_full_graph_costs() -> N
 def test_a_climb_that_stalls_stops_at_its_patience_and_one_that_gains_goes_on() -> None:
     """A climb whose moves never pay stops once it has gone `patience` of the search's
     time without a gain, long before its deadline; with patience 1 it goes on to the
-    deadline. A climb whose moves keep paying is not stopped by the patience."""
+    deadline. A climb whose moves keep paying is not stopped by the patience, unless
+    what it gains stays behind the best graph the search already held (`best`: the
+    climb from the input, still slower than the extraction)."""
     from superopt.rewrite.eqsat import _moves, _refine, _Stop
 
     g = _inception_block()
@@ -918,12 +920,12 @@ def test_a_climb_that_stalls_stops_at_its_patience_and_one_that_gains_goes_on() 
         time.sleep(0.01)
         return 2.0  # never faster than the start (1.0)
 
-    def run(price, patience: float, cost: float = 1.0) -> tuple[float, int]:
+    def run(price, patience: float, best: float = math.inf) -> tuple[float, int]:
         t = time.perf_counter()
         # The search began 0.1 s before this climb: with patience 0.5 a stall may last
         # until it is as long as the search before it.
-        got = _refine(ld, sp, made, dict(as_input), cost, price,
-                      _Stop(t + 0.4, t - 0.1, patience))
+        got = _refine(ld, sp, made, dict(as_input), 1.0, price,
+                      _Stop(t + 0.4, t - 0.1, patience, best))
         return time.perf_counter() - t, got[3]
 
     took, tried = run(slow_price, 0.5)
@@ -931,14 +933,18 @@ def test_a_climb_that_stalls_stops_at_its_patience_and_one_that_gains_goes_on() 
     took, tried = run(slow_price, 1.0)
     assert took >= 0.4 and tried > 20  # only the deadline stopped it
 
-    calls = iter(range(10**6))
+    def gaining(step: float):
+        calls = iter(range(1, 10**6))
 
-    def paying(pick: dict) -> float:
-        time.sleep(0.01)
-        return 1.0 - 1e-6 * (next(calls) + 1)  # every move a little faster than the last
+        def price(pick: dict) -> float:
+            time.sleep(0.01)
+            return (1 - step) ** next(calls)  # every move faster than the last by `step`
+        return price
 
-    took, tried = run(paying, 0.5)
+    took, tried = run(gaining(1e-6), 0.5)
     assert took >= 0.4 and tried > 20  # gains all along: on to the deadline
+    took, tried = run(gaining(1e-6), 0.5, best=0.5)  # all of them short of 0.5
+    assert took < 0.25 and 1 <= tried <= 20
 
 
 def test_a_node_added_as_typed_is_the_node_add_makes() -> None:
