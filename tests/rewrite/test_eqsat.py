@@ -914,7 +914,7 @@ def test_a_climb_that_stalls_stops_at_its_patience_and_one_that_gains_goes_on() 
 
     g = _inception_block()
     _, ld, made, sp, as_input = _saturated_space(g, starter_rules())
-    assert len(_moves(ld, sp, made, as_input)) > 40  # a pass is long at 10 ms a move
+    assert len(_moves(ld, sp, made, as_input)) > 100  # at 10 ms a move, a pass outlasts 0.8 s
 
     def slow_price(pick: dict) -> float:
         time.sleep(0.01)
@@ -925,13 +925,13 @@ def test_a_climb_that_stalls_stops_at_its_patience_and_one_that_gains_goes_on() 
         # The search began 0.1 s before this climb: with patience 0.5 a stall may last
         # until it is as long as the search before it.
         got = _refine(ld, sp, made, dict(as_input), 1.0, price,
-                      _Stop(t + 0.4, t - 0.1, patience, best))
+                      _Stop(t + 0.8, t - 0.1, patience, best))
         return time.perf_counter() - t, got[3]
 
     took, tried = run(slow_price, 0.5)
-    assert took < 0.25 and 1 <= tried <= 20
+    assert took < 0.45 and 1 <= tried <= 30  # ~0.1 s; the margin is for load
     took, tried = run(slow_price, 1.0)
-    assert took >= 0.4 and tried > 20  # only the deadline stopped it
+    assert took >= 0.8 and tried > 30  # only the deadline stopped it
 
     def gaining(step: float):
         calls = iter(range(1, 10**6))
@@ -942,9 +942,9 @@ def test_a_climb_that_stalls_stops_at_its_patience_and_one_that_gains_goes_on() 
         return price
 
     took, tried = run(gaining(1e-6), 0.5)
-    assert took >= 0.4 and tried > 20  # gains all along: on to the deadline
+    assert took >= 0.8 and tried > 30  # gains all along: on to the deadline
     took, tried = run(gaining(1e-6), 0.5, best=0.5)  # all of them short of 0.5
-    assert took < 0.25 and 1 <= tried <= 20
+    assert took < 0.45 and 1 <= tried <= 30  # ~0.1 s; the margin is for load
 
 
 def test_a_node_added_as_typed_is_the_node_add_makes() -> None:
