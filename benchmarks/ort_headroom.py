@@ -157,6 +157,24 @@ def _default_rows() -> str:
     return ",".join(f"{r['model']}:{r['batch']}" for r in rows)
 
 
+def _parse_rows(text: str) -> list[tuple[str, int]]:
+    """`model:batch,...` checked before any measuring: a zoo name and a positive batch."""
+    from superopt import zoo
+
+    rows = []
+    known = set(zoo.names(scale=True))
+    for spec in text.split(","):
+        m, _, b_text = spec.partition(":")
+        if m not in known:
+            raise SystemExit(f"ort_headroom: --rows: unknown model {m!r}; known: "
+                             f"{', '.join(sorted(known))}")
+        if not (b_text or "1").isdigit() or int(b_text or 1) < 1:
+            raise SystemExit(f"ort_headroom: --rows: batch of {spec!r} must be a positive "
+                             "integer")
+        rows.append((m, int(b_text or 1)))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", default=None, help="model:batch,... (default: tune_cpu.json's)")
@@ -164,12 +182,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
+    specs = _parse_rows(args.rows or _default_rows())
     peak = roof(args.threads)
     print(f"roof: a 1024^3 MatMul at {peak:.1f} GFLOP/s ({args.threads} thread)")
     rows = []
-    for spec in (args.rows or _default_rows()).split(","):
-        m, _, b_text = spec.partition(":")
-        b = int(b_text or 1)
+    for m, b in specs:
         r = profile_row(m, b, args.runs, args.threads, peak)
         rows.append(r)
         print(f"{m:18s} b{b:<3d} {r['kernel_ms']:9.2f} ms  matrix {r['matrix_share']:6.1%}"
