@@ -21,7 +21,8 @@ The geomean of `bound` over the rows says how much of the issue's 1.05x geomean 
 within reach of FLOP-keeping rewrites on this machine. Prints a table and writes JSON (`--out`). Run
 pinned to one core, as tune_cpu.py's rows were:
 `OMP_WAIT_POLICY=PASSIVE taskset -c 1 .venv/bin/python benchmarks/ort_headroom.py`
-(`--rows model:batch,... --runs 8`; by default the rows tune_cpu.json measured).
+(`--rows model:batch,... --runs 8`; by default the rows tune_cpu.json measured). The JSON
+is written after every row; `--resume` keeps the rows it has and runs the rest.
 """
 
 from __future__ import annotations
@@ -75,12 +76,20 @@ def _session(path: str, threads: int, profile: str | None) -> Any:
     return ort.InferenceSession(path, o, providers=["CPUExecutionProvider"])
 
 
-def _feeds(sess: Any) -> dict[str, Any]:
+def _feeds(sess: Any, graph: Any = None) -> dict[str, Any]:
+    """The session's inputs: the reference interpreter's draw for `graph` (token ids in
+    range, as every other onnxruntime timing here draws them), else uniform floats."""
     import numpy as np
 
-    rng = np.random.default_rng(0)
-    return {i.name: (rng.random(i.shape, dtype=np.float32) if i.type == "tensor(float)"
-                     else np.zeros(i.shape, np.int64)) for i in sess.get_inputs()}
+    from superopt.ir import random_feeds
+    from superopt.ir.types import ORT_DTYPES
+
+    if graph is None:
+        rng = np.random.default_rng(0)
+        return {i.name: rng.random(i.shape, dtype=np.float32) for i in sess.get_inputs()}
+    drawn = random_feeds(graph, seed=0)
+    return {i.name: np.asarray(drawn[i.name], dtype=ORT_DTYPES.get(i.type, None))
+            for i in sess.get_inputs()}
 
 
 def roof(threads: int, n: int = 1024) -> float:
@@ -115,11 +124,12 @@ def profile_row(model: str, batch: int, runs: int, threads: int, peak: float) ->
     from superopt import zoo
     from superopt.exporters import onnx as export
 
+    graph = zoo.build(model, batch=batch)
     with tempfile.TemporaryDirectory() as d:
-        path = str(export.write_model(export.to_onnx(zoo.build(model, batch=batch), seed=0),
+        path = str(export.write_model(export.to_onnx(graph, seed=0),
                                       os.path.join(d, "m.onnx"), 0))
         s = _session(path, threads, os.path.join(d, "prof"))
-        f = _feeds(s)
+        f = _feeds(s, graph)
         for _ in range(runs + 2):
             s.run(None, f)
         events = json.loads(Path(s.end_profiling()).read_text())
@@ -175,36 +185,54 @@ def _parse_rows(text: str) -> list[tuple[str, int]]:
     return rows
 
 
+def _geomean(xs: list[float]) -> float | None:
+    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else None
+
+
+def _write(out: Path, args: argparse.Namespace, peak: float, rows: list[dict]) -> dict:
+    doc = {"settings": vars(args), "roof_gflops": peak, "rows": rows,
+           "geomean_bound": _geomean([r["bound"] for r in rows if r["bound"]]),
+           "geomean_bound_non_matrix_free": _geomean([r["bound_non_matrix_free"]
+                                                      for r in rows
+                                                      if r["bound_non_matrix_free"]])}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", default=None, help="model:batch,... (default: tune_cpu.json's)")
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the rows --out already has (and its roof); run the others")
     args = ap.parse_args()
     specs = _parse_rows(args.rows or _default_rows())
-    peak = roof(args.threads)
+    out = Path(args.out)
+    rows: list[dict] = []
+    if args.resume and out.exists():
+        prior = json.loads(out.read_text())
+        peak = prior["roof_gflops"]
+        rows = [r for r in prior["rows"] if (r["model"], r["batch"]) in specs]
+    else:
+        peak = roof(args.threads)
     print(f"roof: a 1024^3 MatMul at {peak:.1f} GFLOP/s ({args.threads} thread)")
-    rows = []
     for m, b in specs:
+        if any((r["model"], r["batch"]) == (m, b) for r in rows):
+            continue
         r = profile_row(m, b, args.runs, args.threads, peak)
         rows.append(r)
+        _write(out, args, peak, rows)  # after every row: a killed run keeps what it measured
         print(f"{m:18s} b{b:<3d} {r['kernel_ms']:9.2f} ms  matrix {r['matrix_share']:6.1%}"
               f" at {r['matrix_gflops']:6.1f} GFLOP/s ({r['matrix_of_roof']:.0%} of roof)"
               f"  bound {r['bound']:.3f}x  (non-matrix free: "
               f"{r['bound_non_matrix_free']:.3f}x)", flush=True)
-    bounds = [r["bound"] for r in rows if r["bound"]]
-    free = [r["bound_non_matrix_free"] for r in rows if r["bound_non_matrix_free"]]
-    doc = {"settings": vars(args), "roof_gflops": peak, "rows": rows,
-           "geomean_bound": math.exp(statistics.fmean(math.log(x) for x in bounds)),
-           "geomean_bound_non_matrix_free": math.exp(statistics.fmean(math.log(x)
-                                                                      for x in free))}
+    doc = _write(out, args, peak, rows)
     print(f"geomean bound {doc['geomean_bound']:.3f}x; with matrix products as they run "
           f"and the rest free {doc['geomean_bound_non_matrix_free']:.3f}x")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {args.out}")
-
+    print(f"wrote {out}")
 
 if __name__ == "__main__":
     main()
