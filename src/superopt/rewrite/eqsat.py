@@ -79,7 +79,7 @@ from types import MappingProxyType
 from typing import Any
 
 from superopt.ir.errors import IRError
-from superopt.ir.graph import Graph, GraphBuilder, Value
+from superopt.ir.graph import Graph, GraphBuilder, Node, Value
 from superopt.ir.opdef import ELEMENTWISE, MOVEMENT, get_op
 from superopt.ir.passes import Origin, identity_origin
 from superopt.ir.types import TensorType
@@ -227,6 +227,19 @@ class _Loaded:
     # source names.
     out_types: dict[int, tuple[TensorType, ...]] = field(default_factory=dict)
     names: frozenset[str] | None = None
+    # Each e-node's operand classes (canonical), and per class the weight node a folded
+    # build puts in its place: a local move orders and builds a whole extraction, and
+    # `find` per operand or a weight checked anew per build were a third of that.
+    kids: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    folded: dict[int, Node] = field(default_factory=dict)
+
+    def children(self, i: int) -> tuple[int, ...]:
+        """E-node i's operand classes; only once the e-graph no longer changes."""
+        got = self.kids.get(i)
+        if got is None:
+            find = self.eg.find
+            got = self.kids[i] = tuple(find(k) for k in self.eg.nodes[i].children)
+        return got
 
 
 def _load(graph: Graph, eg: EGraph) -> _Loaded:
@@ -1386,28 +1399,28 @@ def _cores() -> int:
 def _order(ld: _Loaded, pick: Mapping[int, int]) -> list[int]:
     """The classes the extraction uses, each after its operand classes; found without
     recursion (graphs are deep). Raises EqsatError for a cycle or a class left unchosen."""
-    eg = ld.eg
+    children = ld.children
     order: list[int] = []
     done: set[int] = set()
     on_path: set[int] = set()
-    stack: list[tuple[int, bool]] = [(eg.find(r), False) for r in reversed(ld.roots)]
+    stack: list[tuple[int, bool]] = [(ld.eg.find(r), False) for r in reversed(ld.roots)]
     while stack:
         c, expanded = stack.pop()
         if c in done:
             continue
-        if c not in pick:
-            raise EqsatError(f"extraction chose nothing for e-class {c}")
-        kids = [eg.find(k) for k in eg.nodes[pick[c]].children]
-        if not expanded:
-            if c in on_path:
-                raise EqsatError("extraction chose a cycle")
-            on_path.add(c)
-            stack.append((c, True))
-            stack.extend((k, False) for k in kids if k not in done)
+        if expanded:
+            on_path.discard(c)
+            done.add(c)
+            order.append(c)
             continue
-        on_path.discard(c)
-        done.add(c)
-        order.append(c)
+        i = pick.get(c)
+        if i is None:
+            raise EqsatError(f"extraction chose nothing for e-class {c}")
+        if c in on_path:
+            raise EqsatError("extraction chose a cycle")
+        on_path.add(c)
+        stack.append((c, True))
+        stack.extend((k, False) for k in children(i) if k not in done)
     return order
 
 
@@ -1434,13 +1447,13 @@ def _build(ld: _Loaded, graph: Graph, pick: Mapping[int, int], folded: bool = Fa
             if n.op == VAR:
                 weight_only[c] = graph.nodes[ld.leaf_of[pick[c]]].op != "input"
             else:
-                weight_only[c] = all(weight_only[eg.find(k)] for k in n.children)
+                weight_only[c] = all(weight_only[k] for k in ld.children(pick[c]))
                 if weight_only[c]:
                     as_weight.add(c)
     needed = set(roots)
     for c in reversed(order):
         if c in needed and c not in as_weight:
-            needed.update(eg.find(k) for k in eg.nodes[pick[c]].children)
+            needed.update(ld.children(pick[c]))
     if ld.names is None:
         ld.names = frozenset(n.attr("name") for n in graph.nodes if n.is_named_source)
     names = ld.names
@@ -1459,11 +1472,16 @@ def _build(ld: _Loaded, graph: Graph, pick: Mapping[int, int], folded: bool = Fa
         n = eg.nodes[i]
         start = len(b.nodes)
         if c in as_weight:
-            ty = eg.type_of(c)
-            name, k = f"folded.c{c}", 1
-            while name in names:
-                name, k = f"folded.c{c}~{k}", k + 1
-            v = b.weight(name, ty.shape, ty.dtype, init="normal")
+            tmpl = ld.folded.get(c)
+            if tmpl is None:  # the weight node, checked once per class
+                ty = eg.type_of(c)
+                name, k = f"folded.c{c}", 1
+                while name in names:
+                    name, k = f"folded.c{c}~{k}", k + 1
+                scratch = GraphBuilder("folded")
+                tmpl = ld.folded[c] = scratch.nodes[
+                    scratch.weight(name, ty.shape, ty.dtype, init="normal").node]
+            v = b.recreate(tmpl, (), ())[0]
         elif n.op == VAR:
             src = graph.nodes[ld.leaf_of[i]]
             data = graph.weights.get(src.attr("name")) if src.op == "weight" else None
@@ -1472,7 +1490,7 @@ def _build(ld: _Loaded, graph: Graph, pick: Mapping[int, int], folded: bool = Fa
             types = out_types.get(i)
             if types is None:
                 types = out_types[i] = eg.output_types(i)
-            v = b.add_typed(n.op, [value[eg.find(k)] for k in n.children], n.attrs,
+            v = b.add_typed(n.op, [value[k] for k in ld.children(i)], n.attrs,
                             types)[n.output]
         value[c] = v
         if not folded:

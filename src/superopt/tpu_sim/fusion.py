@@ -97,7 +97,10 @@ def _node_group(graph: Graph, per: tuple[tuple[Layout, ...], ...], nid: int, hw:
 
 def _merged(c: _Group, p: _Group, p_root: int, hw: Hardware) -> _Group:
     """c with p fused in; `members` is filled in only when the fusion is committed."""
-    ext = {v: b for v, b in c.ext.items() if v[0] != p_root}
+    ext = dict(c.ext)
+    # c reads p's values as (p_root, output) keys (bitcasts resolved), in c's own order.
+    for k in range(p.outputs):
+        ext.pop((p_root, k), None)
     for v, b in p.ext.items():
         ext[v] = max(ext.get(v, 0.0), b)
     return _Group(c.members, ext, c.out_bytes, c.mxu_s + p.mxu_s, c.vec_s + p.vec_s,
@@ -108,18 +111,21 @@ def _merged(c: _Group, p: _Group, p_root: int, hw: Hardware) -> _Group:
 def priority_fusion(graph: Graph, layouts: NodeLayouts, hw: Hardware,
                     bitcasts: frozenset[int] | None = None,
                     stored: tuple[tuple[TensorType, ...], ...] | None = None,
-                    op_costs: OpCosts | None = None) -> dict[int, bool]:
+                    op_costs: OpCosts | None = None,
+                    consumers: tuple[list[tuple[int, ...]], list[bool]] | None = None
+                    ) -> dict[int, bool]:
     """XLA-like priority fusion (see the module docstring).
 
     Returns the fusion decision of every node of `graph`, by node id: True = fuse into all
     consumers, False = materialise (the `Config.fusion` encoding). `stored` gives each
     node's types as stored, when storage dtypes are overridden. `op_costs` caches per-op
     costs keyed by op, attributes, types and layouts (a `Simulator` passes its own, so
-    repeated layers and repeated compiles share them); a fresh one when None."""
+    repeated layers and repeated compiles share them); a fresh one when None. `consumers`:
+    `effective_consumers(graph, bitcasts)`, where the caller has it already."""
     if bitcasts is None:
         bitcasts = find_bitcasts(graph, layouts, stored)
     nodes = graph.nodes
-    eff, needed = effective_consumers(graph, bitcasts)
+    eff, needed = consumers if consumers is not None else effective_consumers(graph, bitcasts)
     resolved = resolve_bitcasts(graph, bitcasts)
     units = [n.id for n in nodes if not is_source(n.op) and n.id not in bitcasts]
     per = layouts.per_node

@@ -196,7 +196,7 @@ class Simulator:
         if got is not None:
             return got
         fusion = priority_fusion(laid.graph, laid.laid_layouts, self.hw, laid.bitcasts,
-                                 laid.stored, self.op_costs)
+                                 laid.stored, self.op_costs, laid.consumers)
         part = form_kernels(laid.graph, laid.laid_layouts, fusion, laid.bitcasts,
                             laid.consumers)
         split = False
