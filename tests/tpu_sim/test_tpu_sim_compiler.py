@@ -207,6 +207,34 @@ def test_a_fusion_that_fits_no_tile_is_split_back_by_the_default_compiler() -> N
     assert len(changed) < sum(raw.values()) // 4
 
 
+def test_a_fused_producer_leaves_the_kernels_reads_and_brings_its_own() -> None:
+    # A two-output producer (%5, as a split) read by its consumer through both outputs:
+    # fused, neither is read from memory any more; what both read is read once, at the
+    # larger of the two byte counts.
+    from superopt.tpu_sim.fusion import _Group, _merged
+    from superopt.tpu_sim.hardware import get_hardware
+
+    hw = get_hardware()
+    p = _Group([5], {(1, 0): 100.0, (2, 0): 50.0}, 80.0, 0.0, 1e-9, False, False, False,
+               True, 2)._finish(hw)
+    c = _Group([9], {(5, 0): 40.0, (5, 1): 40.0, (2, 0): 70.0, (7, 0): 10.0}, 30.0, 0.0,
+               1e-9, False, False, False, True, 1)._finish(hw)
+    m = _merged(c, p, 5, hw)
+    assert m.ext == {(2, 0): 70.0, (7, 0): 10.0, (1, 0): 100.0}
+    assert m.vec_s == 2e-9 and m.out_bytes == 30.0 and m.outputs == 1
+    assert c.ext[(5, 1)] == 40.0  # the consumer's own group is left as it was
+
+
+def test_priority_fusion_given_the_layout_pass_consumers_decides_as_without() -> None:
+    from superopt.tpu_sim.fusion import priority_fusion
+
+    g = zoo.build("inception_v3")
+    sim = Simulator()
+    laid = sim.lay_out(g)
+    args = (laid.graph, laid.laid_layouts, sim.hw, laid.bitcasts, laid.stored)
+    assert priority_fusion(*args, consumers=laid.consumers) == priority_fusion(*args)
+
+
 def test_the_default_partition_is_formed_once_and_is_the_one_a_fresh_formation_gives(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from superopt.tpu_sim import pipeline, simulator
