@@ -398,6 +398,11 @@ def _batch_norm_axioms() -> list[str]:
     ]
 
 
+def _iconv_data(w: str) -> str:
+    """A stride-1 'same' conv of the identity kernel (as the input) with kernel `w`."""
+    return f"(conv2d [1,1] same [1,1] 1 none (const_iconv ?c ?kh ?kw 1) {w})"
+
+
 def _other_axioms() -> list[str]:
     return [
         "# reshape, reductions, padding, enlarge",
@@ -419,6 +424,18 @@ def _other_axioms() -> list[str]:
         "(concat 0 (enlarge ?kh ?kw ?x) (enlarge ?kh ?kw ?y)) if dim(?x,2) == dim(?y,2) and "
         "dim(?x,3) == dim(?y,3)",
         "enlarge_id: (enlarge ?kh ?kw ?x) => ?x if ?kh == dim(?x,2) and ?kw == dim(?x,3)",
+        "relu_enlarge: (relu (enlarge ?kh ?kw ?x)) <=> (enlarge ?kh ?kw (relu ?x))",
+        # The identity kernel as a conv's input (TASO's generator finds rules that use it
+        # so; TASO left the axiom out, unvalidated, and blacklisted the rules): image n of
+        # const_iconv is one-hot at channel n and the centre, so a 'same' conv of it with
+        # kernel w gives w with its two channel axes swapped, flipped in space and centred
+        # in a kh x kw window. That is a zero-filled gather of w's cells (so relu passes
+        # through it), and twice it is w enlarged to the window.
+        f"iconv_data_relu: {_iconv_data('(relu ?w)')} <=> (relu {_iconv_data('?w')}) "
+        "if dim(?w,1) == ?c",
+        f"iconv_data_twice: {_iconv_data(_iconv_data('?w'))} => (enlarge ?kh ?kw ?w) if "
+        "dim(?w,0) == ?c and dim(?w,1) == ?c and dim(?w,2) <= ?kh and dim(?w,3) <= ?kw and "
+        "dim(?w,2) % 2 == 1 and dim(?w,3) % 2 == 1",
         # A slice that keeps every cell of every axis (any step on an axis of size 1).
         "slice_id: (slice ?b ?e ?t ?x) => ?x if " + " and ".join(
             f"(rank(?x) <= {k} or (?b[{k}] == 0 and ?e[{k}] == dim(?x,{k}) and "
