@@ -367,6 +367,31 @@ def test_a_rank_two_rule_is_strengthened_not_dropped() -> None:
     assert not counterexample(out.rule, seeds=(5,))
 
 
+def test_a_rule_only_its_source_types_at_other_ranks_gets_its_ranks_and_is_proved() -> None:
+    # Found on 2-D weights; stated for every rank, batched matmuls give its source a type
+    # where its target has none, and the verifier (premise: both sides type-check) cannot
+    # prove it from 2-D axioms. No shapes refute it: it gets the ranks it was found at.
+    from superopt.substitutions.strengthen import TYPING, strengthen
+    from superopt.verifier.axioms import builtin_axioms
+    from superopt.verifier.prover import PROVED, UNKNOWN, Prover, VerifyOptions
+
+    rule = parse_rule("r: (concat 0 (matmul ?w1 (matmul ?w2 ?w1)) (matmul ?w2 ?w1)) <=> "
+                      "(matmul (concat 0 (matmul ?w1 ?w2) ?w2) ?w1)")
+    found = {"w1": TensorType((4, 4)), "w2": TensorType((4, 4))}
+    prover = Prover(builtin_axioms(), VerifyOptions(timeout_s=10, samples=6))
+    assert prover.verify(rule).state == UNKNOWN
+    out = strengthen(rule, found)
+    assert out.level == TYPING and out.rule is not None
+    assert "rank(?w1) == 2" in (out.rule.condition or "") and "target does" in out.counterexample
+    assert prover.verify(out.rule).state == PROVED
+    # A gap the ranks do not close (a kernel larger than the 3 x 3 it is enlarged to) is
+    # the target's typing alone: the rule stays as general as it was, not pinned.
+    enl = parse_rule("e: (relu (conv2d [1,1] same [1,1] 1 none ?x (relu ?w))) <=> "
+                     "(conv2d [1,1] same [1,1] 1 relu ?x (relu (enlarge 3 3 ?w)))")
+    out = strengthen(enl, {"x": TensorType((2, 4, 5, 5)), "w": TensorType((4, 4, 3, 1))})
+    assert out.level == "" and out.rule == enl
+
+
 # ---- pruning by derivation (generate --prune-derived) ------------------------------------
 
 _PRUNE_OPS = ["ewadd", "ewmul", "concat2d_0", "concat2d_1", "split_0", "split_1"]

@@ -564,7 +564,7 @@ def _test_at_other_shapes(checked: Sequence[tuple[Rule, dict[str, TensorType]]],
     returned); the stage counts are added to those of an earlier call."""
     from dataclasses import replace
 
-    from superopt.substitutions.strengthen import LEVELS, UNTESTED, untested_reason
+    from superopt.substitutions.strengthen import LEVELS, TYPING, UNTESTED, untested_reason
     # Rules that no other shapes can refute are not sent to the workers at all.
     results: list[tuple[bool, str | None, str, str] | None] = [
         (True, r.condition, UNTESTED, "") if untested_reason(r, types) else None
@@ -593,7 +593,7 @@ def _test_at_other_shapes(checked: Sequence[tuple[Rule, dict[str, TensorType]]],
     _run_logged(indexed_strengthen, tasks, workers, executor,
                 wd / SHAPES_FILE if wd is not None else None, tick)
     out: list[Rule] = []
-    levels: dict[str, int] = dict.fromkeys(("", UNTESTED, *LEVELS, "refuted"), 0)
+    levels: dict[str, int] = dict.fromkeys(("", UNTESTED, TYPING, *LEVELS, "refuted"), 0)
     for k in wanted:
         rule, res = checked[k][0], results[k]
         assert res is not None
@@ -608,7 +608,9 @@ def _test_at_other_shapes(checked: Sequence[tuple[Rule, dict[str, TensorType]]],
         out.append(rule)
     counts = {
         "not tested at other shapes (none can refute them)": levels[UNTESTED],
-        "refuted at sampled shapes": len(wanted) - levels[""] - levels[UNTESTED],
+        "refuted at sampled shapes": len(wanted) - levels[""] - levels[UNTESTED]
+        - levels[TYPING],
+        "target untyped at sampled shapes: rank conditions": levels[TYPING],
         "strengthened: rank conditions": levels["rank"],
         "strengthened: + attribute values": levels["attributes"],
         "strengthened: + dimension equalities": levels["equalities"],
