@@ -4,17 +4,11 @@ measurements over one noisy measurement of the default (biased upward by the noi
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-BENCH = Path(__file__).parents[1] / "benchmarks"
+from bench_modules import load_benchmark
 
 
 def _module(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_bench", BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark(name)
 
 
 def test_search_speedups_are_exact_times_of_the_measured_best() -> None:

@@ -3,20 +3,13 @@ textbook formulas do, and over a whole model agrees with superopt's own FLOP cou
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).parents[1] / "benchmarks"
+from bench_modules import load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("ort_headroom_bench",
-                                                  BENCH / "ort_headroom.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("ort_headroom")
 
 
 def test_matrix_flops_follow_the_shapes() -> None:

@@ -4,12 +4,12 @@ times them (here on the CPU) and reports a file it cannot read without losing th
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+from bench_modules import load_benchmark
 from superopt.ir.graph import GraphBuilder
 from superopt.ir.serialize import from_json
 
@@ -17,10 +17,7 @@ BENCH = Path(__file__).parents[1] / "benchmarks"
 
 
 def _joint_module():
-    spec = importlib.util.spec_from_file_location("joint_bench", BENCH / "joint.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("joint")
 
 
 def _pair():

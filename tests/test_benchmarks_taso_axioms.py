@@ -3,17 +3,11 @@ tells a rule TASO's list proves from one that needs an axiom beyond it."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-BENCH = Path(__file__).parents[1] / "benchmarks"
+from bench_modules import load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("taso_axioms_bench", BENCH / "taso_axioms.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("taso_axioms")
 
 
 def test_the_taso_list_is_a_subset_of_the_builtin_axioms() -> None:
