@@ -127,6 +127,7 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from superopt.ir.errors import IRError
     from superopt.substitutions.readers import read_any
     from superopt.verifier.axioms import builtin_axioms
     from superopt.verifier.prover import VerifyOptions
@@ -139,15 +140,26 @@ def main() -> None:
         raise SystemExit(f"taso_axioms.py: no built-in axiom {', '.join(missing)}")
     taso = [a for a in all_axioms if a.name in TASO_AXIOMS]
     options = VerifyOptions(timeout_s=args.timeout)
-    files: list[tuple[str, list]] = []
-    if args.library:
-        files.append((Path(args.library).name, read_any(args.library, [])))
-    else:
+    unreadable: dict[str, list[str]] = {}
+
+    def read(path: str) -> tuple[str, list]:
+        """A rule file as `superopt verify` reads it; a file that cannot be read at all is
+        one line and exit 2, rules the reader cannot make are counted in the JSON."""
+        problems: list = []
+        try:
+            rules = read_any(path, problems)
+        except (IRError, OSError) as err:
+            ap.error(str(err))
+        if problems:
+            unreadable[Path(path).name] = [str(p) for p in problems]
+        return Path(path).name, rules
+
+    files: list[tuple[str, list]] = [read(p) for p in
+                                     ([args.library] if args.library else []) + args.rules]
+    if not args.library:
         with console.status("generating the TASO-preset library"):
             lib = generated(args.max_ops, Path(tempfile.mkdtemp()) / "taso.json")
-        files.append((f"generated (taso preset, {args.max_ops} ops)", lib))
-    for p in args.rules:
-        files.append((Path(p).name, read_any(p, [])))
+        files.insert(0, (f"generated (taso preset, {args.max_ops} ops)", lib))
     t0 = time.perf_counter()
     rows = []
     for name, rules in files:
@@ -173,7 +185,7 @@ def main() -> None:
     doc = {"what": "rules TASO's axioms leave unproved and ours prove (benchmarks/taso_axioms.py)",
            "machine": {"host": platform.node(), "cpus": os.cpu_count()},
            "taso_axioms": list(TASO_AXIOMS), "builtin_axioms": len(all_axioms),
-           "timeout_s": args.timeout, "jobs": args.jobs,
+           "timeout_s": args.timeout, "jobs": args.jobs, "unreadable": unreadable,
            "wall_s": round(time.perf_counter() - t0, 1), "files": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
