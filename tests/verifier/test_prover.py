@@ -35,6 +35,7 @@ softmax: (softmax 1 (concat 0 ?x ?y)) => (concat 0 (softmax 1 ?x) (softmax 1 ?y)
 attr_vars: (relu (conv2d ?s valid [1,1] ?g none ?x ?w)) => (conv2d ?s valid [1,1] ?g relu ?x ?w)
 iconv_input_twice_relu: (conv2d [1,1] same [1,1] 1 none (const_iconv {dim(?w,0)} 3 3 1) (conv2d [1,1] same [1,1] 1 relu (const_iconv {dim(?w,0)} 3 3 1) ?w)) => (relu (enlarge 3 3 ?w)) if dim(?w,0) == dim(?w,1) and dim(?w,2) == 1 and dim(?w,3) == 1
 iconv_input_twice_full: (conv2d [1,1] same [1,1] 1 relu (const_iconv {dim(?w,0)} 3 3 1) (conv2d [1,1] same [1,1] 1 none (const_iconv {dim(?w,0)} 3 3 1) ?w)) => (relu ?w) if dim(?w,0) == dim(?w,1) and dim(?w,2) == 3 and dim(?w,3) == 3
+split_of_batched_rows: (split.0 0 {[dim(?w1,0), dim(?w1,1)]} (matmul (concat 0 ?w1 ?w2) ?w2)) => (matmul ?w1 ?w2) if dim(?w1,1) == dim(?w2,1)
 concat_sums_crossed: (ewadd (concat 0 ?x1 ?x2) (concat 0 ?x3 ?x1)) => (concat 0 (ewadd ?x1 ?x3) (ewadd ?x2 ?x1)) if dim(?x1,0) == dim(?x2,0)
 relu_of_enlarged: (relu (conv2d [1,1] same [1,1] 1 none ?x (relu ?w))) => (conv2d [1,1] same [1,1] 1 relu ?x (relu (enlarge 3 3 ?w))) if dim(?w,2) == 1 and dim(?w,3) == 1
 """

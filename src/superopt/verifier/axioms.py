@@ -203,6 +203,18 @@ def _core_axioms() -> list[str]:
             f"(concat axis=?a (matmul ?x ?z) (matmul ?y ?z)) if {_ranks(r, 'x', 'y', 'z')} and "
             f"?a == {r - 2}{xy}",
         ]
+    # A concat along a batch axis of one operand, where the other operand broadcasts on
+    # that axis (size 1 there, or too few axes to reach it): each block of the batch
+    # multiplies the same matrices. Rank-general TASO-preset rules need it (2-D rules
+    # about row concats hold for batched matmuls too, with the batch concatenated).
+    for side, prod, parts in (("l", "(matmul (concat axis=?a ?x ?y) ?z)",
+                               "(matmul ?x ?z) (matmul ?y ?z)"),
+                              ("r", "(matmul ?z (concat axis=?a ?x ?y))",
+                               "(matmul ?z ?x) (matmul ?z ?y)")):
+        ax.append(
+            f"matmul_concat_batch_{side}: {prod} => (concat axis=?a {parts}) if "
+            "rank(?x) >= 3 and ?a < rank(?x) - 2 and rank(?z) <= rank(?x) and "
+            "(?a < rank(?x) - rank(?z) or dim(?z, ?a - rank(?x) + rank(?z)) == 1)")
     for r in (2, 3):
         batch = list(range(r - 2))
         same = "".join(f" and {_same_dims(a, b, batch)}" for a, b in (("x", "z"), ("y", "w"),
