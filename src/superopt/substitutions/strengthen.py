@@ -94,12 +94,12 @@ def _rank_only(rule: Rule, types: Mapping[str, TensorType], gap: str, **test: An
                ) -> Outcome:
     """A rule no sampled shapes refute but some give only its source a type: restricted
     to its discovery ranks when that closes the gap (a 2-D rule with a concat along axis
-    0, stated for every rank, has instances for batched matmuls that its target lacks;
-    the verifier, whose premise is that both sides type-check, cannot prove such a rule
-    from 2-D axioms: 11 of TASO's 3-op rules were unknown so, and with the rank conditions
-    it proves them). Otherwise kept as it is: the gap is in the target's typing alone
-    (an enlarge to 3 x 3 needs a kernel no larger), which the premise already carries,
-    and stronger conditions would pin the rule to its discovery shapes."""
+    0, stated for every rank, matches batched matmuls where its target cannot be built:
+    it claims more than was found; six of the TASO-preset 3-op rules were so, and the
+    verifier, whose premise is that both sides type-check, left them unknown until they
+    had their ranks). Otherwise kept as it is: the gap is in the target's typing alone (an
+    enlarge to 3 x 3 needs a kernel no larger), which the premise already carries, and
+    stronger conditions would pin the rule to its discovery shapes."""
     ranks = {v: len(t.shape) for v, t in types.items()}
     cand = add_conditions(rule, rank_conditions(rule, ranks))
     if cand.condition == rule.condition:
