@@ -14,7 +14,8 @@ generated here unless `--library FILE` gives one) and any `--rules FILE` (e.g. T
 how close the TASO subset comes to that says how faithful a statement of TASO's list it is).
 
 Run: `.venv/bin/python benchmarks/taso_axioms.py [--rules ../shared/data/taso/graph_subst.pb]
-[--jobs 2] [--out benchmarks/results/taso_axioms.json]`. Prints a table and writes JSON.
+[--jobs 2] [--out benchmarks/results/taso_axioms.json]`. Prints a table and writes the JSON
+after every file; `--resume` keeps the files it has and verifies the rest.
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=10.0)
     ap.add_argument("--out", default=str(HERE / "results" / "taso_axioms.json"))
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the files --out has already and verify the rest")
     args = ap.parse_args()
     for p in [*args.rules, *([args.library] if args.library else [])]:
         if not Path(p).is_file():
@@ -161,10 +164,33 @@ def main() -> None:
             lib = generated(args.max_ops, Path(tempfile.mkdtemp()) / "taso.json")
         files.insert(0, (f"generated (taso preset, {args.max_ops} ops)", lib))
     t0 = time.perf_counter()
-    rows = []
+    out = Path(args.out)
+    rows: list[dict[str, Any]] = []
+    if args.resume and out.exists():
+        try:
+            rows = list(json.loads(out.read_text()).get("files", []))
+        except (ValueError, AttributeError):
+            ap.error(f"--resume: {out} is not a taso_axioms.py result")
+
+    def write() -> None:
+        """The JSON after every file, so that a run killed midway keeps what it measured."""
+        doc = {"what": "rules TASO's axioms leave unproved and ours prove "
+                       "(benchmarks/taso_axioms.py)",
+               "machine": {"host": platform.node(), "cpus": os.cpu_count()},
+               "taso_axioms": list(TASO_AXIOMS), "builtin_axioms": len(all_axioms),
+               "timeout_s": args.timeout, "jobs": args.jobs, "unreadable": unreadable,
+               "wall_s": round(time.perf_counter() - t0, 1), "files": rows}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+
+    done = {r.get("file") for r in rows}
     for name, rules in files:
+        if name in done:
+            console.print(f"{name}: kept from {out} (--resume)")
+            continue
         with console.status(f"verifying {name} twice ({len(rules)} rules)"):
             rows.append(compare(name, rules, taso, all_axioms, options, args.jobs))
+        write()
     table = Table(title="outputs proved: TASO's axioms (as ours state them) vs all of ours")
     for col in ("file", "rules", "outputs", "TASO's axioms", "ours", "rules proved only by ours"):
         table.add_column(col, justify="left" if col == "file" else "right")
@@ -182,14 +208,8 @@ def main() -> None:
         for d in r["differ"]:
             t.add_row(d["rule"], d["taso_axioms"], d["ours"], ", ".join(d["beyond_taso"]))
         console.print(t)
-    doc = {"what": "rules TASO's axioms leave unproved and ours prove (benchmarks/taso_axioms.py)",
-           "machine": {"host": platform.node(), "cpus": os.cpu_count()},
-           "taso_axioms": list(TASO_AXIOMS), "builtin_axioms": len(all_axioms),
-           "timeout_s": args.timeout, "jobs": args.jobs, "unreadable": unreadable,
-           "wall_s": round(time.perf_counter() - t0, 1), "files": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    console.print(f"wrote {args.out}")
+    write()
+    console.print(f"wrote {out}")
 
 
 if __name__ == "__main__":
