@@ -78,7 +78,8 @@ def generated(max_ops: int, out: Path) -> list:
 def compare(name: str, rules: list, taso_axioms: list, all_axioms: list, options: Any,
             jobs: int) -> dict[str, Any]:
     """Both verifications of one file, and the rules whose outcome differs."""
-    from superopt.verifier.prover import at_source_shapes, verify_rules
+    from superopt.verifier.command import summary
+    from superopt.verifier.prover import OUTCOMES, at_source_shapes, verify_rules
 
     made = [at_source_shapes(r)[0] for r in rules]
     out: dict[str, Any] = {"file": name, "rules": len(rules),
@@ -88,12 +89,10 @@ def compare(name: str, rules: list, taso_axioms: list, all_axioms: list, options
         t0 = time.perf_counter()
         res = verify_rules(made, axioms, options, jobs)
         results[label] = {r.name: r for r in res}
-        out[label] = {
-            "axioms": len(axioms), "wall_s": round(time.perf_counter() - t0, 2),
-            "outputs_proved": sum(sum(o.state == "proved" for o in r.outputs)
-                                  if r.state == "proved" else 0 for r in res),
-            "by_state": {s: sum(r.state == s for r in res)
-                         for s in ("proved", "refuted", "invalid", "unknown")}}
+        s = summary(res, time.perf_counter() - t0)  # as `superopt verify` counts them
+        out[label] = {"axioms": len(axioms), "wall_s": s["wall_s"],
+                      "outputs_proved": s["outputs_proved"],
+                      "by_state": {st: s[st] for st in OUTCOMES}}
     diff = []
     for rule_name, r in results["ours"].items():
         t = results["taso"][rule_name]
