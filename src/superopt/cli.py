@@ -625,6 +625,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --search eqsat: a climb of local moves stops once it has gone F "
                         "of the search's time so far without a gain (default 0.5; 1: only "
                         "at --refine-limit)")
+    p.add_argument("--refine-share", type=float, default=0.01, metavar="F",
+                   help="with --search eqsat: ... or once that last stretch gained at most F "
+                        "of all the search has gained from the input (default 0.01; 0: only "
+                        "a stretch with no gain)")
     p.add_argument("--alpha", type=float, default=1.05,
                    help="keep graphs costing less than alpha x the best (default 1.05)")
     p.add_argument("--budget", type=int, default=100, help="graphs to expand at most (default 100)")

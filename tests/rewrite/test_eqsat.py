@@ -218,6 +218,9 @@ def test_limits_stop_saturation_and_options_are_checked() -> None:
     for bad in (0.0, -0.5, 1.5):
         with pytest.raises(EqsatError, match="refine_patience"):
             EqsatOptions(refine_patience=bad)
+    for bad in (-0.01, 1.0):
+        with pytest.raises(EqsatError, match="refine_share"):
+            EqsatOptions(refine_share=bad)
 
 
 def test_sinking_rules_run_on_past_the_iteration_limit_to_narrow_a_vit() -> None:
@@ -299,7 +302,7 @@ def test_the_cli_defaults_are_the_options_defaults() -> None:
     args = build_parser().parse_args(["optimize", "m.onnx", "--search", "eqsat"])
     opts = EqsatOptions()
     for name in ("extraction", "node_limit", "iter_limit", "ilp_time_limit", "refine_limit",
-                 "refine_patience", "workers"):
+                 "refine_patience", "refine_share", "workers"):
         assert getattr(args, name) == getattr(opts, name), name
 
 
@@ -945,6 +948,41 @@ def test_a_climb_that_stalls_stops_at_its_patience_and_one_that_gains_goes_on() 
     assert took >= 0.8 and tried > 30  # gains all along: on to the deadline
     took, tried = run(gaining(1e-6), 0.5, best=0.5)  # all of them short of 0.5
     assert took < 0.45 and 1 <= tried <= 30  # ~0.1 s; the margin is for load
+
+
+def test_a_climb_stops_when_its_gains_dwindle_against_the_searchs() -> None:
+    """With `share`, a climb that still gains, but over the last `patience` of the
+    search's time less than that share of all the search gained from the input
+    (`origin`), stops long before its deadline; one whose gains are a large part of the
+    search's goes on; with share 0 only a window without a gain stops it."""
+    from superopt.rewrite.eqsat import _refine, _Stop
+
+    g = _inception_block()
+    _, ld, made, sp, as_input = _saturated_space(g, starter_rules())
+
+    def gaining(step: float):
+        calls = iter(range(1, 10**6))
+
+        def price(pick: dict) -> float:
+            time.sleep(0.01)
+            return (1 - step) ** next(calls)  # every move faster than the last by `step`
+        return price
+
+    def run(step: float, share: float, origin: float) -> tuple[float, int]:
+        t = time.perf_counter()
+        # The search began 0.1 s before this climb, at cost `origin`; it starts at 1.0.
+        got = _refine(ld, sp, made, dict(as_input), 1.0, gaining(step),
+                      _Stop(t + 0.8, t - 0.1, 0.5, 1.0, origin=origin, share=share))
+        return time.perf_counter() - t, got[3]
+
+    # The search went from 2.0 to 1.0; its climb gains 1e-6 a step: ~1e-5 per window.
+    took, tried = run(1e-6, 0.01, 2.0)
+    assert took < 0.45 and 1 <= tried <= 30  # ~0.1 s, when the window starts in the climb
+    took, tried = run(1e-6, 0.0, 2.0)
+    assert took >= 0.8 and tried > 30  # share 0: it gained, so on to the deadline
+    # From 1.001 to 1.0: 1e-5 per window is 1% of the search's gain, and more each step.
+    took, tried = run(1e-6, 0.001, 1.001)
+    assert took >= 0.8 and tried > 30
 
 
 def test_a_node_added_as_typed_is_the_node_add_makes() -> None:
