@@ -523,10 +523,10 @@ def test_greedys_start_is_a_feasible_solution_of_the_ilp_at_greedys_cost() -> No
             assert "x0" not in problem
             continue
         starts += 1
-        x0, cons, bounds = problem["x0"], problem["constraints"], problem["bounds"]
-        a = cons.A @ x0
-        assert np.all(a >= cons.lb - 1e-9) and np.all(a <= cons.ub + 1e-9)
-        assert np.all(x0 >= bounds.lb) and np.all(x0 <= bounds.ub)
+        x0, (rows, lo, hi), (lb, ub) = problem["x0"], problem["constraints"], problem["bounds"]
+        a = rows @ x0
+        assert np.all(a >= lo - 1e-9) and np.all(a <= hi + 1e-9)
+        assert np.all(x0 >= lb) and np.all(x0 <= ub)
         # (the objective is scaled so the costliest e-node costs 1)
         assert float(problem["c"] @ x0) == pytest.approx(_dag_cost(sp, [0], pick)
                                                          / max(costs.values()))
@@ -658,9 +658,9 @@ def test_highspy_and_scipys_milp_reach_the_same_optimum_on_a_saturated_models_pa
         got = _milp(problem)
         assert not isinstance(got, str) and got[1] and want.status == 0
         assert float(problem["c"] @ got[0]) == pytest.approx(want.fun, rel=1e-9, abs=1e-12)
-        a = problem["constraints"].A @ got[0]  # and the answer is feasible
-        assert np.all(a >= problem["constraints"].lb - 1e-9)
-        assert np.all(a <= problem["constraints"].ub + 1e-9)
+        rows, lo, hi = problem["constraints"]
+        a = rows @ got[0]  # and the answer is feasible
+        assert np.all(a >= lo - 1e-9) and np.all(a <= hi + 1e-9)
     none = dict(c=np.ones(2), constraints=LinearConstraint(np.array([[1.0, 1.0]]), 2.5, np.inf),
                 integrality=np.ones(2), bounds=Bounds(0, 1), options={"disp": False})
     assert isinstance(_milp(none), str) and milp(**none).x is None

@@ -821,7 +821,7 @@ def _ilp_many(problems: Sequence[tuple[_Space, list[int]]], time_limit: float, w
     killed `ILP_GRACE_S` past the time limit (`_forked_many`)."""
     # The solves' modules imported here, once, before the fork: imported in each child
     # they took ~0.8 s of the proxies' 1.6-1.8 s wall on inception_v3 and llama3_2_1b.
-    for module in ("networkx", "scipy.optimize", "scipy.sparse", "highspy"):
+    for module in ("networkx", "scipy.sparse", "highspy"):
         with contextlib.suppress(ImportError):  # highspy is optional (`_milp`)
             importlib.import_module(module)
     got = _forked_many([functools.partial(_ilp_solve, sp, roots, time_limit)
@@ -1093,7 +1093,6 @@ def _ilp_problem(sp: _Space, roots: list[int], time_limit: float,
     feasible solution, `x0`, for the solver to start from (`_highs`)."""
     import networkx as nx
     import numpy as np
-    from scipy.optimize import Bounds, LinearConstraint
     from scipy.sparse import coo_matrix
 
     enodes = [i for c in sp.classes for i in sp.nodes[c]]
@@ -1174,8 +1173,10 @@ def _ilp_problem(sp: _Space, roots: list[int], time_limit: float,
     a = coo_matrix((vals, (rows, cols)), shape=(len(lo), nvar)).tocsr()
     integrality = np.zeros(nvar)
     integrality[:len(enodes)] = 1  # the class variables are sums of binaries
-    problem = dict(c=c_vec, constraints=LinearConstraint(a, np.array(lo), np.array(hi)),
-                   integrality=integrality, bounds=Bounds(lb, ub),
+    # Rows and bounds as the (A, lb, ub) and (lb, ub) tuples `scipy.optimize.milp` also
+    # takes: not its classes, whose module costs 0.25 s to import where highspy solves.
+    problem = dict(c=c_vec, constraints=(a, np.array(lo), np.array(hi)),
+                   integrality=integrality, bounds=(lb, ub),
                    options={"time_limit": time_limit, "disp": False, "mip_rel_gap": 1e-6})
     if start is not None and all(r in start for r in roots):
         x0 = np.zeros(nvar)
@@ -1220,11 +1221,14 @@ def _highs(highspy: Any, problem: dict[str, Any]) -> tuple[Any, bool] | str:
 
     c = np.asarray(problem["c"], dtype=float)
     n = len(c)
-    cons = problem["constraints"]
-    a = csc_matrix(cons.A)
+    cons_a, cons_lb, cons_ub = _rows(problem["constraints"])
+    a = csc_matrix(cons_a)
     bounds = problem.get("bounds")
-    col_lb = np.broadcast_to(bounds.lb if bounds is not None else 0.0, n).astype(float)
-    col_ub = np.broadcast_to(bounds.ub if bounds is not None else np.inf, n).astype(float)
+    if bounds is None:
+        bounds = (0.0, np.inf)
+    bounds_lb, bounds_ub = (bounds.lb, bounds.ub) if hasattr(bounds, "lb") else bounds
+    col_lb = np.broadcast_to(bounds_lb, n).astype(float)
+    col_ub = np.broadcast_to(bounds_ub, n).astype(float)
     integral = np.broadcast_to(problem.get("integrality", 0), n)
     opts = problem.get("options", {})
     inf = highspy.kHighsInf
@@ -1233,8 +1237,8 @@ def _highs(highspy: Any, problem: dict[str, Any]) -> tuple[Any, bool] | str:
     lp.col_cost_ = c
     lp.col_lower_ = np.where(np.isfinite(col_lb), col_lb, -inf)
     lp.col_upper_ = np.where(np.isfinite(col_ub), col_ub, inf)
-    row_lb = np.broadcast_to(cons.lb, a.shape[0]).astype(float)
-    row_ub = np.broadcast_to(cons.ub, a.shape[0]).astype(float)
+    row_lb = np.broadcast_to(cons_lb, a.shape[0]).astype(float)
+    row_ub = np.broadcast_to(cons_ub, a.shape[0]).astype(float)
     lp.row_lower_ = np.where(np.isfinite(row_lb), row_lb, -inf)
     lp.row_upper_ = np.where(np.isfinite(row_ub), row_ub, inf)
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
@@ -1285,6 +1289,13 @@ def _highs(highspy: Any, problem: dict[str, Any]) -> tuple[Any, bool] | str:
         again["options"] = {**opts, "time_limit": max(left, 0.5)}
         return _highs(highspy, again)
     return x, status == highspy.HighsModelStatus.kOptimal
+
+
+def _rows(constraints: Any) -> tuple[Any, Any, Any]:
+    """(A, lb, ub) of a problem's rows: given as that tuple, or as a `LinearConstraint`."""
+    if isinstance(constraints, tuple):
+        return constraints
+    return constraints.A, constraints.lb, constraints.ub
 
 
 def _milp_bounded(problem: dict[str, Any], hard_limit: float) -> tuple[Any, bool] | str:
