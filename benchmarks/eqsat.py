@@ -21,6 +21,12 @@ Run: `.venv/bin/python benchmarks/eqsat.py [--models a,b] [--budget 40] [--time-
 backtracking search does not depend on the eqsat code): `--phase backtracking --out BT.json`
 writes the backtracking rows, `--phase eqsat --backtracking-from BT.json` adds the eqsat
 columns to them; the JSON is rewritten after every model, so a cut-off run keeps its rows.
+
+`--hf FAMILIES` (or `--hf published`) runs the same rows on users' files instead of the
+zoo: each `transformers` family at its published size (`superopt.importers.hf.PUBLISHED`)
+as torch's ONNX exporter writes it (made once in `--workdir`), imported as `superopt
+optimize FILE.onnx` does. Rows are named `hf:FAMILY`; the default output is
+`results/eqsat_hf.json`.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import os
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -47,14 +54,13 @@ def _measure(graph, sim) -> tuple[float, float]:
 
 def bench_model(name: str, args: argparse.Namespace, bt_row: dict | None = None) -> dict:
     """One model's row; `bt_row`: its backtracking columns measured by an earlier phase."""
-    from superopt import zoo
     from superopt.ir.memory import MemoryLimitError
     from superopt.rewrite import Matcher, load_rules, optimize
     from superopt.rewrite.check import check_values
     from superopt.rewrite.cost import SimCost
     from superopt.rewrite.eqsat import EqsatOptions, eqsat_optimize
 
-    g = zoo.build(name)
+    g = _load(name, args)
     rules, _ = load_rules(None)
     matcher = Matcher(rules)
     sim = SimCost()
@@ -92,6 +98,23 @@ def bench_model(name: str, args: argparse.Namespace, bt_row: dict | None = None)
             "progress": [list(p) for p in r.progress],
             "reached_backtracking_s": _reached(r.progress, row["backtracking"]["sim_s"])}
     return row
+
+
+def _load(name: str, args: argparse.Namespace) -> Any:
+    """A zoo model, or for `hf:FAMILY` the family's published-size model as torch's ONNX
+    exporter writes it (made once in the work folder), imported from that file."""
+    from superopt import api, zoo
+
+    if not name.startswith("hf:"):
+        return zoo.build(name)
+    from superopt.importers.hf import hf_onnx
+
+    path = Path(args.workdir) / f"{name[3:]}_b1.onnx"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        hf_onnx(name[3:], path.with_suffix(".part"), batch=1, published=True)
+        path.with_suffix(".part").rename(path)
+    return api.load(str(path))
 
 
 def _reached(progress: tuple[tuple[float, float], ...], target: float) -> float | None:
@@ -166,10 +189,29 @@ def main() -> None:
     ap.add_argument("--backtracking-from", default=None,
                     help="a --phase backtracking JSON whose rows to reuse")
     ap.add_argument("--note", default="", help="how the run was measured (load, phases)")
-    ap.add_argument("--out", default="benchmarks/results/eqsat.json")
+    ap.add_argument("--hf", default=None, metavar="FAMILIES",
+                    help="users' files instead of the zoo: these transformers families at "
+                         "their published sizes, as torch's ONNX exporter writes them "
+                         "('published': every family with one)")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/superopt_eqsat_hf"),
+                    help="where --hf writes the files (made once, then reused)")
+    ap.add_argument("--out", default=None,
+                    help="default: results/eqsat.json, with --hf results/eqsat_hf.json")
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows --out already has and run only the other models")
     args = ap.parse_args()
+    if args.hf is not None:
+        from superopt.importers.hf import PUBLISHED
+
+        families = list(PUBLISHED) if args.hf == "published" else args.hf.split(",")
+        unknown = [f for f in families if f not in PUBLISHED]
+        if unknown:
+            ap.error(f"--hf: no published size for {', '.join(map(repr, unknown))}; those "
+                     f"with one: {', '.join(PUBLISHED)}")
+        args.models = ",".join(f"hf:{f}" for f in families)
+    if args.out is None:
+        args.out = ("benchmarks/results/eqsat_hf.json" if args.hf is not None
+                    else "benchmarks/results/eqsat.json")
     bt_rows: dict[str, dict] = {}
     if args.backtracking_from:
         prior = json.loads(Path(args.backtracking_from).read_text())

@@ -4,6 +4,8 @@ measurements over one noisy measurement of the default (biased upward by the noi
 
 from __future__ import annotations
 
+import pytest
+
 from bench_modules import load_benchmark
 
 
@@ -39,3 +41,12 @@ def test_eqsat_reaches_backtracking_at_the_first_graph_as_fast() -> None:
     assert eqsat._reached(curve, 7.9) == 2.0
     assert eqsat._reached(curve, 10.0) == 0.0  # backtracking found nothing better
     assert eqsat._reached(curve, 6.9) is None
+
+
+def test_eqsat_benchmark_refuses_a_family_without_a_published_size(monkeypatch, capsys) -> None:
+    eqsat = _module("eqsat")
+    monkeypatch.setattr("sys.argv", ["eqsat.py", "--hf", "bert,nosuch", "--out", "/nonexistent/x"])
+    with pytest.raises(SystemExit) as e:
+        eqsat.main()
+    assert e.value.code == 2
+    assert "'nosuch'" in capsys.readouterr().err  # named, and nothing written
