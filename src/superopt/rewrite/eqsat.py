@@ -48,7 +48,9 @@ the extraction and from the input, with pivots through whole-rule moves up to 1.
 slower (the backtracking search's alpha), until `refine_limit` seconds, or sooner where a
 climb stalls: it stops once it has gone `refine_patience` of the search's time so far
 without a gain (an anytime search spends on a stall as much as it has already spent,
-at most; llama3_2_1b's climbs price a move in 32 ms, try 2,000 and keep none). Weight-only
+at most; llama3_2_1b's climbs price a move in 32 ms, try 2,000 and keep none), or once
+that last stretch gained at most `refine_share` of all the search has gained (diminishing
+returns: inception_v3's climbs gain 1e-5 of its time a step for as long as they run). Weight-only
 values are free with the cost's `fold` (a compiler computes them once), so a move's graph
 is priced as built folded (`_build(folded=True)`: same cost, a third of the time) and
 only the result is built in full. The result is
