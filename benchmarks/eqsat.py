@@ -239,7 +239,8 @@ def main() -> None:
         print(line, flush=True)
         doc = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                            "cores": _cores()},
-               "settings": vars(args), "note": args.note,
+               "settings": {k: str(v) if isinstance(v, Path) else v
+                            for k, v in vars(args).items()}, "note": args.note,
                "wall_s": time.perf_counter() - t0,
                "summary": _summary(rows) if args.phase != "backtracking" else {},
                "models": rows}
