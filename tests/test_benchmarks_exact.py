@@ -50,3 +50,22 @@ def test_eqsat_benchmark_refuses_a_family_without_a_published_size(monkeypatch, 
         eqsat.main()
     assert e.value.code == 2
     assert "'nosuch'" in capsys.readouterr().err  # named, and nothing written
+
+
+def test_eqsat_benchmark_writes_a_row_and_its_summary(monkeypatch, tmp_path) -> None:
+    """One small model end to end: the JSON is written (its settings included) with both
+    searches' columns, and the summary counts the row."""
+    import json
+
+    eqsat = _module("eqsat")
+    out = tmp_path / "eqsat.json"
+    monkeypatch.setattr("sys.argv", ["eqsat.py", "--models", "squeezenet", "--budget", "2",
+                                     "--out", str(out)])
+    eqsat.main()
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["workdir"] and doc["summary"]["models"] == 1
+    (row,) = doc["models"]
+    assert row["model"] == "squeezenet"
+    for side in ("backtracking", "eqsat_greedy", "eqsat_ilp"):
+        assert row[side]["sim_s"] <= row["sim_input_s"]  # never slower than the input
+    assert row["eqsat_ilp"]["values_ok"] is True
