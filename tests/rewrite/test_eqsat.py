@@ -907,6 +907,17 @@ def test_a_graph_built_folded_for_pricing_costs_what_the_full_graph_costs() -> N
     assert folded_some >= 3  # the check saw weight computations to fold
 
 
+def _gaining(step: float) -> Any:
+    """A price for `_refine` that takes 10 ms and calls every move faster than the last
+    by `step`."""
+    calls = iter(range(1, 10**6))
+
+    def price(pick: dict) -> float:
+        time.sleep(0.01)
+        return (1 - step) ** next(calls)
+    return price
+
+
 def test_a_climb_that_stalls_stops_at_its_patience_and_one_that_gains_goes_on() -> None:
     """A climb whose moves never pay stops once it has gone `patience` of the search's
     time without a gain, long before its deadline; with patience 1 it goes on to the
@@ -936,17 +947,9 @@ def test_a_climb_that_stalls_stops_at_its_patience_and_one_that_gains_goes_on() 
     took, tried = run(slow_price, 1.0)
     assert took >= 0.8 and tried > 30  # only the deadline stopped it
 
-    def gaining(step: float):
-        calls = iter(range(1, 10**6))
-
-        def price(pick: dict) -> float:
-            time.sleep(0.01)
-            return (1 - step) ** next(calls)  # every move faster than the last by `step`
-        return price
-
-    took, tried = run(gaining(1e-6), 0.5)
+    took, tried = run(_gaining(1e-6), 0.5)
     assert took >= 0.8 and tried > 30  # gains all along: on to the deadline
-    took, tried = run(gaining(1e-6), 0.5, best=0.5)  # all of them short of 0.5
+    took, tried = run(_gaining(1e-6), 0.5, best=0.5)  # all of them short of 0.5
     assert took < 0.45 and 1 <= tried <= 30  # ~0.1 s; the margin is for load
 
 
@@ -960,18 +963,10 @@ def test_a_climb_stops_when_its_gains_dwindle_against_the_searchs() -> None:
     g = _inception_block()
     _, ld, made, sp, as_input = _saturated_space(g, starter_rules())
 
-    def gaining(step: float):
-        calls = iter(range(1, 10**6))
-
-        def price(pick: dict) -> float:
-            time.sleep(0.01)
-            return (1 - step) ** next(calls)  # every move faster than the last by `step`
-        return price
-
     def run(step: float, share: float, origin: float) -> tuple[float, int]:
         t = time.perf_counter()
         # The search began 0.1 s before this climb, at cost `origin`; it starts at 1.0.
-        got = _refine(ld, sp, made, dict(as_input), 1.0, gaining(step),
+        got = _refine(ld, sp, made, dict(as_input), 1.0, _gaining(step),
                       _Stop(t + 0.8, t - 0.1, 0.5, 1.0, origin=origin, share=share))
         return time.perf_counter() - t, got[3]
 
