@@ -93,7 +93,8 @@ def bench_model(name: str, args: argparse.Namespace, bt_row: dict | None = None)
             "extract_s": r.extract_s, "enodes": r.enodes, "eclasses": r.eclasses,
             "iterations": r.iterations, "stopped": r.stopped, "ilp_status": r.ilp_status,
             "extraction_cost": r.extraction_cost, "kept_input": r.kept_input,
-            "refine_moves": r.refine_moves, "workers": r.workers, "used": dict(r.used),
+            "refine_moves": r.refine_moves, "refine_ends": list(r.refine_ends),
+            "workers": r.workers, "used": dict(r.used),
             "values_ok": ok, "max_rel_err": err, "values": said,
             "progress": [list(p) for p in r.progress],
             "reached_backtracking_s": _reached(r.progress, row["backtracking"]["sim_s"])}

@@ -833,8 +833,9 @@ def test_both_climbs_count_whether_side_by_side_or_in_turn(monkeypatch) -> None:
         # The climb from the input (it starts at the input's cost) "finds" half of it,
         # at a time it reports (the forked climb's clock must be the parent's).
         if cost == before:
-            return cost * 0.5, pick, ["with stand_in#0"], 7, [(time.perf_counter(), cost * 0.5)]
-        return cost, pick, ["with stand_in#0"], 7, []
+            return (cost * 0.5, pick, ["with stand_in#0"], 7,
+                    [(time.perf_counter(), cost * 0.5)], "limit")
+        return cost, pick, ["with stand_in#0"], 7, [], "local optimum"
 
     monkeypatch.setattr(eqsat, "_refine", climb)
     g = zoo.build("squeezenet")
@@ -844,6 +845,7 @@ def test_both_climbs_count_whether_side_by_side_or_in_turn(monkeypatch) -> None:
                            EqsatOptions(extraction="greedy", refine_limit=2.0, workers=workers))
         assert r.workers == workers
         assert r.refine_moves == 14  # both climbs reported their moves
+        assert r.refine_ends == ("extraction: local optimum", "input: limit")  # and why
         assert r.cost_after == pytest.approx(0.5 * before, rel=1e-12)
         assert "from the input: with stand_in" in r.ilp_status
         # The anytime curve: the input at 0 s, then the extraction's, then the climb's
@@ -934,23 +936,30 @@ def test_a_climb_that_stalls_stops_at_its_patience_and_one_that_gains_goes_on() 
         time.sleep(0.01)
         return 2.0  # never faster than the start (1.0)
 
-    def run(price, patience: float, best: float = math.inf) -> tuple[float, int]:
+    def run(price, patience: float, best: float = math.inf) -> tuple[float, int, str]:
         t = time.perf_counter()
         # The search began 0.1 s before this climb: with patience 0.5 a stall may last
         # until it is as long as the search before it.
         got = _refine(ld, sp, made, dict(as_input), 1.0, price,
                       _Stop(t + 0.8, t - 0.1, patience, best))
-        return time.perf_counter() - t, got[3]
+        return time.perf_counter() - t, got[3], got[5]
 
-    took, tried = run(slow_price, 0.5)
+    took, tried, why = run(slow_price, 0.5)
     assert took < 0.45 and 1 <= tried <= 30  # ~0.1 s; the margin is for load
-    took, tried = run(slow_price, 1.0)
-    assert took >= 0.8 and tried > 30  # only the deadline stopped it
+    assert why == "stalled"
+    took, tried, why = run(slow_price, 1.0)
+    assert took >= 0.8 and tried > 30 and why == "limit"  # only the deadline stopped it
 
-    took, tried = run(_gaining(1e-6), 0.5)
-    assert took >= 0.8 and tried > 30  # gains all along: on to the deadline
-    took, tried = run(_gaining(1e-6), 0.5, best=0.5)  # all of them short of 0.5
+    took, tried, why = run(_gaining(1e-6), 0.5)
+    assert took >= 0.8 and tried > 30 and why == "limit"  # gains all along: on to the end
+    took, tried, why = run(_gaining(1e-6), 0.5, best=0.5)  # all of them short of 0.5
     assert took < 0.45 and 1 <= tried <= 30  # ~0.1 s; the margin is for load
+    assert why == "stalled"
+    # A pass in which no move pays, with no pivot left, ends the climb before any stop.
+    t = time.perf_counter()
+    got = _refine(ld, sp, made, dict(as_input), 1.0, lambda pick: 2.0,
+                  _Stop(t + 60.0, t - 0.1, 1.0, math.inf))
+    assert got[5] == "local optimum" and got[3] > 100 and time.perf_counter() - t < 30
 
 
 def test_a_climb_stops_when_its_gains_dwindle_against_the_searchs() -> None:
@@ -963,21 +972,23 @@ def test_a_climb_stops_when_its_gains_dwindle_against_the_searchs() -> None:
     g = _inception_block()
     _, ld, made, sp, as_input = _saturated_space(g, starter_rules())
 
-    def run(step: float, share: float, origin: float) -> tuple[float, int]:
+    def run(step: float, share: float, origin: float) -> tuple[float, int, str]:
         t = time.perf_counter()
         # The search began 0.1 s before this climb, at cost `origin`; it starts at 1.0.
         got = _refine(ld, sp, made, dict(as_input), 1.0, _gaining(step),
                       _Stop(t + 0.8, t - 0.1, 0.5, 1.0, origin=origin, share=share))
-        return time.perf_counter() - t, got[3]
+        return time.perf_counter() - t, got[3], got[5]
 
     # The search went from 2.0 to 1.0; its climb gains 1e-6 a step: ~1e-5 per window.
-    took, tried = run(1e-6, 0.01, 2.0)
+    took, tried, why = run(1e-6, 0.01, 2.0)
     assert took < 0.45 and 1 <= tried <= 30  # ~0.1 s, when the window starts in the climb
-    took, tried = run(1e-6, 0.0, 2.0)
+    assert why == "diminishing returns"
+    took, tried, why = run(1e-6, 0.0, 2.0)
     assert took >= 0.8 and tried > 30  # share 0: it gained, so on to the deadline
+    assert why == "limit"
     # From 1.001 to 1.0: 1e-5 per window is 1% of the search's gain, and more each step.
-    took, tried = run(1e-6, 0.001, 1.001)
-    assert took >= 0.8 and tried > 30
+    took, tried, why = run(1e-6, 0.001, 1.001)
+    assert took >= 0.8 and tried > 30 and why == "limit"
 
 
 def test_a_node_added_as_typed_is_the_node_add_makes() -> None:

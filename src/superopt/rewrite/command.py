@@ -219,6 +219,9 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
         ("search time", f"{res.seconds:.2f} s (saturation {res.saturate_s:.2f} s, "
                         f"extraction {res.extract_s:.2f} s)"),
     ]
+    if res.refine_ends:
+        rows.append(("local moves", f"{res.refine_moves} priced; climbs ended: "
+                                    + ", ".join(res.refine_ends)))
     for k, v in rows:
         summary.add_row(k, v)
     console.print(summary)
@@ -230,6 +233,7 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
         "unions": dict(res.applied), "applied": dict(res.used), "enodes": res.enodes, "eclasses": res.eclasses,
         "iterations": res.iterations, "stopped": res.stopped, "search_s": res.seconds,
         "saturate_s": res.saturate_s, "extract_s": res.extract_s, "kept_input": res.kept_input,
+        "refine_moves": res.refine_moves, "refine_ends": list(res.refine_ends),
     }
     ok = True
     if not args.no_check:

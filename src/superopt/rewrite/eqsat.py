@@ -221,6 +221,9 @@ class EqsatResult:
     # input's at 0 s through the extraction's to the local moves' (an anytime curve: when
     # a result at least as good as a given one was first reached).
     progress: tuple[tuple[float, float], ...] = ()
+    # Per climb of local moves, "START: why it ended" (`CLIMB_ENDS`): from the extraction
+    # and from the input; none under an additive cost (no climbs).
+    refine_ends: tuple[str, ...] = ()
 
     @property
     def speedup(self) -> float:
@@ -1649,9 +1652,13 @@ def _moves(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
     return [m for _, m in ranked]
 
 
-# A climb's result (`_refine`): cost, extraction, moves kept, moves tried, and when each
-# kept move was kept with the cost it reached.
-_Climbed = tuple[float, dict[int, int], list[str], int, list[tuple[float, float]]]
+# A climb's result (`_refine`): cost, extraction, moves kept, moves tried, when each
+# kept move was kept with the cost it reached, and why it ended (`CLIMB_ENDS`).
+_Climbed = tuple[float, dict[int, int], list[str], int, list[tuple[float, float]], str]
+# Why a climb of local moves ended: the `refine_limit`, the stall stop
+# (`refine_patience`), the diminishing-returns stop (`refine_share`), or no move paid
+# (`_refine`); "died": a forked climb that sent nothing back in time.
+CLIMB_ENDS = ("limit", "stalled", "diminishing returns", "local optimum", "died")
 
 
 @dataclass(frozen=True)
@@ -1673,21 +1680,24 @@ class _Stop:
     origin: float = math.inf
     share: float = 0.0
 
-    def now(self, gains: Sequence[tuple[float, float]]) -> bool:
-        """`gains`: (when, cost) of the climb's start (at `best`) and each gain since,
-        in time order."""
+    def why(self, gains: Sequence[tuple[float, float]]) -> str:
+        """Why the climb stops now (`CLIMB_ENDS`), or "" if it goes on. `gains`: (when,
+        cost) of the climb's start (at `best`) and each gain since, in time order."""
         t = time.perf_counter()
         if t >= self.deadline:
-            return True
+            return "limit"
         window = t - self.patience * (t - self.began)
         if window < gains[0][0]:
-            return False  # the window holds the extraction's gain, all of the search's
+            return ""  # the window holds the extraction's gain, all of the search's
         at = bisect.bisect_right(gains, window, key=lambda g: g[0]) - 1
         now = gains[-1][1]
         gained = gains[at][1] - now
-        if self.share > 0 and math.isfinite(self.origin):
-            return gained <= self.share * (self.origin - now)
-        return gained <= 0
+        if gained <= 0:
+            return "stalled"
+        if self.share > 0 and math.isfinite(self.origin) \
+                and gained <= self.share * (self.origin - now):
+            return "diminishing returns"
+        return ""
 
 
 def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
@@ -1702,9 +1712,15 @@ def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
     it reached. A move that closes a cycle is skipped (`_build` refuses it)."""
     tried = 0
     trace: list[tuple[float, float]] = []
-    # The climb's own view of the search's best over time (`_Stop.now`): its start, at
+    # The climb's own view of the search's best over time (`_Stop.why`): its start, at
     # the best the search held, then each gain below that.
     gains = [(time.perf_counter(), min(stop.best, cost))]
+    ended = ""
+
+    def halted() -> bool:
+        nonlocal ended
+        ended = stop.why(gains)
+        return bool(ended)
 
     def attempt(trial: dict[int, int]) -> float:
         nonlocal tried
@@ -1716,10 +1732,10 @@ def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
 
     def climb(pick: dict[int, int], cost: float, kept: list[str],
               steps: list[tuple[float, float]]) -> tuple[float, dict[int, int], list[str]]:
-        while not stop.now(gains):
+        while not halted():
             better = False
             for _, label, change in _moves(ld, sp, made, pick):
-                if stop.now(gains):
+                if halted():
                     break
                 trial = {**pick, **change}
                 t = attempt(trial)
@@ -1735,12 +1751,12 @@ def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
 
     cost, pick, kept = climb(pick, cost, [], trace)
     pivoted = True
-    while pivoted and not stop.now(gains):
+    while pivoted and not halted():
         pivoted = False
         for _, label, change in _moves(ld, sp, made, pick):
             if not label.split()[1] == "all":
                 continue
-            if stop.now(gains):
+            if halted():
                 break
             trial = {**pick, **change}
             t = attempt(trial)
@@ -1753,7 +1769,7 @@ def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
                 trace += steps  # only a pivot kept counts: the others were abandoned
                 pivoted = True
                 break
-    return cost, pick, kept, tried, trace
+    return cost, pick, kept, tried, trace, ended or "local optimum"
 
 
 # ---- the optimizer --------------------------------------------------------------------
@@ -1823,6 +1839,7 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
     # then each climb's kept moves (the forked climb's clock is this one's: monotonic).
     reached = [(0.0, before), (time.perf_counter() - t0, best[0])]
     refined = 0
+    ends: list[str] = []  # per climb, why it ended
     t_refine = time.perf_counter()
     if not isinstance(cost_fn, AdditiveCost):
         # No per-op proxy ranks graphs as the fusing compiler does (inception_v3: average
@@ -1858,8 +1875,10 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
             climbs = [climb(0, half), climb(1, t_refine + opts.refine_limit)]
         for (_, _, label), got_climb in zip(starts, climbs, strict=True):
             if got_climb is None:
+                ends.append(f"{label}: died")
                 continue  # the child died or ran past its limit: that climb found nothing
-            got_t, got, notes, n, trace = got_climb
+            got_t, got, notes, n, trace, why = got_climb
+            ends.append(f"{label}: {why}")
             refined += n
             reached += [(at - t0, c) for at, c in trace]
             if got_t < best[0]:
@@ -1885,7 +1904,7 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
         used=MappingProxyType(dict(used)),
         saturate_s=t1 - t0, extract_s=t2 - t1, seconds=time.perf_counter() - t0,
         kept_input=kept, refine_moves=refined, workers=workers,
-        progress=_progress(reached))
+        progress=_progress(reached), refine_ends=tuple(ends))
 
 
 def _progress(reached: Iterable[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
