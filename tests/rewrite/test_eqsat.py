@@ -1188,3 +1188,19 @@ def test_merged_groups_are_not_merged_again_in_the_egraph() -> None:
     _saturate(eg, _directions(Matcher(rules)), EqsatOptions(), {})
     convs = [n for n in eg.nodes if n.op == "conv2d"]
     assert sorted(dict(n.attrs)["groups"] for n in convs) == [1, 2, 4, 8]
+
+
+def test_the_kept_moves_are_summarised_by_kind() -> None:
+    """Sites of one rule and parts of its sites count as one kind each (inception_v3's
+    climb kept 14 alike parts of fold_conv_bn, once listed one by one); a kind kept once
+    keeps its label, its part named; the order is the order first kept."""
+    from superopt.rewrite.eqsat import _kept_summary
+
+    notes = ["with fold_conv_bn part alike 8/43", "with merge_conv#3",
+             "with fold_conv_bn part alike 20/43", "with fuse_matmul_bias part 2/4",
+             "with merge_conv#5", "without all reshape_compose", "with fold_conv_bn#1",
+             "with fold_conv_bn part alike 9/43"]
+    assert _kept_summary(notes) == (
+        "with fold_conv_bn part alike x3, with merge_conv x2, "
+        "with fuse_matmul_bias part 2/4, without all reshape_compose, with fold_conv_bn")
+    assert _kept_summary([]) == ""

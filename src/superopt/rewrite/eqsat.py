@@ -1882,10 +1882,7 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
             refined += n
             reached += [(at - t0, c) for at, c in trace]
             if got_t < best[0]:
-                kept = Counter(note.split("#")[0] for note in notes)
-                best = (got_t, ext, got,
-                        f"{status}; from the {label}: " + ", ".join(
-                            f"{k2} x{c}" if c > 1 else k2 for k2, c in kept.items()))
+                best = (got_t, ext, got, f"{status}; from the {label}: {_kept_summary(notes)}")
     after, ext, pick, status = best
     new, origin = _build(ld, graph, pick)
     objective = ext.cost(new)
@@ -1905,6 +1902,18 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
         saturate_s=t1 - t0, extract_s=t2 - t1, seconds=time.perf_counter() - t0,
         kept_input=kept, refine_moves=refined, workers=workers,
         progress=_progress(reached), refine_ends=tuple(ends))
+
+
+def _kept_summary(notes: Sequence[str]) -> str:
+    """The moves a climb kept, in the order first kept, alike ones counted: one site of a
+    rule (`with R#k`) or one part of its sites (`with R part alike 8/43`, `part 2/4`) is
+    a move of the same kind as the others of that rule, so "with R x14" or "with R part
+    alike x14"; a kind kept once keeps its whole label."""
+    groups: dict[str, list[str]] = {}
+    for note in notes:
+        groups.setdefault(re.sub(r" \d+/\d+$", "", note.split("#")[0]), []).append(note)
+    return ", ".join(f"{key} x{len(got)}" if len(got) > 1 else got[0].split("#")[0]
+                     for key, got in groups.items())
 
 
 def _progress(reached: Iterable[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
