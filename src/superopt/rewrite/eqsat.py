@@ -165,7 +165,9 @@ class EqsatOptions:
     # 0.003 to 0.03 keeps every graph at least as fast as backtracking's; inception_v3's
     # climbs, which gain 1e-5 of its time a step for their whole 10 s, end at 3.8 s
     # (0.06x of backtracking's search) where mobilenet_v2's, still gaining 7% of what its
-    # search has gained per window, go on to beat backtracking's graph at 5 s.
+    # search has gained per window, go on to beat backtracking's graph at 5 s. Measured
+    # at 0.01 (benchmarks/results/eqsat.json): inception_v3's search 4.3 s (0.072x), every
+    # graph still at least as fast as backtracking's.
     refine_share: float = 0.01
     # Processes at once: the proxies' HiGHS solves, and the local moves' two climbs;
     # 0: one per core this process may use. Side by side pays even on cores other jobs
