@@ -108,14 +108,9 @@ def _load(name: str, args: argparse.Namespace) -> Any:
 
     if not name.startswith("hf:"):
         return zoo.build(name)
-    from superopt.importers.hf import hf_onnx
+    from superopt.importers.hf import published_onnx
 
-    path = Path(args.workdir) / f"{name[3:]}_b1.onnx"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        hf_onnx(name[3:], path.with_suffix(".part"), batch=1, published=True)
-        path.with_suffix(".part").rename(path)
-    return api.load(str(path))
+    return api.load(str(published_onnx(name[3:], args.workdir)))
 
 
 def _reached(progress: tuple[tuple[float, float], ...], target: float) -> float | None:
@@ -194,7 +189,7 @@ def main() -> None:
                     help="users' files instead of the zoo: these transformers families at "
                          "their published sizes, as torch's ONNX exporter writes them "
                          "('published': every family with one)")
-    ap.add_argument("--workdir", type=Path, default=Path("/tmp/superopt_eqsat_hf"),
+    ap.add_argument("--workdir", default="/tmp/superopt_eqsat_hf",
                     help="where --hf writes the files (made once, then reused)")
     ap.add_argument("--out", default=None,
                     help="default: results/eqsat.json, with --hf results/eqsat_hf.json")
@@ -202,14 +197,12 @@ def main() -> None:
                     help="keep the rows --out already has and run only the other models")
     args = ap.parse_args()
     if args.hf is not None:
-        from superopt.importers.hf import PUBLISHED
+        from superopt.importers.hf import published_families
 
-        families = list(PUBLISHED) if args.hf == "published" else args.hf.split(",")
-        unknown = [f for f in families if f not in PUBLISHED]
-        if unknown:
-            ap.error(f"--hf: no published size for {', '.join(map(repr, unknown))}; those "
-                     f"with one: {', '.join(PUBLISHED)}")
-        args.models = ",".join(f"hf:{f}" for f in families)
+        try:
+            args.models = ",".join(f"hf:{f}" for f in published_families(args.hf))
+        except ValueError as e:
+            ap.error(f"--hf: {e}")
     if args.out is None:
         args.out = ("benchmarks/results/eqsat_hf.json" if args.hf is not None
                     else "benchmarks/results/eqsat.json")
@@ -240,8 +233,7 @@ def main() -> None:
         print(line, flush=True)
         doc = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                            "cores": _cores()},
-               "settings": {k: str(v) if isinstance(v, Path) else v
-                            for k, v in vars(args).items()}, "note": args.note,
+               "settings": vars(args), "note": args.note,
                "wall_s": time.perf_counter() - t0,
                "summary": _summary(rows) if args.phase != "backtracking" else {},
                "models": rows}

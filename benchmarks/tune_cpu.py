@@ -109,14 +109,9 @@ def _source(model: str, batch: int, args: argparse.Namespace) -> str | Path:
     model as torch's ONNX exporter writes it (made once per batch in the work folder)."""
     if not model.startswith("hf:"):
         return model
-    from superopt.importers.hf import hf_onnx
+    from superopt.importers.hf import published_onnx
 
-    path = args.workdir / "hf" / f"{model[3:]}_b{batch}.onnx"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        hf_onnx(model[3:], path.with_suffix(".part"), batch=batch, published=True)
-        path.with_suffix(".part").rename(path)
-    return path
+    return published_onnx(model[3:], args.workdir / "hf", batch)
 
 
 def _retime(original: Any, tuned: Any, args: argparse.Namespace,
@@ -346,14 +341,12 @@ def main() -> None:
 
     models = [m for m in args.models.split(",") if m]
     if args.hf:
-        from superopt.importers.hf import PUBLISHED
+        from superopt.importers.hf import published_families
 
-        names = list(PUBLISHED) if args.hf == "published" else args.hf.split(",")
-        for n in names:
-            if n not in PUBLISHED:
-                ap.error(f"--hf: no published size for {n!r}; those with one: "
-                         f"{', '.join(PUBLISHED)}")
-        models = [f"hf:{n}" for n in names]
+        try:
+            models = [f"hf:{n}" for n in published_families(args.hf)]
+        except ValueError as e:
+            ap.error(f"--hf: {e}")
     batches = [int(b) for b in args.batches.split(",")]
     if args.summarize:
         data = json.loads(args.out.read_text())

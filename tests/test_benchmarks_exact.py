@@ -49,7 +49,7 @@ def test_eqsat_benchmark_refuses_a_family_without_a_published_size(monkeypatch, 
     with pytest.raises(SystemExit) as e:
         eqsat.main()
     assert e.value.code == 2
-    assert "'nosuch'" in capsys.readouterr().err  # named, and nothing written
+    assert "'nosuch'" in capsys.readouterr().err  # the unknown family named
 
 
 def test_eqsat_benchmark_writes_a_row_and_its_summary(monkeypatch, tmp_path) -> None:

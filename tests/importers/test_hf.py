@@ -204,3 +204,43 @@ def test_hf_onnx_writes_the_family_for_onnxruntime(tmp_path) -> None:
         np.testing.assert_allclose(a, w.numpy(), rtol=1e-4, atol=1e-4)
     with pytest.raises(ModelImportError, match="unknown HuggingFace family 'nope'"):
         hf_onnx("nope", tmp_path / "nope.onnx")
+
+
+def test_published_families_names_those_without_a_published_size() -> None:
+    from superopt.importers.hf import PUBLISHED, published_families
+
+    assert published_families("published") == list(PUBLISHED)
+    assert published_families("bert,gpt2") == ["bert", "gpt2"]
+    with pytest.raises(ValueError, match="no published size for 'nosuch'"):
+        published_families("bert,nosuch")
+    with pytest.raises(ValueError, match="no family named"):
+        published_families(",")
+
+
+def test_a_published_onnx_file_is_made_once_and_never_left_half_written(monkeypatch,
+                                                                        tmp_path) -> None:
+    from superopt.importers import hf
+
+    made: list[str] = []
+
+    def export(name, path, batch=1, published=False):
+        assert published and str(path).endswith(".part")  # written aside, then renamed
+        made.append(name)
+        path.write_bytes(b"onnx")
+        return path
+
+    monkeypatch.setattr(hf, "hf_onnx", export)
+    first = hf.published_onnx("bert", tmp_path / "files", batch=16)
+    again = hf.published_onnx("bert", tmp_path / "files", batch=16)
+    assert first == again == tmp_path / "files" / "bert_b16.onnx" and first.exists()
+    assert made == ["bert"]  # the second call reused the file
+    assert not list((tmp_path / "files").glob("*.part"))
+
+    def dies(name, path, batch=1, published=False):
+        path.write_bytes(b"half")
+        raise RuntimeError("killed while exporting")
+
+    monkeypatch.setattr(hf, "hf_onnx", dies)
+    with pytest.raises(RuntimeError):
+        hf.published_onnx("gpt2", tmp_path / "files")
+    assert not (tmp_path / "files" / "gpt2_b1.onnx").exists()  # no file that looks whole

@@ -483,6 +483,35 @@ def hf_onnx(name: str, path: str | os.PathLike[str], batch: int = 1, seed: int =
     return Path(path)
 
 
+def published_families(spec: str) -> list[str]:
+    """The families a `--hf` option names: "published" (every family with a published
+    size, `PUBLISHED`) or names separated by commas. Raises ValueError naming those
+    without a published size."""
+    names = list(PUBLISHED) if spec == "published" else [n for n in spec.split(",") if n]
+    unknown = [n for n in names if n not in PUBLISHED]
+    if not names:
+        raise ValueError(f"no family named; those with a published size: "
+                         f"{', '.join(PUBLISHED)}")
+    if unknown:
+        raise ValueError(f"no published size for {', '.join(map(repr, unknown))}; those "
+                         f"with one: {', '.join(PUBLISHED)}")
+    return names
+
+
+def published_onnx(name: str, folder: str | os.PathLike[str], batch: int = 1) -> Any:
+    """The family's published-size model as torch's ONNX exporter writes it
+    (`hf_onnx`), at `folder/NAME_bBATCH.onnx`: made once (written beside it and renamed,
+    so a run killed while exporting leaves no half file) and reused after."""
+    from pathlib import Path
+
+    path = Path(folder) / f"{name}_b{batch}.onnx"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        hf_onnx(name, path.with_suffix(".part"), batch=batch, published=True)
+        path.with_suffix(".part").rename(path)
+    return path
+
+
 def hf_graph(name: str, batch: int = 1, seed: int = 0) -> Graph:
     """`hf:NAME`: the family's small model captured with torch.export and imported."""
     from superopt.importers.torch import import_exported
@@ -493,4 +522,4 @@ def hf_graph(name: str, batch: int = 1, seed: int = 0) -> Graph:
 
 __all__ = ["BERT_SIZES", "FAMILIES", "PUBLISHED", "BertSize", "Family", "bert_graph",
            "bert_inputs", "bert_model", "hf_export", "hf_graph", "hf_input_high", "hf_inputs",
-           "hf_module", "hf_onnx"]
+           "hf_module", "hf_onnx", "published_families", "published_onnx"]

@@ -223,7 +223,7 @@ class EqsatResult:
     # input's at 0 s through the extraction's to the local moves' (an anytime curve: when
     # a result at least as good as a given one was first reached).
     progress: tuple[tuple[float, float], ...] = ()
-    # Per climb of local moves, "START: why it ended" (`CLIMB_ENDS`): from the extraction
+    # Per climb of local moves, "START: why it ended" (`_Climbed`): from the extraction
     # and from the input; none under an additive cost (no climbs).
     refine_ends: tuple[str, ...] = ()
 
@@ -1655,12 +1655,11 @@ def _moves(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
 
 
 # A climb's result (`_refine`): cost, extraction, moves kept, moves tried, when each
-# kept move was kept with the cost it reached, and why it ended (`CLIMB_ENDS`).
+# kept move was kept with the cost it reached, and why it ended: "limit"
+# (`refine_limit`), "stalled" (`refine_patience`), "diminishing returns"
+# (`refine_share`) or "local optimum" (no move paid); the search reports "died" for a
+# forked climb that sent nothing back in time.
 _Climbed = tuple[float, dict[int, int], list[str], int, list[tuple[float, float]], str]
-# Why a climb of local moves ended: the `refine_limit`, the stall stop
-# (`refine_patience`), the diminishing-returns stop (`refine_share`), or no move paid
-# (`_refine`); "died": a forked climb that sent nothing back in time.
-CLIMB_ENDS = ("limit", "stalled", "diminishing returns", "local optimum", "died")
 
 
 @dataclass(frozen=True)
@@ -1683,7 +1682,7 @@ class _Stop:
     share: float = 0.0
 
     def why(self, gains: Sequence[tuple[float, float]]) -> str:
-        """Why the climb stops now (`CLIMB_ENDS`), or "" if it goes on. `gains`: (when,
+        """Why the climb stops now (`_Climbed`), or "" if it goes on. `gains`: (when,
         cost) of the climb's start (at `best`) and each gain since, in time order."""
         t = time.perf_counter()
         if t >= self.deadline:
