@@ -36,6 +36,7 @@ import json
 import math
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,10 @@ def bench_model(name: str, args: argparse.Namespace, bt_row: dict | None = None)
         row["backtracking"] = bt_row["backtracking"]
     else:
         bt = optimize(g, matcher, SimCost(), budget=args.budget, time_limit=args.time_limit)
+        if bt.stopped == "interrupted":
+            # The search hands back its best graph on Ctrl-C; a row from it would look
+            # like a finished search's.
+            raise KeyboardInterrupt
         t, f = _measure(bt.graph, sim)
         row["backtracking"] = {"sim_s": t, "flops": f, "search_s": bt.seconds,
                                "expanded": bt.expanded, "stopped": bt.stopped,
@@ -223,7 +228,12 @@ def main() -> None:
         if args.backtracking_from and name not in bt_rows:
             print(f"{name}: no backtracking row in {args.backtracking_from}; skipped")
             continue
-        rows.append(bench_model(name, args, bt_rows.get(name)))
+        try:
+            rows.append(bench_model(name, args, bt_rows.get(name)))
+        except KeyboardInterrupt:
+            print(f"interrupted in {name}: {len(rows)} rows kept in {args.out}; --resume "
+                  "goes on from there", file=sys.stderr)
+            raise SystemExit(130) from None
         r = rows[-1]
         line = (f"{name}: bt {r['backtracking']['sim_s'] * 1e6:.1f} us in "
                 f"{r['backtracking']['search_s']:.1f} s")

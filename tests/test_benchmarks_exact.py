@@ -69,3 +69,21 @@ def test_eqsat_benchmark_writes_a_row_and_its_summary(monkeypatch, tmp_path) -> 
     for side in ("backtracking", "eqsat_greedy", "eqsat_ilp"):
         assert row[side]["sim_s"] <= row["sim_input_s"]  # never slower than the input
     assert row["eqsat_ilp"]["values_ok"] is True
+
+
+def test_an_interrupted_backtracking_search_writes_no_row(monkeypatch, tmp_path) -> None:
+    """On Ctrl-C the backtracking search hands back its best graph so far
+    (`stopped="interrupted"`): the benchmark must stop with exit 130 and keep no row for
+    that model, not record it as a finished search."""
+    from types import SimpleNamespace
+
+    import superopt.rewrite
+
+    eqsat = _module("eqsat")
+    monkeypatch.setattr(superopt.rewrite, "optimize",
+                        lambda g, *a, **k: SimpleNamespace(graph=g, stopped="interrupted"))
+    out = tmp_path / "eqsat.json"
+    monkeypatch.setattr("sys.argv", ["eqsat.py", "--models", "squeezenet", "--out", str(out)])
+    with pytest.raises(SystemExit) as e:
+        eqsat.main()
+    assert e.value.code == 130 and not out.exists()
