@@ -629,6 +629,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --search eqsat: ... or once that last stretch gained at most F "
                         "of all the search has gained from the input (default 0.01; 0: only "
                         "a stretch with no gain)")
+    p.add_argument("--refine-min", type=float, default=1.0, metavar="S",
+                   help="with --search eqsat: but neither before the climb has run S seconds "
+                        "(default 1)")
     p.add_argument("--alpha", type=float, default=1.05,
                    help="keep graphs costing less than alpha x the best (default 1.05)")
     p.add_argument("--budget", type=int, default=100, help="graphs to expand at most (default 100)")

@@ -189,7 +189,8 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
                         time_limit=args.time_limit, ilp_time_limit=args.ilp_time_limit,
                         refine_limit=args.refine_limit,
                         refine_patience=args.refine_patience,
-                        refine_share=args.refine_share, workers=args.workers)
+                        refine_share=args.refine_share, refine_min=args.refine_min,
+                        workers=args.workers)
     with console.status(f"equality saturation on {graph.name}, then {args.extraction} "
                         "extraction"):
         res = eqsat_optimize(graph, matcher, cost, opts)

@@ -50,7 +50,8 @@ climb stalls: it stops once it has gone `refine_patience` of the search's time s
 without a gain (an anytime search spends on a stall as much as it has already spent,
 at most; llama3_2_1b's climbs price a move in 32 ms, try 2,000 and keep none), or once
 that last stretch gained at most `refine_share` of all the search has gained (diminishing
-returns: inception_v3's climbs gain 1e-5 of its time a step for as long as they run). Weight-only
+returns: inception_v3's climbs gain 1e-5 of its time a step for as long as they run),
+but not before `refine_min` seconds of its own. Weight-only
 values are free with the cost's `fold` (a compiler computes them once), so a move's graph
 is priced as built folded (`_build(folded=True)`: same cost, a third of the time) and
 only the result is built in full. The result is
@@ -169,6 +170,12 @@ class EqsatOptions:
     # at 0.01 (benchmarks/results/eqsat.json): inception_v3's search 4.3 s (0.072x), every
     # graph still at least as fast as backtracking's.
     refine_share: float = 0.01
+    # ... but neither before the climb has run this many seconds. Patience alone gives a
+    # climb as long as the search took to reach it, and once the merges of overlapping
+    # sets were left out (`_merged_from`) bert_small's took 0.7 s, its climbs stopped
+    # at 1.4 s and its graph 0.8% behind backtracking's: the merge of Q and K that pays
+    # is found 0.8 s into its climb.
+    refine_min: float = 1.0
     # Processes at once: the proxies' HiGHS solves, and the local moves' two climbs;
     # 0: one per core this process may use. Side by side pays even on cores other jobs
     # hold: at load 3-4 on 2 cores, 16 zoo models' ILP searches took 531 s against 920 s
@@ -193,6 +200,9 @@ class EqsatOptions:
             raise EqsatError(f"refine_patience must be in (0, 1], found {self.refine_patience}")
         if not 0 <= self.refine_share < 1:
             raise EqsatError(f"refine_share must be in [0, 1), found {self.refine_share}")
+        if not 0 <= self.refine_min <= self.refine_limit:
+            raise EqsatError(f"refine_min must be in [0, refine_limit], found "
+                             f"{self.refine_min}")
 
 
 @dataclass(frozen=True)
@@ -419,6 +429,10 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
     resting_until = [0] * len(dirs)
     runs = [0] * len(dirs)
     tried: set[tuple[Any, ...]] = set()
+    # The input's e-nodes, and per e-node a multi-source application made, the input
+    # e-nodes it merges (`_merged_from`).
+    n_input = len(eg)
+    origins: dict[int, frozenset[int]] = {}
     it = 0
     try:
         while True:
@@ -471,6 +485,7 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
             size, unions = len(eg), eg.unions
             ran: set[int] = set()
             for j, d, m, rts in found:
+                multi: frozenset[int] | None = None  # what a multi-source match merges
                 # A match tried before, over the same classes, changes nothing again (the
                 # union it states holds, or its condition or target failed then and
                 # would now): most of a late iteration's matches (llama: 70%).
@@ -492,12 +507,19 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
                     if (j, classes) in tried:
                         continue
                     tried.add((j, classes))
+                    merged = _merged_from(eg, origins, n_input, classes)
+                    if merged is not None and (not merged or (j, merged) in tried):
+                        continue  # overlapping sets, or this set merged before
+                    multi = merged
                 n0 = len(eg)
                 if _apply(eg, d, m, rts):
                     applied[d.rule.name] += 1
                     ran.add(j)
                 if len(eg) > n0:
                     made.setdefault(d.rule.name, []).append(frozenset(range(n0, len(eg))))
+                    if multi is not None:
+                        tried.add((j, multi))
+                        origins.update(dict.fromkeys(range(n0, len(eg)), multi))
                     if j in reparam:
                         roots = {eg.find(r) for r in rts}
                         reparam_made.update(i for i in range(n0, len(eg))
@@ -514,6 +536,30 @@ def _saturate(eg: EGraph, dirs: list[Any], opts: EqsatOptions,
     except BudgetExceeded as e:
         eg.rebuild()  # congruence over what was added before the limit
         return it, "time limit" if "time" in str(e) else "node limit", applied
+
+
+def _merged_from(eg: EGraph, origins: Mapping[int, frozenset[int]], n_input: int,
+                 classes: Sequence[int]) -> frozenset[int] | None:
+    """The input e-nodes a multi-source application over `classes` would merge (each
+    class's: its input e-nodes, or for a class a merge made, what that merge merged), or
+    None where that is not known for every class (a class only one-source rules made),
+    and the empty set where two different classes share one (merging Q with the merge of
+    Q and K computes Q twice: not applied). A direction applied once over a set of input terms need not apply over the
+    same set again: merge(merge(Q, K), V) and merge(merge(Q, V), K) are one three-way
+    merge with its columns in another order, at the same cost."""
+    per: dict[int, frozenset[int]] = {}
+    for c in dict.fromkeys(classes):
+        ids = eg.members[eg.find(c)]
+        own = frozenset(i for i in ids if i < n_input)
+        if not own:
+            made = [origins[i] for i in ids if i in origins]
+            own = frozenset.intersection(*made) if made else frozenset()
+        if not own:
+            return None
+        per[c] = own
+    if len(per) > 1 and sum(map(len, per.values())) > len(frozenset().union(*per.values())):
+        return frozenset()  # overlapping: not applied
+    return frozenset().union(*per.values())
 
 
 def _reparams(rule: Rule) -> bool:
@@ -1672,7 +1718,8 @@ class _Stop:
     cost below `best` and below every gain before it: the best graph the search held
     when the climb began, so that a climb from the input, still behind the extraction,
     does not count its way up as progress. Before the climb began, the search's cost
-    was `origin` (the extraction's gain is counted as made at the climb's start)."""
+    was `origin` (the extraction's gain is counted as made at the climb's start). Not
+    before the climb has run `least` seconds."""
 
     deadline: float
     began: float
@@ -1680,6 +1727,7 @@ class _Stop:
     best: float = math.inf
     origin: float = math.inf
     share: float = 0.0
+    least: float = 0.0  # seconds of the climb before it may stall
 
     def why(self, gains: Sequence[tuple[float, float]]) -> str:
         """Why the climb stops now (`_Climbed`), or "" if it goes on. `gains`: (when,
@@ -1687,6 +1735,8 @@ class _Stop:
         t = time.perf_counter()
         if t >= self.deadline:
             return "limit"
+        if t - gains[0][0] < self.least:
+            return ""
         window = t - self.patience * (t - self.began)
         if window < gains[0][0]:
             return ""  # the window holds the extraction's gain, all of the search's
@@ -1864,7 +1914,8 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
             start, cost0, _ = starts[k]
             return _refine(ld, sp, made, {**greedy, **start}, cost0, price,
                            _Stop(deadline, t0, opts.refine_patience, best=t,
-                                 origin=before, share=opts.refine_share))
+                                 origin=before, share=opts.refine_share,
+                                 least=opts.refine_min))
 
         half = t_refine + opts.refine_limit / 2
         if workers > 1:
