@@ -189,12 +189,21 @@ def test_a_merge_of_the_same_siblings_in_another_order_is_not_applied_again() ->
     merges are merged again), they made most of a saturated transformer's e-graph
     (llama3_2_1b: 9,000 e-nodes in its first attention block) and of its ILP's time.
     Each set of classes is merged once (a multiset: merge(a, a) is kept)."""
-    rules, b = _merge_rule(), GraphBuilder("siblings")
-    x = b.input("x", (64, 64))
-    g = b.build([b.relu(b.matmul(x, b.weight(f"w{i}", (64, 8)))) for i in range(3)])
+    rules, g = _three_siblings()
     one = eqsat_optimize(g, rules, FlopsCost(), EqsatOptions(iter_limit=1, multi_iters=1))
     # the three pairs, each in one order (not 6), and each matmul with itself
     assert one.applied["merge"] == 6
+    _all_three_merge(rules, g)
+
+
+def _three_siblings() -> tuple[list, Graph]:
+    """The merge rule and three matmuls of one input, each followed by relu."""
+    rules, b = _merge_rule(), GraphBuilder("siblings")
+    x = b.input("x", (64, 64))
+    return rules, b.build([b.relu(b.matmul(x, b.weight(f"w{i}", (64, 8)))) for i in range(3)])
+
+
+def _all_three_merge(rules: list, g: Graph) -> None:
     r = eqsat_optimize(g, rules, FlopsCost(), EqsatOptions(extraction="ilp"))
     assert sum(n.op == "matmul" for n in r.graph.nodes) == 1  # all three still merge
     assert check_values(g, r.graph).ok
@@ -207,14 +216,10 @@ def test_a_merge_of_overlapping_or_already_merged_sets_is_not_applied() -> None:
     merging ab with ac, or ab with a, computes a twice, and merge(aa, b) repeats
     merge(a, b): none applies. 7 applications, where every pair of the 6 classes (and
     each with itself) made 21 more in the second iteration."""
-    rules, b = _merge_rule(), GraphBuilder("siblings")
-    x = b.input("x", (64, 64))
-    g = b.build([b.relu(b.matmul(x, b.weight(f"w{i}", (64, 8)))) for i in range(3)])
+    rules, g = _three_siblings()
     two = eqsat_optimize(g, rules, FlopsCost(), EqsatOptions(iter_limit=2, multi_iters=2))
     assert two.applied["merge"] == 7
-    r = eqsat_optimize(g, rules, FlopsCost(), EqsatOptions(extraction="ilp"))
-    assert sum(n.op == "matmul" for n in r.graph.nodes) == 1  # all three still merge
-    assert check_values(g, r.graph).ok
+    _all_three_merge(rules, g)
 
 
 def test_limits_stop_saturation_and_options_are_checked() -> None:
