@@ -200,9 +200,8 @@ class EqsatOptions:
             raise EqsatError(f"refine_patience must be in (0, 1], found {self.refine_patience}")
         if not 0 <= self.refine_share < 1:
             raise EqsatError(f"refine_share must be in [0, 1), found {self.refine_share}")
-        if not 0 <= self.refine_min <= self.refine_limit:
-            raise EqsatError(f"refine_min must be in [0, refine_limit], found "
-                             f"{self.refine_min}")
+        if not self.refine_min >= 0:
+            raise EqsatError(f"refine_min must be >= 0 seconds, found {self.refine_min}")
 
 
 @dataclass(frozen=True)
