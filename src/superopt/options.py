@@ -57,9 +57,11 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "timeout": (0.0, 86400.0),
     "time_limit": (0.0, 7 * 86400.0),
     "dfs_seconds": (0.0, 86400.0),
+    "refine_share": (0.0, 1.0),  # 0: only a stretch with no gain (below 1: EqsatOptions)
+    "refine_min": (0.0, 86400.0),  # 0: no floor
 }
 # Floats whose lowest bound is itself allowed (a tolerance of 0, a fraction of 0 or 1).
-FLOAT_INCLUSIVE = {"min_equal", "rtol", "alpha"}
+FLOAT_INCLUSIVE = {"min_equal", "rtol", "alpha", "refine_share", "refine_min"}
 
 # Options that name a file a command writes.
 OUTPUTS = ("out", "json", "save", "text", "plot", "waterfall", "export", "checkpoint")

@@ -293,7 +293,7 @@ def test_eqsat_is_no_worse_than_backtracking_on_squeezenet_under_the_simulator()
                for a, b in itertools.pairwise(eq.progress))
 
 
-def test_optimize_cli_search_eqsat(tmp_path) -> None:
+def test_optimize_cli_search_eqsat(tmp_path, capsys) -> None:
     from superopt.cli import main
 
     p = tmp_path / "scores.json"
@@ -317,6 +317,14 @@ def test_optimize_cli_search_eqsat(tmp_path) -> None:
     assert doc["stopped"] == "iterations" and doc["iterations"] == 1
     assert main(["optimize", str(p), "--search", "eqsat", "--iter-limit", "0",
                  "--repeats", "0"]) == 2
+    # The climbs' share and floor take 0 (their help says what it means), not below.
+    assert main(["optimize", str(p), "--search", "eqsat", "--refine-share", "0",
+                 "--refine-min", "0", "--repeats", "0"]) == 0
+    for flag in ("--refine-share", "--refine-min"):
+        capsys.readouterr()
+        assert main(["optimize", str(p), "--search", "eqsat", flag, "-0.5",
+                     "--repeats", "0"]) == 2
+        assert f"{flag} must be >= 0" in capsys.readouterr().err
 
 
 def test_the_cli_defaults_are_the_options_defaults() -> None:
