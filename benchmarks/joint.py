@@ -49,12 +49,13 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from superopt.ir.graph import Graph
+    from superopt.rewrite.optimizer import OptimizeResult
     from superopt.xtat.session import Session
     from superopt.xtat.tuner import TuneResult
 
@@ -90,9 +91,9 @@ def taso_only(graph: Graph, budget: int, keep: dict | None = None) -> dict:
     from superopt.xtat.rules import rule_set
 
     t0 = time.perf_counter()
-    res = optimize(graph, Matcher(rule_set(None).rules),
-                   create_cost("sim", hardware="v4", default_tiling=DEFAULT["tiling"]),
-                   budget=budget)
+    res = finished(optimize(graph, Matcher(rule_set(None).rules),
+                            create_cost("sim", hardware="v4", default_tiling=DEFAULT["tiling"]),
+                            budget=budget))
     folded = fold_weights(res.graph, evaluate=False, skip=foldable_hashes(graph)).graph
     sim = Simulator("v4", default_tiling=DEFAULT["tiling"])
     t = simulate(sim.compile(folded), sim=sim).time
@@ -140,9 +141,13 @@ def run_tuner(model: str, batch: int, graph: Graph, rules: list[str] | None, pas
             cache.close()
 
 
-def finished(r: TuneResult) -> TuneResult:
-    """`r`, unless Ctrl-C stopped it: the tuner returns its best so far then (what `tune`
-    reports), which a benchmark must not record as a measurement at the full budget."""
+R = TypeVar("R", "TuneResult", "OptimizeResult")
+
+
+def finished(r: R) -> R:
+    """`r` (a tuning's or a backtracking search's result), unless Ctrl-C stopped it: both
+    return their best so far then (what `tune` and `optimize` report), which a benchmark
+    must not record as a measurement at the full budget."""
     if r.stopped == "interrupted":
         raise KeyboardInterrupt
     return r

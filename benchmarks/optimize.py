@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -43,6 +44,10 @@ def bench_model(name: str, args: argparse.Namespace, matcher, cost) -> dict:
     match_s = time.perf_counter() - t0
     r = optimize(g, matcher, cost, alpha=args.alpha, budget=args.budget,
                  time_limit=args.time_limit)
+    if r.stopped == "interrupted":
+        # The search hands back its best graph on Ctrl-C; a row from it would look like
+        # a finished search's.
+        raise KeyboardInterrupt
     final = fold_weights(r.graph).graph
     sim = SimCost()
     sim_before, sim_after = sim.cost(g), sim.cost(final)
@@ -117,7 +122,13 @@ def main() -> None:
     cost = create_cost(args.cost, **(torch_options if args.cost == "torch" else {}))
     rows = []
     for name in [m for m in args.models.split(",") if m]:
-        row = bench_model(name, args, matcher, cost)
+        try:
+            row = bench_model(name, args, matcher, cost)
+        except KeyboardInterrupt:
+            # The JSON is written once, at the end: nothing of this run is kept, and
+            # --out is left as it was.
+            print(f"interrupted in {name}: nothing written", file=sys.stderr)
+            raise SystemExit(130) from None
         rows.append(row)
         print(f"{name}: {row['applied_total']} sites applied, cost {row['cost_before']:.4g} -> "
               f"{row['cost_after']:.4g}, torch {row['torch_before_s'] * 1e3:.1f} -> "

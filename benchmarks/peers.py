@@ -29,6 +29,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads
 import argparse
 import json
 import platform
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -97,6 +98,14 @@ def _time(runtimes: dict[str, list[Callable[[], Any]]], repeats: int, threads: i
     return out
 
 
+def _finished(result: Any) -> Any:
+    """`result`, unless Ctrl-C stopped its search: the search hands back its best graph
+    then, and a row timed from it would look like a finished search's."""
+    if result.stopped == "interrupted":
+        raise KeyboardInterrupt
+    return result
+
+
 def per_rule(graph: Graph, applied: dict[str, int], feeds: dict[str, np.ndarray],
              repeats: int, threads: int, budget: int) -> dict[str, Any]:
     """Each applied rule alone: its graph against the original (onnxruntime, eager)."""
@@ -105,8 +114,8 @@ def per_rule(graph: Graph, applied: dict[str, int], feeds: dict[str, np.ndarray]
     library = _rules("starter")
     out: dict[str, Any] = {}
     for rule in applied:
-        one = superopt.optimize(graph, rules=[r for r in library if r.name == rule],
-                                cost="flops", budget=budget)
+        one = _finished(superopt.optimize(graph, rules=[r for r in library if r.name == rule],
+                                          cost="flops", budget=budget))
         check = check_values(graph, one.graph)
         out[rule] = {"applied": dict(one.applied), "values_equal": check.ok}
         if check.ok:
@@ -122,7 +131,7 @@ def measure(name: str, repeats: int, threads: int, compile_: bool, budget: int,
             rules: bool = False) -> dict[str, Any]:
     graph = superopt.load(name)
     t0 = time.perf_counter()
-    result = superopt.optimize(graph, rules="starter", cost="flops", budget=budget)
+    result = _finished(superopt.optimize(graph, rules="starter", cost="flops", budget=budget))
     optimize_s = time.perf_counter() - t0
     opt = result.graph
     check = check_values(graph, opt)
@@ -158,8 +167,13 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for name in args.models:
-        rows.append(measure(name, args.repeats, args.threads, not args.no_compile, args.budget,
-                            args.per_rule))
+        try:
+            rows.append(measure(name, args.repeats, args.threads, not args.no_compile,
+                                args.budget, args.per_rule))
+        except KeyboardInterrupt:
+            print(f"interrupted in {name}: the {len(rows)} rows before it are in {args.out}",
+                  file=sys.stderr)
+            raise SystemExit(130) from None
         doc = {"benchmark": "peers", "machine": platform.processor() or platform.machine(),
                "cpus": os.cpu_count(), "threads": args.threads, "repeats": args.repeats,
                "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__},

@@ -87,3 +87,44 @@ def test_an_interrupted_backtracking_search_writes_no_row(monkeypatch, tmp_path)
     with pytest.raises(SystemExit) as e:
         eqsat.main()
     assert e.value.code == 130 and not out.exists()
+
+
+def _interrupted_search(monkeypatch) -> None:
+    """Every backtracking search (`superopt.rewrite.optimize`, `superopt.optimize`) as
+    Ctrl-C leaves it: its input handed back as its best graph so far."""
+    from types import SimpleNamespace
+
+    import superopt
+    import superopt.rewrite
+
+    def stopped(g, *a, **k):
+        return SimpleNamespace(graph=g, stopped="interrupted", applied={})
+
+    monkeypatch.setattr(superopt.rewrite, "optimize", stopped)
+    monkeypatch.setattr(superopt, "optimize", stopped)
+
+
+@pytest.mark.parametrize("bench,argv", [
+    ("optimize", ["--models", "squeezenet", "--cost", "flops", "--nodes", ""]),
+    ("peers", ["--models", "squeezenet", "--no-compile"]),
+])
+def test_benchmarks_keep_no_row_from_an_interrupted_search(bench, argv, monkeypatch,
+                                                           tmp_path) -> None:
+    """optimize.py and peers.py time the search's graph: from an interrupted search they
+    stop with exit 130 and write no row (they did time and record it as a result)."""
+    module = _module(bench)
+    _interrupted_search(monkeypatch)
+    out = tmp_path / f"{bench}.json"
+    monkeypatch.setattr("sys.argv", [f"{bench}.py", *argv, "--out", str(out)])
+    with pytest.raises(SystemExit) as e:
+        module.main()
+    assert e.value.code == 130 and not out.exists()
+
+
+def test_joints_taso_column_is_not_taken_from_an_interrupted_search(monkeypatch) -> None:
+    from superopt import zoo
+
+    joint = _module("joint")
+    _interrupted_search(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        joint.taso_only(zoo.build("squeezenet"), budget=2)
