@@ -83,6 +83,10 @@ class EGraph:
         # id -> (other id, reason, whether the reason reads from this id to the other)
         self.proof: dict[int, list[tuple[int, tuple[str, bool], bool]]] = {}
         self.unions = 0
+        # class -> the e-nodes reading it (as operand), and the classes merged since the
+        # last rebuild: only their readers' keys can have changed (egg's worklist).
+        self.readers: dict[int, list[int]] = {}
+        self._dirty: list[int] = []
         self._shape_cache: dict[tuple[Any, ...], tuple[AttrItems, tuple[TensorType, ...]]] = {}
 
     # ---- union-find -----------------------------------------------------------------
@@ -121,6 +125,8 @@ class EGraph:
         self.parent.append(i)
         self.types.append(ty)
         self.members[i] = [i]
+        for k in dict.fromkeys(self.find(c) for c in node.children):
+            self.readers.setdefault(k, []).append(i)
         if node.op == VAR:
             self.memo[node] = i
         return i
@@ -198,6 +204,10 @@ class EGraph:
             ra, rb = rb, ra
         self.parent[rb] = ra
         self.members[ra].extend(self.members.pop(rb))
+        moved = self.readers.pop(rb, None)
+        if moved:
+            self.readers.setdefault(ra, []).extend(moved)
+        self._dirty.append(ra)
         self.unions += 1
         return True
 
@@ -209,25 +219,24 @@ class EGraph:
         return ENode(n.op, n.attrs, tuple(self.find(c) for c in n.children), n.output)
 
     def rebuild(self) -> int:
-        """Restore congruence (equal operands make equal terms); returns the unions made."""
+        """Restore congruence (equal operands make equal terms); returns the unions made.
+        Only the e-nodes reading a class merged since the last rebuild are keyed again
+        (egg's worklist; every other e-node's operands kept their classes): `memo` maps
+        each e-node's key over its operands' classes to the first e-node seen with it,
+        and an entry over a class since merged away is never asked for again."""
         made = 0
-        while True:
-            memo: dict[ENode, int] = {}
-            merged = 0
-            for root in list(self.members):
-                if root not in self.members:
-                    continue
-                for i in list(self.members[root]):
+        while self._dirty:
+            todo = dict.fromkeys(self.find(c) for c in self._dirty)
+            self._dirty = []
+            for c in todo:
+                for i in list(self.readers.get(self.find(c), ())):
                     key = self.canonical(i)
-                    other = memo.get(key)
+                    other = self.memo.get(key)
                     if other is None:
-                        memo[key] = i
+                        self.memo[key] = i
                     elif self.union(other, i, CONGRUENCE):
-                        merged += 1
-            self.memo = memo
-            made += merged
-            if not merged:
-                return made
+                        made += 1
+        return made
 
     def match_index(self) -> MatchIndex:
         """The e-nodes as `MatchIndex` lists them; valid until the next change."""
