@@ -543,9 +543,10 @@ def _merged_from(eg: EGraph, origins: Mapping[int, frozenset[int]], n_input: int
     class's: its input e-nodes, or for a class a merge made, what that merge merged), or
     None where that is not known for every class (a class only one-source rules made),
     and the empty set where two different classes share one (merging Q with the merge of
-    Q and K computes Q twice: not applied). A direction applied once over a set of input terms need not apply over the
-    same set again: merge(merge(Q, K), V) and merge(merge(Q, V), K) are one three-way
-    merge with its columns in another order, at the same cost."""
+    Q and K computes Q twice: not applied). A direction applied once over a set of input
+    terms need not apply over the same set again: merge(merge(Q, K), V) and
+    merge(merge(Q, V), K) are one three-way merge with its columns in another order, at
+    the same cost."""
     per: dict[int, frozenset[int]] = {}
     for c in dict.fromkeys(classes):
         ids = eg.members[eg.find(c)]
