@@ -1129,8 +1129,9 @@ def test_leaving_out_a_product_rule_saturates_to_the_same_e_graph() -> None:
 
 
 def test_a_space_priced_like_another_is_the_space_built_afresh() -> None:
-    """The proxies' spaces share the first one's classes and e-nodes (`_space(like=)`):
-    each must equal the space walked afresh under its own cost, and the weight-only
+    """The proxies' spaces share the first one's classes and e-nodes (`_space(like=)`)
+    and its inferred types (`typed=`): each must equal the space walked afresh under its
+    own cost, and the weight-only
     classes (a worklist) must be the least fixpoint of their definition: a weight, or an
     e-node over weight-only classes only."""
     from superopt.rewrite.cost import SimCost
@@ -1142,12 +1143,14 @@ def test_a_space_priced_like_another_is_the_space_built_afresh() -> None:
     costs = _extraction_costs(SimCost())
     assert len(costs) > 1 and all(c.fold == costs[0].fold for c in costs)
     prices = set()
+    typed: dict = {}  # the types the first space inferred, read by the others
     for cost in costs:
         fresh = space(ld, g, cost)
-        shared = space(ld, g, cost, like=first)
+        shared = space(ld, g, cost, like=first, typed=typed)
         for name in ("classes", "nodes", "kids", "cost", "rep", "cls_of", "users",
                      "weight_only"):
             assert getattr(shared, name) == getattr(fresh, name), name
+        assert typed  # filled once, then read
         prices.add(tuple(sorted(fresh.cost.items())))
     assert len(prices) > 1  # the proxies price this block differently
     wo = {eg.find(i) for i, nid in ld.leaf_of.items() if g.nodes[nid].op != "input"}

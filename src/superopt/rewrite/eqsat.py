@@ -743,13 +743,17 @@ def _extraction_costs(cost: CostFunction) -> list[AdditiveCost]:
 
 
 def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost, tie: float = 0.0,
-           like: _Space | None = None) -> _Space:
+           like: _Space | None = None,
+           typed: dict[int, tuple[Any, ...]] | None = None) -> _Space:
     """The extraction problem under `cost`; an e-node a rule made costs `tie` more than
     the proxy says, so that where the proxy cannot tell two terms apart the input's
     stays (`TIE_S`). `like`: this e-graph's space under another cost with the same
     `fold`, whose classes, e-nodes and weight-only classes are taken as they are (only
     the prices differ; walking the e-graph was most of the time: llama3_2_1b's four
-    proxies took 1.9-3.2 s, 1.1 s so)."""
+    proxies took 1.9-3.2 s, 1.1 s so). `typed`: per e-node, its operand and output types
+    and which operands are weight-only (empty where it does not type), filled by the first
+    space and read by the others with the same `fold` (inferring them again was half of
+    each further space's time)."""
     eg = ld.eg
     if like is not None:
         order, nodes, kids = like.classes, like.nodes, like.kids
@@ -763,11 +767,19 @@ def _space(ld: _Loaded, graph: Graph, cost: AdditiveCost, tie: float = 0.0,
             if n.op == VAR or (cost.fold and c in wo and all(k in wo for k in kids[i])):
                 prices[i] = 0.0
                 continue
-            ins = tuple(eg.type_of(k) for k in n.children)
+            sig = typed.get(i) if typed is not None else None
+            if sig is None:
+                ins = tuple(eg.type_of(k) for k in n.children)
+                try:
+                    sig = (ins, tuple(get_op(n.op).shape(ins, dict(n.attrs))),
+                           tuple(eg.find(k) in wo for k in n.children))
+                except (IRError, ValueError, KeyError, TypeError, ZeroDivisionError):
+                    sig = ()
+                if typed is not None:
+                    typed[i] = sig
             try:
-                outs = tuple(get_op(n.op).shape(ins, dict(n.attrs)))
-                flags = tuple(eg.find(k) in wo for k in n.children)
-                p = cost.op_cost(n.op, n.attrs, ins, outs, flags) / max(len(outs), 1)
+                p = cost.op_cost(n.op, n.attrs, *sig) / max(len(sig[1]), 1) if sig \
+                    else math.inf
             except (IRError, ValueError, KeyError, TypeError, ZeroDivisionError):
                 p = math.inf
             # A multi-output op (split) is one e-node per output: each carries its share.
@@ -1867,8 +1879,10 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
 
     tie = 0.0 if isinstance(cost_fn, AdditiveCost) else TIE_S
     shapes: dict[bool, _Space] = {}  # the first space per `fold`, the others' `like`
+    typed: dict[bool, dict[int, tuple[Any, ...]]] = {}  # per `fold`, `_space`'s types
     for ext in ext_costs:
-        spaces[ext.name] = _space(ld, graph, ext, tie, like=shapes.get(ext.fold))
+        spaces[ext.name] = _space(ld, graph, ext, tie, like=shapes.get(ext.fold),
+                                  typed=typed.setdefault(ext.fold, {}))
         shapes.setdefault(ext.fold, spaces[ext.name])
     workers = opts.workers or _cores()
     solved: list[tuple[dict[int, int] | None, str]] = [(None, "")] * len(ext_costs)
