@@ -38,6 +38,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -71,9 +72,11 @@ def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> di
     plans = use_plan_cache(session, path)
     hook = screening(session.screen)
     deadline = t0 + args.row_limit
+    limited: list[bool] = []  # the row limit stopped the tuner (not Ctrl-C)
 
     def progress(tuner: Tuner, phase: str) -> None:
         if time.perf_counter() > deadline:
+            limited.append(True)
             raise KeyboardInterrupt  # the tuner stops and picks from what it measured
 
     tuner = Tuner(session.pipeline, session.runner, session.default, seed=0, db=db, batch=4,
@@ -84,6 +87,10 @@ def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> di
         db.close()
         if plans is not None:
             plans.close()
+    if result.stopped == "interrupted" and not limited:
+        # Ctrl-C: the tuner hands back its best so far, which is not this row's result
+        # (its measurements stay in the row's records for the rerun).
+        raise KeyboardInterrupt
     runner = session.runner
     from superopt.xtat.session import rewritten_graph
 
@@ -390,6 +397,10 @@ def main() -> None:
             break
         try:
             row = run_row(m, b, args, args.workdir)
+        except KeyboardInterrupt:
+            print(f"interrupted in {m} b{b}: the rows before it are in {args.out}; a rerun "
+                  "goes on from there, this row from its records", file=sys.stderr)
+            raise SystemExit(130) from None
         except Exception as e:  # one row's failure is reported for it; the rest still run
             data["failed"][f"{m} b{b}"] = f"{type(e).__name__}: {e}"
             print(f"{m:17s} b={b:<3d} failed: {type(e).__name__}: {e}", flush=True)

@@ -128,3 +128,38 @@ def test_joints_taso_column_is_not_taken_from_an_interrupted_search(monkeypatch)
     _interrupted_search(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         joint.taso_only(zoo.build("squeezenet"), budget=2)
+
+
+def test_tune_cpu_tells_ctrl_c_from_its_row_limit(monkeypatch, tmp_path) -> None:
+    """tune_cpu.py stops a row's tuning at --row-limit by interrupting the tuner, which
+    then picks from what it measured: that row is recorded. A Ctrl-C interrupts it the
+    same way; that row is not finished, and the run stops with exit 130."""
+    import argparse
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from superopt.xtat.tuner import Tuner
+
+    tune_cpu = _module("tune_cpu")
+    args = argparse.Namespace(threads=1, op_cost="flops", cost_db=tmp_path / "c.jsonl",
+                              rounds=1, plan_budget=0, budget=4, row_limit=0.0,
+                              workdir=tmp_path)
+    got = tune_cpu._tune("squeezenet", 1, args, Path(tmp_path))  # the limit: a row
+    assert got["tuned"] is not None
+    monkeypatch.setattr(Tuner, "run", lambda self, *a, **k: SimpleNamespace(
+        stopped="interrupted"))
+    args.row_limit = 60.0
+    (tmp_path / "again").mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        tune_cpu._tune("squeezenet", 1, args, Path(tmp_path / "again"))
+
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tune_cpu, "run_row", ctrl_c)
+    out = tmp_path / "rows.json"
+    monkeypatch.setattr("sys.argv", ["tune_cpu.py", "--models", "squeezenet", "--batches", "1",
+                                     "--workdir", str(tmp_path), "--out", str(out)])
+    with pytest.raises(SystemExit) as e:
+        tune_cpu.main()
+    assert e.value.code == 130
