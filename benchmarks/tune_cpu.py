@@ -398,8 +398,10 @@ def main() -> None:
         try:
             row = run_row(m, b, args, args.workdir)
         except KeyboardInterrupt:
-            print(f"interrupted in {m} b{b}: the rows before it are in {args.out}; a rerun "
-                  "goes on from there, this row from its records", file=sys.stderr)
+            kept = (f"{len(data['rows'])} rows kept in {args.out}" if args.out.exists()
+                    else "no row written yet")
+            print(f"interrupted in {m} b{b}: {kept}; a rerun goes on from there, this row "
+                  "from its records", file=sys.stderr)
             raise SystemExit(130) from None
         except Exception as e:  # one row's failure is reported for it; the rest still run
             data["failed"][f"{m} b{b}"] = f"{type(e).__name__}: {e}"
