@@ -369,7 +369,10 @@ def test_fusion_decides_what_the_per_op_sum_gets_wrong() -> None:
     m = Matcher(starter_rules())
     sim = SimCost()
     per_op = eqsat_optimize(g, m, SimOpCost(), EqsatOptions())
-    fused = eqsat_optimize(g, m, SimCost(), EqsatOptions())
+    # Patience 1: the climbs run to their local optimum (936 moves, 0.6 s on an idle
+    # core) whatever the load; under a loaded CI, stopped by patience at 1 s, they once
+    # ended 0.26% behind. What is tested is what the search finds, not when it stops.
+    fused = eqsat_optimize(g, m, SimCost(), EqsatOptions(refine_patience=1.0))
     assert sum(n.op == "pool2d_avg" for n in per_op.graph.nodes) == 0
     assert sim.cost(per_op.graph) > sim.cost(g)  # the per-op sum's pick loses once fused
     assert fused.cost_after == pytest.approx(sim.cost(fused.graph), rel=1e-12)
