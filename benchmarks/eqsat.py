@@ -55,6 +55,7 @@ def _measure(graph, sim) -> tuple[float, float]:
 
 def bench_model(name: str, args: argparse.Namespace, bt_row: dict | None = None) -> dict:
     """One model's row; `bt_row`: its backtracking columns measured by an earlier phase."""
+    from superopt.interrupts import finished
     from superopt.ir.memory import MemoryLimitError
     from superopt.rewrite import Matcher, load_rules, optimize
     from superopt.rewrite.check import check_values
@@ -73,11 +74,9 @@ def bench_model(name: str, args: argparse.Namespace, bt_row: dict | None = None)
                              "backtracking phase; re-run it")
         row["backtracking"] = bt_row["backtracking"]
     else:
-        bt = optimize(g, matcher, SimCost(), budget=args.budget, time_limit=args.time_limit)
-        if bt.stopped == "interrupted":
-            # The search hands back its best graph on Ctrl-C; a row from it would look
-            # like a finished search's.
-            raise KeyboardInterrupt
+        # On Ctrl-C the search hands back its best graph: not a finished search's row.
+        bt = finished(optimize(g, matcher, SimCost(), budget=args.budget,
+                               time_limit=args.time_limit))
         t, f = _measure(bt.graph, sim)
         row["backtracking"] = {"sim_s": t, "flops": f, "search_s": bt.seconds,
                                "expanded": bt.expanded, "stopped": bt.stopped,

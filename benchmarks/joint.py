@@ -49,15 +49,15 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
+
+from superopt.interrupts import finished
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from superopt.ir.graph import Graph
-    from superopt.rewrite.optimizer import OptimizeResult
     from superopt.xtat.session import Session
-    from superopt.xtat.tuner import TuneResult
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -139,18 +139,6 @@ def run_tuner(model: str, batch: int, graph: Graph, rules: list[str] | None, pas
     finally:
         if cache is not None:
             cache.close()
-
-
-R = TypeVar("R", "TuneResult", "OptimizeResult")
-
-
-def finished(r: R) -> R:
-    """`r` (a tuning's or a backtracking search's result), unless Ctrl-C stopped it: both
-    return their best so far then (what `tune` and `optimize` report), which a benchmark
-    must not record as a measurement at the full budget."""
-    if r.stopped == "interrupted":
-        raise KeyboardInterrupt
-    return r
 
 
 def tune_once(s: Session, graph: Graph, passes: tuple, schedule: str, strategy: str,

@@ -33,6 +33,7 @@ MODELS = ("resnet50", "resnext50", "inception_v3", "squeezenet", "nasnet_a", "be
 
 def bench_model(name: str, args: argparse.Namespace, matcher, cost) -> dict:
     from superopt.importers import load_model
+    from superopt.interrupts import finished
     from superopt.rewrite import fold_weights, optimize
     from superopt.rewrite.check import check_values, time_side_by_side
     from superopt.rewrite.cost import SimCost
@@ -42,12 +43,8 @@ def bench_model(name: str, args: argparse.Namespace, matcher, cost) -> dict:
     t0 = time.perf_counter()
     sites = matcher.match(g)
     match_s = time.perf_counter() - t0
-    r = optimize(g, matcher, cost, alpha=args.alpha, budget=args.budget,
-                 time_limit=args.time_limit)
-    if r.stopped == "interrupted":
-        # The search hands back its best graph on Ctrl-C; a row from it would look like
-        # a finished search's.
-        raise KeyboardInterrupt
+    r = finished(optimize(g, matcher, cost, alpha=args.alpha, budget=args.budget,
+                          time_limit=args.time_limit))
     final = fold_weights(r.graph).graph
     sim = SimCost()
     sim_before, sim_after = sim.cost(g), sim.cost(final)

@@ -42,6 +42,7 @@ import torch
 import superopt
 from superopt.exporters.onnx import to_onnx
 from superopt.exporters.torch import to_module
+from superopt.interrupts import finished
 from superopt.ir import Graph, random_feeds
 from superopt.rewrite.check import SideBySide, check_values, interleave
 
@@ -98,14 +99,6 @@ def _time(runtimes: dict[str, list[Callable[[], Any]]], repeats: int, threads: i
     return out
 
 
-def _finished(result: Any) -> Any:
-    """`result`, unless Ctrl-C stopped its search: the search hands back its best graph
-    then, and a row timed from it would look like a finished search's."""
-    if result.stopped == "interrupted":
-        raise KeyboardInterrupt
-    return result
-
-
 def per_rule(graph: Graph, applied: dict[str, int], feeds: dict[str, np.ndarray],
              repeats: int, threads: int, budget: int) -> dict[str, Any]:
     """Each applied rule alone: its graph against the original (onnxruntime, eager)."""
@@ -114,7 +107,7 @@ def per_rule(graph: Graph, applied: dict[str, int], feeds: dict[str, np.ndarray]
     library = _rules("starter")
     out: dict[str, Any] = {}
     for rule in applied:
-        one = _finished(superopt.optimize(graph, rules=[r for r in library if r.name == rule],
+        one = finished(superopt.optimize(graph, rules=[r for r in library if r.name == rule],
                                           cost="flops", budget=budget))
         check = check_values(graph, one.graph)
         out[rule] = {"applied": dict(one.applied), "values_equal": check.ok}
@@ -131,7 +124,7 @@ def measure(name: str, repeats: int, threads: int, compile_: bool, budget: int,
             rules: bool = False) -> dict[str, Any]:
     graph = superopt.load(name)
     t0 = time.perf_counter()
-    result = _finished(superopt.optimize(graph, rules="starter", cost="flops", budget=budget))
+    result = finished(superopt.optimize(graph, rules="starter", cost="flops", budget=budget))
     optimize_s = time.perf_counter() - t0
     opt = result.graph
     check = check_values(graph, opt)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 PROGRAM = textwrap.dedent("""
     import gc, os, signal, time
     from superopt.interrupts import install
@@ -39,3 +41,16 @@ def test_ctrl_c_in_a_finalizer_prints_no_traceback_and_ends_the_command() -> Non
                          timeout=60, preexec_fn=_default_sigint)
     assert run.returncode == 130, run.stdout + run.stderr
     assert run.stderr == "superopt: interrupted\n"
+
+
+def test_a_result_ctrl_c_stopped_is_not_finished() -> None:
+    """`finished`: what a search or tuning hands back on Ctrl-C (its best so far) raises;
+    any other result passes through as it is."""
+    from types import SimpleNamespace
+
+    from superopt.interrupts import finished
+
+    done = SimpleNamespace(stopped="budget")
+    assert finished(done) is done
+    with pytest.raises(KeyboardInterrupt):
+        finished(SimpleNamespace(stopped="interrupted"))

@@ -23,6 +23,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Protocol, TypeVar
 
 GRACE_S = 1.5
 _POLL_S = 0.5
@@ -173,4 +174,21 @@ def guard_worker(parent: int | None = None) -> None:
                      name="superopt-parent", daemon=True).start()
 
 
-__all__ = ["GRACE_S", "allow_finish", "exit_fast", "guard_worker", "install", "interrupted"]
+class _Stopped(Protocol):
+    stopped: str
+
+
+S = TypeVar("S", bound=_Stopped)
+
+
+def finished(result: S) -> S:
+    """`result`, unless Ctrl-C stopped the search or tuning that made it: those hand back
+    their best so far (`stopped == "interrupted"`, what `optimize` and `tune` report),
+    which a benchmark must not record as a finished row. Raises KeyboardInterrupt then."""
+    if result.stopped == "interrupted":
+        raise KeyboardInterrupt
+    return result
+
+
+__all__ = ["GRACE_S", "allow_finish", "exit_fast", "finished", "guard_worker", "install",
+           "interrupted"]
