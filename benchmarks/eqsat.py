@@ -27,6 +27,12 @@ zoo: each `transformers` family at its published size (`superopt.importers.hf.PU
 as torch's ONNX exporter writes it (made once in `--workdir`), imported as `superopt
 optimize FILE.onnx` does. Rows are named `hf:FAMILY`; the default output is
 `results/eqsat_hf.json`.
+
+`--hf-small FAMILIES` (or `--hf-small all`) runs them on every `transformers` family the
+importer knows (`superopt.importers.hf.FAMILIES`: decoders such as Llama, Mistral, Qwen2,
+Phi and Gemma, encoders, vision and audio models) at the small configs `superopt optimize
+hf:FAMILY` builds, captured from torch as that command does. Rows are named
+`hf-small:FAMILY`; the default output is `results/eqsat_hf_small.json`.
 """
 
 from __future__ import annotations
@@ -110,6 +116,8 @@ def _load(name: str, args: argparse.Namespace) -> Any:
     exporter writes it (made once in the work folder), imported from that file."""
     from superopt import api, zoo
 
+    if name.startswith("hf-small:"):
+        return api.load(f"hf:{name.split(':', 1)[1]}")
     if not name.startswith("hf:"):
         return zoo.build(name)
     from superopt.importers.hf import published_onnx
@@ -193,6 +201,9 @@ def main() -> None:
                     help="users' files instead of the zoo: these transformers families at "
                          "their published sizes, as torch's ONNX exporter writes them "
                          "('published': every family with one)")
+    ap.add_argument("--hf-small", default=None, metavar="FAMILIES",
+                    help="every transformers family the importer knows ('all') or these, "
+                         "at the small configs `optimize hf:FAMILY` builds")
     ap.add_argument("--workdir", default="/tmp/superopt_eqsat_hf",
                     help="where --hf writes the files (made once, then reused)")
     ap.add_argument("--out", default=None,
@@ -207,8 +218,21 @@ def main() -> None:
             args.models = ",".join(f"hf:{f}" for f in published_families(args.hf))
         except ValueError as e:
             ap.error(f"--hf: {e}")
+    if args.hf_small is not None:
+        from superopt.importers.hf import FAMILIES
+
+        if args.hf is not None:
+            ap.error("--hf and --hf-small: choose one")
+        names = list(FAMILIES) if args.hf_small == "all" else \
+            [n for n in args.hf_small.split(",") if n]
+        unknown = [n for n in names if n not in FAMILIES]
+        if unknown or not names:
+            ap.error(f"--hf-small: unknown families {', '.join(map(repr, unknown))}; known: "
+                     f"{', '.join(FAMILIES)}")
+        args.models = ",".join(f"hf-small:{n}" for n in names)
     if args.out is None:
         args.out = ("benchmarks/results/eqsat_hf.json" if args.hf is not None
+                    else "benchmarks/results/eqsat_hf_small.json" if args.hf_small is not None
                     else "benchmarks/results/eqsat.json")
     bt_rows: dict[str, dict] = {}
     if args.backtracking_from:

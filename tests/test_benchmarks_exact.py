@@ -52,6 +52,27 @@ def test_eqsat_benchmark_refuses_a_family_without_a_published_size(monkeypatch, 
     assert "'nosuch'" in capsys.readouterr().err  # the unknown family named
 
 
+def test_eqsat_benchmark_refuses_an_unknown_small_family(monkeypatch, capsys) -> None:
+    eqsat = _module("eqsat")
+    monkeypatch.setattr("sys.argv", ["eqsat.py", "--hf-small", "llama,nosuch",
+                                     "--out", "/nonexistent/x"])
+    with pytest.raises(SystemExit) as e:
+        eqsat.main()
+    assert e.value.code == 2
+    assert "'nosuch'" in capsys.readouterr().err
+
+
+def test_eqsat_benchmark_loads_a_small_family_as_optimize_does() -> None:
+    """`hf-small:FAMILY` rows are the graph `superopt optimize hf:FAMILY` imports, not the
+    published-size file `hf:FAMILY` rows read."""
+    from superopt import api
+
+    eqsat = _module("eqsat")
+    got = eqsat._load("hf-small:gpt2", None)
+    want = api.load("hf:gpt2")
+    assert len(got) == len(want) and [n.op for n in got.nodes] == [n.op for n in want.nodes]
+
+
 def test_eqsat_benchmark_writes_a_row_and_its_summary(monkeypatch, tmp_path) -> None:
     """One small model end to end: the JSON is written (its settings included) with both
     searches' columns, and the summary counts the row."""
