@@ -94,3 +94,60 @@ def test_the_heuristic_is_part_of_a_sessions_workload() -> None:
     assert legacy.workload["default_tiling"] == "legacy"
     assert "default_tiling" not in xla.workload and xla.workload != legacy.workload
     assert xla.runner.time(xla.default) < legacy.runner.time(legacy.default)
+
+
+@pytest.mark.parametrize("tiling_name", ["xla", "legacy"])
+def test_a_tile_shared_by_kernel_work_is_each_kernels_own_pick(tiling_name) -> None:
+    """`KernelCosts.default_tile` shares picks between signatures of equal stats: every
+    pick it hands out, over graphs with many such kernels (a search's rewritten graphs:
+    the same layer merged, folded or fused another way), is the one computed from that
+    kernel's own signature."""
+    from superopt import zoo
+    from superopt.rewrite import Matcher, apply_site, load_rules
+    from superopt.tpu_sim import tiling
+
+    rules, _ = load_rules(None)
+    m = Matcher(rules)
+    graph = zoo.build("inception_v3")
+    graphs = [graph]
+    for site in list(m.match(graph))[:12]:
+        got = apply_site(graph, site, m)
+        graphs.append(got.graph if hasattr(got, "graph") else got[0])
+    sim = Simulator(TPU_V3, default_tiling=tiling_name)
+    sigs = list(dict.fromkeys(s for g in graphs for s in sim.compile(g).signatures))
+    kc = sim.kernels
+    shared = 0
+    for sig in sigs:
+        own = tiling.default_tile(kc.stats(sig), DEFAULT_FLAGS, TPU_V3,
+                                  lambda t, sig=sig: kc.estimate(sig, t, DEFAULT_FLAGS))
+        assert kc.default_tile(sig, DEFAULT_FLAGS) == own
+        shared += (kc.stats(sig), DEFAULT_FLAGS) in kc._tiles_by_stats
+    assert shared == len(sigs) and len(kc._tiles_by_stats) < len(sigs)  # some were shared
+
+
+def test_the_time_alone_is_the_simulations_time() -> None:
+    """`Simulator.evaluate` sums the kernel costs without building the report
+    (`timing.compiled_time`): the same float as the full simulation's, and inf when a
+    kernel is invalid."""
+    from dataclasses import replace
+
+    from superopt import zoo
+    from superopt.tpu_sim.timing import compiled_time
+
+    sim = Simulator(TPU_V3)
+    for name in ("resnet18", "bert_small", "squeezenet"):
+        c = sim.compile(zoo.build(name))
+        assert compiled_time(c, sim) == sim.simulate(c).time
+        assert sim.evaluate(zoo.build(name)) == sim.simulate(c).time
+    # One kernel given a tile that does not fit VMEM (an invalid kernel whose time is
+    # finite): the run is invalid either way.
+    c = sim.compile(zoo.build("vgg19", batch=16))
+    kc = sim.kernels
+    k, sig = next((k, s) for k, s in zip(c.kernels, c.signatures, strict=True)
+                  if kc.stats(s).gemm is not None)
+    flags = c.config.flags[k.root]
+    tile = next(t for t in tile_options(kc.stats(sig))
+                if not kc.cost(sig, t, flags).valid and math.isfinite(kc.cost(sig, t, flags).time))
+    bad = replace(c, config=replace(c.config, tiles={**c.config.tiles, k.root: tile}))
+    assert math.isinf(sim.simulate(bad).time)
+    assert math.isinf(compiled_time(bad, sim))

@@ -46,6 +46,9 @@ class KernelCosts:
         self._stats: dict[Signature, KernelStats] = {}
         self._costs: dict[tuple[Signature, Tile, Flags], KernelCost] = {}
         self._tiles: dict[tuple[Signature, Flags], Tile] = {}
+        # The same picks by the kernel's work: kernels of other signatures often do the
+        # same work (a search's rewritten graphs: a third of its new kernels).
+        self._tiles_by_stats: dict[tuple[KernelStats, Flags], Tile] = {}
         self._spaces: dict[Signature, Space] = {}
         self._canon: dict[Signature, Signature] = {}
         self._names: dict[Signature, str] = {}
@@ -172,8 +175,17 @@ class KernelCosts:
         key = (sig, flags)
         t = self._tiles.get(key)
         if t is None:
-            t = tiling.default_tile(self.stats(sig), flags, self.hw,
-                                    lambda tile: self.estimate(sig, tile, flags))
+            # The pick reads the signature only through its stats: the options are plain
+            # tiles (`tile_options`), whose estimate and default flags depend on the stats,
+            # the flags and the hardware alone (only a `Bounds` tile reads the space).
+            by_work = (self.stats(sig), flags)
+            t = self._tiles_by_stats.get(by_work)
+            if t is None:
+                t = tiling.default_tile(self.stats(sig), flags, self.hw,
+                                        lambda tile: self.estimate(sig, tile, flags))
+                if len(self._tiles_by_stats) >= self.max_entries:
+                    self._tiles_by_stats.clear()
+                self._tiles_by_stats[by_work] = t
             if len(self._tiles) >= self.max_entries:
                 self._tiles.clear()
             self._tiles[key] = t

@@ -36,7 +36,14 @@ from superopt.tpu_sim.layout import Layout, NodeLayouts, paused_gc
 from superopt.tpu_sim.layout_pass import LaidOut
 from superopt.tpu_sim.pipeline import Compiled, default_choice, run_passes
 from superopt.tpu_sim.tiling import DEFAULT_TILING, check_default_tiling
-from superopt.tpu_sim.timing import NOISE_SIGMA, Simulation, graph_totals, time_compiled, with_noise
+from superopt.tpu_sim.timing import (
+    NOISE_SIGMA,
+    Simulation,
+    compiled_time,
+    graph_totals,
+    time_compiled,
+    with_noise,
+)
 
 V = TypeVar("V")
 
@@ -237,7 +244,10 @@ class Simulator:
         """Compile under `config` (defaults elsewhere) and time it: simulated, or measured
         with noise when a seed is given."""
         compiled = self.compile(graph, config)
-        return self.simulate(compiled).time if seed is None else self.measure(compiled, seed)
+        if seed is None:
+            with paused_gc():
+                return compiled_time(compiled, self)
+        return self.measure(compiled, seed)
 
     def graph_totals(self, graph: Graph) -> tuple[float, float]:
         """(useful FLOPs, compulsory bytes) of a graph, cached by content."""
