@@ -6,7 +6,7 @@ backtracking (`superopt.rewrite.optimize`, sim cost, budget 40, 300 s limit, as
 `benchmarks/optimize.py` ran it), eqsat with greedy extraction and with ILP extraction
 (`superopt.rewrite.eqsat`, defaults: 50,000 e-nodes, 60 s saturation, 6 iterations,
 backoff scheduling, 20 s of simulator-priced local moves after extraction, the four
-proxies' ILP solves and the moves' two climbs side by side on the cores it may use).
+proxies' ILP solves and the moves' climbs side by side on the cores it may use).
 Both searches use the verified starter library and the sim cost. The eqsat graphs' values
 are checked against the input with the reference interpreter. Each eqsat row also keeps
 its anytime curve (`progress`: when its best graph improved, and to what cost) and when it

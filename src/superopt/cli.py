@@ -616,7 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "at the limit its best solution so far is used)")
     p.add_argument("--workers", type=int, default=0, metavar="N",
                    help="with --search eqsat: processes at once (the cost proxies' HiGHS "
-                        "solves, the two climbs of local moves; default 0: one per core "
+                        "solves, the climbs of local moves; default 0: one per core "
                         "this process may use)")
     p.add_argument("--refine-limit", type=float, default=20.0, metavar="S",
                    help="with --search eqsat and a whole-graph cost (sim): seconds of local "

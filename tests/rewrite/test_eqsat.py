@@ -892,6 +892,41 @@ def test_both_climbs_count_whether_side_by_side_or_in_turn(monkeypatch) -> None:
         assert all(a[0] <= b[0] and a[1] > b[1] for a, b in itertools.pairwise(r.progress))
 
 
+def test_a_runner_up_extraction_is_climbed_too(monkeypatch) -> None:
+    """Where another proxy's extraction is a different graph priced within RUNNER_UP of
+    the best one (resnet18: 0.2%), it is climbed as a third start, its own gains counting
+    as progress (it starts behind the best), and its graph is the result when it climbs
+    further; one that is priced further behind is not climbed."""
+    from superopt import zoo
+    from superopt.rewrite import eqsat
+    from superopt.rewrite.cost import SimCost
+
+    calls: list[tuple[float, float]] = []
+
+    def climb(ld, sp, made, pick, cost, price, stop):
+        calls.append((cost, stop.best))
+        if cost not in (before, calls[0][0]):  # the runner-up "finds" 0.4x of its start
+            return (cost * 0.4, pick, ["with stand_in#0"], 3,
+                    [(time.perf_counter(), cost * 0.4)], "limit")
+        return cost, pick, [], 3, [], "local optimum"
+
+    monkeypatch.setattr(eqsat, "_refine", climb)
+    g = zoo.build("resnet18")
+    before = SimCost().cost(g)
+    r = eqsat_optimize(g, starter_rules(), SimCost(), EqsatOptions(workers=1))
+    (best, bar0), (_, bar1), (runner_up, bar2) = calls
+    assert bar0 == bar1 == best and bar2 == runner_up  # its own start is its bar
+    assert best < runner_up <= best * (1 + eqsat.RUNNER_UP)
+    assert r.refine_ends[:2] == ("extraction: local optimum", "input: local optimum")
+    assert r.refine_ends[2].startswith("runner-up (") and r.refine_ends[2].endswith(": limit")
+    assert r.cost_after == pytest.approx(0.4 * runner_up, rel=1e-12)
+    assert "from the runner-up" in r.ilp_status and r.refine_moves == 9
+    calls.clear()
+    monkeypatch.setattr(eqsat, "RUNNER_UP", 0.0)
+    r = eqsat_optimize(g, starter_rules(), SimCost(), EqsatOptions(workers=1))
+    assert len(calls) == 2 and len(r.refine_ends) == 2
+
+
 def _saturated_space(g: Graph, rules: list) -> tuple[Any, Any, dict, _Space, dict[int, int]]:
     """`g`'s e-graph saturated with `rules`, its loaded form, the rule applications made,
     the space under the sim cost's first proxy, and the extraction that is the input."""

@@ -44,7 +44,8 @@ matrix unit, cost a share of that (`FusedOpCost`); an e-node a rule made costs 1
 so that ties keep the input's. Each extraction is priced with `sim` itself and the
 fastest kept; then local moves, each priced with `sim` (`_refine`): per rule application,
 adopt it or undo it, and per rule all of them or halves to eighths, hill-climbing from
-the extraction and from the input, with pivots through whole-rule moves up to 1.05x
+the extraction and from the input (and from another proxy's extraction of a different
+graph priced within 1%, the runner-up), with pivots through whole-rule moves up to 1.05x
 slower (the backtracking search's alpha), until `refine_limit` seconds, or sooner where a
 climb stalls: it stops once it has gone `refine_patience` of the search's time so far
 without a gain (an anytime search spends on a stall as much as it has already spent,
@@ -106,6 +107,7 @@ ILP_GRACE_S = 10.0  # past HiGHS's own time limit, the solve is killed
 MIN_CHUNK = 64
 REFINE_GRACE_S = 10.0  # past its deadline (one move may be under way), a climb's child is
 PIVOT = 1.05  # a whole-rule move this much slower may still lead somewhere faster
+RUNNER_UP = 0.01  # another proxy's extraction this much slower is climbed too
 # A local move of many sites is kept when it is faster by more than MIN_GAIN of the
 # time: not 0, since two builds of one graph in different orders sum costs differently
 # (about 1e-16); not larger, since the backtracking search keeps any gain (BERT-base's 12
@@ -176,7 +178,8 @@ class EqsatOptions:
     # at 1.4 s and its graph 0.8% behind backtracking's: the merge of Q and K that pays
     # is found 0.8 s into its climb.
     refine_min: float = 1.0
-    # Processes at once: the proxies' HiGHS solves, and the local moves' two climbs;
+    # Processes at once: the proxies' HiGHS solves, and the local moves' climbs (the
+    # input's on a second process);
     # 0: one per core this process may use. Side by side pays even on cores other jobs
     # hold: at load 3-4 on 2 cores, 16 zoo models' ILP searches took 531 s against 920 s
     # one after another, the graphs the same or better (benchmarks/results/eqsat*.json).
@@ -1899,7 +1902,8 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
             status += "; greedy used"
         return price(pick), ext, pick, status
 
-    best = min((extract(k) for k in range(len(ext_costs))), key=lambda b: b[0])
+    extracted = sorted((extract(k) for k in range(len(ext_costs))), key=lambda b: b[0])
+    best = extracted[0]
     # (seconds since the start, a cost reached then): the input's, the extraction's,
     # then each climb's kept moves (the forked climb's clock is this one's: monotonic).
     reached = [(0.0, before), (time.perf_counter() - t0, best[0])]
@@ -1922,24 +1926,50 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
         # batch steps.
         as_input = {**greedy, **{sp.cls_of[sp.rep[i]]: sp.rep[i] for i in ld.orig_of
                                  if i in sp.rep}}
-        starts = ((pick, t, "extraction"), (as_input, before, "input"))
+        # (extraction, its cost, label, the space its moves are read from, the cost its
+        # gains must beat to count as progress: `_Stop.best`, its proxy and ILP status)
+        starts = [(pick, t, "extraction", sp, t, ext, status),
+                  (as_input, before, "input", sp, t, ext, status)]
+        # A third start, the runner-up: the cheapest extraction of another proxy whose
+        # graph differs from the best one's, when it is priced within RUNNER_UP of it. The
+        # proxies disagree where the graph has two basins (Swin-T: the attention scale
+        # folded into the query weights, or Q, K and V merged), and the cheaper start need
+        # not be in the better one (Swin-T: 946.9 us climbs to 945.9, the runner-up's
+        # 951.8 to 927.2). It climbs after the extraction's climb, on the same process, and
+        # its own gains count as progress: it starts behind the best graph.
+        seen = {frozenset(pick[c] for c in _order(ld, pick))}
+        for t_k, ext_k, pick_k, status_k in extracted[1:]:
+            key = frozenset(pick_k[c] for c in _order(ld, pick_k))
+            if key in seen:
+                continue
+            seen.add(key)
+            if t_k <= t * (1 + RUNNER_UP):
+                sp_k = spaces[ext_k.name]
+                starts.append(({**_greedy(sp_k), **pick_k}, t_k, f"runner-up ({ext_k.name})",
+                               sp_k, t_k, ext_k, status_k))
+            break
 
         def climb(k: int, deadline: float) -> _Climbed:
-            start, cost0, _ = starts[k]
-            return _refine(ld, sp, made, {**greedy, **start}, cost0, price,
-                           _Stop(deadline, t0, opts.refine_patience, best=t,
+            start, cost0, _, space, bar, _, _ = starts[k]
+            return _refine(ld, space, made, {**greedy, **start}, cost0, price,
+                           _Stop(deadline, t0, opts.refine_patience, best=bar,
                                  origin=before, share=opts.refine_share,
                                  least=opts.refine_min))
 
         half = t_refine + opts.refine_limit / 2
+        climbs: dict[int, _Climbed | None] = {}
         if workers > 1:
-            # The two climbs are independent: with a second core, side by side, each with
-            # half the limit, in half the wall time.
+            # The climbs are independent: with a second core, the input's side by side
+            # with the extractions', each side with half the limit, in half the wall time.
             other = _Forked(lambda: climb(1, half), opts.refine_limit / 2 + REFINE_GRACE_S)
-            climbs = [climb(0, half), other.result()]
+            climbs.update((k, climb(k, half)) for k in range(len(starts)) if k != 1)
+            climbs[1] = other.result()
         else:
-            climbs = [climb(0, half), climb(1, t_refine + opts.refine_limit)]
-        for (_, _, label), got_climb in zip(starts, climbs, strict=True):
+            climbs[0] = climb(0, half)
+            climbs.update((k, climb(k, t_refine + opts.refine_limit))
+                          for k in range(1, len(starts)))
+        for k, got_climb in sorted(climbs.items()):
+            _, _, label, _, _, ext_k, status_k = starts[k]
             if got_climb is None:
                 ends.append(f"{label}: died")
                 continue  # the child died or ran past its limit: that climb found nothing
@@ -1948,7 +1978,8 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
             refined += n
             reached += [(at - t0, c) for at, c in trace]
             if got_t < best[0]:
-                best = (got_t, ext, got, f"{status}; from the {label}: {_kept_summary(notes)}")
+                best = (got_t, ext_k, got,
+                        f"{status_k}; from the {label}: {_kept_summary(notes)}")
     after, ext, pick, status = best
     new, origin = _build(ld, graph, pick)
     objective = ext.cost(new)
