@@ -1,7 +1,7 @@
 """Ctrl-C (SIGINT to the process group, as a terminal sends it) stops long commands within
 2 s with exit status 130, writes no verdict, and leaves no worker process behind; an
-interrupted optimize search still saves its best graph, its values unchecked and marked
-so (and says 130). SIGKILL of the
+interrupted optimize search (backtracking, or eqsat's local moves) still saves its best
+graph, its values unchecked and marked so (and says 130). SIGKILL of the
 parent alone (no chance to clean up) leaves no live worker either: workers poll their
 parent."""
 
@@ -106,6 +106,29 @@ def test_optimize_saves_the_best_graph_of_an_interrupted_search(tmp_path: Path) 
     best = json.loads(first.read_text())["cost_after"]
     assert json.loads(again.read_text())["cost_before"] == pytest.approx(best, rel=1e-9)
     assert best < json.loads(first.read_text())["cost_before"]
+
+
+@pytest.mark.slow
+def test_optimize_eqsat_saves_the_best_graph_its_local_moves_reached(tmp_path: Path) -> None:
+    """Ctrl-C during eqsat's local moves (here made to run a minute: patience 1) ends
+    them with the best graph they reached, saved unchecked as the backtracking search's
+    is; the climbs say they were interrupted."""
+    out, first, again = tmp_path / "o.json", tmp_path / "f1.json", tmp_path / "f2.json"
+    code, took, err = _interrupt(["optimize", "resnet50", "--search", "eqsat", "--repeats",
+                                  "0", "--refine-patience", "1", "--refine-limit", "120",
+                                  "--out", str(out), "--json", str(first)], after=10)
+    assert code == 130 and took < 2.0 and out.exists(), (code, took, err)
+    got = json.loads(first.read_text())
+    assert got["values"] == "not checked (interrupted)"
+    assert any(e.endswith(": interrupted") for e in got["refine_ends"]), got["refine_ends"]
+    assert got["cost_after"] < got["cost_before"]
+    # The saved graph is the one priced: optimizing it again starts from that cost.
+    run = subprocess.run([sys.executable, "-m", "superopt", "optimize", str(out), "--budget",
+                          "1", "--repeats", "0", "--json", str(again)], env=ENV,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(again.read_text())["cost_before"] == pytest.approx(got["cost_after"],
+                                                                         rel=1e-9)
 
 
 def _live_in_group(pgid: int) -> list[str]:

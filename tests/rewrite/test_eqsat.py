@@ -1038,6 +1038,32 @@ def test_a_climb_that_stalls_stops_at_its_patience_and_one_that_gains_goes_on() 
     assert got[5] == "local optimum" and got[3] > 60 and time.perf_counter() - t < 30
 
 
+def test_ctrl_c_hands_back_the_best_graph_a_climb_reached() -> None:
+    """Ctrl-C during a climb (KeyboardInterrupt in a pricing) ends it with the best
+    extraction it had kept and "interrupted", not an exception: that graph is finished
+    work, which `optimize --search eqsat` saves."""
+    from superopt.rewrite.eqsat import _refine, _Stop
+
+    g = _inception_block()
+    _, ld, made, sp, as_input = _saturated_space(g, starter_rules())
+    calls = iter(range(1, 10**6))
+    kept_costs: list[float] = []
+
+    def price(pick: dict) -> float:
+        n = next(calls)
+        if n == 6:
+            raise KeyboardInterrupt
+        kept_costs.append(0.9 ** n)  # every move pays, each more than the last
+        return 0.9 ** n
+
+    t = time.perf_counter()
+    cost, pick, kept, tried, trace, why = _refine(
+        ld, sp, made, dict(as_input), 1.0, price, _Stop(t + 30, t, 1.0, 1.0))
+    assert why == "interrupted" and tried == 6
+    assert cost == kept_costs[-1] == 0.9 ** 5 and len(kept) == 5  # the last kept move's
+    assert pick != as_input and trace[-1][1] == cost
+
+
 def test_a_climb_stops_when_its_gains_dwindle_against_the_searchs() -> None:
     """With `share`, a climb that still gains, but over the last `patience` of the
     search's time less than that share of all the search gained from the input

@@ -191,10 +191,19 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
                         refine_patience=args.refine_patience,
                         refine_share=args.refine_share, refine_min=args.refine_min,
                         workers=args.workers)
+    from superopt.interrupts import allow_finish
+
     with console.status(f"equality saturation on {graph.name}, then {args.extraction} "
                         "extraction"):
         res = eqsat_optimize(graph, matcher, cost, opts)
-    final = res.graph if args.no_fold else fold_weights(res.graph, seed=args.seed).graph
+    stopped = res.interrupted
+    if stopped:
+        # Ctrl-C during the local moves: their best graph is finished work, saved unchecked
+        # and unfolded within the interrupt's grace, as the backtracking search's is.
+        allow_finish(5)
+        args.repeats = 0
+    final = res.graph if args.no_fold or stopped else \
+        fold_weights(res.graph, seed=args.seed).graph
     table = Table(title=f"rules in the e-graph of {graph.name}")
     table.add_column("rule")
     table.add_column("unions made", justify="right")
@@ -237,7 +246,11 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
         "refine_moves": res.refine_moves, "refine_ends": list(res.refine_ends),
     }
     ok = True
-    if not args.no_check:
+    if stopped:
+        figures["values"] = "not checked (interrupted)"
+        console.print("[yellow]values not checked[/]: the run was interrupted"
+                      + (f"; `superopt run {args.out}` checks them" if args.out else ""))
+    elif not args.no_check:
         ok = _check_values(console, graph, final, args.seed, figures)
     if args.repeats > 0:
         with console.status(f"timing both graphs on torch (cpu), {args.repeats} runs each"):
@@ -261,6 +274,9 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
     if args.json:
         atomic_write_text(args.json, json.dumps(figures, indent=1) + "\n")
         console.print(f"wrote {args.json}")
+    if stopped:
+        print("superopt: interrupted", file=sys.stderr)
+        return 130  # saved, but the run did not finish: a script must not read it as done
     return 0 if ok else 1
 
 

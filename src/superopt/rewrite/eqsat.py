@@ -235,9 +235,11 @@ class EqsatResult:
     # input's at 0 s through the extraction's to the local moves' (an anytime curve: when
     # a result at least as good as a given one was first reached).
     progress: tuple[tuple[float, float], ...] = ()
-    # Per climb of local moves, "START: why it ended" (`_Climbed`): from the extraction
-    # and from the input; none under an additive cost (no climbs).
+    # Per climb of local moves, "START: why it ended" (`_Climbed`): from the extraction,
+    # from the input, from the runner-up; none under an additive cost (no climbs).
     refine_ends: tuple[str, ...] = ()
+    # Ctrl-C ended the local moves: the result is the best graph they had reached.
+    interrupted: bool = False
 
     @property
     def speedup(self) -> float:
@@ -1464,9 +1466,10 @@ class _Forked:
         send.close()
         self.deadline = time.monotonic() + limit
 
-    def result(self) -> Any:
+    def result(self, wait: bool = True) -> Any:
+        """Its value, or None; with `wait` False only one already sent."""
         try:
-            if not self.recv.poll(max(0.0, self.deadline - time.monotonic())):
+            if not self.recv.poll(max(0.0, self.deadline - time.monotonic()) if wait else 0):
                 return None
             return self.recv.recv()
         except EOFError:
@@ -1782,6 +1785,9 @@ def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
     # the best the search held, then each gain below that.
     gains = [(time.perf_counter(), min(stop.best, cost))]
     ended = ""
+    # The best the climb has reached and how, what Ctrl-C hands back (a pivot's climb
+    # may be under way from a worse graph).
+    reached: list[Any] = [cost, pick, []]
 
     def halted() -> bool:
         nonlocal ended
@@ -1811,30 +1817,39 @@ def _refine(ld: _Loaded, sp: _Space, made: Mapping[str, list[frozenset[int]]],
                     steps.append((time.perf_counter(), cost))
                     if cost < gains[-1][1]:
                         gains.append(steps[-1])
+                    if cost < reached[0]:
+                        reached[:] = [cost, pick, kept]
             if not better:
                 break
         return cost, pick, kept
 
-    cost, pick, kept = climb(pick, cost, [], trace)
-    pivoted = True
-    while pivoted and not halted():
-        pivoted = False
-        for _, label, change in _moves(ld, sp, made, pick):
-            if not label.split()[1] == "all":
-                continue
-            if halted():
-                break
-            trial = {**pick, **change}
-            t = attempt(trial)
-            if t > cost * PIVOT:
-                continue
-            steps: list[tuple[float, float]] = []
-            got = climb(trial, t, [*kept, label], steps)
-            if got[0] < cost * (1 - MIN_GAIN_SITE):
-                cost, pick, kept = got
-                trace += steps  # only a pivot kept counts: the others were abandoned
-                pivoted = True
-                break
+    try:
+        cost, pick, kept = climb(pick, cost, [], trace)
+        pivoted = True
+        while pivoted and not halted():
+            pivoted = False
+            for _, label, change in _moves(ld, sp, made, pick):
+                if not label.split()[1] == "all":
+                    continue
+                if halted():
+                    break
+                trial = {**pick, **change}
+                t = attempt(trial)
+                if t > cost * PIVOT:
+                    continue
+                steps: list[tuple[float, float]] = []
+                got = climb(trial, t, [*kept, label], steps)
+                if got[0] < cost * (1 - MIN_GAIN_SITE):
+                    cost, pick, kept = got
+                    trace += steps  # only a pivot kept counts: the others were abandoned
+                    pivoted = True
+                    break
+    except KeyboardInterrupt:
+        # Ctrl-C: the best graph reached so far is finished work (`eqsat_optimize`).
+        cost, pick, kept = reached
+        if not trace or cost < trace[-1][1]:
+            trace.append((time.perf_counter(), cost))
+        ended = "interrupted"
     return cost, pick, kept, tried, trace, ended or "local optimum"
 
 
@@ -1909,6 +1924,7 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
     reached = [(0.0, before), (time.perf_counter() - t0, best[0])]
     refined = 0
     ends: list[str] = []  # per climb, why it ended
+    stopped_by_user = False  # Ctrl-C during the climbs
     t_refine = time.perf_counter()
     if not isinstance(cost_fn, AdditiveCost):
         # No per-op proxy ranks graphs as the fusing compiler does (inception_v3: average
@@ -1958,20 +1974,37 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
 
         half = t_refine + opts.refine_limit / 2
         climbs: dict[int, _Climbed | None] = {}
+
+        def user_stopped() -> bool:
+            # Ctrl-C: a climb handed back its best so far.
+            return any(c is not None and c[5] == "interrupted" for c in climbs.values())
+
+        def run(k: int, deadline: float) -> None:
+            if not user_stopped():  # after Ctrl-C no further climb starts
+                climbs[k] = climb(k, deadline)
+
         if workers > 1:
             # The climbs are independent: with a second core, the input's side by side
             # with the extractions', each side with half the limit, in half the wall time.
             other = _Forked(lambda: climb(1, half), opts.refine_limit / 2 + REFINE_GRACE_S)
-            climbs.update((k, climb(k, half)) for k in range(len(starts)) if k != 1)
-            climbs[1] = other.result()
+            for k in range(len(starts)):
+                if k != 1:
+                    run(k, half)
+            try:
+                # The child leaves Ctrl-C to this process, which does not wait for it then.
+                climbs[1] = other.result(wait=not user_stopped())
+            except KeyboardInterrupt:  # while waiting: the child is killed on the way out
+                climbs[1] = None
+                stopped_by_user = True
         else:
-            climbs[0] = climb(0, half)
-            climbs.update((k, climb(k, t_refine + opts.refine_limit))
-                          for k in range(1, len(starts)))
+            run(0, half)
+            for k in range(1, len(starts)):
+                run(k, t_refine + opts.refine_limit)
+        stopped_by_user = stopped_by_user or user_stopped()
         for k, got_climb in sorted(climbs.items()):
             _, _, label, _, _, ext_k, status_k = starts[k]
             if got_climb is None:
-                ends.append(f"{label}: died")
+                ends.append(f"{label}: {'interrupted' if stopped_by_user else 'died'}")
                 continue  # the child died or ran past its limit: that climb found nothing
             got_t, got, notes, n, trace, why = got_climb
             ends.append(f"{label}: {why}")
@@ -1998,7 +2031,7 @@ def eqsat_optimize(graph: Graph, rules: Iterable[Rule] | Matcher,
         used=MappingProxyType(dict(used)),
         saturate_s=t1 - t0, extract_s=t2 - t1, seconds=time.perf_counter() - t0,
         kept_input=kept, refine_moves=refined, workers=workers,
-        progress=_progress(reached), refine_ends=tuple(ends))
+        progress=_progress(reached), refine_ends=tuple(ends), interrupted=stopped_by_user)
 
 
 def _kept_summary(notes: Sequence[str]) -> str:
