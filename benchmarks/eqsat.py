@@ -90,7 +90,8 @@ def bench_model(name: str, args: argparse.Namespace, bt_row: dict | None = None)
     if args.phase == "backtracking":
         return row
     for ext in ("greedy", "ilp"):
-        r = eqsat_optimize(g, matcher, SimCost(), EqsatOptions(extraction=ext))
+        # Ctrl-C in its local moves hands back their best so far: not a finished row.
+        r = finished(eqsat_optimize(g, matcher, SimCost(), EqsatOptions(extraction=ext)))
         t, f = _measure(r.graph, sim)
         try:
             check = check_values(g, r.graph)

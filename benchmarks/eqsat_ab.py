@@ -47,6 +47,8 @@ g = zoo.build(sys.argv[1])
 rules, _ = load_rules(None)
 sim = SimCost()
 r = eqsat_optimize(g, Matcher(rules), sim, EqsatOptions(workers=int(sys.argv[2])))
+if getattr(r, "interrupted", False):  # Ctrl-C in its local moves: not a finished search
+    sys.exit(130)
 print(json.dumps({"sim_s": sim.cost(r.graph), "search_s": r.seconds,
                   "saturate_s": r.saturate_s, "refine_moves": r.refine_moves,
                   "status": r.ilp_status, "used": dict(r.used)}))

@@ -110,6 +110,30 @@ def test_an_interrupted_backtracking_search_writes_no_row(monkeypatch, tmp_path)
     assert e.value.code == 130 and not out.exists()
 
 
+def test_an_eqsat_search_whose_local_moves_were_interrupted_writes_no_row(
+        monkeypatch, tmp_path) -> None:
+    """Ctrl-C during eqsat's local moves hands back their best graph so far
+    (`interrupted`): not a finished row either (the backtracking columns are reused)."""
+    from dataclasses import replace
+
+    import superopt.rewrite.eqsat as E
+
+    eqsat = _module("eqsat")
+    real = E.eqsat_optimize
+    monkeypatch.setattr(E, "eqsat_optimize",
+                        lambda *a, **k: replace(real(*a, **k), interrupted=True))
+    bt = tmp_path / "bt.json"
+    monkeypatch.setattr("sys.argv", ["eqsat.py", "--models", "squeezenet", "--budget", "2",
+                                     "--phase", "backtracking", "--out", str(bt)])
+    eqsat.main()
+    out = tmp_path / "eqsat.json"
+    monkeypatch.setattr("sys.argv", ["eqsat.py", "--models", "squeezenet", "--phase", "eqsat",
+                                     "--backtracking-from", str(bt), "--out", str(out)])
+    with pytest.raises(SystemExit) as e:
+        eqsat.main()
+    assert e.value.code == 130 and not out.exists()
+
+
 def _interrupted_search(monkeypatch) -> None:
     """Every backtracking search (`superopt.rewrite.optimize`, `superopt.optimize`) as
     Ctrl-C leaves it: its input handed back as its best graph so far."""

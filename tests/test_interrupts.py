@@ -54,3 +54,7 @@ def test_a_result_ctrl_c_stopped_is_not_finished() -> None:
     assert finished(done) is done
     with pytest.raises(KeyboardInterrupt):
         finished(SimpleNamespace(stopped="interrupted"))
+    # An eqsat result: its saturation finished, its local moves were cut short.
+    assert finished(SimpleNamespace(stopped="saturated", interrupted=False)).stopped
+    with pytest.raises(KeyboardInterrupt):
+        finished(SimpleNamespace(stopped="saturated", interrupted=True))

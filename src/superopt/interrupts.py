@@ -183,9 +183,11 @@ S = TypeVar("S", bound=_Stopped)
 
 def finished(result: S) -> S:
     """`result`, unless Ctrl-C stopped the search or tuning that made it: those hand back
-    their best so far (`stopped == "interrupted"`, what `optimize` and `tune` report),
-    which a benchmark must not record as a finished row. Raises KeyboardInterrupt then."""
-    if result.stopped == "interrupted":
+    their best so far (`stopped == "interrupted"`, what `optimize` and `tune` report;
+    `interrupted` on an eqsat result, whose local moves were cut short), which a benchmark
+    must not record as a finished row, nor a plan cache keep as a finished search. Raises
+    KeyboardInterrupt then."""
+    if result.stopped == "interrupted" or getattr(result, "interrupted", False):
         raise KeyboardInterrupt
     return result
 

@@ -78,6 +78,25 @@ def test_a_warm_cache_replays_every_search_and_offers_the_same_options(
     assert warm.plan(graph).origin == cold.plan(graph).origin
 
 
+def test_a_search_ctrl_c_cut_short_is_not_kept(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during a plan search: TASO's search hands back its best so far
+    (`stopped="interrupted"`), which must not be kept as the finished search that
+    `--resume` would replay; the interrupt goes on to the tuner."""
+    from dataclasses import replace
+
+    real = superopt.rewrite.optimize
+
+    def cut_short(*args: object, **kwargs: object) -> object:
+        return replace(real(*args, **kwargs), stopped="interrupted")
+
+    monkeypatch.setattr(superopt.rewrite, "optimize", cut_short)
+    cache = PlanCache(tmp_path / "plans.sqlite")
+    with pytest.raises(KeyboardInterrupt):
+        _plan_pass(cache).plan(qkv(with_bn=True))
+    assert len(cache) == 0
+
+
 def test_another_budget_or_rule_list_misses_and_the_same_rules_hit(tmp_path: Path) -> None:
     graph = qkv(with_bn=True)
     cache = PlanCache(tmp_path / "plans.sqlite")

@@ -145,6 +145,7 @@ class RewritePlan(TunablePass):
     def _search(self, graph: Graph, matcher: Matcher) -> Plan | None:
         """TASO's search with `matcher`'s rules; None unless it lowers the cost. With a
         plan cache, a search made before (same inputs, same code) is replayed instead."""
+        from superopt.interrupts import finished
         from superopt.rewrite import optimize
 
         key = self._cache_key(graph, matcher)
@@ -162,7 +163,10 @@ class RewritePlan(TunablePass):
             self._cost = self.cost_factory()
         if self.search == "eqsat":
             return self._eqsat(graph, matcher)
-        res = optimize(graph, matcher, self._cost, alpha=self.alpha, budget=self.budget)
+        # Ctrl-C hands back the search's best so far: not a finished search to keep (and
+        # replay on --resume) as the plan.
+        res = finished(optimize(graph, matcher, self._cost, alpha=self.alpha,
+                                budget=self.budget))
         out = None
         if res.steps and res.cost_after < res.cost_before:
             steps = [[s.rule, list(s.sites)] for s in res.steps]
@@ -180,11 +184,12 @@ class RewritePlan(TunablePass):
 
     def _eqsat(self, graph: Graph, matcher: Matcher) -> Plan | None:
         """Equality saturation's graph as the plan; None unless it lowers the cost."""
+        from superopt.interrupts import finished
         from superopt.rewrite.cost import CostFunction
         from superopt.rewrite.eqsat import eqsat_optimize
 
         assert isinstance(self._cost, CostFunction)
-        res = eqsat_optimize(graph, matcher, self._cost)
+        res = finished(eqsat_optimize(graph, matcher, self._cost))
         if res.kept_input or not res.cost_after < res.cost_before:
             return None
         # One entry per rule application whose e-nodes the extracted graph contains.
