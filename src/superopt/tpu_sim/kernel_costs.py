@@ -178,10 +178,11 @@ class KernelCosts:
             # The pick reads the signature only through its stats: the options are plain
             # tiles (`tile_options`), whose estimate and default flags depend on the stats,
             # the flags and the hardware alone (only a `Bounds` tile reads the space).
-            by_work = (self.stats(sig), flags)
+            stats = self.stats(sig)
+            by_work = (stats, flags)
             t = self._tiles_by_stats.get(by_work)
             if t is None:
-                t = tiling.default_tile(self.stats(sig), flags, self.hw,
+                t = tiling.default_tile(stats, flags, self.hw,
                                         lambda tile: self.estimate(sig, tile, flags))
                 if len(self._tiles_by_stats) >= self.max_entries:
                     self._tiles_by_stats.clear()
