@@ -121,7 +121,8 @@ def run_tuner(model: str, batch: int, graph: Graph, rules: list[str] | None, pas
               schedule: str, strategy: str, budget: int, seeds: range,
               keep: dict | None = None, plan_budget: int = 20,
               plan_cache: str | None = None, attribution: bool = False,
-              exact_screen: list[int] | None = None) -> list[dict]:
+              exact_screen: list[int] | None = None,
+              plan_search: str = "backtracking") -> list[dict]:
     """One tuning run per seed, on one session: its passes' caches (the plan's search,
     rule matching per stage) are keyed by content, so the seeds share them. With
     `plan_cache` (a file), the plan's searches are also kept there for later runs. With
@@ -130,7 +131,8 @@ def run_tuner(model: str, batch: int, graph: Graph, rules: list[str] | None, pas
     from superopt.xtat.session import open_session, use_plan_cache
 
     s = open_session({"model": model, "batch": batch, "rules": rules,
-                      "plan_budget": plan_budget, "default_tiling": DEFAULT["tiling"]}, graph)
+                      "plan_budget": plan_budget, "plan_search": plan_search,
+                      "default_tiling": DEFAULT["tiling"]}, graph)
     cache = use_plan_cache(s, plan_cache)
     try:
         return [tune_once(s, graph, passes, schedule, strategy, budget, seed, keep,
@@ -259,11 +261,11 @@ def parse_rows(text: str) -> list[tuple[str, int]]:
 
 
 def schedule_key(kind: str = "joint", passes: tuple | None = None,
-                 strategy: str = STRATEGY) -> str:
+                 strategy: str = STRATEGY, plan_search: str = "backtracking") -> str:
     """A column's schedule's phases (strategies and their options), the order the kernel
-    phases try tiles in and how the plan's options are made, hashed: a --remeasure run
-    skips the rows already measured with this schedule, so a killed run resumes where it
-    stopped."""
+    phases try tiles in and how the plan's options are made (and searched, when not by
+    TASO's backtracking), hashed: a --remeasure run skips the rows already measured with
+    this schedule, so a killed run resumes where it stopped."""
     import hashlib
 
     from superopt.xtat.passes.kernel import TileSites
@@ -274,7 +276,8 @@ def schedule_key(kind: str = "joint", passes: tuple | None = None,
     phases = make_schedule(kind, passes, strategy)
     # The kernel phases try each kernel's first tiles: their order is part of the schedule;
     # so are the rewrite plan's options (its variants, each rule source's own plan).
-    key = (phases, TileSites.ORDER, *([SITE_OPTIONS] if "plan" in passes else []))
+    key = (phases, TileSites.ORDER, *([SITE_OPTIONS] if "plan" in passes else []),
+           *([plan_search] if "plan" in passes and plan_search != "backtracking" else []))
     return hashlib.sha256(repr(key).encode()).hexdigest()[:12]
 
 
@@ -292,10 +295,11 @@ def library_key() -> str:
     return hashlib.sha256(repr(rules).encode()).hexdigest()[:12]
 
 
-def stale(row: dict, columns: set[str], schedule: str, strategy: str = STRATEGY) -> set[str]:
+def stale(row: dict, columns: set[str], schedule: str, strategy: str = STRATEGY,
+          plan_search: str = "backtracking") -> set[str]:
     """The columns of `columns` that `row` measured with another schedule or starter
     library than now."""
-    want = {"joint": schedule_key(schedule, strategy=strategy),
+    want = {"joint": schedule_key(schedule, strategy=strategy, plan_search=plan_search),
             "xtat": schedule_key("joint", COMPILER, strategy),
             "xtat_exact": schedule_key("joint", COMPILER, strategy)}
     lib = library_key()
@@ -350,7 +354,8 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
           strategy: str = STRATEGY, plan_cache: str | None = None,
           save_graphs: Path | None = None, attribution: bool = False,
           equal_info: bool = False,
-          checkpoint: Callable[[dict], None] | None = None) -> dict:
+          checkpoint: Callable[[dict], None] | None = None,
+          plan_search: str = "backtracking") -> dict:
     """One table row. Given `row` (a row measured before), only the columns in `again`
     (xtat, taso, joint, xtat_exact) are measured again and the others are kept: PET-only
     depends on neither the tuner's schedules nor the starter library; `again` of only
@@ -413,8 +418,10 @@ def bench(model: str, batch: int, budget: int, taso_budget: int, seeds: int,
         row["joint"] = run_tuner(model, batch, graph, sources, PASS_NAMES, schedule,
                                  strategy, budget, range(seeds), keep=best,
                                  plan_budget=taso_budget, plan_cache=plan_cache,
-                                 attribution=attribution)
-        row["joint_schedule"] = schedule_key(schedule, strategy=strategy)
+                                 attribution=attribution, plan_search=plan_search)
+        row["joint_schedule"] = schedule_key(schedule, strategy=strategy,
+                                             plan_search=plan_search)
+        row["joint_plan_search"] = plan_search
         row["joint_library"] = library_key()
         row["joint_schedule_name"] = schedule
         row.pop("joint_torch", None)
@@ -525,6 +532,10 @@ def main() -> None:
                          "in this SQLite file and replay the ones made before with the same "
                          "inputs and code (superopt.xtat.plancache): the same results, "
                          "without the searches (an hour on nasnet_a)")
+    ap.add_argument("--plan-search", choices=("backtracking", "eqsat"), default="backtracking",
+                    help="how the joint column's rewrite plan is searched (tune "
+                         "--plan-search): TASO's backtracking at --taso-budget (default), "
+                         "or equality saturation; TASO-only stays TASO's search")
     ap.add_argument("--attribution", action="store_true",
                     help="record each tuned run's per-pass attribution (per_pass: choices "
                          "changed and the time lost when the pass alone reverts)")
@@ -622,7 +633,8 @@ def main() -> None:
             for b in batches:
                 if again and (m, b) in done:
                     i = next(i for i, r in enumerate(rows) if (r["model"], r["batch"]) == (m, b))
-                    cols = stale(rows[i], again, args.schedule, args.strategy)
+                    cols = stale(rows[i], again, args.schedule, args.strategy,
+                                 args.plan_search)
                     if not cols:
                         continue
                     # The joint column is compared with the XTAT-only one: measured again
@@ -633,7 +645,7 @@ def main() -> None:
                                     not args.no_torch, rows[i], args.schedule,
                                     frozenset(cols), args.strategy,
                                     args.plan_cache, save_graphs, args.attribution,
-                                    args.equal_info)
+                                    args.equal_info, plan_search=args.plan_search)
                 elif (m, b) not in done:
                     def keep(row: dict, key: tuple[str, int] = (m, b)) -> None:
                         partial[key] = row
@@ -649,7 +661,8 @@ def main() -> None:
                                       strategy=args.strategy, plan_cache=args.plan_cache,
                                       save_graphs=save_graphs,
                                       attribution=args.attribution,
-                                      equal_info=args.equal_info, checkpoint=keep))
+                                      equal_info=args.equal_info, checkpoint=keep,
+                                      plan_search=args.plan_search))
                     partial.pop((m, b), None)
                 else:
                     continue

@@ -194,3 +194,144 @@ def test_tune_keeps_its_plan_searches_and_a_resumed_run_searches_none(
     con = sqlite3.connect(db)
     assert con.execute("SELECT name FROM sqlite_master WHERE name = 'plans'").fetchone() is None
     con.close()
+
+
+class _CountingEqsat:
+    """superopt.rewrite.eqsat.eqsat_optimize, counting its calls."""
+
+    def __init__(self) -> None:
+        import superopt.rewrite.eqsat
+
+        self.calls = 0
+        self.real = superopt.rewrite.eqsat.eqsat_optimize
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        self.calls += 1
+        return self.real(*args, **kwargs)
+
+
+def _eqsat_pass(cache: PlanCache) -> RewritePlan:
+    library = list(rule_set(None).rules)
+    pipe = make_pipeline(Simulator("v4"), Matcher([*library, merge3_rule()]),
+                         plan_search="eqsat")
+    plan = pipe.passes[pipe.index("plan")]
+    plan.cache = cache
+    return plan
+
+
+def test_an_eqsat_plan_is_kept_as_its_graph_and_rebuilt_without_searching(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An eqsat plan has no path to replay and its local moves stop on the clock, so the
+    cache keeps the graph itself: a warm pass searches nothing and offers the same
+    plan and source plans (graphs, rules, costs, origins); a stored graph that does not
+    rebuild as it was is a miss, searched again."""
+    import superopt.rewrite.eqsat
+
+    graph = qkv(with_bn=True)
+    search = _CountingEqsat()
+    monkeypatch.setattr(superopt.rewrite.eqsat, "eqsat_optimize", search)
+    path = tmp_path / "plans.sqlite"
+    cold_cache = PlanCache(path)
+    cold = _eqsat_pass(cold_cache)
+    cold_offers = _offers(cold, graph)
+    assert cold_offers[0][0].startswith("eqsat:")
+    # The plan and each rule source's own (the library's and PET's merge).
+    assert search.calls == cold_cache.misses == len(cold_cache) >= 2
+    cold_cache.close()
+    search.calls = 0
+    warm_cache = PlanCache(path)
+    warm = _eqsat_pass(warm_cache)
+    assert _offers(warm, graph) == cold_offers
+    assert search.calls == 0 and warm_cache.hits == cold_cache.misses
+    for option, p in [(None, warm.plan(graph)), *warm.variants(graph).items()]:
+        q = cold.plan(graph) if option is None else cold.variants(graph)[option]
+        assert p.origin == q.origin and p.graph.weights.keys() == q.graph.weights.keys()
+    warm_cache.close()
+    # A backtracking pass on the same file finds none of them (another key).
+    bt_cache = PlanCache(path)
+    _plan_pass(bt_cache).plan(graph)
+    assert bt_cache.hits == 0 and bt_cache.misses == 1
+    bt_cache.close()
+    # Damage each stored eqsat graph (its last node's id): not rebuilt, so a miss.
+    con = sqlite3.connect(path)
+    for key, text in con.execute("SELECT key, result FROM plans").fetchall():
+        rec = json.loads(text)
+        if rec.get("graph"):
+            rec["graph"]["nodes"][-1]["id"] = -1
+            con.execute("UPDATE plans SET result = ? WHERE key = ?", (json.dumps(rec), key))
+    con.commit()
+    con.close()
+    again = PlanCache(path)
+    assert _offers(_eqsat_pass(again), graph) == cold_offers
+    assert search.calls == again.misses >= 1
+
+
+def test_the_plan_is_priced_by_the_sessions_default_compiler() -> None:
+    """The plan's search prices graphs as the session's default compiler compiles them
+    (`--default legacy` too), and its cache key names a non-default heuristic."""
+    keys = []
+    for tiling in ("xla", "legacy"):
+        pipe = make_pipeline(Simulator("v4", default_tiling=tiling))
+        plan = pipe.passes[pipe.index("plan")]
+        assert plan.cost_factory().simulator.default_tiling == tiling
+        keys.append(plan.cost_key)
+    assert keys == ["sim:v4", "sim:v4:legacy"]
+
+
+def test_tune_plan_search_eqsat_keeps_its_plans_for_resume_and_replay(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import superopt.rewrite.eqsat
+
+    db = tmp_path / "r.sqlite"
+    argv = ["tune", "squeezenet", "--budget", "12", "--db", str(db), "--no-check",
+            "--plan-search", "eqsat"]
+    search, bt = _CountingEqsat(), _Counting()
+    monkeypatch.setattr(superopt.rewrite.eqsat, "eqsat_optimize", search)
+    monkeypatch.setattr(superopt.rewrite, "optimize", bt)
+    js = tmp_path / "first.json"
+    assert main([*argv, "--json", str(js)]) == 0
+    assert search.calls >= 1 and bt.calls == 0
+    plan = json.loads(js.read_text())["candidate"]["plan"]["plan"]
+    assert plan.startswith("eqsat:")
+    search.calls = 0
+    assert main([*argv, "--resume"]) == 0
+    assert search.calls == 0
+    js = tmp_path / "replay.json"
+    assert main(["tune", "--replay", str(db), "--json", str(js)]) == 0
+    assert json.loads(js.read_text())["candidate"]["plan"]["plan"] == plan
+    assert search.calls == 0 and bt.calls == 0
+    capsys.readouterr()
+    # The records name the plan search: resuming them with TASO's search is refused.
+    assert main(["tune", "squeezenet", "--budget", "12", "--db", str(db), "--resume"]) == 2
+    assert "plan_search" in capsys.readouterr().err
+
+
+def test_workers_rebuild_an_eqsat_plan_from_the_drivers_searches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tune --workers N --plan-search eqsat`: a worker opens the session with the
+    driver's plan cache (`spec["plan_cache"]`) and rebuilds a planned candidate with the
+    same key without searching; its own search could find another graph."""
+    import superopt.rewrite.eqsat
+    import superopt.xtat.remote as remote
+    from superopt.xtat.passes.plan import PLAN_SITE
+    from superopt.xtat.session import open_session, use_plan_cache
+
+    path = tmp_path / "plans.sqlite"
+    s = open_session({"model": "squeezenet", "plan_search": "eqsat"})
+    cache = use_plan_cache(s, path)
+    pipe = s.pipeline
+    site = pipe.passes[pipe.index("plan")].sites(s.default.stages[0])[PLAN_SITE]
+    option = site.options[1]
+    assert str(option).startswith("eqsat:")
+    cand = pipe.with_choice(s.default, "plan", PLAN_SITE, option)
+
+    def no_search(*args: object, **kwargs: object) -> object:
+        raise AssertionError("a worker searched for a plan")
+
+    monkeypatch.setattr(superopt.rewrite.eqsat, "eqsat_optimize", no_search)
+    monkeypatch.setattr(remote, "_STATE", remote.WorkerState())
+    spec = {**s.spec, "plan_cache": str(path)}
+    [(key, t)] = remote.measure_task((spec, [(cand.json, 0)]))
+    assert key == cand.key and t > 0
+    cache.close()

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.replay is not None:
         return replay(args, console)
     from superopt.executor import parse_executor
-    from superopt.xtat.session import open_session, use_plan_cache
+    from superopt.xtat.session import PLAN_SEARCH, open_session, use_plan_cache
     from superopt.xtat.targets import get_target, tuned_passes
     from superopt.xtat.tuner import make_schedule
 
@@ -129,6 +129,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     spec = {"model": args.model, "batch": args.batch, "hardware": args.hardware,
             "rules": args.rules, "allow_unproved": args.allow_unproved,
             "plan_budget": args.plan_budget,
+            "plan_search": getattr(args, "plan_search", None) or PLAN_SEARCH,
             "default_tiling": getattr(args, "default", None)}
     if target.real:
         spec |= {"target": target.name, "threads": args.threads, "op_cost": args.op_cost,
@@ -160,14 +161,27 @@ def run(args: argparse.Namespace, console: Console) -> int:
                       f"{p.name} by {p.strategy}" for p in phases)
                   + (f"; resuming {db.count()} recorded measurements" if db and db.count() else ""))
     pool = None
+    scratch = None  # a temporary plan cache for the workers, removed at the end
     try:
         if args.workers > 1 or args.executor is not None:
             from superopt.executor import open_executor
             from superopt.xtat.remote import RemoteMeasure
 
+            spec = dict(session.spec)
+            if spec.get("plan_search", PLAN_SEARCH) != PLAN_SEARCH:
+                # An eqsat plan is not searched the same way twice (its local moves stop
+                # on the clock): workers rebuild candidates with this process's plans,
+                # read from the file its searches are kept in (a scratch file without --db).
+                if plans is None:
+                    import tempfile
+
+                    scratch = Path(tempfile.mkdtemp(prefix="superopt-plans-"))
+                    plans = use_plan_cache(session, scratch / "plans.sqlite")
+                assert plans is not None
+                spec["plan_cache"] = str(plans.path.resolve())
             pool_cm = open_executor(args.executor, args.workers)
             pool = pool_cm.__enter__()
-            measure = RemoteMeasure(pool, dict(session.spec), session.runner, args.workers)
+            measure = RemoteMeasure(pool, spec, session.runner, args.workers)
         else:
             measure = None
         result = _search(session, phases, args, db, console, measure)
@@ -178,6 +192,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
             db.close()
         if plans is not None:
             plans.close()
+        if scratch is not None:
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
     if result.stopped == "interrupted":
         # Ctrl-C means exit 130 within 2 s with the records kept (--resume goes on from
         # them). Reporting takes longer (compile, attribution, values check), and a report
@@ -479,7 +497,7 @@ def replay(args: argparse.Namespace, console: Console) -> int:
     """Rebuild the best recorded candidate of a database (no new measurement)."""
     from superopt.xtat.realcommand import final_pick, real_spec
     from superopt.xtat.records import RecordsDB, RecordsError
-    from superopt.xtat.session import PLAN_BUDGET, open_session, use_plan_cache
+    from superopt.xtat.session import PLAN_BUDGET, PLAN_SEARCH, open_session, use_plan_cache
 
     with RecordsDB(args.replay, None) as db:
         best = db.best()
@@ -500,6 +518,7 @@ def replay(args: argparse.Namespace, console: Console) -> int:
                             "hardware": w.get("hardware"), "rules": w.get("rules"),
                             "allow_unproved": w.get("allow_unproved"),
                             "plan_budget": w.get("plan_budget", PLAN_BUDGET),
+                            "plan_search": w.get("plan_search", PLAN_SEARCH),
                             "default_tiling": w.get("default_tiling")}
                            | real_spec(w))
     if session.workload != w:

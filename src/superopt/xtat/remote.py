@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from concurrent.futures import Executor
+from pathlib import Path
 from typing import Any
 
 from superopt.xtat.runner import SimRunner
@@ -27,7 +28,7 @@ class WorkerState:
         self.sessions: dict[str, Any] = {}
 
     def session(self, spec: dict[str, Any]) -> Any:
-        from superopt.xtat.session import open_session
+        from superopt.xtat.session import open_session, use_plan_cache
 
         key = digest(json.dumps(spec, sort_keys=True))
         got = self.sessions.get(key)
@@ -35,6 +36,12 @@ class WorkerState:
             if len(self.sessions) >= 4:
                 self.sessions.clear()
             got = self.sessions[key] = open_session(spec)
+            cache = spec.get("plan_cache")
+            if cache and Path(cache).is_file():
+                # The driver's plan searches (an eqsat plan's graph): read, never searched
+                # again here. A worker that cannot see the file searches for itself, and
+                # a plan it finds otherwise fails the driver's check of candidate keys.
+                use_plan_cache(got, cache, read_only=True)
         return got
 
 
@@ -58,7 +65,8 @@ class RemoteMeasure:
                  workers: int = 2) -> None:
         self.pool = pool
         self.spec = {k: spec.get(k) for k in ("model", "batch", "hardware", "rules",
-                                               "allow_unproved", "plan_budget", "default_tiling")
+                                               "allow_unproved", "plan_budget", "plan_search",
+                                               "default_tiling", "plan_cache")
                      if k in spec}
         self.runner = runner
         self.workers = max(1, workers)

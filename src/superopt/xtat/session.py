@@ -49,10 +49,11 @@ def load_graph(model: str, batch: int | None) -> Graph:
 
 
 PLAN_BUDGET = 20  # graphs TASO's search expands for the rewrite plan (TASO-only's budget)
+PLAN_SEARCH = "backtracking"  # how the plan is searched (`passes.plan.PLAN_SEARCHES`)
 
 
 def make_pipeline(sim: Simulator, rules: Any = None, check: bool = False,
-                  plan_budget: int = PLAN_BUDGET, plan_search: str = "backtracking"
+                  plan_budget: int = PLAN_BUDGET, plan_search: str = PLAN_SEARCH
                   ) -> Pipeline:
     """The six passes in order; `rules`: a rule list, a `Matcher`, or rule sources
     (None: the verified starter library; see `superopt.xtat.rules`). The rewrite plan
@@ -65,11 +66,16 @@ def make_pipeline(sim: Simulator, rules: Any = None, check: bool = False,
         rules = Matcher(rule_set(rules).rules)
     hw = sim.hw.name
 
-    def cost() -> object:
-        return create_cost("sim", hardware=hw)
+    tiling = sim.default_tiling
 
-    return Pipeline([RewritePlan(rules, cost, plan_budget, cost_key=f"sim:{hw}",
-                                 search=plan_search),
+    def cost() -> object:
+        # Priced as the session's default compiler compiles (its tile heuristic).
+        return create_cost("sim", hardware=hw, default_tiling=tiling)
+
+    # The key names a heuristic other than the default, so plan caches made before the
+    # choice existed (all with the default's prices) still hit.
+    key = f"sim:{hw}" if tiling == DEFAULT_TILING else f"sim:{hw}:{tiling}"
+    return Pipeline([RewritePlan(rules, cost, plan_budget, cost_key=key, search=plan_search),
                      RewriteSites(rules),
                      LayoutSites(sim), FusionSites(sim), TileSites(sim), FlagSites(sim)],
                     check=check)
@@ -117,6 +123,9 @@ class Session:
                "allow_unproved": bool(self.spec.get("allow_unproved")),
                "rules_digest": self.spec.get("rules_digest"),
                "plan_budget": int(self.spec.get("plan_budget", PLAN_BUDGET))}
+        # Named only when not TASO's backtracking, so records made before the choice match.
+        if self.spec.get("plan_search", PLAN_SEARCH) != PLAN_SEARCH:
+            out["plan_search"] = self.spec["plan_search"]
         # Only a non-default tile heuristic is named, so records written before the choice
         # existed (all over the then default, now "legacy") do not match.
         if self.sim is not None and self.sim.default_tiling != DEFAULT_TILING:
@@ -167,7 +176,8 @@ def open_session(spec: Mapping[str, Any], graph: Graph | None = None,
     rules = rule_set(spec.get("rules"), bool(spec.get("allow_unproved")))
     spec["rules_digest"] = digest("\n".join(sorted(format_rule(r) for r in rules.rules)))
     pipeline = make_pipeline(sim, Matcher(rules.rules),
-                             plan_budget=int(spec.get("plan_budget", PLAN_BUDGET)))
+                             plan_budget=int(spec.get("plan_budget", PLAN_BUDGET)),
+                             plan_search=spec.get("plan_search") or PLAN_SEARCH)
     return Session(spec, graph, sim, pipeline, SimRunner(sim), pipeline.initial(graph), rules,
                    target)
 
@@ -244,7 +254,8 @@ def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: li
         cost = create_cost("flops")
     plan_budget = int(spec.get("plan_budget", PLAN_BUDGET))
     pipeline = Pipeline([RewritePlan(matcher, lambda: cost, plan_budget,
-                                     cost_key=f"{op_cost}:{spec['machine']}:{threads}"),
+                                     cost_key=f"{op_cost}:{spec['machine']}:{threads}",
+                                     search=spec.get("plan_search") or PLAN_SEARCH),
                          RewriteSites(matcher)])
 
     def graph_of(candidate: Candidate) -> Graph:
@@ -257,5 +268,5 @@ def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: li
                    target, OpCostPredictor(cost, graph_of))
 
 
-__all__ = ["OP_COSTS", "PLAN_BUDGET", "REAL_WORKLOAD", "REWRITE_PASSES", "Session", "applied_rewrites", "load_graph",
+__all__ = ["OP_COSTS", "PLAN_BUDGET", "PLAN_SEARCH", "REAL_WORKLOAD", "REWRITE_PASSES", "Session", "applied_rewrites", "load_graph",
            "make_pipeline", "open_session", "rewritten_graph", "use_plan_cache"]

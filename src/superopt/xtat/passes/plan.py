@@ -153,7 +153,8 @@ class RewritePlan(TunablePass):
             assert self.cache is not None
             got = self.cache.get(key)
             if got is not None:
-                p = self._from_record(graph, matcher, got)
+                p = self._from_eqsat_record(graph, got) if self.search == "eqsat" \
+                    else self._from_record(graph, matcher, got)
                 if p is not False:
                     self.cache.hits += 1
                     return p
@@ -162,7 +163,7 @@ class RewritePlan(TunablePass):
             assert self.cost_factory is not None
             self._cost = self.cost_factory()
         if self.search == "eqsat":
-            return self._eqsat(graph, matcher)
+            return self._eqsat(graph, matcher, key)
         # Ctrl-C hands back the search's best so far: not a finished search to keep (and
         # replay on --resume) as the plan.
         res = finished(optimize(graph, matcher, self._cost, alpha=self.alpha,
@@ -182,25 +183,67 @@ class RewritePlan(TunablePass):
                                  "evaluations": res.evaluated, "seconds": res.seconds})
         return out
 
-    def _eqsat(self, graph: Graph, matcher: Matcher) -> Plan | None:
-        """Equality saturation's graph as the plan; None unless it lowers the cost."""
+    def _eqsat(self, graph: Graph, matcher: Matcher, key: str | None) -> Plan | None:
+        """Equality saturation's graph as the plan; None unless it lowers the cost. Kept
+        in the plan cache as the graph itself (it has no path to replay): its local
+        moves stop on the clock, so searching again need not find the same graph, and a
+        resumed or replayed run must rebuild the one its measurements were made on."""
         from superopt.interrupts import finished
+        from superopt.ir.serialize import to_json
         from superopt.rewrite.cost import CostFunction
         from superopt.rewrite.eqsat import eqsat_optimize
 
         assert isinstance(self._cost, CostFunction)
         res = finished(eqsat_optimize(graph, matcher, self._cost))
-        if res.kept_input or not res.cost_after < res.cost_before:
+        out = None
+        if not res.kept_input and res.cost_after < res.cost_before:
+            # One entry per rule application whose e-nodes the extracted graph contains.
+            rules = tuple(r for r, n in sorted(res.used.items()) for _ in range(n))
+            out = Plan(f"eqsat:{digest(res.graph.structural_hash, 12)}", res.graph,
+                       res.origin, rules, res.cost_before, res.cost_after, 1, res.seconds)
+        if key is not None:
+            assert self.cache is not None
+            # Searches that found nothing are kept too ("graph": null).
+            self.cache.put(key, {
+                "graph": to_json(out.graph) if out else None,
+                "origin": [[k, list(v)] for k, v in sorted(out.origin.items())] if out else [],
+                "rules": list(out.rules) if out else [],
+                "cost_before": res.cost_before, "cost_after": res.cost_after,
+                "seconds": res.seconds})
+        return out
+
+    def _from_eqsat_record(self, graph: Graph, rec: dict) -> Plan | bool | None:
+        """The eqsat plan a stored result holds (None: it found nothing); False when the
+        stored graph does not rebuild node for node as it was (a miss: searched again)."""
+        from superopt.ir.errors import IRError
+        from superopt.ir.serialize import from_json, to_json
+
+        if "graph" not in rec:
+            return False
+        doc = rec["graph"]
+        if doc is None:
             return None
-        # One entry per rule application whose e-nodes the extracted graph contains.
-        rules = tuple(r for r, n in sorted(res.used.items()) for _ in range(n))
-        return Plan(f"eqsat:{digest(res.graph.structural_hash, 12)}", res.graph, res.origin,
-                    rules, res.cost_before, res.cost_after, 1, res.seconds)
+        try:
+            names = {nd["attrs"]["name"] for nd in doc["nodes"] if nd["op"] == "weight"}
+            g = from_json(doc, {k: v for k, v in graph.weights.items() if k in names})
+            origin = {int(k): tuple(int(i) for i in v) for k, v in rec["origin"]}
+            rules = tuple(str(r) for r in rec["rules"])
+            cost_before, cost_after = float(rec["cost_before"]), float(rec["cost_after"])
+            seconds = float(rec["seconds"])
+        except (IRError, KeyError, TypeError, ValueError):
+            return False
+        # The builder re-checks every node; a graph it builds otherwise (other ids, another
+        # shape inference) would not match the origin or the measurements made on it.
+        if to_json(g) != doc or not set(origin) <= {n.id for n in g.nodes}:
+            return False
+        return Plan(f"eqsat:{digest(g.structural_hash, 12)}", g, origin, rules,
+                    cost_before, cost_after, 1, seconds)
 
     def _cache_key(self, graph: Graph, matcher: Matcher) -> str | None:
-        """The plan cache's key of this search (None: no cache, or a cost it cannot name;
-        eqsat plans are not cached: the cache replays a path, and they have none)."""
-        if self.cache is None or not self.cost_key or self.search != "backtracking":
+        """The plan cache's key of this search (None: no cache, or a cost it cannot name).
+        An eqsat search does not read the budget or the relaxation; its own options are
+        the defaults, which the code digest covers."""
+        if self.cache is None or not self.cost_key:
             return None
         names = tuple(r.name for r in matcher.rules)
         text = self._rules_digest.get(names)
@@ -209,6 +252,9 @@ class RewritePlan(TunablePass):
             # (site keys and the path name them).
             text = self._rules_digest[names] = digest(
                 "\n".join(format_rule(r) for r in matcher.rules), 16)
+        if self.search == "eqsat":
+            return self.cache.key("plan-eqsat", graph.structural_hash, text,
+                                  matcher.exclusive, self.cost_key)
         return self.cache.key("plan", graph.structural_hash, text, matcher.exclusive,
                               self.budget, self.alpha, self.cost_key)
 
