@@ -532,10 +532,12 @@ def main() -> None:
                          "in this SQLite file and replay the ones made before with the same "
                          "inputs and code (superopt.xtat.plancache): the same results, "
                          "without the searches (an hour on nasnet_a)")
-    ap.add_argument("--plan-search", choices=("backtracking", "eqsat"), default="backtracking",
+    ap.add_argument("--plan-search", choices=("backtracking", "eqsat", "both"),
+                    default="backtracking",
                     help="how the joint column's rewrite plan is searched (tune "
                          "--plan-search): TASO's backtracking at --taso-budget (default), "
-                         "or equality saturation; TASO-only stays TASO's search")
+                         "equality saturation, or both (eqsat's plan one more option); "
+                         "TASO-only stays TASO's search")
     ap.add_argument("--attribution", action="store_true",
                     help="record each tuned run's per-pass attribution (per_pass: choices "
                          "changed and the time lost when the pass alone reverts)")
@@ -639,8 +641,9 @@ def main() -> None:
                         continue
                     # The joint column is compared with the XTAT-only one: measured again
                     # with it (a joint result is never kept beside a newer XTAT-only one);
-                    # the equal-information column alone only adds itself.
-                    cols = cols if again == {"xtat_exact"} else cols | {"joint"}
+                    # TASO-only (one search, no seeds) and the equal-information column
+                    # alone only replace themselves.
+                    cols = cols | {"joint"} if "xtat" in cols else cols
                     rows[i] = bench(m, b, args.budget, args.taso_budget, args.seeds, Path(tmp),
                                     not args.no_torch, rows[i], args.schedule,
                                     frozenset(cols), args.strategy,

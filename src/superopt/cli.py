@@ -765,10 +765,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-budget", type=int, default=20,
                    help="graphs TASO's search expands for the rewrite plan, with the "
                         "simulator as its cost model (default 20; 0: no plan)")
-    p.add_argument("--plan-search", choices=("backtracking", "eqsat"), default="backtracking",
-                   help="how the rewrite plan is searched: backtracking (TASO's, default) "
-                        "or eqsat (equality saturation and extraction, as optimize "
-                        "--search eqsat); the same cost model, kept in --db like the rest")
+    p.add_argument("--plan-search", choices=("backtracking", "eqsat", "both"),
+                   default="backtracking",
+                   help="how the rewrite plan is searched: backtracking (TASO's, default), "
+                        "eqsat (equality saturation and extraction, as optimize --search "
+                        "eqsat), or both (backtracking's plan and its variants, and "
+                        "eqsat's plan as one more option); the same cost model, the "
+                        "searches kept in --db")
     p.add_argument("--allow-unproved", action="store_true",
                    help="also use rules that are neither proved nor exactly corrected "
                         "(refuted and invalid rules are never used)")

@@ -449,3 +449,32 @@ def test_a_rule_only_a_measurement_judges_is_offered_at_every_site(with_conv: bo
     bare = make_pipeline(sim, rules=["starter"])
     sites = bare.passes[0].sites(bare.initial(graph).stages[0])
     assert all("+" not in str(o) for s in sites.values() for o in s.options)
+
+
+def test_both_searches_offer_the_eqsat_plan_beside_backtrackings() -> None:
+    """`plan_search="both"`: the site offers backtracking's plan (with its variants) and
+    eqsat's as one more option, the cheaper by the plan's cost first after "no plan";
+    each option applies the graph its own search found, with the input's values."""
+    sim = Simulator("v4")
+    graph = two_branches()
+    found = {}
+    for search in ("backtracking", "eqsat"):
+        pipe = make_pipeline(sim, plan_search=search)
+        found[search] = pipe.passes[pipe.index("plan")].plan(graph)
+    bt, eq = found["backtracking"], found["eqsat"]
+    assert bt is not None and eq is not None
+    # The case needs two different graphs (eqsat's merges both convolutions' folds).
+    assert bt.graph.structural_hash != eq.graph.structural_hash
+    pipe = make_pipeline(sim, plan_search="both")
+    plan = pipe.passes[pipe.index("plan")]
+    default = pipe.initial(graph)
+    site = plan.sites(default.stages[0])[PLAN_SITE]
+    assert bt.option in site.options and eq.option in site.options
+    cheaper = min((bt, eq), key=lambda q: q.cost_after)
+    assert site.options[:2] == (None, cheaper.option)
+    for q in (bt, eq):
+        cand = pipe.with_choice(default, "plan", PLAN_SITE, q.option)
+        assert cand.stages[1].graph.structural_hash == q.graph.structural_hash
+        check = check_values(graph, rewritten_graph(pipe, cand))
+        assert check.ok, check.summary()
+    assert plan.describe(default.stages[0], site, eq.option).startswith("eqsat plan")

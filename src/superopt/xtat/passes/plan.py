@@ -71,7 +71,9 @@ from superopt.xtat.space import PassConfig, Site, digest
 from superopt.xtat.stage import Stage
 
 PLAN_SITE = "plan"
-PLAN_SEARCHES = ("backtracking", "eqsat")  # how a plan is searched (`RewritePlan(search=)`)
+# How a plan is searched (`RewritePlan(search=)`): TASO's backtracking, equality
+# saturation, or both (the backtracking plan, with the eqsat plan as one more option).
+PLAN_SEARCHES = ("backtracking", "eqsat", "both")
 # The plan without one group of its rules, for at most this many groups (the most applied
 # first): each is a replay of the path, and a revisit flip costs measurements.
 MAX_VARIANTS = 8
@@ -115,7 +117,8 @@ class RewritePlan(TunablePass):
                              f"{', '.join(PLAN_SEARCHES)}")
         # "eqsat": the plan is equality saturation's extracted graph (`superopt.rewrite.
         # eqsat`): one graph, no path, so it has no variants by rule group; the source
-        # plans are eqsat searches too.
+        # plans are eqsat searches too. "both": the plan, its variants and source plans
+        # are backtracking's, and the eqsat plan is one more option (`_other_search`).
         self.search = search
         self.matcher = rules
         self.cost_factory = cost
@@ -137,23 +140,29 @@ class RewritePlan(TunablePass):
         if key in self._plans:
             return self._plans[key]
         got = None
-        if self.cost_factory is not None and self.budget > 0:
+        if self._searching():
             got = self._search(graph, self.matcher)
         self._plans[key] = got
         return got
 
-    def _search(self, graph: Graph, matcher: Matcher) -> Plan | None:
-        """TASO's search with `matcher`'s rules; None unless it lowers the cost. With a
+    def _searching(self) -> bool:
+        return self.cost_factory is not None and self.budget > 0
+
+    def _search(self, graph: Graph, matcher: Matcher, search: str | None = None
+                ) -> Plan | None:
+        """TASO's search (or `search`, by default the pass's own; "both" searches by
+        backtracking here) with `matcher`'s rules; None unless it lowers the cost. With a
         plan cache, a search made before (same inputs, same code) is replayed instead."""
         from superopt.interrupts import finished
         from superopt.rewrite import optimize
 
-        key = self._cache_key(graph, matcher)
+        search = search or ("backtracking" if self.search == "both" else self.search)
+        key = self._cache_key(graph, matcher, search)
         if key is not None:
             assert self.cache is not None
             got = self.cache.get(key)
             if got is not None:
-                p = self._from_eqsat_record(graph, got) if self.search == "eqsat" \
+                p = self._from_eqsat_record(graph, got) if search == "eqsat" \
                     else self._from_record(graph, matcher, got)
                 if p is not False:
                     self.cache.hits += 1
@@ -162,7 +171,7 @@ class RewritePlan(TunablePass):
         if self._cost is None:
             assert self.cost_factory is not None
             self._cost = self.cost_factory()
-        if self.search == "eqsat":
+        if search == "eqsat":
             return self._eqsat(graph, matcher, key)
         # Ctrl-C hands back the search's best so far: not a finished search to keep (and
         # replay on --resume) as the plan.
@@ -239,7 +248,7 @@ class RewritePlan(TunablePass):
         return Plan(f"eqsat:{digest(g.structural_hash, 12)}", g, origin, rules,
                     cost_before, cost_after, 1, seconds)
 
-    def _cache_key(self, graph: Graph, matcher: Matcher) -> str | None:
+    def _cache_key(self, graph: Graph, matcher: Matcher, search: str) -> str | None:
         """The plan cache's key of this search (None: no cache, or a cost it cannot name).
         An eqsat search does not read the budget or the relaxation; its own options are
         the defaults, which the code digest covers."""
@@ -252,7 +261,7 @@ class RewritePlan(TunablePass):
             # (site keys and the path name them).
             text = self._rules_digest[names] = digest(
                 "\n".join(format_rule(r) for r in matcher.rules), 16)
-        if self.search == "eqsat":
+        if search == "eqsat":
             return self.cache.key("plan-eqsat", graph.structural_hash, text,
                                   matcher.exclusive, self.cost_key)
         return self.cache.key("plan", graph.structural_hash, text, matcher.exclusive,
@@ -321,6 +330,7 @@ class RewritePlan(TunablePass):
                     itertools.combinations(groups[:PAIRED], 2) if len(groups) > 2 else [])
                 found += [v for v in (self._replay(graph, p, d) for d in drops) if v]
             found += self._source_plans(graph, p)
+        found += self._other_search(graph)
         found += self._with_whole(graph, p)
         for v in found:
             if v.graph.structural_hash not in seen:
@@ -328,6 +338,15 @@ class RewritePlan(TunablePass):
                 got[v.option] = v
         self._variants[key] = got
         return got
+
+    def _other_search(self, graph: Graph) -> list[Plan]:
+        """With search "both": the eqsat plan over every rule, as one more option (none
+        when it found nothing; left out by `variants` when it is the backtracking plan's
+        graph). Its graph has no path: no variant is made from it."""
+        if self.search != "both" or not self._searching():
+            return []
+        q = self._search(graph, self.matcher, "eqsat")
+        return [q] if q is not None else []
 
     def _with_whole(self, graph: Graph, p: Plan | None) -> list[Plan]:
         """The plan (or, without one, the input) with each rule a measurement must judge
@@ -420,7 +439,7 @@ class RewritePlan(TunablePass):
             if o is None:
                 return None
             v = variants.get(o)  # type: ignore[call-overload]
-            if v is not None and v.only:
+            if v is not None and (v.only or v.option.startswith("eqsat:")):
                 return None
             return frozenset(v.dropped) if v is not None else frozenset()
 
@@ -441,7 +460,8 @@ class RewritePlan(TunablePass):
         only = {PET_SOURCE: " over PET's mutants only",
                 LIBRARY_SOURCE: " over the rule library only"}.get(p.only, "")
         added = f" with {', '.join(p.added)} at every site" if p.added else ""
-        what = "the input" if p.option.startswith("input+") else "TASO plan"
+        what = "the input" if p.option.startswith("input+") else \
+            "eqsat plan" if p.option.startswith("eqsat:") else "TASO plan"
         return f"{what}{without}{only}{added}: {len(p.rules)} rewrites ({counts})"
 
     def list_sites(self, stage: Stage) -> list[Site]:
