@@ -478,3 +478,7 @@ def test_both_searches_offer_the_eqsat_plan_beside_backtrackings() -> None:
         check = check_values(graph, rewritten_graph(pipe, cand))
         assert check.ok, check.summary()
     assert plan.describe(default.stages[0], site, eq.option).startswith("eqsat plan")
+    # The revisit tries the other search's whole plan first, from either whole plan.
+    stage = default.stages[0]
+    assert plan.alternatives(stage, site, bt.option)[0] == eq.option
+    assert plan.alternatives(stage, site, eq.option)[0] == bt.option
