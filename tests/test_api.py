@@ -30,3 +30,12 @@ def test_importing_the_api_loads_no_heavy_module() -> None:
     mods = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               check=True).stdout.split())
     assert not {"torch", "z3", "onnx", "numpy"} & mods
+
+
+def test_tune_takes_the_plan_search() -> None:
+    """`tune(plan_search="eqsat")` plans with equality saturation, as `superopt tune
+    --plan-search eqsat` does; an unknown search is refused by name."""
+    r = superopt.api.tune("squeezenet", budget=4, plan_search="eqsat")
+    assert str(r.best.config("plan").choices.get("plan")).startswith("eqsat:")
+    with pytest.raises(ValueError, match="unknown plan search 'nope'"):
+        superopt.api.tune("squeezenet", budget=4, plan_search="nope")

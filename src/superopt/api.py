@@ -131,12 +131,15 @@ def generate(preset: str = "taso", max_ops: int | None = None,
 
 def tune(graph: Graph | str, passes: Sequence[str] | None = None, budget: int = 200,
          schedule: str = "joint", strategy: str = "sweep", seed: int = 0,
-         hardware: str | None = None, default_tiling: str | None = None) -> TuneResult:
+         hardware: str | None = None, default_tiling: str | None = None,
+         plan_search: str = "backtracking") -> TuneResult:
     """XTAT's joint tuner (`superopt tune`) on the TPU simulator: rewrite, layout, fusion,
     tile and flag choices searched together for `budget` measurements. `graph` is a Graph
     or a MODEL_OR_FILE string; `passes` defaults to all six. `default_tiling` names the
     default compiler's tile heuristic that tuning starts from and its speedup is over
     ("xla", the default, or "legacy": `superopt.tpu_sim.tiling.DEFAULT_TILINGS`).
+    `plan_search` searches the rewrite plan by TASO's "backtracking" (default), "eqsat"
+    or "both" (`superopt tune --plan-search`).
 
     >>> r = tune("squeezenet", budget=8, seed=1)
     >>> r.evaluations, r.speedup >= 1.0
@@ -147,10 +150,10 @@ def tune(graph: Graph | str, passes: Sequence[str] | None = None, budget: int = 
     if isinstance(graph, str):
         return _tune(graph, budget=budget, schedule=schedule, passes=passes,
                      strategy=strategy, seed=seed, hardware=hardware,
-                     default_tiling=default_tiling)
+                     default_tiling=default_tiling, plan_search=plan_search)
     return _tune(graph.name, budget=budget, schedule=schedule, passes=passes,
                  strategy=strategy, seed=seed, hardware=hardware, graph=graph,
-                 default_tiling=default_tiling)
+                 default_tiling=default_tiling, plan_search=plan_search)
 
 
 def export(graph: Graph, path: str | Path, opset: int | None = None, seed: int = 0) -> Path:

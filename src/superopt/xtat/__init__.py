@@ -32,15 +32,18 @@ def open_session(spec: dict[str, Any], graph: Any = None) -> Any:
 def tune(model: str, budget: int = 200, schedule: str = "joint", passes: Any = None,
          strategy: str = "sweep", seed: int = 0, batch: int | None = None,
          hardware: str | None = None, rules: str | None = None, db: str | None = None,
-         graph: Any = None, default_tiling: str | None = None) -> Any:
+         graph: Any = None, default_tiling: str | None = None,
+         plan_search: str = "backtracking") -> Any:
     """Tune a model on the simulator; returns a `TuneResult` (see `superopt.xtat.tuner`).
     `default_tiling` is the default compiler's tile heuristic the tuning starts from and is
-    measured against (`superopt.tpu_sim.tiling.DEFAULT_TILINGS`; None: "xla")."""
+    measured against (`superopt.tpu_sim.tiling.DEFAULT_TILINGS`; None: "xla");
+    `plan_search` how the rewrite plan is searched (`passes.plan.PLAN_SEARCHES`)."""
     from superopt.xtat.records import RecordsDB
     from superopt.xtat.tuner import PASS_NAMES, Tuner, make_schedule
 
     session = open_session({"model": model, "batch": batch, "hardware": hardware,
-                            "rules": rules, "default_tiling": default_tiling}, graph)
+                            "rules": rules, "default_tiling": default_tiling,
+                            "plan_search": plan_search}, graph)
     phases = make_schedule(schedule, tuple(passes or PASS_NAMES), strategy)
     settings = {"passes": list(passes or PASS_NAMES), "schedule": schedule,
                 "strategy": strategy, "budget": budget, "seed": seed, "round": 8}
