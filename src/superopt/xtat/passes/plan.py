@@ -46,6 +46,12 @@ offers the plan with each such rule applied at every site it matches (`<plan>+<r
 `input+<rule>` where the search found no plan), right after the plan TASO's cost prices
 lowest, for the measurement to judge.
 
+The plan may instead be searched by equality saturation (`search="eqsat"`, `tune
+--plan-search eqsat`: one extracted graph, no path, so no variants by rule group), or both
+ways (`"both"`: backtracking's plan and its variants, eqsat's plan one more option). An
+eqsat search stops its local moves on the clock, so the plan cache keeps its graph itself
+rather than a path, and a resumed, replayed or worker-rebuilt candidate gets that graph.
+
 The planned graph is handed on unfolded (the value check needs it runnable); the
 rewrite pass folds the weight-only computations the plan created (the stage memo's
 `fold_skip` names what the source graph already computed, which stays as it was).
