@@ -3,7 +3,9 @@ same cache file searches nothing and offers exactly the plan, variants and sourc
 the first one found (same graphs, rules, costs); another budget or rule list misses; a
 stored path that no longer replays is searched again; a search that found nothing is kept
 too; bad files are one-line errors; `tune --db` keeps its searches so that `--resume` and
-`--replay` run none."""
+`--replay` run none. An eqsat plan is kept as its graph (its search stops on the clock):
+rebuilt without searching, by a resumed run, a replay and a worker; the plan's search
+prices with the session's default tile heuristic."""
 
 from __future__ import annotations
 
