@@ -46,11 +46,11 @@ def _offers(plan: RewritePlan, graph: Graph) -> list[tuple]:
 
 
 class _Counting:
-    """superopt.rewrite.optimize, counting its calls."""
+    """A search function (by default superopt.rewrite.optimize), counting its calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, module: object = superopt.rewrite, name: str = "optimize") -> None:
         self.calls = 0
-        self.real = superopt.rewrite.optimize
+        self.real = getattr(module, name)
 
     def __call__(self, *args: object, **kwargs: object) -> object:
         self.calls += 1
@@ -198,20 +198,6 @@ def test_tune_keeps_its_plan_searches_and_a_resumed_run_searches_none(
     con.close()
 
 
-class _CountingEqsat:
-    """superopt.rewrite.eqsat.eqsat_optimize, counting its calls."""
-
-    def __init__(self) -> None:
-        import superopt.rewrite.eqsat
-
-        self.calls = 0
-        self.real = superopt.rewrite.eqsat.eqsat_optimize
-
-    def __call__(self, *args: object, **kwargs: object) -> object:
-        self.calls += 1
-        return self.real(*args, **kwargs)
-
-
 def _eqsat_pass(cache: PlanCache) -> RewritePlan:
     library = list(rule_set(None).rules)
     pipe = make_pipeline(Simulator("v4"), Matcher([*library, merge3_rule()]),
@@ -230,7 +216,7 @@ def test_an_eqsat_plan_is_kept_as_its_graph_and_rebuilt_without_searching(
     import superopt.rewrite.eqsat
 
     graph = qkv(with_bn=True)
-    search = _CountingEqsat()
+    search = _Counting(superopt.rewrite.eqsat, "eqsat_optimize")
     monkeypatch.setattr(superopt.rewrite.eqsat, "eqsat_optimize", search)
     path = tmp_path / "plans.sqlite"
     cold_cache = PlanCache(path)
@@ -288,7 +274,7 @@ def test_tune_plan_search_eqsat_keeps_its_plans_for_resume_and_replay(
     db = tmp_path / "r.sqlite"
     argv = ["tune", "squeezenet", "--budget", "12", "--db", str(db), "--no-check",
             "--plan-search", "eqsat"]
-    search, bt = _CountingEqsat(), _Counting()
+    search, bt = _Counting(superopt.rewrite.eqsat, "eqsat_optimize"), _Counting()
     monkeypatch.setattr(superopt.rewrite.eqsat, "eqsat_optimize", search)
     monkeypatch.setattr(superopt.rewrite, "optimize", bt)
     js = tmp_path / "first.json"

@@ -167,8 +167,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
             from superopt.executor import open_executor
             from superopt.xtat.remote import RemoteMeasure
 
-            spec = dict(session.spec)
-            if spec.get("plan_search", PLAN_SEARCH) != PLAN_SEARCH:
+            remote = dict(session.spec)  # what a worker opens its session from
+            if remote.get("plan_search", PLAN_SEARCH) != PLAN_SEARCH:
                 # An eqsat plan is not searched the same way twice (its local moves stop
                 # on the clock): workers rebuild candidates with this process's plans,
                 # read from the file its searches are kept in (a scratch file without --db).
@@ -178,10 +178,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
                     scratch = Path(tempfile.mkdtemp(prefix="superopt-plans-"))
                     plans = use_plan_cache(session, scratch / "plans.sqlite")
                 assert plans is not None
-                spec["plan_cache"] = str(plans.path.resolve())
+                remote["plan_cache"] = str(plans.path.resolve())
             pool_cm = open_executor(args.executor, args.workers)
             pool = pool_cm.__enter__()
-            measure = RemoteMeasure(pool, spec, session.runner, args.workers)
+            measure = RemoteMeasure(pool, remote, session.runner, args.workers)
         else:
             measure = None
         result = _search(session, phases, args, db, console, measure)

@@ -63,7 +63,7 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from superopt.ir.graph import Graph
 from superopt.ir.passes import Origin, compose, identity_origin
@@ -354,9 +354,7 @@ class RewritePlan(TunablePass):
         if self.search != "both" or not self._searching():
             return []
         q = self._search(graph, self.matcher, OTHER_SEARCH)
-        return [] if q is None else [Plan(q.option, q.graph, q.origin, q.rules, q.cost_before,
-                                          q.cost_after, q.evaluations, q.seconds,
-                                          only=OTHER_SEARCH)]
+        return [] if q is None else [replace(q, only=OTHER_SEARCH)]
 
     def _with_whole(self, graph: Graph, p: Plan | None) -> list[Plan]:
         """The plan (or, without one, the input) with each rule a measurement must judge
