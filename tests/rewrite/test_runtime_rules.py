@@ -63,6 +63,62 @@ def test_flattened_norm_is_not_fused_into_skip_layer_norm(tmp_path: Path) -> Non
         np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-9)
 
 
+def _masked_window_attention(windows: int = 4, heads: int = 2, tokens: int = 9, dim: int = 4):
+    """Swin's shifted-window attention: logits of token pairs from different regions get
+    -100 added, so softmax gives them subnormal probabilities in float32."""
+    b = GraphBuilder("shifted_windows")
+    q = b.input("q", (windows, heads, tokens, dim))
+    k = b.input("k", (windows, heads, tokens, dim))
+    v = b.input("v", (windows, heads, tokens, dim))
+    region = np.arange(tokens) * 2 // tokens  # two regions per window
+    mask = np.where(region[:, None] == region[None, :], 0.0, -100.0)
+    mask = np.broadcast_to(mask, (windows, 1, tokens, tokens)).astype(np.float32)
+    logits = b.ewadd(b.matmul(q, b.transpose(k, perm=(0, 1, 3, 2))),
+                     b.weight("mask", mask.shape, data=mask))
+    return b.build(b.matmul(b.softmax(logits, axis=-1), v))
+
+
+def test_softmax_product_is_scaled_by_a_row_onnxruntime_does_not_fold(tmp_path: Path) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    from superopt.exporters.onnx import to_onnx
+    from superopt.ir.types import ORT_DTYPES
+
+    g = _masked_window_attention()
+    m = Matcher(library_rules("runtime"))
+    sites = [s for s in m.match(g).sites if s.rule == "scale_softmax_product"]
+    assert len(sites) == 1
+    new = apply_sites(g, sites, m).graph
+    feeds = random_feeds(g, seed=5)
+    for a, b in zip(interpret(g, feeds), interpret(new, feeds), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=0)
+    # In onnxruntime (float32) the two compute the same values: scaling by powers of two
+    # only moves exponents.
+    outs = []
+    for tag, graph in (("before", g), ("after", new)):
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.optimized_model_filepath = str(tmp_path / f"{tag}.onnx")
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(to_onnx(graph, seed=0).SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+        outs.append(sess.run(None, {i.name: np.asarray(feeds[i.name], ORT_DTYPES[i.type])
+                                    for i in sess.get_inputs()})[0])
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-6, atol=1e-30)
+    # The up-scale survives onnxruntime's optimizer as a Mul by a row of 2^32 ahead of the
+    # product (a scalar factor would be folded into the MatMul, which then reads the
+    # subnormal probabilities again).
+    opt = onnx.load(tmp_path / "after.onnx").graph
+    consts = {t.name: numpy_helper.to_array(t) for t in opt.initializer}
+    feeds_matmul = {i for n in opt.node if "MatMul" in n.op_type for i in n.input}
+    rows = [n for n in opt.node if n.op_type == "Mul" and n.output[0] in feeds_matmul
+            and any(i in consts and consts[i].size > 1 for i in n.input)]
+    assert len(rows) == 1
+    row = next(consts[i] for i in rows[0].input if i in consts)
+    assert row.shape[-1] == 9 and np.all(row == 2.0 ** 32)
+
+
 def test_unknown_library_name_is_one_clear_error() -> None:
     from superopt.ir.errors import IRError
 

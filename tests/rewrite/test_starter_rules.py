@@ -166,6 +166,10 @@ CASES: dict[str, list[Case]] = {
     # BERT's hidden states (batch 2, 5 tokens, 4 features) and one token of one sequence.
     "flatten_layer_norm3": [({"x": T((2, 5, 4)), "g": T((4,)), "c": T((4,))}, {"n": 1e-12}),
                             ({"x": T((1, 1, 6)), "g": T((6,)), "c": T((6,))}, {"n": 1e-5})],
+    # Swin's windows x heads x 49 x 49 probabilities against 32-wide values (smaller), and a
+    # rank-2 product with the softmax over the first axis.
+    "scale_softmax_product": [({"x": T((2, 3, 7, 7)), "v": T((2, 3, 7, 4))}, {"a": 3}),
+                              ({"x": T((5, 4)), "v": T((4, 3))}, {"a": 0})],
     # VGG's first block at two sizes: a 3-channel image, and 2 channels in, 3 out, batch 2.
     "fold_vgg_block": [({"x": T((1, 3, 4, 6)), "w1": T((4, 3, 3, 3)), "b1": T((4, 1, 1)),
                           "w2": T((4, 4, 3, 3)), "b2": T((4, 1, 1))}, {}),

@@ -75,6 +75,8 @@ concat_blocks_swapped: (concat 0 (concat 1 ?x ?y) (concat 1 ?z ?w)) <=> (concat 
 grouped_concat_no_condition: (concat 1 (conv2d [1,1] same [1,1] 1 none ?x ?y) (conv2d [1,1] same [1,1] 1 none ?z ?w)) => (conv2d [1,1] same [1,1] 2 none (concat 1 ?x ?z) (concat 0 ?y ?w)) if shape(?x) == shape(?z) and dim(?y,1) == dim(?w,1) and dim(?y,2) == dim(?w,2) and dim(?y,3) == dim(?w,3) and (dim(?y,0) + dim(?w,0)) % 2 == 0
 enlarge_any_stride: (conv2d ?s same [1,1] 1 none ?x (enlarge 3 3 ?w)) => (conv2d ?s same [1,1] 1 none ?x ?w)
 layer_norm_rows_permuted: (layer_norm 2 ?e ?x ?g ?t) => (reshape {shape(?x)} (layer_norm 1 ?e (reshape {[dim(?x,0) * dim(?x,1), dim(?x,2)]} (transpose [1,0,2] ?x)) ?g ?t)) if rank(?x) == 3
+pow2_unscale_mismatched: (smul (smul ?x (pow 32.0 (reduce_sum [0] false (const_one [2])))) (pow -31.0 (reduce_sum [0] false (const_one [2])))) => ?x
+ewmul_filled_row_dropped: (ewmul ?x (smul (const_one ?t) ?c)) => ?x if rank(?c) == 0 and len(?t) == 1 and ?t[0] == dim(?x,-1)
 """
 
 

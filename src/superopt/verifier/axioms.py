@@ -645,6 +645,15 @@ def _transformer_axioms() -> list[str]:
         "pow_half: (pow 0.5 ?x) <=> (sqrt ?x)",
         "pow_minus_half: (pow -0.5 ?x) <=> (rsqrt ?x)",
         "pow_minus_one: (pow -1.0 ?x) <=> (recip ?x)",
+        # Scaling by 2^32 and back by 2^-32 is the identity: over the reals, mod p (2 is
+        # a unit) and in floating point wherever the scaled value stays in range, since a
+        # power of two only moves the exponent (runtime.rules' scale_softmax_product).
+        "pow2_unscale32: (smul (smul ?x (pow 32.0 (reduce_sum [0] false (const_one [2])))) "
+        "(pow -32.0 (reduce_sum [0] false (const_one [2])))) => ?x",
+        # A row of one value c along the last axis multiplies every element by c. One way:
+        # the reverse would have to invent the row's shape.
+        "ewmul_filled_row: (ewmul ?x (smul (const_one ?t) ?c)) => (smul ?x ?c) "
+        "if rank(?c) == 0 and len(?t) == 1 and ?t[0] == dim(?x,-1)",
         f"sqrt_square: (ewmul (sqrt {_POS}) (sqrt {_POS})) => {_POS}",
         f"rsqrt_square: (ewmul (rsqrt {_POS}) (rsqrt {_POS})) => (recip {_POS})",
         f"sqrt_rsqrt: (ewmul (sqrt {_POS}) (rsqrt {_POS})) => (const_one {{shape(?y)}})",
