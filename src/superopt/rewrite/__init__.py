@@ -37,7 +37,8 @@ STARTER_VERIFIED = Path(__file__).with_name("starter_verified.json")
 # library `superopt verify groups.rules --save` wrote of them.
 GROUPS = Path(__file__).with_name("groups.rules")
 GROUPS_VERIFIED = Path(__file__).with_name("groups_verified.json")
-# Rules that pay where a runtime's fused kernel is slower than its parts (`runtime.rules`).
+# Rules that pay where a runtime's fused kernel is slower than its parts, or where the
+# processor would take a slow path (`runtime.rules`).
 RUNTIME = Path(__file__).with_name("runtime.rules")
 RUNTIME_VERIFIED = Path(__file__).with_name("runtime_verified.json")
 
