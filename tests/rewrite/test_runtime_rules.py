@@ -119,6 +119,17 @@ def test_softmax_product_is_scaled_by_a_row_onnxruntime_does_not_fold(tmp_path: 
     assert row.shape[-1] == 9 and np.all(row == 2.0 ** 32)
 
 
+def test_half_precision_probabilities_are_not_scaled() -> None:
+    # 2^32 overflows float16 (largest 65504): the row of 2^32 is float32, so the scaled
+    # product does not type-check in half precision and the rule has no site there.
+    for dtype, sites in (("f32", 1), ("f16", 0), ("bf16", 0)):
+        b = GraphBuilder("softmax_product")
+        x, v = b.input("x", (2, 5, 5), dtype), b.input("v", (2, 5, 3), dtype)
+        g = b.build(b.matmul(b.softmax(x, axis=-1), v))
+        found = Matcher(library_rules("runtime")).match(g).sites
+        assert sum(s.rule == "scale_softmax_product" for s in found) == sites, dtype
+
+
 def test_unknown_library_name_is_one_clear_error() -> None:
     from superopt.ir.errors import IRError
 
