@@ -272,6 +272,32 @@ def test_the_report_says_when_an_aa_control_ran_one_session_twice() -> None:
     assert seen == [(False, False), (True, True)]
 
 
+def test_the_report_names_the_rules_applied_with_their_counts() -> None:
+    import argparse
+    import io
+    from collections import Counter
+
+    from rich.console import Console
+
+    from superopt.xtat.realcommand import applied_summary, report
+
+    session = _session(FakeTimer(node_count, sigma=0.01))
+    _, result = _tune(session, 12)
+    out = io.StringIO()
+    _, summary, _ = report(session, result, argparse.Namespace(no_check=True, seed=0),
+                           Console(file=out, width=300))
+    counts = Counter(summary["applied"])
+    assert counts  # fewer nodes run faster here, so the tuned graph applies rewrites
+    line = next(x for x in out.getvalue().splitlines() if "rewrites applied" in x)
+    assert f"{sum(counts.values())}: " in line
+    for rule, n in counts.most_common(6):
+        assert f"{rule} x{n}" in line
+    assert applied_summary([]) == "0"
+    many = [f"r{i}" for i in range(8) for _ in range(8 - i)]
+    assert applied_summary(many) == ("36: r0 x8, r1 x7, r2 x6, r3 x5, r4 x4, r5 x3, "
+                                     "2 more rules")
+
+
 class _FileTimer(FakeTimer):
     """A fake timer whose input graph runs as a user's file costing `file_s` per run
     wherever it is timed, while superopt's export of it costs what `cost` says

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,18 @@ def describe(session: Session) -> str:
 
 def _ms(t: float) -> str:
     return f"{t * 1e3:.3f} ms" if math.isfinite(t) else "-"
+
+
+def applied_summary(applied: list[str], shown: int = 6) -> str:
+    """How many rewrites, and which rules the most of them: "54: reshape_compose x38,
+    scale_softmax_product x5, ..." (a user reads there which rewrites paid)."""
+    if not applied:
+        return "0"
+    counts = Counter(applied).most_common()
+    text = ", ".join(f"{rule} x{n}" for rule, n in counts[:shown])
+    if len(counts) > shown:
+        text += f", {len(counts) - shown} more rules"
+    return f"{len(applied)}: {text}"
 
 
 def report(session: Session, result: TuneResult, args: argparse.Namespace,
@@ -86,7 +99,7 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
                   f"[{export.aa_ci[0]:.4f}, {export.aa_ci[1]:.4f}]: "
                   + ("the export is the result (measurably faster)" if export.kept
                      else "the file is the result"))]
-    rows += [("rewrites applied", str(len(applied))),
+    rows += [("rewrites applied", applied_summary(applied)),
              ("measurements", f"{result.evaluations} ({result.measured} measured now, "
                               f"{result.replayed} from the records); {screened} proposals "
                               "screened out by the op-cost model"),
