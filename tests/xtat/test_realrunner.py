@@ -68,6 +68,96 @@ def test_a_real_gain_is_kept_with_its_interval() -> None:
     assert timer.calls[-1][0] == timer.calls[-1][2] != timer.calls[-1][1]
 
 
+class _SessionLuck(FakeTimer):
+    """Every graph costs the same, but until the sessions are made afresh (`clear`) the
+    input's sessions run 5% slower than the others: a session effect that one final
+    comparison, with its A/A control of two input sessions alike, takes for a gain."""
+
+    def __init__(self) -> None:
+        self.input_hash = ""
+        self.fresh = 0
+        super().__init__(lambda g: 1e-3 * (1.05 if g.structural_hash == self.input_hash
+                                           and not self.fresh else 1.0), sigma=0.005)
+
+    def clear(self) -> None:
+        self.fresh += 1
+
+
+def test_a_gain_one_set_of_sessions_shows_is_confirmed_in_fresh_ones_or_dropped() -> None:
+    timer = _SessionLuck()
+    session = _session(timer)
+    timer.input_hash = session.graph.structural_hash
+    _, result = _tune(session, 12)
+    final = session.runner.final
+    assert isinstance(session.runner, RealRunner) and final is not None
+    assert final.speedup > 1.03 and final.ci[0] > 1.0  # the first comparison said faster
+    assert timer.fresh == 1 and final.again is not None
+    assert final.again["ci"][0] <= 1.0 <= final.again["ci"][1]  # fresh sessions: no gain
+    assert not final.kept and result.best is session.default
+    # The last two timings are the two final comparisons: input, pick, input each.
+    assert timer.calls[-1] == timer.calls[-2]
+    import argparse
+    import io
+
+    from rich.console import Console
+
+    from superopt.xtat.realcommand import report
+
+    out = io.StringIO()
+    _, summary, _ = report(session, result, argparse.Namespace(no_check=True, seed=0),
+                           Console(file=out, width=300))
+    assert "again, in fresh sessions" in out.getvalue()
+    assert "not measurably faster in fresh sessions" in out.getvalue()
+    assert summary["final"]["again"] == final.again
+
+
+def test_a_real_gain_survives_the_confirmation_and_a_loss_is_not_run_twice() -> None:
+    timer = FakeTimer(node_count, sigma=0.01)
+    session = _session(timer)
+    _tune(session, 12)
+    final = session.runner.final
+    assert final is not None and final.kept and final.again is not None
+    assert final.again["ci"][0] > 1.0
+    # Nothing faster: the first comparison says so and no second one runs.
+    timer = FakeTimer(lambda g: 1e-3, sigma=0.01)
+    session = _session(timer)
+    _tune(session, 12, screen=False)
+    final = session.runner.final
+    assert final is None or (not final.kept and final.again is None)
+
+
+def test_a_run_killed_between_the_two_final_comparisons_repeats_neither(
+        tmp_path: Path) -> None:
+    session = _session(FakeTimer(node_count, sigma=0.01))
+    runner = session.runner
+    assert isinstance(runner, RealRunner)
+    rounds = (2e-3,) * 4, (1e-3,) * 4, (2e-3,) * 4
+    faster = SideBySide((2e-3, 1e-3, 2e-3), (2e-3, 1e-3, 2e-3), rounds, "cpu", 1)
+    made: list[str] = []
+
+    def run() -> SideBySide:
+        made.append("timed")
+        return faster
+
+    path = tmp_path / "r.sqlite"
+    with RecordsDB(path, session.workload, {}) as db:
+        runner.db = db
+        # Killed after the first comparison: the second raises before it times anything.
+        calls = iter([run, _killed])
+        with pytest.raises(KeyboardInterrupt):
+            runner._confirmed("c", "final", lambda: next(calls)())
+    assert made == ["timed"]
+    with RecordsDB(path, session.workload, {}, resume=True) as db:
+        runner.db = db
+        final = runner._confirmed("c", "final", run)
+    assert made == ["timed", "timed"]  # only the confirmation ran after the resume
+    assert final.kept and final.again is not None
+
+
+def _killed() -> SideBySide:
+    raise KeyboardInterrupt
+
+
 def test_the_screen_leaves_proposals_priced_above_the_incumbent_unmeasured() -> None:
     timer = FakeTimer(node_count)
     session = _session(timer, plan_budget=0)

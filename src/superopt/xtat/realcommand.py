@@ -42,6 +42,13 @@ def _ms(t: float) -> str:
     return f"{t * 1e3:.3f} ms" if math.isfinite(t) else "-"
 
 
+def _again(again: dict[str, Any]) -> str:
+    """The confirming comparison's figures (`Final.again`)."""
+    ci, aa_ci = again["ci"], again["aa_ci"]
+    return (f"{again['speedup']:.4f}x [{ci[0]:.4f}, {ci[1]:.4f}], A/A {again['aa']:.4f}x "
+            f"[{aa_ci[0]:.4f}, {aa_ci[1]:.4f}]")
+
+
 def applied_summary(applied: list[str], shown: int = 6) -> str:
     """How many rewrites, and which rules the most of them: "54: reshape_compose x38,
     scale_softmax_product x5, ..." (a user reads there which rewrites paid)."""
@@ -86,8 +93,11 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
             ("A/A control, 95% CI", f"{final.aa:.4f}x [{final.aa_ci[0]:.4f}, "
                                     f"{final.aa_ci[1]:.4f}]"
              + (" (one session run twice: two did not fit in memory)" if one_session else "")),
+            *([("again, in fresh sessions",
+                _again(final.again))] if final.again is not None else []),
             ("result", ("the tuned graph (measurably faster)" if final.kept else
-                        "the input (the tuned graph is not measurably faster)")
+                        "the input (the tuned graph is not measurably faster"
+                        + (" in fresh sessions)" if final.again is not None else ")"))
              + f", {final.rounds} paired rounds")]
     elif noise is not None:
         rows += [("input (median)", _ms(noise.input_s)),
@@ -96,9 +106,10 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
     if export is not None:
         rows += [("superopt's export of the input vs the file",
                   f"{export.speedup:.4f}x [{export.ci[0]:.4f}, {export.ci[1]:.4f}], A/A "
-                  f"[{export.aa_ci[0]:.4f}, {export.aa_ci[1]:.4f}]: "
-                  + ("the export is the result (measurably faster)" if export.kept
-                     else "the file is the result"))]
+                  f"[{export.aa_ci[0]:.4f}, {export.aa_ci[1]:.4f}]"
+                  + (f"; in fresh sessions {_again(export.again)}" if export.again else "")
+                  + ": " + ("the export is the result (measurably faster)" if export.kept
+                            else "the file is the result"))]
     rows += [("rewrites applied", applied_summary(applied)),
              ("measurements", f"{result.evaluations} ({result.measured} measured now, "
                               f"{result.replayed} from the records); {screened} proposals "
