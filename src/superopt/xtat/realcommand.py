@@ -43,10 +43,12 @@ def _ms(t: float) -> str:
 
 
 def _again(again: dict[str, Any]) -> str:
-    """The confirming comparison's figures (`Final.again`)."""
-    ci, aa_ci = again["ci"], again["aa_ci"]
-    return (f"{again['speedup']:.4f}x [{ci[0]:.4f}, {ci[1]:.4f}], A/A {again['aa']:.4f}x "
-            f"[{aa_ci[0]:.4f}, {aa_ci[1]:.4f}]")
+    """Each of the two comparisons' figures (`Final.again`)."""
+    def one(f: dict[str, Any]) -> str:
+        ci, aa_ci = f["ci"], f["aa_ci"]
+        return (f"{f['speedup']:.4f}x [{ci[0]:.4f}, {ci[1]:.4f}], A/A "
+                f"[{aa_ci[0]:.4f}, {aa_ci[1]:.4f}]")
+    return f"first {one(again['first'])}; fresh sessions {one(again['fresh'])}"
 
 
 def applied_summary(applied: list[str], shown: int = 6) -> str:
@@ -93,11 +95,11 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
             ("A/A control, 95% CI", f"{final.aa:.4f}x [{final.aa_ci[0]:.4f}, "
                                     f"{final.aa_ci[1]:.4f}]"
              + (" (one session run twice: two did not fit in memory)" if one_session else "")),
-            *([("again, in fresh sessions",
+            *([("each comparison (the figures above pool both)",
                 _again(final.again))] if final.again is not None else []),
             ("result", ("the tuned graph (measurably faster)" if final.kept else
                         "the input (the tuned graph is not measurably faster"
-                        + (" in fresh sessions)" if final.again is not None else ")"))
+                        + (" in fresh sessions too)" if final.again is not None else ")"))
              + f", {final.rounds} paired rounds")]
     elif noise is not None:
         rows += [("input (median)", _ms(noise.input_s)),
@@ -107,7 +109,7 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
         rows += [("superopt's export of the input vs the file",
                   f"{export.speedup:.4f}x [{export.ci[0]:.4f}, {export.ci[1]:.4f}], A/A "
                   f"[{export.aa_ci[0]:.4f}, {export.aa_ci[1]:.4f}]"
-                  + (f"; in fresh sessions {_again(export.again)}" if export.again else "")
+                  + (f" (pooled; {_again(export.again)})" if export.again else "")
                   + ": " + ("the export is the result (measurably faster)" if export.kept
                             else "the file is the result"))]
     rows += [("rewrites applied", applied_summary(applied)),
