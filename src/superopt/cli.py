@@ -712,7 +712,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(analytical)")
     p.add_argument("--cost-db", metavar="OPS.jsonl", default=None,
                    help="cpu/cuda: per-op costs measured on this machine, kept across runs "
-                        "(default: none kept)")
+                        "(default: beside --db as RUNS.sqlite.opcosts.jsonl, so that "
+                        "--resume prices proposals as the killed run did; without --db "
+                        "none kept)")
     p.add_argument("--schedule", choices=("joint", "plan_last", "rewrite_first", "sequential",
                                           "custom"),
                    default="joint",

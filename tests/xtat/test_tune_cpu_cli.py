@@ -78,6 +78,31 @@ def test_sigkill_and_resume_repeat_no_measurement(tmp_path: Path) -> None:
     assert json.loads(rp.read_text())["default_s"] == summary["default_s"]
 
 
+def test_measured_op_costs_are_kept_beside_the_records_for_the_resume(tmp_path: Path) -> None:
+    # Without --cost-db the op costs were measured afresh on --resume; their noise
+    # reordered the plan phase's options and screened other proposals, and the resume
+    # was refused ("the database belongs to another run"). Resuming a finished run must
+    # propose every recorded candidate again, in order, from the kept costs.
+    model = save(dense_branches(4, width=128, rows=32), tmp_path / "dense.json")
+    db = tmp_path / "cpu.sqlite"
+    costs = tmp_path / "cpu.sqlite.opcosts.jsonl"
+    cmd = [sys.executable, "-m", "superopt", "tune", str(model), "--target", "cpu",
+           "--budget", "6", "--rounds", "6", "--db", str(db)]
+    first = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
+    assert first.returncode == 0, first.stdout + first.stderr
+    rows = _rows(db)
+    kept = costs.read_text().splitlines()
+    assert kept and all(json.loads(line)["s"] >= 0 for line in kept)
+    js = tmp_path / "again.json"
+    again = subprocess.run([*cmd, "--resume", "--json", str(js)], env=ENV,
+                           capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert _rows(db) == rows
+    summary = json.loads(js.read_text())
+    assert summary["replayed"] == len(rows) and summary["measured"] == 0
+    assert costs.read_text().splitlines() == kept  # every op priced from the file
+
+
 def _onnx_file(path: Path, op: str, name: str = "x") -> Path:
     """A one-node ONNX model y = OP(x, x) on a (4, 8) float input named `name`."""
     import onnx

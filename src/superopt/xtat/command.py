@@ -133,7 +133,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
             "default_tiling": getattr(args, "default", None)}
     if target.real:
         spec |= {"target": target.name, "threads": args.threads, "op_cost": args.op_cost,
-                 "cost_db": args.cost_db, "rounds": args.rounds, "seed": args.seed}
+                 "cost_db": args.cost_db or op_costs_beside(args.db), "rounds": args.rounds,
+                 "seed": args.seed}
     with console.status(f"loading {args.model} and building the default candidate"):
         session = open_session(spec)
     settings = {"passes": list(passes), "schedule": args.schedule, "strategy": args.strategy,
@@ -491,6 +492,15 @@ def tuning_curve_png(result: TuneResult, path: str, title: str) -> Path:
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def op_costs_beside(db: str | Path | None) -> str | None:
+    """Where a real target's measured per-op costs are kept when `--cost-db` is not given:
+    beside the records (`RUNS.sqlite.opcosts.jsonl`), or nowhere without `--db`. A resumed
+    run must price proposals as the killed run did: the plan phase measures its options in
+    the order their op-cost prices give, and op costs timed afresh differ by noise, so
+    the replayed search proposed other candidates and the resume was refused."""
+    return None if db is None else f"{db}.opcosts.jsonl"
 
 
 def replay(args: argparse.Namespace, console: Console) -> int:
