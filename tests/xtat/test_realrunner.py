@@ -109,7 +109,7 @@ def test_a_gain_one_set_of_sessions_shows_is_confirmed_in_fresh_ones_or_dropped(
     _, summary, _ = report(session, result, argparse.Namespace(no_check=True, seed=0),
                            Console(file=out, width=300))
     assert "each comparison (the figures above pool both)" in out.getvalue()
-    assert "not measurably faster in fresh sessions too" in out.getvalue()
+    assert "not confirmed in fresh sessions" in out.getvalue()
     assert summary["final"]["again"] == final.again
 
 

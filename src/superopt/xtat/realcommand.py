@@ -98,8 +98,9 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
             *([("each comparison (the figures above pool both)",
                 _again(final.again))] if final.again is not None else []),
             ("result", ("the tuned graph (measurably faster)" if final.kept else
-                        "the input (the tuned graph is not measurably faster"
-                        + (" in fresh sessions too)" if final.again is not None else ")"))
+                        "the input (faster in the first comparison, not confirmed in "
+                        "fresh sessions)" if final.again is not None else
+                        "the input (the tuned graph is not measurably faster)")
              + f", {final.rounds} paired rounds")]
     elif noise is not None:
         rows += [("input (median)", _ms(noise.input_s)),
