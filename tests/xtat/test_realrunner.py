@@ -3,7 +3,7 @@ incumbent, the A/A noise model, the final comparison, screening and resuming."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -141,7 +141,7 @@ class _FreshNarrow(FakeTimer):
     def clear(self) -> None:
         self.fresh += 1
 
-    def __call__(self, graphs, rounds, warmup):
+    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int) -> SideBySide:
         def run(k: int, g: Graph) -> float:
             noisy = 0.2 if self.fresh and k == 2 else self.sigma
             base = 1e-3 / 1.04 if g.structural_hash == self.pick_hash else 1e-3
