@@ -479,11 +479,9 @@ class RealRunner:
         if clear is not None:
             clear()  # fresh sessions of every graph
         fresh = run()
-        pooled = SideBySide(
-            tuple(float(np.median(a + b)) for a, b in zip(first_t, fresh.times, strict=True)),
-            tuple(min(a + b) for a, b in zip(first_t, fresh.times, strict=True)),
-            tuple(a + b for a, b in zip(first_t, fresh.times, strict=True)),
-            fresh.device, fresh.threads)
+        times = tuple(a + b for a, b in zip(first_t, fresh.times, strict=True))
+        pooled = SideBySide(tuple(float(np.median(t)) for t in times),
+                            tuple(min(t) for t in times), times, fresh.device, fresh.threads)
         both = _final_of(candidate, pooled, 2 * self.final_rounds)
         again = _final_of(candidate, fresh, self.final_rounds)
         return replace(both, kept=both.kept and again.ci[0] > 1.0,
