@@ -172,6 +172,32 @@ class Embed(nn.Module):
         return self.out(self.emb(ids)).tanh()
 
 
+class Norms(nn.Module):
+    """GroupNorm (as PoolFormer's one group and in groups of two channels) and ConvNeXt-V2's
+    global response norm, a 2-norm over positions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.one = nn.GroupNorm(1, 4)
+        self.two = nn.GroupNorm(2, 4, eps=1e-3)
+        self.gamma = nn.Parameter(torch.randn(1, 1, 1, 4))
+        with torch.no_grad():  # weights other than the default ones and zeros
+            for m in (self.one, self.two):
+                m.weight.uniform_(0.5, 2)
+                m.bias.uniform_(-1, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = self.one(x) + F.group_norm(x, 4)
+        b = self.two(x)
+        nhwc = x.permute(0, 2, 3, 1)
+        gx = torch.linalg.vector_norm(nhwc, ord=2, dim=(1, 2), keepdim=True)
+        nx = gx / (gx.mean(dim=-1, keepdim=True) + 1e-6)
+        c = self.gamma * (nhwc * nx) + nhwc
+        d = torch.linalg.vector_norm(x, ord=1, dim=1) + torch.linalg.vector_norm(x, ord=math.inf,
+                                                                                  dim=1)
+        return a, b, c, d
+
+
 class Transcendentals(nn.Module):
     """The element-wise ops of transformer models, on computed tensors."""
 
@@ -320,6 +346,16 @@ def test_transformer_elementwise_ops(importer: Callable[..., Graph]) -> None:
     for op in ("exp", "log", "sqrt", "rsqrt", "erf", "sin", "cos", "silu", "sub", "div", "pow",
                "recip", "maximum", "minimum", "gt", "lt", "eq", "where", "cast"):
         assert op in ops, op
+
+
+@IMPORTERS
+def test_group_norms_and_vector_norms(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(14)
+    g = check(importer, Norms(), {"x": torch.randn(2, 4, 3, 5)}, atol=1e-6)
+    ops = compute_ops(g)
+    # Three group norms (1, 4 and 2 groups), each a layer norm of the grouped view; the
+    # 2-norm a square root of a sum, the inf-norm a maximum.
+    assert ops["layer_norm"] == 3 and ops["sqrt"] == 1 and ops["reduce_max"] == 1, ops
 
 
 @IMPORTERS

@@ -212,6 +212,20 @@ def _convnext() -> Any:
                                         hidden_sizes=[16, 32], depths=[1, 1]))
 
 
+def _convnextv2() -> Any:
+    # ConvNeXt-V2: ConvNeXt's block with a global response norm (a 2-norm over positions).
+    return _model("ConvNextV2Model", _cfg("ConvNextV2Config", image_size=IMAGE, num_stages=2,
+                                          hidden_sizes=[16, 32], depths=[1, 1]))
+
+
+def _poolformer() -> Any:
+    # PoolFormer: average pooling as the token mixer, GroupNorm(1, C) as the norm.
+    return _model("PoolFormerModel", _cfg("PoolFormerConfig", num_encoder_blocks=2,
+                                          depths=[1, 1], hidden_sizes=[16, 32],
+                                          patch_sizes=[7, 3], strides=[4, 2],
+                                          padding=[2, 1]))
+
+
 def _mobilevit() -> Any:
     # 64 pixels: every MobileViT block's feature map divides into 2x2 patches, so no
     # interpolation (bilinear resampling) is needed.
@@ -286,6 +300,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("deit", "vision", _deit, "pixels"),
     Family("swin", "vision", _swin, "pixels"),
     Family("convnext", "vision", _convnext, "pixels"),
+    Family("convnextv2", "vision", _convnextv2, "pixels"),
+    Family("poolformer", "vision", _poolformer, "pixels"),
     Family("mobilevit", "vision", _mobilevit, "pixels", image=64),
     Family("resnet", "vision", _resnet, "pixels"),
     Family("regnet", "vision", _regnet, "pixels"),

@@ -1591,6 +1591,96 @@ def _reduce(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Ten
                      keepdims=bool(node.attr("keepdims", 1)))]
 
 
+def _reduce_axes(node: OnnxNode, ins: list[Tensor | None]) -> tuple[int, ...] | None:
+    """A reduction's axes; None for "no reduction" (noop_with_empty_axes, no axes)."""
+    axes = _axes_input_or_attr(node, ins, 1)
+    if not axes and node.attr("noop_with_empty_axes", 0):
+        return None
+    return tuple(axes or ())
+
+
+@_converter("ReduceSumSquare", "ReduceL2", "ReduceL1", "ReduceMin")
+def _reduce_composed(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                     ) -> list[Tensor | None]:
+    # Written with the IR's sums and maxima (ConvNeXt-V2's global response norm is a
+    # ReduceL2): sum(x*x), sqrt(sum(x*x)), sum(|x|), -max(-x).
+    x = _req(node, ins, 0)
+    axes = _reduce_axes(node, ins)
+    keep = bool(node.attr("keepdims", 1))
+    # No axes with noop_with_empty_axes: each element reduced alone (|x|, x*x), as
+    # onnxruntime and onnx's reference evaluator compute it.
+    if node.op_type == "ReduceMin":
+        return [x if axes is None else
+                ctx.neg(ctx.emit("reduce_max", ctx.neg(x), axes=axes, keepdims=keep))]
+    if node.op_type == "ReduceL1":
+        terms = ctx.add(ctx.relu(x), ctx.relu(ctx.neg(x)))
+    else:
+        terms = ctx.mul(x, x)
+    total = terms if axes is None else ctx.emit("reduce_sum", terms, axes=axes, keepdims=keep)
+    return [ctx.emit("sqrt", total) if node.op_type == "ReduceL2" else total]
+
+
+def _unit_norm(ctx: _Context, x: Tensor, axis: int, eps: float, hint: str) -> Tensor:
+    """layer_norm of x over its dims from `axis` on, unit scale and zero bias."""
+    norm, dt = ctx.shape(x)[axis:], ctx.np_dtype(x)
+    return ctx.emit("layer_norm", x, Const(np.ones(norm, dt), f"{hint}:one"),
+                    Const(np.zeros(norm, dt), f"{hint}:zero"), axis=axis, eps=eps)
+
+
+def _channel_affine(ctx: _Context, y: Tensor, scale: Tensor, bias: Tensor) -> Tensor:
+    """y * scale + bias with scale and bias per channel (dim 1) of y; a constant scale of
+    ones or bias of zeros is left out."""
+    per_channel = (ctx.shape(y)[1],) + (1,) * (len(ctx.shape(y)) - 2)
+    for t, what in ((scale, "scale"), (bias, "bias")):
+        if ctx.shape(t) != per_channel[:1]:
+            raise _Invalid(f"{what} of shape {list(ctx.shape(t))} (needs "
+                           f"[{per_channel[0]}], one per channel)")
+    if not (isinstance(scale, Const) and np.all(scale.data == 1)):
+        y = ctx.mul(y, ctx.reshape(scale, per_channel))
+    if not (isinstance(bias, Const) and np.all(bias.data == 0)):
+        y = ctx.add(y, ctx.reshape(bias, per_channel))
+    return y
+
+
+@_converter("InstanceNormalization")
+def _instance_norm(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                   ) -> list[Tensor | None]:
+    # Each (sample, channel) normalised over its spatial dims: a layer norm from dim 2 on
+    # (torch writes GroupNorm(1, C) as this on a (N, 1, C*H*W) view), then the channels'
+    # scale and bias.
+    x, scale, bias = _req(node, ins, 0), _req(node, ins, 1), _req(node, ins, 2)
+    if len(ctx.shape(x)) < 3:
+        raise _Invalid(f"input of rank {len(ctx.shape(x))} (needs N, C and a spatial dim)")
+    y = _unit_norm(ctx, x, 2, float(node.attr("epsilon", 1e-5)), node.outputs[0])
+    return [_channel_affine(ctx, y, scale, bias)]
+
+
+@_converter("GroupNormalization")
+def _group_norm(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                ) -> list[Tensor | None]:
+    x, scale, bias = _req(node, ins, 0), _req(node, ins, 1), _req(node, ins, 2)
+    shape = ctx.shape(x)
+    groups = node.attr("num_groups")
+    if groups is None:
+        raise _Invalid("no num_groups attribute")
+    groups = int(groups)
+    if len(shape) < 3 or groups < 1 or shape[1] % groups:
+        raise _Invalid(f"{groups} groups for input of shape {list(shape)} (the channels, "
+                       "dim 1, must split into them)")
+    if node.opset < 21:
+        # Opset 18's scale and bias are per group: each group's value for its channels.
+        per = shape[1] // groups
+        for t in (scale, bias):
+            if ctx.shape(t) != (groups,) or not isinstance(t, Const):
+                raise _Unsupported(f"scale and bias of opset {node.opset} must be constants "
+                                   f"of shape [{groups}]")
+        scale, bias = (Const(np.repeat(_const(t, "scale"), per), "group_affine")
+                       for t in (scale, bias))
+    view = ctx.reshape(x, (shape[0], groups, int(np.prod(shape[1:])) // groups))
+    y = _unit_norm(ctx, view, 2, float(node.attr("epsilon", 1e-5)), node.outputs[0])
+    return [_channel_affine(ctx, ctx.reshape(y, shape), scale, bias)]
+
+
 @_converter("RMSNormalization")
 def _rms_normalization(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
                        ) -> list[Tensor | None]:

@@ -828,6 +828,34 @@ class _Ctx:
         b = self.value(Const(torch.zeros(ns), "const.zeros") if bias is None else bias, dt)
         return self.b.layer_norm(self.value(x), g, b, axis=rank - len(ns), eps=float(eps))
 
+    def group_norm(self, x: Any, groups: int, w: Any, bias: Any, eps: float) -> Any:
+        """GroupNorm: the channels (dim 1) in `groups` groups, each sample's group
+        normalised over its channels and positions (a layer norm of the (N, G, rest) view),
+        then the per-channel weight and bias."""
+        shape = tuple(self.shape(x))
+        groups = int(groups)
+        if len(shape) < 2 or groups < 1 or shape[1] % groups:
+            raise _Refuse(f"group_norm of {groups} groups over a {list(shape)} tensor")
+        view = self.reshape(x, (shape[0], groups, math.prod(shape[1:]) // groups))
+        y = self.reshape(self.layer_norm(view, self.shape(view)[2:], None, None, eps), shape)
+        per_channel = (-1,) + (1,) * (len(shape) - 2)
+        if w is not None:
+            y = self.mul(y, self.reshape(w, per_channel))
+        if bias is not None:
+            y = self.add(y, self.reshape(bias, per_channel))
+        return y
+
+    def vector_norm(self, x: Any, order: float, dims: Any, keepdim: bool) -> Any:
+        """linalg.vector_norm of orders 1, 2 and inf (ConvNeXt-V2's response norm is the
+        2-norm over positions): sum |x|, sqrt(sum x*x), max |x|."""
+        if order == 2:
+            return self.unary("sqrt", self.reduce("reduce_sum", self.mul(x, x), dims, keepdim))
+        if order == 1:
+            return self.reduce("reduce_sum", self.abs(x), dims, keepdim)
+        if order == math.inf:
+            return self.reduce("reduce_max", self.abs(x), dims, keepdim)
+        raise _Refuse(f"vector norm of order {order} (only 1, 2 and inf)")
+
     def rms_norm(self, x: Any, normalized_shape: Any, w: Any, eps: float | None) -> Value:
         ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         rank = self.rank(x)
@@ -1387,6 +1415,14 @@ ATEN: dict[Any, AtenConverter] = {
     aten.native_layer_norm.default: _aten_native_layer_norm,
     aten.rms_norm.default: lambda cx, a: cx.rms_norm(a["input"], a["normalized_shape"],
                                                      a["weight"], a["eps"]),
+    aten.group_norm.default: lambda cx, a: cx.group_norm(a["input"], a["num_groups"],
+                                                         a["weight"], a["bias"], a["eps"]),
+    aten.native_group_norm.default: lambda cx, a: (
+        cx.group_norm(a["input"], a["group"], a["weight"], a["bias"], a["eps"]),
+        _Missing("group-norm mean"), _Missing("group-norm inverse std")),
+    aten.linalg_vector_norm.default: lambda cx, a: cx.vector_norm(
+        cx.cast(a["self"], a.get("dtype")), a.get("ord", 2), a.get("dim"),
+        a.get("keepdim", False)),
     aten.batch_norm.default: _aten_batch_norm,
     aten._native_batch_norm_legit_no_training.default: _aten_batch_norm,
     aten.max_pool2d.default: _aten_max_pool(False),
@@ -1665,6 +1701,9 @@ _CUMSUM = _spec("input, dim, dtype=None",
                 lambda cx, a: cx.cumsum(cx.cast(a["input"], a["dtype"]), a["dim"]))
 _AMAX = _spec("input, dim=(), keepdim=False",
               lambda cx, a: cx.reduce("reduce_max", a["input"], a["dim"], a["keepdim"]))
+_VECTOR_NORM = _spec("x, ord=2, dim=None, keepdim=False, dtype=None",
+                     lambda cx, a: cx.vector_norm(cx.cast(a["x"], a["dtype"]), a["ord"],
+                                                  a["dim"], a["keepdim"]))
 _INDEX_SELECT = _spec("input, dim, index",
                       lambda cx, a: cx.gather(a["input"], a["index"], a["dim"]))
 _TRIL = _spec("input, diagonal=0", lambda cx, a: cx.tri(a["input"], a["diagonal"], True))
@@ -1695,6 +1734,7 @@ _NEW_OPS_FX: dict[Any, FxConverter] = {
     operator.and_: _spec("input, other", lambda cx, a: cx.logical("and", a["input"],
                                                                   a["other"])),
     operator.or_: _spec("input, other", lambda cx, a: cx.logical("or", a["input"], a["other"])),
+    torch.linalg.vector_norm: _VECTOR_NORM,
     torch.cumsum: _CUMSUM, torch.amax: _AMAX, torch.index_select: _INDEX_SELECT,
     torch.tril: _TRIL, torch.triu: _TRIU,
     F.adaptive_avg_pool1d: _spec("input, output_size", lambda cx, a: cx.adaptive_avg_pool1d(
@@ -1752,6 +1792,9 @@ FX_FUNCTIONS: dict[Any, FxConverter] = {
     F.layer_norm: _spec("input, normalized_shape, weight=None, bias=None, eps=1e-5",
                         lambda cx, a: cx.layer_norm(a["input"], a["normalized_shape"],
                                                     a["weight"], a["bias"], a["eps"])),
+    F.group_norm: _spec("input, num_groups, weight=None, bias=None, eps=1e-5",
+                        lambda cx, a: cx.group_norm(a["input"], a["num_groups"], a["weight"],
+                                                    a["bias"], a["eps"])),
     F.batch_norm: _spec("input, running_mean, running_var, weight=None, bias=None, "
                         "training=False, momentum=0.1, eps=1e-5", _fx_batch_norm),
     F.max_pool2d: _spec("input, kernel_size, stride=None, padding=0, dilation=1, "
@@ -1896,6 +1939,8 @@ FX_MODULES: dict[type, ModuleConverter] = {
     nn.LayerNorm: lambda cx, m, p, a: cx.layer_norm(a[0], m.normalized_shape,
                                                     _p(cx, m, p, "weight"), _p(cx, m, p, "bias"),
                                                     m.eps),
+    nn.GroupNorm: lambda cx, m, p, a: cx.group_norm(a[0], m.num_groups, _p(cx, m, p, "weight"),
+                                                    _p(cx, m, p, "bias"), m.eps),
     nn.Embedding: _mod_embedding,
     nn.ReLU: lambda cx, m, p, a: cx.unary("relu", a[0]),
     nn.GELU: lambda cx, m, p, a: cx.unary("gelu", a[0], approximate=m.approximate),
