@@ -732,14 +732,28 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 
-def _export(module: Any, *args: Any, tmp: Path, opset: int = 17) -> Path:
+def _export(module: Any, *args: Any, tmp: Path, opset: int = 17, dynamo: bool = False) -> Path:
+    """The module as torch's ONNX exporter writes it: the TorchScript-based one, or with
+    `dynamo` the torch.export-based one (torch's default; needs onnxscript), whose files
+    differ (opset 18+, its own decompositions)."""
+    import logging
     import warnings
 
     path = tmp / "m.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-        torch.onnx.export(module.eval(), tuple(args), str(path), dynamo=False,
-                          opset_version=opset)
+        if not dynamo:
+            torch.onnx.export(module.eval(), tuple(args), str(path), dynamo=False,
+                              opset_version=opset)
+            return path
+        quiet = logging.getLogger("torch.onnx")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)  # its progress lines
+        try:
+            torch.onnx.export(module.eval(), tuple(args), str(path), dynamo=True,
+                              input_names=["x"], external_data=False, verbose=False)
+        finally:
+            quiet.setLevel(level)
     return path
 
 
@@ -995,14 +1009,17 @@ HF_FOLDS: dict[str, set[str]] = {
 FAST_HF = ("vit", "distilbert", "t5-encoder", "llama", "gpt2", "convnext", "swin", "bert")
 
 
-def _hf_check(family: str, tmp: Path, opset: int = 17) -> None:
-    """A family exported as benchmarks/models.py exports it imports with its folds, and the
-    import computes what onnxruntime computes on the original file (other inputs)."""
+def _hf_check(family: str, tmp: Path, opset: int = 17, dynamo: bool = False) -> None:
+    """A family exported as benchmarks/models.py exports it (or, with `dynamo`, as torch's
+    default exporter does) imports with its folds, and the import computes what
+    onnxruntime computes on the original file (other inputs)."""
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("transformers")
+    if dynamo:
+        pytest.importorskip("onnxscript")
     from superopt.importers.hf import hf_inputs, hf_module
 
-    path = _export(hf_module(family), *hf_inputs(family), tmp=tmp, opset=opset)
+    path = _export(hf_module(family), *hf_inputs(family), tmp=tmp, opset=opset, dynamo=dynamo)
     g = import_onnx(path)
     h = ops(g)
     assert HF_FOLDS[family] <= set(h), (family, h)
@@ -1043,6 +1060,24 @@ def test_hf_family_imports_through_onnx(family: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("family", sorted(set(HF_FOLDS) - set(FAST_HF)))
 def test_hf_family_imports_through_onnx_slow(family: str, tmp_path: Path) -> None:
     _hf_check(family, tmp_path)
+
+
+# torch's default (dynamo) exporter fails on these two itself (2.13: "Failed to decompose
+# the FX graph"), so no user has such a file of them.
+NO_DYNAMO_EXPORT = ("t5-encoder", "swin")
+FAST_DYNAMO = ("llama", "convnextv2", "vit")
+
+
+@pytest.mark.parametrize("family", FAST_DYNAMO)
+def test_hf_family_from_the_dynamo_exporter(family: str, tmp_path: Path) -> None:
+    _hf_check(family, tmp_path, dynamo=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(set(HF_FOLDS) - set(FAST_DYNAMO)
+                                          - set(NO_DYNAMO_EXPORT)))
+def test_hf_family_from_the_dynamo_exporter_slow(family: str, tmp_path: Path) -> None:
+    _hf_check(family, tmp_path, dynamo=True)
 
 
 @pytest.mark.parametrize("family", ["vit", "gpt2"])
