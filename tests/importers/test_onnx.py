@@ -394,6 +394,90 @@ def test_group_normalization(opset: int) -> None:
         import_onnx(bad)
 
 
+def _resize_model(attrs: dict[str, Any], shape: Sequence[int], scales: Sequence[float] | None,
+                  sizes: Sequence[int] | None, opset: int) -> Any:
+    inits: dict[str, np.ndarray] = {}
+    if opset == 10:
+        names = ["x", "s"]
+        inits["s"] = np.array(scales, np.float32)
+    elif scales is not None:
+        names = ["x", "", "s"]
+        inits["s"] = np.array(scales, np.float32)
+    else:
+        names = ["x", "", "", "z"]
+        inits["z"] = np.array(sizes, np.int64)
+    return make_model([N("Resize", names, ["y"], **attrs)], {"x": list(shape)}, ["y"], inits,
+                      opset=opset)
+
+
+def _against_onnxruntime(model: Any, graph: Graph) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT  # make_model's is unset
+    x = feeds_for(graph, seed=3)["x"]
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = interpret(graph, {"x": x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("transform", ["half_pixel", "asymmetric", "align_corners",
+                                       "pytorch_half_pixel"])
+def test_resize_as_gathers_and_weights(mode: str, transform: str) -> None:
+    attrs = {"mode": mode, "coordinate_transformation_mode": transform}
+    for scales, sizes in (([1, 1, 2, 2], None), ([1, 1, 1.5, 0.5], None),
+                          (None, [2, 3, 9, 3])):
+        model = _resize_model(attrs, (2, 3, 5, 6), scales, sizes, opset=13)
+        g = import_onnx(model)
+        g.lint()
+        _against_onnxruntime(model, g)  # the maps are read from it: where users run the file
+        if transform != "align_corners" or sizes is not None or scales == [1, 1, 2, 2]:
+            # onnx 1.23's reference evaluator departs from onnxruntime on align_corners with
+            # scales whose products are not whole (5 x 1.5, 6 x 0.5): it alone is skipped.
+            assert_close(interpret(g, feeds_for(g)), reference_run(model, feeds_for(g)))
+        h = ops(g)
+        # Nearest reads one input per output: gathers alone; linear two, cubic up to four.
+        assert h["gather"] >= 2 and ("ewmul" in h) == (mode != "nearest"), h
+        assert "matmul" not in h
+
+
+def test_resize_of_older_opsets_axes_and_antialias() -> None:
+    # (onnx's reference evaluator cannot run opset 10's Resize: onnxruntime alone judges.)
+    old = _resize_model({"mode": "nearest"}, (1, 2, 3, 4), [1, 1, 2, 3], None, opset=10)
+    g = import_onnx(old)
+    _against_onnxruntime(old, g)
+    assert ops(g)["gather"] == 2
+    upsample = make_model([N("Upsample", ["x", "s"], ["y"], mode="linear")], {"x": [1, 2, 3, 4]},
+                          ["y"], {"s": np.array([1, 1, 2, 2], np.float32)}, opset=9)
+    _against_onnxruntime(upsample, import_onnx(upsample))
+    # opset 18: scales of the listed axes only, and antialiased downscaling.
+    axes = _resize_model({"mode": "linear", "axes": [3, 2], "antialias": 1}, (1, 2, 8, 6),
+                         [0.5, 0.25], None, opset=18)
+    g = import_onnx(axes)
+    g.lint()
+    _against_onnxruntime(axes, g)
+    assert g.type_of(g.outputs[0]).shape == (1, 2, 2, 3)
+    volume = _resize_model({"mode": "nearest", "nearest_mode": "floor",
+                            "coordinate_transformation_mode": "asymmetric"}, (1, 1, 2, 3, 4),
+                           [1, 1, 2, 2, 2], None, opset=13)
+    _against_onnxruntime(volume, check(volume))
+
+
+def test_resize_refusals_name_the_problem() -> None:
+    crop = _resize_model({"mode": "linear", "coordinate_transformation_mode":
+                          "tf_crop_and_resize"}, (1, 1, 4, 4), [1, 1, 2, 2], None, opset=13)
+    with pytest.raises(UnsupportedOpsError, match="tf_crop_and_resize"):
+        import_onnx(crop)
+    channels = _resize_model({"mode": "nearest"}, (1, 2, 4, 4), [1, 2, 1, 1], None, opset=13)
+    with pytest.raises(UnsupportedOpsError, match="batch or channel axis"):
+        import_onnx(channels)
+    short = _resize_model({"mode": "nearest"}, (1, 2, 4, 4), [2, 2], None, opset=13)
+    with pytest.raises(ModelImportError, match="2 scales or sizes for a rank-4 input"):
+        import_onnx(short)
+
+
 # ---- element-wise ---------------------------------------------------------------------
 
 

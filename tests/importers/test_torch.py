@@ -198,6 +198,25 @@ class Norms(nn.Module):
         return a, b, c, d
 
 
+class Resampling(nn.Module):
+    """Every interpolation mode through F.interpolate and nn.Upsample (FPN-style nearest
+    doubling, segmentation heads' bilinear, antialiased downscaling, 1-D linear)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.fit = nn.Upsample(size=(7, 5), mode="bilinear", align_corners=True)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (self.up(x), self.fit(x),
+                F.interpolate(x, size=(5, 7), mode="bilinear", align_corners=False),
+                F.interpolate(x, scale_factor=1.5, mode="bicubic", align_corners=True),
+                F.interpolate(x, scale_factor=1.5, mode="nearest-exact"),
+                # torch 2.13 mishandles this on the probes' length-1 axes (read again)
+                F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True),
+                F.interpolate(x[:, :, 0], scale_factor=3, mode="linear"))
+
+
 class Transcendentals(nn.Module):
     """The element-wise ops of transformer models, on computed tensors."""
 
@@ -356,6 +375,14 @@ def test_group_norms_and_vector_norms(importer: Callable[..., Graph]) -> None:
     # Three group norms (1, 4 and 2 groups), each a layer norm of the grouped view; the
     # 2-norm a square root of a sum, the inf-norm a maximum.
     assert ops["layer_norm"] == 3 and ops["sqrt"] == 1 and ops["reduce_max"] == 1, ops
+
+
+@IMPORTERS
+def test_interpolation_as_gathers_and_weights(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(15)
+    g = check(importer, Resampling(), {"x": torch.randn(2, 3, 6, 4)}, atol=1e-6)
+    ops = compute_ops(g)
+    assert ops["gather"] >= 14 and "matmul" not in ops, ops
 
 
 @IMPORTERS

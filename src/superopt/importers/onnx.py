@@ -37,6 +37,7 @@ import numpy as np
 
 from superopt.importers.errors import ModelImportError, UnsupportedOpsError
 from superopt.importers.naming import UniqueNames
+from superopt.importers.resample import read_maps, resample
 from superopt.ir import kernels
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, GraphBuilder, Node, Value
@@ -1679,6 +1680,114 @@ def _group_norm(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
     view = ctx.reshape(x, (shape[0], groups, int(np.prod(shape[1:])) // groups))
     y = _unit_norm(ctx, view, 2, float(node.attr("epsilon", 1e-5)), node.outputs[0])
     return [_channel_affine(ctx, ctx.reshape(y, shape), scale, bias)]
+
+
+def _run_resize(node: OnnxNode, x: np.ndarray, scales: Sequence[float] | None,
+                sizes: Sequence[int]) -> np.ndarray:
+    """The Resize / Upsample node itself (its attributes, the given scales, or sizes when
+    scales is None) on `x`, in onnxruntime (onnx's reference evaluator, which loops in
+    Python, when that is missing)."""
+    from onnx import TensorProto, helper
+
+    x = x.astype(np.float32)
+    inits = []
+    if node.op_type == "Upsample" and node.opset < 9:
+        names = ["x"]
+        attrs = {**node.attrs, "scales": list(scales or [])}
+    else:
+        attrs = {k: v for k, v in node.attrs.items() if k != "axes"}
+        if scales is not None:
+            names = ["x", "scales"] if node.op_type == "Upsample" or node.opset == 10 else \
+                ["x", "", "scales"]
+            inits = [helper.make_tensor("scales", TensorProto.FLOAT, [len(scales)],
+                                        list(scales))]
+        else:
+            names = ["x", "", "", "sizes"]
+            inits = [helper.make_tensor("sizes", TensorProto.INT64, [len(sizes)], list(sizes))]
+    graph = helper.make_graph(
+        [helper.make_node(node.op_type, names, ["y"], **attrs)], "probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", node.opset)])
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        from onnx.reference import ReferenceEvaluator
+
+        return np.asarray(ReferenceEvaluator(model).run(None, {"x": x})[0])
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    return np.asarray(sess.run(None, {"x": x})[0])
+
+
+@_converter("Resize", "Upsample")
+def _resize(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    # Separable and linear in x for every mode: per resized axis, gathers of the input
+    # times the runtime's own weights (`superopt.importers.resample`).
+    x = _req(node, ins, 0)
+    shape = ctx.shape(x)
+    rank = len(shape)
+    if rank < 3:
+        raise _Unsupported(f"resize of a rank-{rank} tensor (needs N, C and spatial dims)")
+    mode = node.attr("coordinate_transformation_mode", "half_pixel")
+    if mode == "tf_crop_and_resize":
+        raise _Unsupported("coordinate_transformation_mode 'tf_crop_and_resize'")
+    if node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise _Unsupported(f"keep_aspect_ratio_policy "
+                           f"{node.attr('keep_aspect_ratio_policy')!r} (only 'stretch')")
+    scales: list[float] | None = None
+    sizes: list[int] | None = None
+    if node.op_type == "Upsample" and node.opset < 9:
+        scales = [float(s) for s in node.attr("scales") or []]
+    elif node.op_type == "Upsample" or node.opset == 10:
+        scales = [float(s) for s in _const(_req(node, ins, 1), "scales")]
+    else:
+        given = _opt(ins, 2)
+        if given is not None and _const(given, "scales").size:
+            scales = [float(s) for s in _const(given, "scales")]
+        else:
+            sizes = [int(s) for s in _const(_req(node, ins, 3), "sizes")]
+    axes = node.attr("axes")
+    if axes is not None:  # opset 18: scales or sizes of the listed axes only
+        axes = [_norm_axis(int(a), rank) for a in axes]
+        if scales is not None:
+            full_s = [1.0] * rank
+            for a, s in zip(axes, scales, strict=True):
+                full_s[a] = s
+            scales = full_s
+        if sizes is not None:
+            full = list(shape)
+            for a, n in zip(axes, sizes, strict=True):
+                full[a] = n
+            sizes = full
+    given_len = len(scales if scales is not None else sizes or [])
+    if given_len != rank:
+        raise _Invalid(f"{given_len} scales or sizes for a rank-{rank} input")
+    out = sizes if sizes is not None else \
+        [math.floor(d * s) for d, s in zip(shape, scales or [], strict=True)]
+    if out[:2] != list(shape[:2]) or (scales is not None and scales[:2] != [1.0, 1.0]):
+        raise _Unsupported("resizing the batch or channel axis")
+    def run_axis(t: np.ndarray, k: int) -> np.ndarray:
+        only = None if scales is None else \
+            [scales[d] if d == 2 + k else 1.0 for d in range(rank)]
+        return _run_resize(node, t, only, [out[d] if d == 2 + k else t.shape[d]
+                                           for d in range(rank)])
+
+    try:
+        found = read_maps(shape[2:], run_axis, lambda t: _run_resize(
+            node, t, None if scales is None else [1.0, 1.0, *scales[2:]], [1, 1, *out[2:]]))
+    except ValueError as e:
+        raise _Unsupported(str(e)) from None
+    maps = [(2 + k, m) for k, m in enumerate(found)]
+    dt = ctx.np_dtype(x)
+    y = resample(x, rank, maps,
+                 gather=lambda v, a, idx: ctx.emit("gather", v, Const(idx, "resize_index"),
+                                                   axis=a),
+                 scale=lambda v, w: ctx.mul(v, Const(w.astype(dt), "resize_weight")),
+                 add=ctx.add)
+    return [y]
 
 
 @_converter("RMSNormalization")

@@ -845,6 +845,32 @@ class _Ctx:
             y = self.add(y, self.reshape(bias, per_channel))
         return y
 
+    def resample(self, x: Any, op: Callable[[torch.Tensor, int | None], torch.Tensor]) -> Any:
+        """An interpolation (nearest, linear, cubic; any corner rule) of x's spatial dims,
+        as gathers times weights (`superopt.importers.resample`). `op(t, k)` runs the
+        interpolation on `t` with only spatial axis k resized (the others kept as they
+        are), `op(t, None)` as given: each axis's map is read back from torch itself."""
+        from superopt.importers.resample import read_maps, resample
+
+        shape = tuple(self.shape(x))
+        if len(shape) < 3:
+            raise _Refuse(f"interpolation of a rank-{len(shape)} tensor")
+
+        def run(t: np.ndarray, k: int | None) -> np.ndarray:
+            with torch.no_grad():
+                return op(torch.from_numpy(t), k).numpy()
+        try:
+            found = read_maps(shape[2:], run, lambda t: run(t, None))
+        except ValueError as e:
+            raise _Refuse(str(e)) from None
+        dt = _IR_TO_TORCH[self.dtype(x)]
+        return resample(
+            x, len(shape), [(2 + k, m) for k, m in enumerate(found)],
+            gather=lambda v, a, idx: self.gather(v, Const(torch.from_numpy(idx), "resize.index"),
+                                                 a),
+            scale=lambda v, w: self.mul(v, Const(torch.from_numpy(w).to(dt), "resize.weight")),
+            add=self.add)
+
     def vector_norm(self, x: Any, order: float, dims: Any, keepdim: bool) -> Any:
         """linalg.vector_norm of orders 1, 2 and inf (ConvNeXt-V2's response norm is the
         2-norm over positions): sum |x|, sqrt(sum x*x), max |x|."""
@@ -1288,6 +1314,54 @@ def _aten_mean(cx: _Ctx, a: dict[str, Any]) -> Any:
                      a.get("keepdim", False))
 
 
+def _aten_upsample(op: Any) -> AtenConverter:
+    """upsample_* / _upsample_*: `op` itself resamples the probes, one spatial axis at a
+    time (the `.vec` overloads take output_size or scale_factors lists, the others an
+    output_size and one optional scale per axis)."""
+    def conv(cx: _Ctx, a: dict[str, Any]) -> Any:
+        src = "input" if "input" in a else "self"
+        spatial = cx.rank(a[src]) - 2
+        per_axis = [n for n in ("scales_d", "scales_h", "scales_w") if n in a] or \
+            [n for n in ("scales",) if n in a]
+
+        def run(t: torch.Tensor, k: int | None) -> torch.Tensor:
+            args = dict(a, **{src: t})
+            if k is None:
+                return op(**args)
+            keep = [t.shape[2 + j] for j in range(spatial)]
+            if args.get("output_size") is not None:
+                args["output_size"] = [a["output_size"][j] if j == k else keep[j]
+                                       for j in range(spatial)]
+            if args.get("scale_factors") is not None:
+                args["scale_factors"] = [a["scale_factors"][j] if j == k else 1.0
+                                         for j in range(spatial)]
+            for j, name in enumerate(per_axis):
+                if j != k:
+                    args[name] = None
+            return op(**args)
+        return cx.resample(a[src], run)
+    return conv
+
+
+def _fx_interpolate(cx: _Ctx, a: dict[str, Any]) -> Any:
+    """F.interpolate (and nn.Upsample): F.interpolate itself resamples the probes."""
+    spatial = cx.rank(a["input"]) - 2
+
+    def one_axis(v: Any, k: int | None, keep: list[int] | list[float]) -> Any:
+        if v is None or k is None:
+            return v
+        vs = list(v) if isinstance(v, list | tuple) else [v] * spatial
+        return tuple(vs[j] if j == k else keep[j] for j in range(spatial))
+
+    def run(t: torch.Tensor, k: int | None) -> torch.Tensor:
+        return F.interpolate(t, size=one_axis(a["size"], k, list(t.shape[2:])),
+                             scale_factor=one_axis(a["scale_factor"], k, [1.0] * spatial),
+                             mode=a["mode"], align_corners=a["align_corners"],
+                             recompute_scale_factor=a["recompute_scale_factor"],
+                             antialias=a["antialias"])
+    return cx.resample(a["input"], run)
+
+
 def _aten_native_layer_norm(cx: _Ctx, a: dict[str, Any]) -> Any:
     y = cx.layer_norm(a["input"], a["normalized_shape"], a["weight"], a["bias"], a["eps"])
     return (y, _Missing("layer-norm mean"), _Missing("layer-norm inverse std"))
@@ -1423,6 +1497,31 @@ ATEN: dict[Any, AtenConverter] = {
     aten.linalg_vector_norm.default: lambda cx, a: cx.vector_norm(
         cx.cast(a["self"], a.get("dtype")), a.get("ord", 2), a.get("dim"),
         a.get("keepdim", False)),
+    # interpolation: each overload resamples its own probes (`_aten_upsample`)
+    aten.upsample_nearest1d.vec: _aten_upsample(aten.upsample_nearest1d.vec),
+    aten.upsample_nearest1d.default: _aten_upsample(aten.upsample_nearest1d.default),
+    aten.upsample_nearest2d.vec: _aten_upsample(aten.upsample_nearest2d.vec),
+    aten.upsample_nearest2d.default: _aten_upsample(aten.upsample_nearest2d.default),
+    aten.upsample_nearest3d.vec: _aten_upsample(aten.upsample_nearest3d.vec),
+    aten.upsample_nearest3d.default: _aten_upsample(aten.upsample_nearest3d.default),
+    aten._upsample_nearest_exact1d.vec: _aten_upsample(aten._upsample_nearest_exact1d.vec),
+    aten._upsample_nearest_exact1d.default: _aten_upsample(aten._upsample_nearest_exact1d.default),
+    aten._upsample_nearest_exact2d.vec: _aten_upsample(aten._upsample_nearest_exact2d.vec),
+    aten._upsample_nearest_exact2d.default: _aten_upsample(aten._upsample_nearest_exact2d.default),
+    aten._upsample_nearest_exact3d.vec: _aten_upsample(aten._upsample_nearest_exact3d.vec),
+    aten._upsample_nearest_exact3d.default: _aten_upsample(aten._upsample_nearest_exact3d.default),
+    aten.upsample_linear1d.vec: _aten_upsample(aten.upsample_linear1d.vec),
+    aten.upsample_linear1d.default: _aten_upsample(aten.upsample_linear1d.default),
+    aten.upsample_bilinear2d.vec: _aten_upsample(aten.upsample_bilinear2d.vec),
+    aten.upsample_bilinear2d.default: _aten_upsample(aten.upsample_bilinear2d.default),
+    aten.upsample_trilinear3d.vec: _aten_upsample(aten.upsample_trilinear3d.vec),
+    aten.upsample_trilinear3d.default: _aten_upsample(aten.upsample_trilinear3d.default),
+    aten.upsample_bicubic2d.vec: _aten_upsample(aten.upsample_bicubic2d.vec),
+    aten.upsample_bicubic2d.default: _aten_upsample(aten.upsample_bicubic2d.default),
+    aten._upsample_bilinear2d_aa.vec: _aten_upsample(aten._upsample_bilinear2d_aa.vec),
+    aten._upsample_bilinear2d_aa.default: _aten_upsample(aten._upsample_bilinear2d_aa.default),
+    aten._upsample_bicubic2d_aa.vec: _aten_upsample(aten._upsample_bicubic2d_aa.vec),
+    aten._upsample_bicubic2d_aa.default: _aten_upsample(aten._upsample_bicubic2d_aa.default),
     aten.batch_norm.default: _aten_batch_norm,
     aten._native_batch_norm_legit_no_training.default: _aten_batch_norm,
     aten.max_pool2d.default: _aten_max_pool(False),
@@ -1795,6 +1894,9 @@ FX_FUNCTIONS: dict[Any, FxConverter] = {
     F.group_norm: _spec("input, num_groups, weight=None, bias=None, eps=1e-5",
                         lambda cx, a: cx.group_norm(a["input"], a["num_groups"], a["weight"],
                                                     a["bias"], a["eps"])),
+    F.interpolate: _spec("input, size=None, scale_factor=None, mode='nearest', "
+                         "align_corners=None, recompute_scale_factor=None, antialias=False",
+                         _fx_interpolate),
     F.batch_norm: _spec("input, running_mean, running_var, weight=None, bias=None, "
                         "training=False, momentum=0.1, eps=1e-5", _fx_batch_norm),
     F.max_pool2d: _spec("input, kernel_size, stride=None, padding=0, dilation=1, "
@@ -1941,6 +2043,10 @@ FX_MODULES: dict[type, ModuleConverter] = {
                                                     m.eps),
     nn.GroupNorm: lambda cx, m, p, a: cx.group_norm(a[0], m.num_groups, _p(cx, m, p, "weight"),
                                                     _p(cx, m, p, "bias"), m.eps),
+    nn.Upsample: lambda cx, m, p, a: _fx_interpolate(cx, {
+        "input": a[0], "size": m.size, "scale_factor": m.scale_factor, "mode": m.mode,
+        "align_corners": m.align_corners, "recompute_scale_factor": m.recompute_scale_factor,
+        "antialias": False}),
     nn.Embedding: _mod_embedding,
     nn.ReLU: lambda cx, m, p, a: cx.unary("relu", a[0]),
     nn.GELU: lambda cx, m, p, a: cx.unary("gelu", a[0], approximate=m.approximate),
