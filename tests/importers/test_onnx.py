@@ -394,6 +394,35 @@ def test_group_normalization(opset: int) -> None:
         import_onnx(bad)
 
 
+CONV_TRANSPOSE_CASES = [
+    # U-Net's and DPT's up-convolution, kernel == stride: a matmul and a pixel shuffle
+    ((1, 4, 3, 5), (4, 6, 2, 2), {"strides": [2, 2]}),
+    ((2, 4, 3, 5), (4, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1],
+                                  "output_padding": [1, 1]}),
+    ((1, 4, 3, 5), (4, 3, 3, 3), {"strides": [2, 1], "pads": [0, 2, 1, 0], "group": 2,
+                                  "dilations": [2, 1]}),
+    ((1, 4, 7), (4, 5, 4), {"strides": [2], "pads": [1, 1]}),  # 1-D (vocoders)
+    ((1, 4, 3, 5), (4, 6, 1, 1), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # crops
+    ((1, 4, 3, 5), (4, 6, 3, 3), {"strides": [3, 3], "output_shape": [8, 14]}),
+    ((1, 4, 3, 5), (4, 6, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ((1, 4, 3, 5), (4, 6, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
+]
+
+
+@pytest.mark.parametrize("xshape,wshape,attrs", CONV_TRANSPOSE_CASES)
+def test_conv_transpose(xshape: tuple[int, ...], wshape: tuple[int, ...],
+                        attrs: dict[str, Any]) -> None:
+    bias = rand(wshape[1] * attrs.get("group", 1), seed=4)
+    model = make_model([N("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)],
+                       {"x": list(xshape)}, ["y"], {"w": rand(*wshape, seed=2), "b": bias})
+    g = import_onnx(model)
+    g.lint()
+    _against_onnxruntime(model, g)
+    h = ops(g)
+    fast = wshape[2:] == tuple(attrs["strides"]) and len(attrs) == 1
+    assert ("matmul" in h) == fast and ("conv2d" in h) == (not fast), h
+
+
 def _resize_model(attrs: dict[str, Any], shape: Sequence[int], scales: Sequence[float] | None,
                   sizes: Sequence[int] | None, opset: int) -> Any:
     inits: dict[str, np.ndarray] = {}
@@ -652,7 +681,7 @@ def test_declared_output_shape_is_checked() -> None:
 
 
 def test_unsupported_ops_are_all_listed_with_locations() -> None:
-    nodes = [N("Acos", ["x"], ["a"], name="acos_1"), N("ConvTranspose", ["a", "w"], ["b"]),
+    nodes = [N("Acos", ["x"], ["a"], name="acos_1"), N("GridSample", ["a", "w"], ["b"]),
              N("Relu", ["b"], ["c"]), N("Acos", ["c"], ["d"], name="acos_2"),
              N("Pad", ["x", "p"], ["e"], mode="reflect", name="pad_r"),
              N("Frob", ["x"], ["f"], domain="com.example", name="frob"),
@@ -664,9 +693,9 @@ def test_unsupported_ops_are_all_listed_with_locations() -> None:
     with pytest.raises(UnsupportedOpsError) as info:
         import_onnx(model)
     err = info.value
-    assert err.ops == ["Acos", "ConvTranspose", "MaxPool", "Pad", "com.example::Frob"]
+    assert err.ops == ["Acos", "GridSample", "MaxPool", "Pad", "com.example::Frob"]
     assert err.where["Acos"] == ["acos_1", "acos_2"]
-    assert err.where["ConvTranspose"] == ["#1"]
+    assert err.where["GridSample"] == ["#1"]
     assert "reflect" in err.where["Pad"][0] and "'idx'" in err.where["MaxPool"][0]
     msg = str(err)
     assert "\n" not in msg and "5 unsupported operator(s)" in msg and "acos_2" in msg

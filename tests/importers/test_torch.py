@@ -217,6 +217,24 @@ class Resampling(nn.Module):
                 F.interpolate(x[:, :, 0], scale_factor=3, mode="linear"))
 
 
+class UpConvolutions(nn.Module):
+    """Transposed convolutions: kernel == stride (U-Net), padded with output padding,
+    grouped and dilated, 1-D, cropping (padding past the kernel), functional."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.ConvTranspose2d(4, 6, 2, stride=2)
+        self.pad = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)
+        self.grouped = nn.ConvTranspose2d(4, 6, 3, stride=(2, 1), padding=(0, 2), groups=2,
+                                          dilation=(2, 1), bias=False)
+        self.line = nn.ConvTranspose1d(4, 5, 4, stride=2, padding=1)
+        self.crop = nn.ConvTranspose2d(4, 6, 1, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (self.up(x), self.pad(x), self.grouped(x), self.line(x[:, :, 0]), self.crop(x),
+                F.conv_transpose2d(x, self.up.weight, stride=2))
+
+
 class Transcendentals(nn.Module):
     """The element-wise ops of transformer models, on computed tensors."""
 
@@ -375,6 +393,15 @@ def test_group_norms_and_vector_norms(importer: Callable[..., Graph]) -> None:
     # Three group norms (1, 4 and 2 groups), each a layer norm of the grouped view; the
     # 2-norm a square root of a sum, the inf-norm a maximum.
     assert ops["layer_norm"] == 3 and ops["sqrt"] == 1 and ops["reduce_max"] == 1, ops
+
+
+@IMPORTERS
+def test_transposed_convolutions(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(16)
+    g = check(importer, UpConvolutions(), {"x": torch.randn(2, 4, 3, 5)}, atol=1e-6)
+    ops = compute_ops(g)
+    # The two kernel == stride ones are matmuls; the four others convolutions.
+    assert ops["matmul"] == 2 and ops["conv2d"] == 4, ops
 
 
 @IMPORTERS

@@ -38,6 +38,7 @@ import numpy as np
 from superopt.importers.errors import ModelImportError, UnsupportedOpsError
 from superopt.importers.naming import UniqueNames
 from superopt.importers.resample import read_maps, resample
+from superopt.importers.transposed import conv_transpose2d
 from superopt.ir import kernels
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, GraphBuilder, Node, Value
@@ -1419,6 +1420,61 @@ def _conv(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tenso
     padding = _ir_padding(pads, (xshape[2], xshape[3]), (kernel[0], kernel[1]), stride, dilation)
     y: Tensor = ctx.emit("conv2d", x, w, stride=stride, padding=padding, dilation=dilation,
                          groups=int(node.attr("group", 1)))
+    if bias is not None:
+        y = ctx.add(y, ctx.reshape(bias, (ctx.shape(bias)[0], 1, 1)))
+    if lifted:
+        s = ctx.shape(y)
+        y = ctx.reshape(y, (s[0], s[1], s[3]))
+    return [y]
+
+
+@_converter("ConvTranspose")
+def _conv_transpose(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                    ) -> list[Tensor | None]:
+    x, w, bias = _req(node, ins, 0), _req(node, ins, 1), _opt(ins, 2)
+    kernel_w = _const(w, "the kernel")
+    x, lifted = _lift_1d(ctx, x, "transposed convolution")
+    n = 1 if lifted else 2
+    if kernel_w.ndim != n + 2:
+        raise _Invalid(f"weight shape {list(kernel_w.shape)} for a {n}-D transposed "
+                       "convolution")
+    kernel = [int(k) for k in kernel_w.shape[2:]]
+    strides = _spatial(node, "strides", n, 1)
+    dilations = _spatial(node, "dilations", n, 1)
+    extra = _spatial(node, "output_padding", n, 0)
+    sizes = ctx.shape(x)[4 - n:]
+    mode = node.attr("auto_pad", "NOTSET")
+    wanted = node.attr("output_shape")
+    if wanted is not None or mode in ("SAME_UPPER", "SAME_LOWER"):
+        # The spec: the padding that gives output_shape (SAME: input x stride), split with
+        # the odd one at the end for SAME_UPPER, at the start otherwise.
+        want = [int(v) for v in wanted][-n:] if wanted is not None else \
+            [s * st for s, st in zip(sizes, strides, strict=True)]
+        total = [st * (s - 1) + e + (k - 1) * d + 1 - o for s, st, e, k, d, o in
+                 zip(sizes, strides, extra, kernel, dilations, want, strict=True)]
+        if min(total) < 0:
+            raise _Invalid(f"output_shape {want} beyond the convolution's reach")
+        low = [t // 2 if mode == "SAME_UPPER" else t - t // 2 for t in total]
+        pads = low + [t - lo for t, lo in zip(total, low, strict=True)]
+    elif mode == "VALID":
+        pads = [0] * (2 * n)
+    elif mode in ("NOTSET", ""):
+        pads = _spatial(node, "pads", 2 * n, 0)
+        if len(pads) != 2 * n:
+            raise _Invalid(f"pads {pads} for {n} spatial dims")
+    else:
+        raise _Invalid(f"auto_pad={mode!r}")
+    if lifted:
+        kernel_w = kernel_w.reshape(*kernel_w.shape[:2], 1, kernel_w.shape[2])
+        strides, dilations, extra = [1, *strides], [1, *dilations], [0, *extra]
+        pads = [0, pads[0], 0, pads[1]]
+    try:
+        y: Tensor = conv_transpose2d(
+            ctx.b, ctx.value(x), kernel_w,
+            lambda a, hint: ctx.value(Const(a, f"{node.outputs[0]}:{hint}")), strides,
+            (pads[0], pads[2], pads[1], pads[3]), extra, dilations, int(node.attr("group", 1)))
+    except ValueError as e:
+        raise _Invalid(str(e)) from None
     if bias is not None:
         y = ctx.add(y, ctx.reshape(bias, (ctx.shape(bias)[0], 1, 1)))
     if lifted:

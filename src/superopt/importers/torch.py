@@ -818,6 +818,45 @@ class _Ctx:
             y = self.add(y, self.reshape(bias, (-1, 1, 1)))
         return self._unbatch(self.value(y), unbatched)
 
+    def conv_transpose(self, x: Any, w: Any, bias: Any, stride: Any, padding: Any,
+                       output_padding: Any, groups: int, dilation: Any) -> Any:
+        """conv_transpose1d/2d (`superopt.importers.transposed`); 1-D over a height of 1."""
+        from superopt.importers.transposed import conv_transpose2d
+
+        if isinstance(w, Const):
+            known, name = w.tensor.detach(), w.name
+        else:  # a parameter: its weight node's data
+            node = self.b.nodes[w.node] if isinstance(w, Value) else None
+            if node is None or node.op != "weight" or node.attr("name") not in self.b.weights:
+                raise _Refuse("a transposed convolution with a computed kernel")
+            name = str(node.attr("name"))
+            known = torch.from_numpy(np.array(self.b.weights[name]))
+        kernel = known.double().numpy()
+        if kernel.ndim == 3:
+            if self.rank(x) != 3:
+                raise _Refuse(f"conv_transpose1d of a rank-{self.rank(x)} input")
+            y = self.conv_transpose(self.unsqueeze(x, -2), Const(known.unsqueeze(-2), name),
+                                    bias, (1, _pair(stride)[0]), (0, _pair(padding)[0]),
+                                    (0, _pair(output_padding)[0]), groups,
+                                    (1, _pair(dilation)[0]))
+            return self.squeeze(y, -2)
+        if kernel.ndim != 4:
+            raise _Refuse(f"transposed convolution with a rank-{kernel.ndim} kernel")
+        xv, unbatched = self._batched(x, "transposed convolution")
+        ph, pw = _pair(padding, "padding")
+        dt = _IR_TO_TORCH[self.dtype(xv)]
+        try:
+            y: Any = conv_transpose2d(
+                self.b, xv, kernel,
+                lambda a, hint: self.value(Const(torch.from_numpy(a).to(dt), f"{name}.{hint}")),
+                _pair(stride, "stride"), (ph, ph, pw, pw), _pair(output_padding),
+                _pair(dilation, "dilation"), int(groups))
+        except ValueError as e:
+            raise _Refuse(f"transposed convolution: {e}") from None
+        if bias is not None:
+            y = self.add(y, self.reshape(bias, (-1, 1, 1)))
+        return self._unbatch(self.value(y), unbatched)
+
     def layer_norm(self, x: Any, normalized_shape: Any, w: Any, bias: Any, eps: float) -> Value:
         ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         rank = self.rank(x)
@@ -961,7 +1000,12 @@ class _Ctx:
         elif h % oh == 0 and w % ow == 0:
             y = self.b.pool2d_avg(xv, kernel=(h // oh, w // ow), stride=(h // oh, w // ow))
         else:
-            raise _Refuse(f"adaptive pooling from {h}x{w} to {oh}x{ow} (uneven windows)")
+            # Uneven (or overlapping, when growing) windows: each output the mean of its
+            # window, separable by axis, so written like an interpolation (PSPNet's and
+            # UperNet's pyramid pooling to 1, 2, 3 and 6).
+            y = self.value(self.resample(xv, lambda t, k: F.adaptive_avg_pool2d(
+                t, (oh, ow) if k is None else
+                ((oh, t.shape[3]) if k == 0 else (t.shape[2], ow)))))
         return self._unbatch(y, unbatched)
 
     def reduce(self, op: str, x: Any, dims: Any, keepdim: bool) -> Value:
@@ -1242,7 +1286,10 @@ class _Ctx:
         if o == 1:
             return self.b.reduce_mean(self.value(x), axes=(len(shape) - 1,), keepdims=True)
         if n % o:
-            raise _Refuse(f"adaptive pooling from {n} to {o} (uneven windows)")
+            if len(shape) != 3:
+                raise _Refuse(f"adaptive pooling from {n} to {o} (uneven windows) of a "
+                              f"rank-{len(shape)} tensor")
+            return self.resample(x, lambda t, k: F.adaptive_avg_pool1d(t, o))
         y = self.reshape(x, (*shape[:-1], o, n // o))
         return self.b.reduce_mean(self.value(y), axes=(len(shape),), keepdims=False)
 
@@ -1291,7 +1338,8 @@ def _aten_batch_norm(cx: _Ctx, a: dict[str, Any]) -> Any:
 
 def _aten_conv(cx: _Ctx, a: dict[str, Any]) -> Any:
     if a.get("transposed"):
-        raise _Refuse("transposed convolution")
+        return cx.conv_transpose(a["input"], a["weight"], a["bias"], a["stride"], a["padding"],
+                                 a["output_padding"], a["groups"], a["dilation"])
     return cx.conv2d(a["input"], a["weight"], a["bias"], a["stride"], a["padding"],
                      a["dilation"], a["groups"])
 
@@ -1480,6 +1528,12 @@ ATEN: dict[Any, AtenConverter] = {
     aten.conv2d.default: _aten_conv,
     aten.conv2d.padding: _aten_conv,
     aten.convolution.default: _aten_conv,
+    aten.conv_transpose1d.default: lambda cx, a: cx.conv_transpose(
+        a["input"], a["weight"], a["bias"], a["stride"], a["padding"], a["output_padding"],
+        a["groups"], a["dilation"]),
+    aten.conv_transpose2d.input: lambda cx, a: cx.conv_transpose(
+        a["input"], a["weight"], a["bias"], a["stride"], a["padding"], a["output_padding"],
+        a["groups"], a["dilation"]),
     aten.scaled_dot_product_attention.default: lambda cx, a: cx.sdpa(
         a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"], a["is_causal"],
         a["scale"], a["enable_gqa"]),
@@ -1558,6 +1612,7 @@ ATEN: dict[Any, AtenConverter] = {
     aten.squeeze.dim: lambda cx, a: cx.squeeze(a["self"], a["dim"]),
     aten.squeeze.dims: lambda cx, a: cx.squeeze(a["self"], a["dim"]),
     aten.expand.default: lambda cx, a: cx.expand(a["self"], a["size"]),
+    aten.expand_as.default: lambda cx, a: cx.expand(a["self"], cx.shape(a["other"])),
     aten.slice.Tensor: lambda cx, a: cx.slice(a["self"], a["dim"], a["start"], a["end"],
                                               a["step"]),
     aten.select.int: lambda cx, a: cx.select(a["self"], a["dim"], a["index"]),
@@ -1800,6 +1855,10 @@ _CUMSUM = _spec("input, dim, dtype=None",
                 lambda cx, a: cx.cumsum(cx.cast(a["input"], a["dtype"]), a["dim"]))
 _AMAX = _spec("input, dim=(), keepdim=False",
               lambda cx, a: cx.reduce("reduce_max", a["input"], a["dim"], a["keepdim"]))
+_CONV_T = _spec("input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, "
+                "dilation=1", lambda cx, a: cx.conv_transpose(
+                    a["input"], a["weight"], a["bias"], a["stride"], a["padding"],
+                    a["output_padding"], a["groups"], a["dilation"]))
 _VECTOR_NORM = _spec("x, ord=2, dim=None, keepdim=False, dtype=None",
                      lambda cx, a: cx.vector_norm(cx.cast(a["x"], a["dtype"]), a["ord"],
                                                   a["dim"], a["keepdim"]))
@@ -1885,6 +1944,8 @@ FX_FUNCTIONS: dict[Any, FxConverter] = {
     F.dropout: _spec("input, p=0.5, training=True, inplace=False", _fx_dropout),
     F.linear: _spec("input, weight, bias=None",
                     lambda cx, a: cx.linear(a["input"], a["weight"], a["bias"])),
+    F.conv_transpose1d: _CONV_T,
+    F.conv_transpose2d: _CONV_T,
     F.conv2d: _spec("input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1",
                     lambda cx, a: cx.conv2d(a["input"], a["weight"], a["bias"], a["stride"],
                                             a["padding"], a["dilation"], a["groups"])),
@@ -2012,6 +2073,15 @@ def _mod_conv2d(cx: _Ctx, m: nn.Module, path: str, args: tuple[Any, ...]) -> Any
                      m.padding, m.dilation, m.groups)
 
 
+def _mod_conv_transpose(cx: _Ctx, m: nn.Module, path: str, args: tuple[Any, ...]) -> Any:
+    assert isinstance(m, nn.ConvTranspose1d | nn.ConvTranspose2d)
+    if m.padding_mode != "zeros" or len(args) > 1:
+        raise _Refuse(f"{m.padding_mode} padding" if m.padding_mode != "zeros" else
+                      "a transposed convolution called with output_size")
+    return cx.conv_transpose(args[0], _p(cx, m, path, "weight"), _p(cx, m, path, "bias"),
+                             m.stride, m.padding, m.output_padding, m.groups, m.dilation)
+
+
 def _mod_batch_norm(cx: _Ctx, m: nn.Module, path: str, args: tuple[Any, ...]) -> Any:
     assert isinstance(m, nn.modules.batchnorm._BatchNorm)
     if m.training or m.running_mean is None:
@@ -2035,6 +2105,8 @@ def _mod_embedding(cx: _Ctx, m: nn.Module, path: str, args: tuple[Any, ...]) -> 
 
 FX_MODULES: dict[type, ModuleConverter] = {
     nn.Conv2d: _mod_conv2d,
+    nn.ConvTranspose1d: _mod_conv_transpose,
+    nn.ConvTranspose2d: _mod_conv_transpose,
     nn.Linear: lambda cx, m, p, a: cx.linear(a[0], _p(cx, m, p, "weight"), _p(cx, m, p, "bias")),
     nn.BatchNorm1d: _mod_batch_norm,
     nn.BatchNorm2d: _mod_batch_norm,
