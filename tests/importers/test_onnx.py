@@ -1103,6 +1103,9 @@ HF_FOLDS: dict[str, set[str]] = {
     # GroupNorm(1, C) comes as InstanceNormalization, the response norm as ReduceL2.
     "convnextv2": {"gelu", "layer_norm", "sqrt"},
     "poolformer": {"gelu", "layer_norm", "pool2d_avg"},
+    # Resize as gathers (bilinear: times weights); DPT's up-convolutions as matmuls.
+    "segformer": {"gelu", "layer_norm", "attention", "gather"},
+    "dpt": {"gelu", "layer_norm", "attention", "gather", "matmul"},
     "swin": {"gelu", "layer_norm", "attention"},
     "gpt2": {"gelu", "layer_norm", "attention"},
     "gemma": {"rms_norm", "gelu", "attention"},

@@ -20,8 +20,9 @@ HF_MODELS = ("hf:bert-tiny", "hf:bert-small", "hf:bert-base")  # published BERT 
 # known without importing transformers.
 HF_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "phi", "gemma", "bert", "bert-classifier",
                "distilbert", "roberta", "t5-encoder", "vit", "vit-classifier", "deit", "swin",
-               "convnext", "convnextv2", "poolformer", "mobilevit", "resnet", "regnet",
-               "efficientnet", "mobilenet_v2", "whisper-encoder")
+               "convnext", "convnextv2", "poolformer", "segformer", "dpt", "upernet",
+               "mobilevit", "resnet", "regnet", "efficientnet", "mobilenet_v2",
+               "whisper-encoder")
 
 
 def load_model(spec: str, batch: int | None = None) -> Graph:

@@ -226,6 +226,37 @@ def _poolformer() -> Any:
                                           padding=[2, 1]))
 
 
+def _segformer() -> Any:
+    # Semantic segmentation: the decode head upsamples every stage bilinearly to the
+    # first stage's size (Resize / upsample_bilinear2d).
+    return _model("SegformerForSemanticSegmentation", _cfg(
+        "SegformerConfig", num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+        hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2],
+        num_attention_heads=[1, 2], decoder_hidden_size=32, num_labels=5))
+
+
+def _dpt() -> Any:
+    # Depth estimation: a ViT whose reassembled stages are upsampled by transposed
+    # convolutions (kernel == stride) and fused with bilinear upsampling.
+    return _model("DPTForDepthEstimation", _cfg(
+        "DPTConfig", image_size=64, patch_size=16, hidden_size=32, num_hidden_layers=4,
+        num_attention_heads=4, intermediate_size=64, backbone_out_indices=[0, 1, 2, 3],
+        neck_hidden_sizes=[8, 16, 24, 32], fusion_hidden_size=16, head_hidden_size=8))
+
+
+def _upernet() -> Any:
+    # Semantic segmentation with a pyramid pooling module: adaptive average pooling to 1,
+    # 2, 3 and 6 of a 2x2 map (uneven, growing windows), then bilinear upsampling.
+    import transformers
+
+    backbone = transformers.ConvNextConfig(depths=[1, 1, 1, 1], hidden_sizes=[8, 16, 24, 32],
+                                           out_features=["stage1", "stage2", "stage3",
+                                                         "stage4"])
+    return _model("UperNetForSemanticSegmentation", _cfg(
+        "UperNetConfig", backbone_config=backbone, hidden_size=16, auxiliary_in_channels=24,
+        use_auxiliary_head=False, num_labels=4))
+
+
 def _mobilevit() -> Any:
     # 64 pixels: every MobileViT block's feature map divides into 2x2 patches, so no
     # interpolation (bilinear resampling) is needed.
@@ -302,6 +333,9 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("convnext", "vision", _convnext, "pixels"),
     Family("convnextv2", "vision", _convnextv2, "pixels"),
     Family("poolformer", "vision", _poolformer, "pixels"),
+    Family("segformer", "vision", _segformer, "pixels", image=64),
+    Family("dpt", "vision", _dpt, "pixels", image=64),
+    Family("upernet", "vision", _upernet, "pixels", image=64),
     Family("mobilevit", "vision", _mobilevit, "pixels", image=64),
     Family("resnet", "vision", _resnet, "pixels"),
     Family("regnet", "vision", _regnet, "pixels"),
