@@ -502,6 +502,9 @@ def test_resize_refusals_name_the_problem() -> None:
     channels = _resize_model({"mode": "nearest"}, (1, 2, 4, 4), [1, 2, 1, 1], None, opset=13)
     with pytest.raises(UnsupportedOpsError, match="batch or channel axis"):
         import_onnx(channels)
+    bogus = _resize_model({"mode": "bogus"}, (1, 2, 4, 4), [1, 1, 2, 2], None, opset=13)
+    with pytest.raises(UnsupportedOpsError, match="could not be read from the runtime"):
+        import_onnx(bogus)
     short = _resize_model({"mode": "nearest"}, (1, 2, 4, 4), [2, 2], None, opset=13)
     with pytest.raises(ModelImportError, match="2 scales or sizes for a rank-4 input"):
         import_onnx(short)

@@ -1772,7 +1772,7 @@ def _run_resize(node: OnnxNode, x: np.ndarray, scales: Sequence[float] | None,
 
         return np.asarray(ReferenceEvaluator(model).run(None, {"x": x})[0])
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # a refusal is reported as this node's problem, not logged
     sess = ort.InferenceSession(model.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
     return np.asarray(sess.run(None, {"x": x})[0])
@@ -1836,6 +1836,9 @@ def _resize(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Ten
             node, t, None if scales is None else [1.0, 1.0, *scales[2:]], [1, 1, *out[2:]]))
     except ValueError as e:
         raise _Unsupported(str(e)) from None
+    except Exception as e:  # the runtime refused the node's attributes itself
+        raise _Unsupported(f"its interpolation could not be read from the runtime "
+                           f"({type(e).__name__}: {_one_line(e)})") from None
     maps = [(2 + k, m) for k, m in enumerate(found)]
     dt = ctx.np_dtype(x)
     y = resample(x, rank, maps,

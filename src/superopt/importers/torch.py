@@ -902,6 +902,9 @@ class _Ctx:
             found = read_maps(shape[2:], run, lambda t: run(t, None))
         except ValueError as e:
             raise _Refuse(str(e)) from None
+        except RuntimeError as e:  # torch refused the arguments on the probes
+            raise _Refuse(f"its interpolation could not be read from torch "
+                          f"({_first_line(e)})") from None
         dt = _IR_TO_TORCH[self.dtype(x)]
         return resample(
             x, len(shape), [(2 + k, m) for k, m in enumerate(found)],
