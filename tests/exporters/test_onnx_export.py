@@ -405,6 +405,25 @@ def test_rms_norm_is_written_so_that_onnxruntime_fuses_it(tmp_path: Any) -> None
     assert_close(run_ort(to_onnx(g), feeds), interpret(g, feeds), 1e-6, 1e-7)
 
 
+def test_nearest_upsampling_gathers_are_written_as_resize() -> None:
+    # The importers read Resize(nearest, x2) as gathers of 0, 0, 1, 1, ...; onnxruntime runs
+    # that as a Resize about 4x faster than as Gathers. Other gathers stay Gathers.
+    b = GraphBuilder()
+    x = b.input("x", (1, 2, 3, 4))
+    up_h = b.op("gather", x, b.weight("ih", (6,), "i64", data=np.arange(6) // 2), axis=2)
+    up_w = b.op("gather", up_h, b.weight("iw", (12,), "i64", data=np.arange(12) // 3), axis=3)
+    odd = b.op("gather", x, b.weight("io", (4,), "i64", data=np.array([0, 0, 1, 2])), axis=3)
+    g = b.build([up_w, odd])
+    model = to_onnx(g)
+    kinds = [n.op_type for n in model.graph.node]
+    assert kinds.count("Resize") == 2 and kinds.count("Gather") == 1, kinds
+    feeds = random_feeds(g, seed=1)
+    assert_close(run_ort(model, feeds), interpret(g, feeds), 1e-6, 1e-7)
+    back = import_onnx(model)  # each Resize a gather again (the odd Gather reads as slices)
+    assert back.op_histogram()["gather"] == 2
+    assert_close(interpret(back, feeds), interpret(g, feeds), 1e-6, 1e-7)
+
+
 def test_gelu_before_opset_20_is_written_with_erf() -> None:
     b = GraphBuilder()
     x = b.input("x", (5,))

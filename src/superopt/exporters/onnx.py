@@ -246,8 +246,34 @@ def _cast(node: Node, em: _Emitter) -> None:
             to=_ONNX_DTYPE[DType.parse(node.attr("to"))])
 
 
+def _repeat_factor(index: np.ndarray | None, n: int) -> int:
+    """s when `index` lists 0..n-1 each s > 1 times in order (nearest upsampling by s along
+    the axis), else 0."""
+    if index is None or index.ndim != 1 or n < 1 or index.size % n or index.size == n:
+        return 0
+    s = index.size // n
+    return s if np.array_equal(index, np.arange(index.size) // s) else 0
+
+
 @_rule("gather")
 def _gather(node: Node, em: _Emitter) -> None:
+    x_type = em.graph.type_of(node.inputs[0])
+    axis = int(node.attr("axis"))
+    src = em.graph.node(node.inputs[1].node)
+    index = em.graph.weights.get(src.attr("name")) if src.op == "weight" else None
+    s = _repeat_factor(index, x_type.shape[axis]) if x_type.dtype.is_float else 0
+    if s:
+        # Nearest upsampling by a whole factor, as the importers read Resize and torch's
+        # interpolation: onnxruntime's Resize (floor of i / s) runs it about 4x faster than
+        # Gather ((1, 64, 80, 80) doubled: 1.3 ms against 5.7 ms for two Gathers).
+        scales = [1.0] * x_type.rank
+        scales[axis] = float(s)
+        em.emit("Resize", [em.inp(node, 0), "",
+                           em.initializer(em.tmp(f"gather_{node.id}_scales"),
+                                          np.asarray(scales, dtype=np.float32), DType.F32)],
+                [em.out(node)], mode="nearest", coordinate_transformation_mode="asymmetric",
+                nearest_mode="floor")
+        return
     em.emit("Gather", [em.inp(node, 0), em.inp(node, 1)], [em.out(node)],
             axis=node.attr("axis"))
 
