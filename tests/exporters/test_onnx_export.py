@@ -23,6 +23,7 @@ from superopt.exporters.onnx import (  # noqa: E402
     LOWERING,
     NOT_INVERTIBLE,
     ExportError,
+    linear_resize_map,
     to_onnx,
 )
 from superopt.importers.onnx import LIGHT_MODELS, import_onnx, light_model_path  # noqa: E402
@@ -422,6 +423,50 @@ def test_nearest_upsampling_gathers_are_written_as_resize() -> None:
     back = import_onnx(model)  # each Resize a gather again (the odd Gather reads as slices)
     assert back.op_histogram()["gather"] == 2
     assert_close(interpret(back, feeds), interpret(g, feeds), 1e-6, 1e-7)
+
+
+@pytest.mark.parametrize("transform", ["half_pixel", "pytorch_half_pixel", "align_corners",
+                                       "asymmetric"])
+@pytest.mark.parametrize("n,out", [(4, 8), (6, 9), (4, 3), (5, 1), (1, 3)])
+def test_linear_resize_map_is_onnxruntimes(transform: str, n: int, out: int) -> None:
+    # The exporter's formula for a linear Resize's map, against onnxruntime's Resize on an
+    # identity (channel j holds e_j): the exporter writes a Resize only where they agree.
+    model = onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear",
+                               coordinate_transformation_mode=transform)], "m",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, n, n])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        initializer=[onnx.numpy_helper.from_array(np.array([1, n, out], np.int64), "sizes")]),
+        opset_imports=[onnx.helper.make_opsetid("", 13)])
+    eye = np.eye(n, dtype=np.float32)[None]
+    got = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": eye})[0]
+    np.testing.assert_allclose(linear_resize_map(n, out, transform), got[0].T, atol=1e-6)
+
+
+def test_interpolations_are_written_as_resize_again() -> None:
+    torch = pytest.importorskip("torch")
+    from superopt.importers.torch import import_exported
+
+    class Up(torch.nn.Module):
+        def forward(self, x: Any) -> tuple[Any, ...]:
+            f = torch.nn.functional
+            return (f.interpolate(x, scale_factor=2, mode="bilinear"),
+                    f.interpolate(x, size=(7, 5), mode="bilinear", align_corners=True),
+                    f.interpolate(x, size=(9, 3), mode="bilinear"),
+                    f.interpolate(x, scale_factor=2, mode="nearest"),
+                    f.interpolate(x, scale_factor=1.5, mode="bicubic"))
+
+    x = torch.randn(2, 3, 6, 4)
+    g = import_exported(torch.export.export(Up(), (x,)), name="up")
+    model = to_onnx(g)
+    kinds = [n.op_type for n in model.graph.node]
+    # Three bilinear and one nearest, two axes each, as Resize; bicubic stays 4-tap gathers.
+    assert kinds.count("Resize") == 8 and kinds.count("Gather") == 8, kinds
+    used = {i for n in model.graph.node for i in n.input}
+    assert all(t.name in used for t in model.graph.initializer)  # none left unread
+    feeds = {"x": x.numpy().astype(np.float64)}
+    assert_close(run_ort(model, feeds), interpret(g, feeds), 1e-5, 1e-6)
 
 
 def test_gelu_before_opset_20_is_written_with_erf() -> None:
