@@ -394,6 +394,27 @@ def test_group_normalization(opset: int) -> None:
         import_onnx(bad)
 
 
+@pytest.mark.parametrize("equation,shapes", [
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+    ("ibnd,jbnd->bnij", [(4, 2, 3, 5), (6, 2, 3, 5)]),  # XLNet's relative attention
+    ("...ij,jk", [(2, 3, 4), (4, 5)]),
+    ("ij,jk,kl->li", [(2, 3), (3, 4), (4, 5)]),
+])
+def test_einsum(equation: str, shapes: list[tuple[int, ...]]) -> None:
+    names = [f"x{i}" for i in range(len(shapes))]
+    model = make_model([N("Einsum", names, ["y"], equation=equation)],
+                       dict(zip(names, shapes, strict=True)), ["y"], opset=13)
+    g = check(model)
+    assert "matmul" in ops(g) and "einsum" not in ops(g)
+
+
+def test_einsum_with_a_diagonal_is_refused() -> None:
+    model = make_model([N("Einsum", ["x"], ["y"], equation="ii->i")], {"x": [3, 3]}, ["y"],
+                       opset=13)
+    with pytest.raises(UnsupportedOpsError, match="Einsum.*diagonal"):
+        import_onnx(model)
+
+
 CONV_TRANSPOSE_CASES = [
     # U-Net's and DPT's up-convolution, kernel == stride: a matmul and a pixel shuffle
     ((1, 4, 3, 5), (4, 6, 2, 2), {"strides": [2, 2]}),

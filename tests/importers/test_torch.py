@@ -235,6 +235,16 @@ class UpConvolutions(nn.Module):
                 F.conv_transpose2d(x, self.up.weight, stride=2))
 
 
+class Einsums(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(5, 3))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (torch.einsum("bij,jk->bik", x, self.w), torch.einsum("bij,bkj->bik", x, x),
+                torch.einsum("...j,jk", x, self.w), torch.einsum("bij->j", x))
+
+
 class Transcendentals(nn.Module):
     """The element-wise ops of transformer models, on computed tensors."""
 
@@ -402,6 +412,23 @@ def test_transposed_convolutions(importer: Callable[..., Graph]) -> None:
     ops = compute_ops(g)
     # The two kernel == stride ones are matmuls; the four others convolutions.
     assert ops["matmul"] == 2 and ops["conv2d"] == 4, ops
+
+
+@IMPORTERS
+def test_einsum_as_matmuls(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(17)
+    g = check(importer, Einsums(), {"x": torch.randn(2, 4, 5)}, atol=1e-6)
+    # "...j,jk" is "bij,jk->bik" again (one matmul for both); "bij->j" is sums alone.
+    assert compute_ops(g)["matmul"] == 2
+
+
+def test_weight_normalised_convolution() -> None:
+    # wav2vec2's positional convolution: weight = g * v / ||v|| (over all dims but 2).
+    torch.manual_seed(18)
+    conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(4, 4, 3, padding=1, groups=2),
+                                                 name="weight", dim=2)
+    g = check(import_exported, conv, {"input": torch.randn(2, 4, 7)}, atol=1e-6)
+    assert compute_ops(g)["sqrt"] == 1 and compute_ops(g)["conv2d"] == 1
 
 
 @IMPORTERS

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from superopt.importers.einsum import EinsumOps, einsum
 from superopt.importers.errors import ModelImportError, UnsupportedOpsError
 from superopt.importers.naming import UniqueNames
 from superopt.importers.resample import read_maps, resample
@@ -1426,6 +1427,23 @@ def _conv(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tenso
         s = ctx.shape(y)
         y = ctx.reshape(y, (s[0], s[1], s[3]))
     return [y]
+
+
+@_converter("Einsum")
+def _einsum(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    # Transposes, reshapes, sums and batched matmuls (`superopt.importers.einsum`).
+    equation = node.attr("equation")
+    if equation is None:
+        raise _Invalid("no equation attribute")
+    operands = [t for t in ins if t is not None]
+    ops = EinsumOps[Tensor](
+        transpose=ctx.transpose, reshape=ctx.reshape,
+        reduce_sum=lambda x, axes: ctx.emit("reduce_sum", x, axes=axes, keepdims=False),
+        matmul=lambda a, b: ctx.emit("matmul", a, b))
+    try:
+        return [einsum(str(equation), operands, [ctx.shape(t) for t in operands], ops)]
+    except ValueError as e:
+        raise _Unsupported(str(e)) from None
 
 
 @_converter("ConvTranspose")

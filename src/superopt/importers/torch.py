@@ -913,6 +913,28 @@ class _Ctx:
             scale=lambda v, w: self.mul(v, Const(torch.from_numpy(w).to(dt), "resize.weight")),
             add=self.add)
 
+    def einsum(self, equation: str, operands: Sequence[Any]) -> Any:
+        """torch.einsum as transposes, reshapes, sums and batched matmuls
+        (`superopt.importers.einsum`)."""
+        from superopt.importers.einsum import EinsumOps, einsum
+
+        ops = EinsumOps[Any](
+            transpose=self.transpose, reshape=self.reshape,
+            reduce_sum=lambda x, axes: self.reduce("reduce_sum", x, list(axes), False),
+            matmul=self.matmul)
+        try:
+            return einsum(equation, list(operands), [self.shape(x) for x in operands], ops)
+        except ValueError as e:
+            raise _Refuse(f"einsum: {e}") from None
+
+    def weight_norm(self, v: Any, g: Any, dim: int) -> Any:
+        """torch's weight normalisation: v * g / ||v||, the norm over every dim but `dim`
+        (every dim for -1): wav2vec2's positional convolution."""
+        rank = self.rank(v)
+        axes = list(range(rank)) if dim == -1 else [i for i in range(rank) if i != dim % rank]
+        norm = self.unary("sqrt", self.reduce("reduce_sum", self.mul(v, v), axes, True))
+        return self.mul(v, self.div(g, norm))
+
     def vector_norm(self, x: Any, order: float, dims: Any, keepdim: bool) -> Any:
         """linalg.vector_norm of orders 1, 2 and inf (ConvNeXt-V2's response norm is the
         2-norm over positions): sum |x|, sqrt(sum x*x), max |x|."""
@@ -1616,6 +1638,8 @@ ATEN: dict[Any, AtenConverter] = {
     aten.squeeze.dims: lambda cx, a: cx.squeeze(a["self"], a["dim"]),
     aten.expand.default: lambda cx, a: cx.expand(a["self"], a["size"]),
     aten.expand_as.default: lambda cx, a: cx.expand(a["self"], cx.shape(a["other"])),
+    aten.einsum.default: lambda cx, a: cx.einsum(a["equation"], a["tensors"]),
+    aten._weight_norm.default: lambda cx, a: cx.weight_norm(a["v"], a["g"], a.get("dim", 0)),
     aten.slice.Tensor: lambda cx, a: cx.slice(a["self"], a["dim"], a["start"], a["end"],
                                               a["step"]),
     aten.select.int: lambda cx, a: cx.select(a["self"], a["dim"], a["index"]),
@@ -1896,6 +1920,9 @@ _NEW_OPS_FX: dict[Any, FxConverter] = {
                                                                   a["other"])),
     operator.or_: _spec("input, other", lambda cx, a: cx.logical("or", a["input"], a["other"])),
     torch.linalg.vector_norm: _VECTOR_NORM,
+    torch.einsum: lambda cx, args, kwargs: cx.einsum(
+        args[0], list(args[1]) if len(args) == 2 and isinstance(args[1], list | tuple)
+        else list(args[1:])),
     torch.cumsum: _CUMSUM, torch.amax: _AMAX, torch.index_select: _INDEX_SELECT,
     torch.tril: _TRIL, torch.triu: _TRIU,
     F.adaptive_avg_pool1d: _spec("input, output_size", lambda cx, a: cx.adaptive_avg_pool1d(
