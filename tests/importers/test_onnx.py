@@ -415,6 +415,17 @@ def test_einsum_with_a_diagonal_is_refused() -> None:
         import_onnx(model)
 
 
+def test_tile() -> None:
+    model = make_model([N("Tile", ["x", "r"], ["y"])], {"x": [2, 3, 1]}, ["y"],
+                       {"r": np.array([1, 2, 4], np.int64)})
+    g = check(model)
+    assert g.type_of(g.outputs[0]).shape == (2, 6, 4) and "expand" in ops(g)
+    bad = make_model([N("Tile", ["x", "r"], ["y"])], {"x": [2, 3]}, ["y"],
+                     {"r": np.array([2], np.int64)})
+    with pytest.raises(ModelImportError, match="repeats \\[2\\] for a rank-2 input"):
+        import_onnx(bad)
+
+
 CONV_TRANSPOSE_CASES = [
     # U-Net's and DPT's up-convolution, kernel == stride: a matmul and a pixel shuffle
     ((1, 4, 3, 5), (4, 6, 2, 2), {"strides": [2, 2]}),

@@ -242,7 +242,8 @@ class Einsums(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return (torch.einsum("bij,jk->bik", x, self.w), torch.einsum("bij,bkj->bik", x, x),
-                torch.einsum("...j,jk", x, self.w), torch.einsum("bij->j", x))
+                torch.einsum("...j,jk", x, self.w), torch.einsum("bij->j", x),
+                x.repeat(1, 2, 3), x[0].repeat(2, 1, 1))  # tiling (SigLIP's pooling probe)
 
 
 class Transcendentals(nn.Module):

@@ -1041,6 +1041,24 @@ def _expand(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Ten
     return [ctx.emit("expand", x, shape=out)]
 
 
+@_converter("Tile")
+def _tile(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    # Each dim as (repeats, size), broadcast along the repeats, then merged.
+    x = _req(node, ins, 0)
+    reps = list(_const_ints(_req(node, ins, 1), "the repeats"))
+    shape = ctx.shape(x)
+    if len(reps) != len(shape) or min(reps, default=1) < 0:
+        raise _Invalid(f"repeats {reps} for a rank-{len(shape)} input")
+    if isinstance(x, Const):
+        return [Const(np.tile(x.data, reps), x.hint)]
+    if all(r == 1 for r in reps):
+        return [x]
+    pairs = [d for s in shape for d in (1, s)]
+    wide = tuple(d for r, s in zip(reps, shape, strict=True) for d in (r, s))
+    y = ctx.emit("expand", ctx.reshape(x, pairs), shape=wide)
+    return [ctx.reshape(y, [r * s for r, s in zip(reps, shape, strict=True)])]
+
+
 # ---- element-wise arithmetic ----------------------------------------------------------
 
 def _binary_operands(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]

@@ -1199,6 +1199,21 @@ class _Ctx:
             return Const(x.tensor.expand(target), x.name + ".expand")
         return Expanded(x.value if isinstance(x, Expanded) else x, target)
 
+    def repeat(self, x: Any, repeats: Sequence[int]) -> Any:
+        """Tensor.repeat (tiling): each dim as (repeats, size), broadcast along the
+        repeats, then merged: out[i] = x[i % size]."""
+        reps = [int(r) for r in repeats]
+        shape = tuple(self.shape(x))
+        if len(reps) < len(shape) or min(reps, default=1) < 0:
+            raise _Refuse(f"repeat {reps} of a {list(shape)} tensor")
+        shape = (1,) * (len(reps) - len(shape)) + shape
+        if all(r == 1 for r in reps):
+            return self.reshape(x, shape)
+        pairs = [d for s in shape for d in (1, s)]
+        wide = [d for r, s in zip(reps, shape, strict=True) for d in (r, s)]
+        y = self.expand(self.reshape(x, pairs), wide)
+        return self.reshape(y, [r * s for r, s in zip(reps, shape, strict=True)])
+
     def pad(self, x: Any, pad: Sequence[int], value: float | None = 0) -> Any:
         rank = self.rank(x)
         if len(pad) % 2 or len(pad) > 2 * rank or min(pad, default=0) < 0:
@@ -1638,6 +1653,7 @@ ATEN: dict[Any, AtenConverter] = {
     aten.squeeze.dims: lambda cx, a: cx.squeeze(a["self"], a["dim"]),
     aten.expand.default: lambda cx, a: cx.expand(a["self"], a["size"]),
     aten.expand_as.default: lambda cx, a: cx.expand(a["self"], cx.shape(a["other"])),
+    aten.repeat.default: lambda cx, a: cx.repeat(a["self"], a["repeats"]),
     aten.einsum.default: lambda cx, a: cx.einsum(a["equation"], a["tensors"]),
     aten._weight_norm.default: lambda cx, a: cx.weight_norm(a["v"], a["g"], a.get("dim", 0)),
     aten.slice.Tensor: lambda cx, a: cx.slice(a["self"], a["dim"], a["start"], a["end"],
@@ -2048,6 +2064,7 @@ FX_METHODS: dict[str, FxConverter] = {
     "reshape": _method_sizes(lambda cx, x, s: cx.reshape(x, s)),
     "permute": _method_sizes(lambda cx, x, s: cx.transpose(x, s)),
     "expand": _method_sizes(lambda cx, x, s: cx.expand(x, s)),
+    "repeat": _method_sizes(lambda cx, x, s: cx.repeat(x, s)),
     "expand_as": _spec("input, other", lambda cx, a: cx.expand(a["input"],
                                                                cx.shape(a["other"]))),
     "flatten": _FLATTEN, "transpose": _TRANSPOSE, "t": _T,
