@@ -415,6 +415,31 @@ def test_einsum_with_a_diagonal_is_refused() -> None:
         import_onnx(model)
 
 
+@pytest.mark.parametrize("op,attrs,opset", [
+    ("LogSoftmax", {"axis": 1}, 11), ("LogSoftmax", {"axis": -1}, 13),
+    ("Elu", {"alpha": 0.7}, 13), ("Selu", {}, 13), ("Celu", {"alpha": 1.5}, 13),
+    ("Softplus", {}, 13), ("Mish", {}, 18),
+])
+def test_activations_written_with_ir_ops(op: str, attrs: dict[str, Any], opset: int) -> None:
+    model = make_model([N(op, ["x"], ["y"], **attrs)], {"x": [2, 3, 4]}, ["y"], opset=opset)
+    if opset < 13:  # onnx's reference evaluator has LogSoftmax-11 wrong (as Softmax-11)
+        g = import_onnx(model)
+        _against_onnxruntime(model, g)
+    else:
+        g = check(model)
+    big = {"x": np.array([[[-80.0, -3.0, 0.0, 90.0]] * 3] * 2, np.float32)}
+    assert np.all(np.isfinite(interpret(g, big)[0]))  # the safe forms: no exp overflows
+
+
+@pytest.mark.parametrize("op,mode", [("DepthToSpace", "DCR"), ("DepthToSpace", "CRD"),
+                                     ("SpaceToDepth", None)])
+def test_depth_to_space_and_back(op: str, mode: str | None) -> None:
+    attrs = {"blocksize": 2} | ({"mode": mode} if mode else {})
+    shape = [1, 8, 3, 2] if op == "DepthToSpace" else [1, 2, 6, 4]
+    g = check(make_model([N(op, ["x"], ["y"], **attrs)], {"x": shape}, ["y"], opset=13))
+    assert set(ops(g)) <= {"input", "reshape", "transpose"}, ops(g)
+
+
 def test_tile() -> None:
     model = make_model([N("Tile", ["x", "r"], ["y"])], {"x": [2, 3, 1]}, ["y"],
                        {"r": np.array([1, 2, 4], np.int64)})

@@ -246,6 +246,24 @@ class Einsums(nn.Module):
                 x.repeat(1, 2, 3), x[0].repeat(2, 1, 1))  # tiling (SigLIP's pooling probe)
 
 
+class Activations(nn.Module):
+    """Activations and normalisers with no IR op of their own, as modules, functions and
+    methods (each importer maps them through `superopt.importers.composite`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.acts = nn.ModuleList([nn.ELU(0.7), nn.SELU(), nn.CELU(1.5), nn.Softplus(), nn.Mish(),
+                                   nn.LogSigmoid(), nn.LeakyReLU(0.1), nn.LogSoftmax(-1)])
+        self.prelu = nn.PReLU(4, init=0.3)
+        self.shuffle, self.unshuffle = nn.PixelShuffle(2), nn.PixelUnshuffle(2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outs = [a(x) for a in self.acts]
+        return (*outs, self.prelu(x), self.unshuffle(self.shuffle(x)), self.shuffle(x),
+                F.log_softmax(x, dim=1), F.softplus(x, beta=2.0), F.elu(x),
+                x.var(dim=(2, 3)), x.std(dim=1, keepdim=True, correction=0))
+
+
 class Transcendentals(nn.Module):
     """The element-wise ops of transformer models, on computed tensors."""
 
@@ -430,6 +448,13 @@ def test_weight_normalised_convolution() -> None:
                                                  name="weight", dim=2)
     g = check(import_exported, conv, {"input": torch.randn(2, 4, 7)}, atol=1e-6)
     assert compute_ops(g)["sqrt"] == 1 and compute_ops(g)["conv2d"] == 1
+
+
+@IMPORTERS
+def test_activations_without_an_ir_op(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(19)
+    g = check(importer, Activations(), {"x": torch.randn(2, 4, 6, 4)}, atol=1e-6)
+    assert not {"softplus", "elu", "log_softmax"} & set(compute_ops(g))
 
 
 @IMPORTERS

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from superopt.importers import composite
+from superopt.importers.composite import Prim
 from superopt.importers.einsum import EinsumOps, einsum
 from superopt.importers.errors import ModelImportError, UnsupportedOpsError
 from superopt.importers.naming import UniqueNames
@@ -1312,6 +1314,71 @@ def _leaky_relu(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list
 def _prelu(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     x, slope = _req(node, ins, 0), _req(node, ins, 1)
     return [ctx.add(ctx.relu(x), ctx.mul(ctx.relu(ctx.neg(x)), ctx.neg(slope)))]
+
+
+def _prim(ctx: _Context) -> Prim[Tensor]:
+    """This importer's ops for `superopt.importers.composite`."""
+    def scalar_or(x: Tensor, v: Tensor | float) -> Tensor:
+        return ctx.scalar(v, x, f"c_{v:g}") if isinstance(v, float | int) else v
+
+    def unary(op: str, x: Tensor) -> Tensor:
+        return ctx.relu(x) if op == "relu" else ctx.neg(x) if op == "neg" else ctx.emit(op, x)
+    return Prim[Tensor](
+        unary=unary, add=lambda a, b: ctx.add(a, scalar_or(a, b)),
+        mul=lambda a, b: ctx.mul(a, scalar_or(a, b)),
+        minimum=lambda x, v: ctx.emit("minimum", x, ctx.scalar(v, x, f"c_{v:g}")),
+        reduce=lambda op, x, axes, keep: ctx.emit(op, x, axes=axes, keepdims=keep),
+        shape=ctx.shape, reshape=ctx.reshape, transpose=ctx.transpose)
+
+
+@_converter("LogSoftmax")
+def _log_softmax(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                 ) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    shape = ctx.shape(x)
+    if node.opset >= 13:
+        return [composite.log_softmax(_prim(ctx), x, _norm_axis(int(node.attr("axis", -1)),
+                                                                  len(shape)))]
+    # Before opset 13: over the input flattened to 2-D at `axis`.
+    axis = _norm_axis(int(node.attr("axis", 1)), len(shape))
+    flat = ctx.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
+    return [ctx.reshape(composite.log_softmax(_prim(ctx), flat, 1), shape)]
+
+
+@_converter("Elu", "Selu", "Celu")
+def _elu(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    if node.op_type == "Selu":
+        return [composite.elu(_prim(ctx), x, float(node.attr("alpha", composite.SELU_ALPHA)),
+                              float(node.attr("gamma", composite.SELU_SCALE)))]
+    alpha = float(node.attr("alpha", 1.0))
+    return [composite.elu(_prim(ctx), x, alpha,
+                          inner=alpha if node.op_type == "Celu" else 1.0)]
+
+
+@_converter("Softplus", "Mish")
+def _softplus(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    fn = composite.mish if node.op_type == "Mish" else composite.softplus
+    return [fn(_prim(ctx), x)]
+
+
+@_converter("DepthToSpace", "SpaceToDepth")
+def _depth_to_space(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                    ) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    if len(ctx.shape(x)) != 4:
+        raise _Invalid(f"input of rank {len(ctx.shape(x))} (needs N, C, H, W)")
+    block = node.attr("blocksize")
+    if block is None or int(block) < 1:
+        raise _Invalid("no positive blocksize attribute")
+    try:
+        if node.op_type == "DepthToSpace":
+            return [composite.depth_to_space(_prim(ctx), x, int(block),
+                                              str(node.attr("mode", "DCR")))]
+        return [composite.space_to_depth(_prim(ctx), x, int(block))]
+    except ValueError as e:
+        raise _Invalid(str(e)) from None
 
 
 @_converter("HardSigmoid", "HardSwish")

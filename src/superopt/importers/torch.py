@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from superopt.importers import composite
 from superopt.importers.errors import ModelImportError, UnsupportedOpsError
 from superopt.importers.naming import UniqueNames
 from superopt.ir.errors import IRError, ShapeError
@@ -927,6 +928,26 @@ class _Ctx:
         except ValueError as e:
             raise _Refuse(f"einsum: {e}") from None
 
+    @property
+    def prim(self) -> Any:
+        """This importer's ops for `superopt.importers.composite`."""
+        from superopt.importers.composite import Prim
+
+        return Prim[Any](
+            unary=lambda op, x: self.neg(x) if op == "neg" else self.unary(op, x),
+            add=self.add, mul=self.mul, minimum=lambda x, v: self.binary("minimum", x, v),
+            reduce=lambda op, x, axes, keep: self.reduce(op, x, list(axes), keep),
+            shape=lambda x: tuple(self.shape(x)), reshape=self.reshape,
+            transpose=self.transpose)
+
+    def prelu(self, x: Any, w: Any) -> Any:
+        """relu(x) + w * min(x, 0), w one per channel (dim 1) or one for all."""
+        rank = self.rank(x)
+        count = math.prod(self.shape(w))
+        slope = self.reshape(w, (count,) + (1,) * (rank - 2)) if count > 1 and rank > 2 else \
+            self.reshape(w, (count,) if count > 1 else ())
+        return self.add(self.unary("relu", x), self.mul(self.binary("minimum", x, 0.0), slope))
+
     def weight_norm(self, v: Any, g: Any, dim: int) -> Any:
         """torch's weight normalisation: v * g / ||v||, the norm over every dim but `dim`
         (every dim for -1): wav2vec2's positional convolution."""
@@ -1450,6 +1471,19 @@ def _fx_interpolate(cx: _Ctx, a: dict[str, Any]) -> Any:
     return cx.resample(a["input"], run)
 
 
+def _fx_correction(a: dict[str, Any]) -> float:
+    """Tensor.var/std's correction from `correction` or the older `unbiased` flag."""
+    if a.get("correction") is not None:
+        return float(a["correction"])
+    return 0.0 if a.get("unbiased") is False else 1.0
+
+
+def _correction(a: dict[str, Any]) -> float:
+    """var/std's correction: 1 (the unbiased estimate) when not given."""
+    c = a.get("correction")
+    return 1.0 if c is None else float(c)
+
+
 def _aten_native_layer_norm(cx: _Ctx, a: dict[str, Any]) -> Any:
     y = cx.layer_norm(a["input"], a["normalized_shape"], a["weight"], a["bias"], a["eps"])
     return (y, _Missing("layer-norm mean"), _Missing("layer-norm inverse std"))
@@ -1654,6 +1688,37 @@ ATEN: dict[Any, AtenConverter] = {
     aten.expand.default: lambda cx, a: cx.expand(a["self"], a["size"]),
     aten.expand_as.default: lambda cx, a: cx.expand(a["self"], cx.shape(a["other"])),
     aten.repeat.default: lambda cx, a: cx.repeat(a["self"], a["repeats"]),
+    # activations and normalisers written with the IR's ops (`superopt.importers.composite`)
+    aten._log_softmax.default: lambda cx, a: composite.log_softmax(cx.prim, a["self"], a["dim"]),
+    aten.log_softmax.int: lambda cx, a: composite.log_softmax(cx.prim, cx.cast(a["self"], a["dtype"]),
+                                                       a["dim"]),
+    aten.elu.default: lambda cx, a: composite.elu(cx.prim, a["self"], float(a["alpha"]),
+                                          float(a["scale"]), 1.0 / float(a["input_scale"])),
+    aten.selu.default: lambda cx, a: composite.elu(cx.prim, a["self"], composite.SELU_ALPHA, composite.SELU_SCALE),
+    aten.celu.default: lambda cx, a: composite.elu(cx.prim, a["self"], float(a["alpha"]),
+                                           inner=float(a["alpha"])),
+    aten.softplus.default: lambda cx, a: composite.softplus(cx.prim, a["self"], float(a["beta"])),
+    aten.mish.default: lambda cx, a: composite.mish(cx.prim, a["self"]),
+    aten.log_sigmoid.default: lambda cx, a: composite.log_sigmoid(cx.prim, a["self"]),
+    aten.log_sigmoid_forward.default: lambda cx, a: (
+        composite.log_sigmoid(cx.prim, a["self"]), _Missing("log-sigmoid buffer")),
+    aten.leaky_relu.default: lambda cx, a: cx.prelu(a["self"],
+                                                    Const(torch.tensor([float(
+                                                        a["negative_slope"])]), "slope")),
+    aten.prelu.default: lambda cx, a: cx.prelu(a["self"], a["weight"]),
+    aten._prelu_kernel.default: lambda cx, a: cx.prelu(a["self"], a["weight"]),
+    aten.var.correction: lambda cx, a: composite.variance(
+        cx.prim, a["self"], a["dim"] or (), _correction(a), a.get("keepdim", False)),
+    aten.std.correction: lambda cx, a: cx.unary("sqrt", composite.variance(
+        cx.prim, a["self"], a["dim"] or (), _correction(a), a.get("keepdim", False))),
+    aten.var.dim: lambda cx, a: composite.variance(cx.prim, a["self"], a["dim"] or (),
+                                           float(a["unbiased"]), a["keepdim"]),
+    aten.std.dim: lambda cx, a: cx.unary("sqrt", composite.variance(
+        cx.prim, a["self"], a["dim"] or (), float(a["unbiased"]), a["keepdim"])),
+    aten.pixel_shuffle.default: lambda cx, a: composite.depth_to_space(cx.prim, a["self"],
+                                                               a["upscale_factor"], "CRD"),
+    aten.pixel_unshuffle.default: lambda cx, a: composite.space_to_depth(cx.prim, a["self"],
+                                                                 a["downscale_factor"], "CRD"),
     aten.einsum.default: lambda cx, a: cx.einsum(a["equation"], a["tensors"]),
     aten._weight_norm.default: lambda cx, a: cx.weight_norm(a["v"], a["g"], a.get("dim", 0)),
     aten.slice.Tensor: lambda cx, a: cx.slice(a["self"], a["dim"], a["start"], a["end"],
@@ -1842,6 +1907,13 @@ _SQUEEZE = _spec("input, dim=None", lambda cx, a: cx.squeeze(a["input"], a["dim"
 _MEAN = _spec("input, dim=None, keepdim=False, dtype=None",
               lambda cx, a: cx.reduce("reduce_mean", cx.cast(a["input"], a["dtype"]), a["dim"],
                                       a["keepdim"]))
+_VAR = _spec("input, dim=None, unbiased=None, keepdim=False, correction=None",
+             lambda cx, a: composite.variance(
+                 cx.prim, a["input"], (a["dim"],) if isinstance(a["dim"], int) else
+                 (a["dim"] or ()), _fx_correction(a), a["keepdim"]))
+_STD = _spec("input, dim=None, unbiased=None, keepdim=False, correction=None",
+             lambda cx, a: cx.unary("sqrt", _VAR(cx, (a["input"],), {
+                 k: v for k, v in a.items() if k != "input"})))
 _SUM = _spec("input, dim=None, keepdim=False, dtype=None",
              lambda cx, a: cx.reduce("reduce_sum", cx.cast(a["input"], a["dtype"]), a["dim"],
                                      a["keepdim"]))
@@ -1990,6 +2062,26 @@ FX_FUNCTIONS: dict[Any, FxConverter] = {
     F.dropout: _spec("input, p=0.5, training=True, inplace=False", _fx_dropout),
     F.linear: _spec("input, weight, bias=None",
                     lambda cx, a: cx.linear(a["input"], a["weight"], a["bias"])),
+    F.log_softmax: _spec("input, dim=None, _stacklevel=3, dtype=None",
+                         lambda cx, a: composite.log_softmax(
+                             cx.prim, cx.cast(a["input"], a["dtype"]), a["dim"])),
+    F.elu: _spec("input, alpha=1.0, inplace=False",
+                 lambda cx, a: composite.elu(cx.prim, a["input"], float(a["alpha"]))),
+    F.selu: _spec("input, inplace=False", lambda cx, a: composite.elu(
+        cx.prim, a["input"], composite.SELU_ALPHA, composite.SELU_SCALE)),
+    F.celu: _spec("input, alpha=1.0, inplace=False", lambda cx, a: composite.elu(
+        cx.prim, a["input"], float(a["alpha"]), inner=float(a["alpha"]))),
+    F.softplus: _spec("input, beta=1.0, threshold=20.0", lambda cx, a: composite.softplus(
+        cx.prim, a["input"], float(a["beta"]))),
+    F.mish: _spec("input, inplace=False", lambda cx, a: composite.mish(cx.prim, a["input"])),
+    F.logsigmoid: _spec("input", lambda cx, a: composite.log_sigmoid(cx.prim, a["input"])),
+    F.leaky_relu: _spec("input, negative_slope=0.01, inplace=False", lambda cx, a: cx.prelu(
+        a["input"], Const(torch.tensor([float(a["negative_slope"])]), "slope"))),
+    F.prelu: _spec("input, weight", lambda cx, a: cx.prelu(a["input"], a["weight"])),
+    F.pixel_shuffle: _spec("input, upscale_factor", lambda cx, a: composite.depth_to_space(
+        cx.prim, a["input"], a["upscale_factor"], "CRD")),
+    F.pixel_unshuffle: _spec("input, downscale_factor", lambda cx, a: composite.space_to_depth(
+        cx.prim, a["input"], a["downscale_factor"], "CRD")),
     F.conv_transpose1d: _CONV_T,
     F.conv_transpose2d: _CONV_T,
     F.conv2d: _spec("input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1",
@@ -2069,7 +2161,7 @@ FX_METHODS: dict[str, FxConverter] = {
                                                                cx.shape(a["other"]))),
     "flatten": _FLATTEN, "transpose": _TRANSPOSE, "t": _T,
     "unsqueeze": _UNSQUEEZE, "squeeze": _SQUEEZE,
-    "mean": _MEAN, "sum": _SUM, "split": _SPLIT, "chunk": _CHUNK, "unbind": _UNBIND,
+    "mean": _MEAN, "sum": _SUM, "var": _VAR, "std": _STD, "split": _SPLIT, "chunk": _CHUNK, "unbind": _UNBIND,
     "unflatten": _UNFLATTEN,
     "contiguous": _IDENTITY, "clone": _IDENTITY,
     "detach": _spec("input", lambda cx, a: a["input"]),
@@ -2153,6 +2245,22 @@ def _mod_embedding(cx: _Ctx, m: nn.Module, path: str, args: tuple[Any, ...]) -> 
 FX_MODULES: dict[type, ModuleConverter] = {
     nn.Conv2d: _mod_conv2d,
     nn.ConvTranspose1d: _mod_conv_transpose,
+    nn.ELU: lambda cx, m, p, a: composite.elu(cx.prim, a[0], float(m.alpha)),
+    nn.SELU: lambda cx, m, p, a: composite.elu(cx.prim, a[0], composite.SELU_ALPHA,
+                                               composite.SELU_SCALE),
+    nn.CELU: lambda cx, m, p, a: composite.elu(cx.prim, a[0], float(m.alpha),
+                                               inner=float(m.alpha)),
+    nn.Softplus: lambda cx, m, p, a: composite.softplus(cx.prim, a[0], float(m.beta)),
+    nn.Mish: lambda cx, m, p, a: composite.mish(cx.prim, a[0]),
+    nn.LogSigmoid: lambda cx, m, p, a: composite.log_sigmoid(cx.prim, a[0]),
+    nn.LogSoftmax: lambda cx, m, p, a: composite.log_softmax(cx.prim, a[0], m.dim),
+    nn.LeakyReLU: lambda cx, m, p, a: cx.prelu(
+        a[0], Const(torch.tensor([float(m.negative_slope)]), "slope")),
+    nn.PReLU: lambda cx, m, p, a: cx.prelu(a[0], _p(cx, m, p, "weight")),
+    nn.PixelShuffle: lambda cx, m, p, a: composite.depth_to_space(cx.prim, a[0],
+                                                                  m.upscale_factor, "CRD"),
+    nn.PixelUnshuffle: lambda cx, m, p, a: composite.space_to_depth(cx.prim, a[0],
+                                                                    m.downscale_factor, "CRD"),
     nn.ConvTranspose2d: _mod_conv_transpose,
     nn.Linear: lambda cx, m, p, a: cx.linear(a[0], _p(cx, m, p, "weight"), _p(cx, m, p, "bias")),
     nn.BatchNorm1d: _mod_batch_norm,

@@ -1,0 +1,117 @@
+"""Activations, normalisers and layout shuffles the IR has no op for, written once with its
+ops for both importers (ONNX and torch).
+
+Each is exact in real arithmetic and written in its numerically safe form: log-softmax
+shifted by the maximum; softplus as relu(x) + log(1 + exp(-|x|)), so no exp overflows
+(torch returns x itself above its threshold, 20: the two differ there by log(1 + e^-20),
+2e-9); ELU and its kin through exp(min(x, 0)). Depth-to-space and space-to-depth (pixel
+shuffle) are a reshape, a transpose and a reshape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Prim(Generic[T]):
+    """The importer's own element-wise, reduction and movement ops on its tensors."""
+
+    unary: Callable[[str, T], T]  # relu, neg, exp, log, tanh, sqrt
+    add: Callable[[T, T | float], T]
+    mul: Callable[[T, T | float], T]
+    minimum: Callable[[T, float], T]
+    reduce: Callable[[str, T, tuple[int, ...], bool], T]  # reduce_max / reduce_sum
+    shape: Callable[[T], tuple[int, ...]]
+    reshape: Callable[[T, tuple[int, ...]], T]
+    transpose: Callable[[T, tuple[int, ...]], T]
+
+    def sub(self, a: T, b: T) -> T:
+        return self.add(a, self.unary("neg", b))
+
+
+def log_softmax(p: Prim[T], x: T, axis: int) -> T:
+    shifted = p.sub(x, p.reduce("reduce_max", x, (axis,), True))
+    total = p.reduce("reduce_sum", p.unary("exp", shifted), (axis,), True)
+    return p.sub(shifted, p.unary("log", total))
+
+
+def softplus(p: Prim[T], x: T, beta: float = 1.0) -> T:
+    """log(1 + exp(beta x)) / beta as relu(bx) + log(1 + exp(-|bx|)), over beta."""
+    bx = x if beta == 1.0 else p.mul(x, beta)
+    magnitude = p.add(p.unary("relu", bx), p.unary("relu", p.unary("neg", bx)))
+    tail = p.unary("log", p.add(p.unary("exp", p.unary("neg", magnitude)), 1.0))
+    y = p.add(p.unary("relu", bx), tail)
+    return y if beta == 1.0 else p.mul(y, 1.0 / beta)
+
+
+def elu(p: Prim[T], x: T, alpha: float = 1.0, scale: float = 1.0, inner: float = 1.0) -> T:
+    """scale * (relu(x) + alpha * (exp(min(x, 0) / inner) - 1)): ELU (inner 1), SELU (its
+    fixed alpha and scale) and CELU (inner = alpha)."""
+    neg_part = p.minimum(x, 0.0)
+    if inner != 1.0:
+        neg_part = p.mul(neg_part, 1.0 / inner)
+    y = p.add(p.unary("relu", x), p.mul(p.add(p.unary("exp", neg_part), -1.0), alpha))
+    return y if scale == 1.0 else p.mul(y, scale)
+
+
+SELU_ALPHA = 1.6732632423543772
+SELU_SCALE = 1.0507009873554805
+
+
+def mish(p: Prim[T], x: T) -> T:
+    return p.mul(x, p.unary("tanh", softplus(p, x)))
+
+
+def log_sigmoid(p: Prim[T], x: T) -> T:
+    return p.unary("neg", softplus(p, p.unary("neg", x)))
+
+
+def variance(p: Prim[T], x: T, axes: Sequence[int], correction: float, keep: bool) -> T:
+    """The variance over `axes` with `correction` (1: the unbiased estimate)."""
+    shape = p.shape(x)
+    rank = len(shape)
+    axes = tuple(sorted(a % rank for a in axes)) if axes else tuple(range(rank))
+    n = math.prod(shape[a] for a in axes)
+    mean = p.mul(p.reduce("reduce_sum", x, axes, True), 1.0 / n)
+    d = p.sub(x, mean)
+    return p.mul(p.reduce("reduce_sum", p.mul(d, d), axes, keep), 1.0 / max(n - correction, 0))
+
+
+def depth_to_space(p: Prim[T], x: T, block: int, mode: str = "DCR") -> T:
+    """(N, C*b*b, H, W) -> (N, C, H*b, W*b): DCR (ONNX's default) takes the block from the
+    leading channels, CRD (torch's pixel_shuffle) from the trailing ones."""
+    n, c, h, w = p.shape(x)
+    if c % (block * block):
+        raise ValueError(f"{c} channels for blocks of {block}x{block}")
+    k = c // (block * block)
+    if mode == "DCR":
+        y = p.transpose(p.reshape(x, (n, block, block, k, h, w)), (0, 3, 4, 1, 5, 2))
+    elif mode == "CRD":
+        y = p.transpose(p.reshape(x, (n, k, block, block, h, w)), (0, 1, 4, 2, 5, 3))
+    else:
+        raise ValueError(f"mode {mode!r}")
+    return p.reshape(y, (n, k, h * block, w * block))
+
+
+def space_to_depth(p: Prim[T], x: T, block: int, mode: str = "DCR") -> T:
+    """(N, C, H*b, W*b) -> (N, C*b*b, H, W), the inverse of `depth_to_space` in `mode`
+    (ONNX's SpaceToDepth is DCR, torch's pixel_unshuffle CRD)."""
+    n, c, hb, wb = p.shape(x)
+    if hb % block or wb % block:
+        raise ValueError(f"a {hb}x{wb} map for blocks of {block}x{block}")
+    h, w = hb // block, wb // block
+    y = p.reshape(x, (n, c, h, block, w, block))
+    perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    if mode not in ("DCR", "CRD"):
+        raise ValueError(f"mode {mode!r}")
+    return p.reshape(p.transpose(y, perm), (n, c * block * block, h, w))
+
+
+__all__ = ["SELU_ALPHA", "SELU_SCALE", "Prim", "depth_to_space", "elu", "log_sigmoid",
+           "log_softmax", "mish", "softplus", "space_to_depth", "variance"]
