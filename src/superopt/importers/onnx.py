@@ -1485,6 +1485,16 @@ def _lift_1d(ctx: _Context, x: Tensor, what: str) -> tuple[Tensor, bool]:
     return x, False
 
 
+def _bias_and_unlift(ctx: _Context, y: Tensor, bias: Tensor | None, lifted: bool) -> Tensor:
+    """A convolution's per-channel bias added, and a 1-D one's unit height dropped again."""
+    if bias is not None:
+        y = ctx.add(y, ctx.reshape(bias, (ctx.shape(bias)[0], 1, 1)))
+    if lifted:
+        s = ctx.shape(y)
+        y = ctx.reshape(y, (s[0], s[1], s[3]))
+    return y
+
+
 @_converter("Conv")
 def _conv(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     x, w, bias = _req(node, ins, 0), _req(node, ins, 1), _opt(ins, 2)
@@ -1506,12 +1516,7 @@ def _conv(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tenso
     padding = _ir_padding(pads, (xshape[2], xshape[3]), (kernel[0], kernel[1]), stride, dilation)
     y: Tensor = ctx.emit("conv2d", x, w, stride=stride, padding=padding, dilation=dilation,
                          groups=int(node.attr("group", 1)))
-    if bias is not None:
-        y = ctx.add(y, ctx.reshape(bias, (ctx.shape(bias)[0], 1, 1)))
-    if lifted:
-        s = ctx.shape(y)
-        y = ctx.reshape(y, (s[0], s[1], s[3]))
-    return [y]
+    return [_bias_and_unlift(ctx, y, bias, lifted)]
 
 
 @_converter("Einsum")
@@ -1578,12 +1583,7 @@ def _conv_transpose(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
             (pads[0], pads[2], pads[1], pads[3]), extra, dilations, int(node.attr("group", 1)))
     except ValueError as e:
         raise _Invalid(str(e)) from None
-    if bias is not None:
-        y = ctx.add(y, ctx.reshape(bias, (ctx.shape(bias)[0], 1, 1)))
-    if lifted:
-        s = ctx.shape(y)
-        y = ctx.reshape(y, (s[0], s[1], s[3]))
-    return [y]
+    return [_bias_and_unlift(ctx, y, bias, lifted)]
 
 
 def _window_counts(size: int, k: int, s: int, out: int, lo: int, hi: int) -> tuple[np.ndarray,
