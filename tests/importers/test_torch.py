@@ -264,6 +264,14 @@ class Activations(nn.Module):
                 x.var(dim=(2, 3)), x.std(dim=1, keepdim=True, correction=0))
 
 
+class Patches(nn.Module):
+    """MobileViT-V2's unfold into tiling patches, a per-patch map, and fold back."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        cols = F.unfold(x, kernel_size=2, stride=2)  # (N, C*4, patches)
+        return cols, F.fold(cols.tanh(), output_size=(6, 4), kernel_size=2, stride=2)
+
+
 class Transcendentals(nn.Module):
     """The element-wise ops of transformer models, on computed tensors."""
 
@@ -455,6 +463,25 @@ def test_activations_without_an_ir_op(importer: Callable[..., Graph]) -> None:
     torch.manual_seed(19)
     g = check(importer, Activations(), {"x": torch.randn(2, 4, 6, 4)}, atol=1e-6)
     assert not {"softplus", "elu", "log_softmax"} & set(compute_ops(g))
+
+
+@IMPORTERS
+def test_unfold_and_fold_of_tiling_patches(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(20)
+    g = check(importer, Patches(), {"x": torch.randn(2, 3, 6, 4)})
+    assert set(compute_ops(g)) <= {"reshape", "transpose", "tanh"}, compute_ops(g)
+
+
+def test_overlapping_unfold() -> None:
+    class Overlap(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.unfold(x, kernel_size=3, stride=1)
+
+    # torch.export writes it as index arithmetic the importer takes (gathers); the traced
+    # call itself, overlapping, is refused with the reason rather than imported wrong.
+    check(import_exported, Overlap(), {"x": torch.randn(1, 2, 5, 5)})
+    with pytest.raises(UnsupportedOpsError, match="overlapping or padded patches"):
+        import_fx(Overlap(), (torch.randn(1, 2, 5, 5),))
 
 
 @IMPORTERS

@@ -1235,6 +1235,40 @@ class _Ctx:
         y = self.expand(self.reshape(x, pairs), wide)
         return self.reshape(y, [r * s for r, s in zip(reps, shape, strict=True)])
 
+    def _tiling_patches(self, kernel: Any, dilation: Any, padding: Any, stride: Any,
+                        what: str) -> tuple[int, int]:
+        """The patch size of an unfold/fold whose patches tile the image (kernel ==
+        stride, no dilation or padding); refused otherwise."""
+        k, st = _pair(kernel, "kernel"), _pair(stride, "stride")
+        if k != st or _pair(dilation, "dilation") != (1, 1) or _pair(padding) != (0, 0):
+            raise _Refuse(f"{what} with overlapping or padded patches (kernel {list(k)}, "
+                          f"stride {list(st)})")
+        return k
+
+    def unfold(self, x: Any, kernel: Any, dilation: Any, padding: Any, stride: Any) -> Any:
+        """im2col of patches that tile the image (MobileViT-V2): (N, C, H, W) ->
+        (N, C*kh*kw, H/kh * W/kw), a reshape, a transpose and a reshape."""
+        kh, kw = self._tiling_patches(kernel, dilation, padding, stride, "unfold")
+        n, c, h, w = self.shape(x)
+        if h % kh or w % kw:
+            raise _Refuse(f"unfold of a {h}x{w} map into {kh}x{kw} patches")
+        y = self.transpose(self.reshape(x, (n, c, h // kh, kh, w // kw, kw)),
+                           (0, 1, 3, 5, 2, 4))
+        return self.reshape(y, (n, c * kh * kw, (h // kh) * (w // kw)))
+
+    def fold(self, cols: Any, output_size: Any, kernel: Any, dilation: Any, padding: Any,
+             stride: Any) -> Any:
+        """col2im of patches that tile the image: the inverse of `unfold`."""
+        kh, kw = self._tiling_patches(kernel, dilation, padding, stride, "fold")
+        h, w = _pair(output_size, "output size")
+        n, ckk, length = self.shape(cols)
+        if h % kh or w % kw or ckk % (kh * kw) or length != (h // kh) * (w // kw):
+            raise _Refuse(f"fold of {list(self.shape(cols))} into a {h}x{w} map")
+        c = ckk // (kh * kw)
+        y = self.transpose(self.reshape(cols, (n, c, kh, kw, h // kh, w // kw)),
+                           (0, 1, 4, 2, 5, 3))
+        return self.reshape(y, (n, c, h, w))
+
     def pad(self, x: Any, pad: Sequence[int], value: float | None = 0) -> Any:
         rank = self.rank(x)
         if len(pad) % 2 or len(pad) > 2 * rank or min(pad, default=0) < 0:
@@ -1688,6 +1722,10 @@ ATEN: dict[Any, AtenConverter] = {
     aten.expand.default: lambda cx, a: cx.expand(a["self"], a["size"]),
     aten.expand_as.default: lambda cx, a: cx.expand(a["self"], cx.shape(a["other"])),
     aten.repeat.default: lambda cx, a: cx.repeat(a["self"], a["repeats"]),
+    aten.im2col.default: lambda cx, a: cx.unfold(a["self"], a["kernel_size"], a["dilation"],
+                                                 a["padding"], a["stride"]),
+    aten.col2im.default: lambda cx, a: cx.fold(a["self"], a["output_size"], a["kernel_size"],
+                                               a["dilation"], a["padding"], a["stride"]),
     # activations and normalisers written with the IR's ops (`superopt.importers.composite`)
     aten._log_softmax.default: lambda cx, a: composite.log_softmax(cx.prim, a["self"], a["dim"]),
     aten.log_softmax.int: lambda cx, a: composite.log_softmax(cx.prim, cx.cast(a["self"], a["dtype"]),
@@ -2082,6 +2120,12 @@ FX_FUNCTIONS: dict[Any, FxConverter] = {
         cx.prim, a["input"], a["upscale_factor"], "CRD")),
     F.pixel_unshuffle: _spec("input, downscale_factor", lambda cx, a: composite.space_to_depth(
         cx.prim, a["input"], a["downscale_factor"], "CRD")),
+    F.unfold: _spec("input, kernel_size, dilation=1, padding=0, stride=1",
+                    lambda cx, a: cx.unfold(a["input"], a["kernel_size"], a["dilation"],
+                                            a["padding"], a["stride"])),
+    F.fold: _spec("input, output_size, kernel_size, dilation=1, padding=0, stride=1",
+                  lambda cx, a: cx.fold(a["input"], a["output_size"], a["kernel_size"],
+                                        a["dilation"], a["padding"], a["stride"])),
     F.conv_transpose1d: _CONV_T,
     F.conv_transpose2d: _CONV_T,
     F.conv2d: _spec("input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1",
