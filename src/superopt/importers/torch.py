@@ -1245,7 +1245,8 @@ class _Ctx:
                           f"stride {list(st)})")
         return k
 
-    def unfold(self, x: Any, kernel: Any, dilation: Any, padding: Any, stride: Any) -> Any:
+    def unfold_patches(self, x: Any, kernel: Any, dilation: Any, padding: Any, stride: Any
+                       ) -> Any:
         """im2col of patches that tile the image (MobileViT-V2): (N, C, H, W) ->
         (N, C*kh*kw, H/kh * W/kw), a reshape, a transpose and a reshape."""
         kh, kw = self._tiling_patches(kernel, dilation, padding, stride, "unfold")
@@ -1256,9 +1257,9 @@ class _Ctx:
                            (0, 1, 3, 5, 2, 4))
         return self.reshape(y, (n, c * kh * kw, (h // kh) * (w // kw)))
 
-    def fold(self, cols: Any, output_size: Any, kernel: Any, dilation: Any, padding: Any,
-             stride: Any) -> Any:
-        """col2im of patches that tile the image: the inverse of `unfold`."""
+    def fold_patches(self, cols: Any, output_size: Any, kernel: Any, dilation: Any,
+                     padding: Any, stride: Any) -> Any:
+        """col2im of patches that tile the image: the inverse of `unfold_patches`."""
         kh, kw = self._tiling_patches(kernel, dilation, padding, stride, "fold")
         h, w = _pair(output_size, "output size")
         n, ckk, length = self.shape(cols)
@@ -1722,27 +1723,31 @@ ATEN: dict[Any, AtenConverter] = {
     aten.expand.default: lambda cx, a: cx.expand(a["self"], a["size"]),
     aten.expand_as.default: lambda cx, a: cx.expand(a["self"], cx.shape(a["other"])),
     aten.repeat.default: lambda cx, a: cx.repeat(a["self"], a["repeats"]),
-    aten.im2col.default: lambda cx, a: cx.unfold(a["self"], a["kernel_size"], a["dilation"],
-                                                 a["padding"], a["stride"]),
-    aten.col2im.default: lambda cx, a: cx.fold(a["self"], a["output_size"], a["kernel_size"],
-                                               a["dilation"], a["padding"], a["stride"]),
+    aten.im2col.default: lambda cx, a: cx.unfold_patches(
+        a["self"], a["kernel_size"], a["dilation"], a["padding"], a["stride"]),
+    aten.col2im.default: lambda cx, a: cx.fold_patches(
+        a["self"], a["output_size"], a["kernel_size"], a["dilation"], a["padding"],
+        a["stride"]),
     # activations and normalisers written with the IR's ops (`superopt.importers.composite`)
-    aten._log_softmax.default: lambda cx, a: composite.log_softmax(cx.prim, a["self"], a["dim"]),
-    aten.log_softmax.int: lambda cx, a: composite.log_softmax(cx.prim, cx.cast(a["self"], a["dtype"]),
-                                                       a["dim"]),
-    aten.elu.default: lambda cx, a: composite.elu(cx.prim, a["self"], float(a["alpha"]),
-                                          float(a["scale"]), 1.0 / float(a["input_scale"])),
-    aten.selu.default: lambda cx, a: composite.elu(cx.prim, a["self"], composite.SELU_ALPHA, composite.SELU_SCALE),
+    aten._log_softmax.default: lambda cx, a: composite.log_softmax(cx.prim, a["self"],
+                                                                   a["dim"]),
+    aten.log_softmax.int: lambda cx, a: composite.log_softmax(
+        cx.prim, cx.cast(a["self"], a["dtype"]), a["dim"]),
+    aten.elu.default: lambda cx, a: composite.elu(
+        cx.prim, a["self"], float(a["alpha"]), float(a["scale"]),
+        1.0 / float(a["input_scale"])),
+    aten.selu.default: lambda cx, a: composite.elu(cx.prim, a["self"], composite.SELU_ALPHA,
+                                                   composite.SELU_SCALE),
     aten.celu.default: lambda cx, a: composite.elu(cx.prim, a["self"], float(a["alpha"]),
-                                           inner=float(a["alpha"])),
-    aten.softplus.default: lambda cx, a: composite.softplus(cx.prim, a["self"], float(a["beta"])),
+                                                   inner=float(a["alpha"])),
+    aten.softplus.default: lambda cx, a: composite.softplus(cx.prim, a["self"],
+                                                            float(a["beta"])),
     aten.mish.default: lambda cx, a: composite.mish(cx.prim, a["self"]),
     aten.log_sigmoid.default: lambda cx, a: composite.log_sigmoid(cx.prim, a["self"]),
     aten.log_sigmoid_forward.default: lambda cx, a: (
         composite.log_sigmoid(cx.prim, a["self"]), _Missing("log-sigmoid buffer")),
-    aten.leaky_relu.default: lambda cx, a: cx.prelu(a["self"],
-                                                    Const(torch.tensor([float(
-                                                        a["negative_slope"])]), "slope")),
+    aten.leaky_relu.default: lambda cx, a: cx.prelu(
+        a["self"], Const(torch.tensor([float(a["negative_slope"])]), "slope")),
     aten.prelu.default: lambda cx, a: cx.prelu(a["self"], a["weight"]),
     aten._prelu_kernel.default: lambda cx, a: cx.prelu(a["self"], a["weight"]),
     aten.var.correction: lambda cx, a: composite.variance(
@@ -1750,13 +1755,13 @@ ATEN: dict[Any, AtenConverter] = {
     aten.std.correction: lambda cx, a: cx.unary("sqrt", composite.variance(
         cx.prim, a["self"], a["dim"] or (), _correction(a), a.get("keepdim", False))),
     aten.var.dim: lambda cx, a: composite.variance(cx.prim, a["self"], a["dim"] or (),
-                                           float(a["unbiased"]), a["keepdim"]),
+                                                   float(a["unbiased"]), a["keepdim"]),
     aten.std.dim: lambda cx, a: cx.unary("sqrt", composite.variance(
         cx.prim, a["self"], a["dim"] or (), float(a["unbiased"]), a["keepdim"])),
-    aten.pixel_shuffle.default: lambda cx, a: composite.depth_to_space(cx.prim, a["self"],
-                                                               a["upscale_factor"], "CRD"),
-    aten.pixel_unshuffle.default: lambda cx, a: composite.space_to_depth(cx.prim, a["self"],
-                                                                 a["downscale_factor"], "CRD"),
+    aten.pixel_shuffle.default: lambda cx, a: composite.depth_to_space(
+        cx.prim, a["self"], a["upscale_factor"], "CRD"),
+    aten.pixel_unshuffle.default: lambda cx, a: composite.space_to_depth(
+        cx.prim, a["self"], a["downscale_factor"], "CRD"),
     aten.einsum.default: lambda cx, a: cx.einsum(a["equation"], a["tensors"]),
     aten._weight_norm.default: lambda cx, a: cx.weight_norm(a["v"], a["g"], a.get("dim", 0)),
     aten.slice.Tensor: lambda cx, a: cx.slice(a["self"], a["dim"], a["start"], a["end"],
@@ -2121,11 +2126,11 @@ FX_FUNCTIONS: dict[Any, FxConverter] = {
     F.pixel_unshuffle: _spec("input, downscale_factor", lambda cx, a: composite.space_to_depth(
         cx.prim, a["input"], a["downscale_factor"], "CRD")),
     F.unfold: _spec("input, kernel_size, dilation=1, padding=0, stride=1",
-                    lambda cx, a: cx.unfold(a["input"], a["kernel_size"], a["dilation"],
-                                            a["padding"], a["stride"])),
+                    lambda cx, a: cx.unfold_patches(a["input"], a["kernel_size"],
+                                                    a["dilation"], a["padding"], a["stride"])),
     F.fold: _spec("input, output_size, kernel_size, dilation=1, padding=0, stride=1",
-                  lambda cx, a: cx.fold(a["input"], a["output_size"], a["kernel_size"],
-                                        a["dilation"], a["padding"], a["stride"])),
+                  lambda cx, a: cx.fold_patches(a["input"], a["output_size"], a["kernel_size"],
+                                                a["dilation"], a["padding"], a["stride"])),
     F.conv_transpose1d: _CONV_T,
     F.conv_transpose2d: _CONV_T,
     F.conv2d: _spec("input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1",
@@ -2205,7 +2210,8 @@ FX_METHODS: dict[str, FxConverter] = {
                                                                cx.shape(a["other"]))),
     "flatten": _FLATTEN, "transpose": _TRANSPOSE, "t": _T,
     "unsqueeze": _UNSQUEEZE, "squeeze": _SQUEEZE,
-    "mean": _MEAN, "sum": _SUM, "var": _VAR, "std": _STD, "split": _SPLIT, "chunk": _CHUNK, "unbind": _UNBIND,
+    "mean": _MEAN, "sum": _SUM, "var": _VAR, "std": _STD, "split": _SPLIT, "chunk": _CHUNK,
+    "unbind": _UNBIND,
     "unflatten": _UNFLATTEN,
     "contiguous": _IDENTITY, "clone": _IDENTITY,
     "detach": _spec("input", lambda cx, a: a["input"]),
