@@ -5,11 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from superopt.importers.einsum import EinsumOps, einsum, parse
+from superopt.importers.composite import Prim
+from superopt.importers.einsum import einsum, parse
 
-NUMPY = EinsumOps[np.ndarray](
-    transpose=lambda x, p: np.transpose(x, p), reshape=lambda x, s: x.reshape(s),
-    reduce_sum=lambda x, a: x.sum(axis=a), matmul=np.matmul)
+
+def _reduce(op: str, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    assert op == "reduce_sum"
+    return x.sum(axis=axes, keepdims=keep)
+
+
+NUMPY = Prim[np.ndarray](
+    unary=lambda op, x: x, add=np.add, mul=np.multiply, minimum=np.minimum, reduce=_reduce,
+    shape=lambda x: x.shape, reshape=lambda x, s: x.reshape(s),
+    transpose=lambda x, p: np.transpose(x, p), expand=np.broadcast_to, matmul=np.matmul)
 
 CASES = [
     ("ij,jk->ik", [(3, 4), (4, 5)]),

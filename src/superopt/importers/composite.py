@@ -1,5 +1,6 @@
 """Activations, normalisers and layout shuffles the IR has no op for, written once with its
-ops for both importers (ONNX and torch).
+ops for both importers (ONNX and torch); `Prim` is each importer's adapter to its own ops
+(einsum uses it too).
 
 Each is exact in real arithmetic and written in its numerically safe form: log-softmax
 shifted by the maximum; softplus as relu(x) + log(1 + exp(-|x|)), so no exp overflows
@@ -30,6 +31,8 @@ class Prim(Generic[T]):
     shape: Callable[[T], tuple[int, ...]]
     reshape: Callable[[T, tuple[int, ...]], T]
     transpose: Callable[[T, tuple[int, ...]], T]
+    expand: Callable[[T, tuple[int, ...]], T]
+    matmul: Callable[[T, T], T]
 
     def sub(self, a: T, b: T) -> T:
         return self.add(a, self.unary("neg", b))
@@ -83,6 +86,21 @@ def variance(p: Prim[T], x: T, axes: Sequence[int], correction: float, keep: boo
     return p.mul(p.reduce("reduce_sum", p.mul(d, d), axes, keep), 1.0 / max(n - correction, 0))
 
 
+def tile(p: Prim[T], x: T, repeats: Sequence[int]) -> T:
+    """ONNX Tile / Tensor.repeat (leading new dims allowed): each dim as (repeats, size),
+    broadcast along the repeats, then merged, so out[i] = x[i % size]."""
+    shape = p.shape(x)
+    if len(repeats) < len(shape) or min(repeats, default=1) < 0:
+        raise ValueError(f"repeats {list(repeats)} for a {list(shape)} tensor")
+    shape = (1,) * (len(repeats) - len(shape)) + tuple(shape)
+    if all(r == 1 for r in repeats):
+        return p.reshape(x, shape)
+    pairs = tuple(d for n in shape for d in (1, n))
+    wide = tuple(d for r, n in zip(repeats, shape, strict=True) for d in (r, n))
+    y = p.expand(p.reshape(x, pairs), wide)
+    return p.reshape(y, tuple(r * n for r, n in zip(repeats, shape, strict=True)))
+
+
 def depth_to_space(p: Prim[T], x: T, block: int, mode: str = "DCR") -> T:
     """(N, C*b*b, H, W) -> (N, C, H*b, W*b): DCR (ONNX's default) takes the block from the
     leading channels, CRD (torch's pixel_shuffle) from the trailing ones."""
@@ -114,4 +132,4 @@ def space_to_depth(p: Prim[T], x: T, block: int, mode: str = "DCR") -> T:
 
 
 __all__ = ["SELU_ALPHA", "SELU_SCALE", "Prim", "depth_to_space", "elu", "log_sigmoid",
-           "log_softmax", "mish", "softplus", "space_to_depth", "variance"]
+           "log_softmax", "mish", "softplus", "space_to_depth", "tile", "variance"]

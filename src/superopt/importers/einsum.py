@@ -15,21 +15,12 @@ from __future__ import annotations
 
 import math
 import string
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
+
+from superopt.importers.composite import Prim
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class EinsumOps(Generic[T]):
-    """The importer's own ops on its tensors (they fold constants their way)."""
-
-    transpose: Callable[[T, tuple[int, ...]], T]
-    reshape: Callable[[T, tuple[int, ...]], T]
-    reduce_sum: Callable[[T, tuple[int, ...]], T]  # axes dropped (keepdims false)
-    matmul: Callable[[T, T], T]
 
 
 def parse(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
@@ -75,7 +66,7 @@ def parse(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
 
 
 def einsum(equation: str, operands: Sequence[T], shapes: Sequence[Sequence[int]],
-           ops: EinsumOps[T]) -> T:
+           ops: Prim[T]) -> T:
     """The einsum of `operands` (of `shapes`) by `ops`; ValueError for what it refuses."""
     terms, out = parse(equation, [len(s) for s in shapes])
     size: dict[str, int] = {}
@@ -106,21 +97,21 @@ def einsum(equation: str, operands: Sequence[T], shapes: Sequence[Sequence[int]]
     return _finish(cur, cur_term, out, ops)
 
 
-def _sum_out(x: T, term: str, keep: set[str], ops: EinsumOps[T]) -> tuple[T, str]:
+def _sum_out(x: T, term: str, keep: set[str], ops: Prim[T]) -> tuple[T, str]:
     drop = tuple(i for i, c in enumerate(term) if c not in keep)
     if not drop:
         return x, term
-    return ops.reduce_sum(x, drop), "".join(c for c in term if c in keep)
+    return ops.reduce("reduce_sum", x, drop, False), "".join(c for c in term if c in keep)
 
 
-def _arrange(x: T, term: str, order: list[str], ops: EinsumOps[T]) -> T:
+def _arrange(x: T, term: str, order: list[str], ops: Prim[T]) -> T:
     perm = tuple(term.index(c) for c in order)
     return x if perm == tuple(range(len(perm))) else ops.transpose(x, perm)
 
 
-def _finish(x: T, term: str, out: str, ops: EinsumOps[T]) -> T:
+def _finish(x: T, term: str, out: str, ops: Prim[T]) -> T:
     x, term = _sum_out(x, term, set(out), ops)
     return _arrange(x, term, list(out), ops)
 
 
-__all__ = ["EinsumOps", "einsum", "parse"]
+__all__ = ["einsum", "parse"]

@@ -37,7 +37,7 @@ import numpy as np
 
 from superopt.importers import composite
 from superopt.importers.composite import Prim
-from superopt.importers.einsum import EinsumOps, einsum
+from superopt.importers.einsum import einsum
 from superopt.importers.errors import ModelImportError, UnsupportedOpsError
 from superopt.importers.naming import UniqueNames
 from superopt.importers.resample import read_maps, resample
@@ -1045,20 +1045,16 @@ def _expand(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Ten
 
 @_converter("Tile")
 def _tile(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
-    # Each dim as (repeats, size), broadcast along the repeats, then merged.
     x = _req(node, ins, 0)
     reps = list(_const_ints(_req(node, ins, 1), "the repeats"))
-    shape = ctx.shape(x)
-    if len(reps) != len(shape) or min(reps, default=1) < 0:
-        raise _Invalid(f"repeats {reps} for a rank-{len(shape)} input")
+    if len(reps) != len(ctx.shape(x)):
+        raise _Invalid(f"repeats {reps} for a rank-{len(ctx.shape(x))} input")
     if isinstance(x, Const):
         return [Const(np.tile(x.data, reps), x.hint)]
-    if all(r == 1 for r in reps):
-        return [x]
-    pairs = [d for s in shape for d in (1, s)]
-    wide = tuple(d for r, s in zip(reps, shape, strict=True) for d in (r, s))
-    y = ctx.emit("expand", ctx.reshape(x, pairs), shape=wide)
-    return [ctx.reshape(y, [r * s for r, s in zip(reps, shape, strict=True)])]
+    try:
+        return [composite.tile(_prim(ctx), x, reps)]
+    except ValueError as e:
+        raise _Invalid(str(e)) from None
 
 
 # ---- element-wise arithmetic ----------------------------------------------------------
@@ -1328,7 +1324,9 @@ def _prim(ctx: _Context) -> Prim[Tensor]:
         mul=lambda a, b: ctx.mul(a, scalar_or(a, b)),
         minimum=lambda x, v: ctx.emit("minimum", x, ctx.scalar(v, x, f"c_{v:g}")),
         reduce=lambda op, x, axes, keep: ctx.emit(op, x, axes=axes, keepdims=keep),
-        shape=ctx.shape, reshape=ctx.reshape, transpose=ctx.transpose)
+        shape=ctx.shape, reshape=ctx.reshape, transpose=ctx.transpose,
+        expand=lambda x, shape: ctx.emit("expand", x, shape=shape),
+        matmul=lambda a, b: ctx.emit("matmul", a, b))
 
 
 @_converter("LogSoftmax")
@@ -1526,12 +1524,9 @@ def _einsum(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Ten
     if equation is None:
         raise _Invalid("no equation attribute")
     operands = [t for t in ins if t is not None]
-    ops = EinsumOps[Tensor](
-        transpose=ctx.transpose, reshape=ctx.reshape,
-        reduce_sum=lambda x, axes: ctx.emit("reduce_sum", x, axes=axes, keepdims=False),
-        matmul=lambda a, b: ctx.emit("matmul", a, b))
     try:
-        return [einsum(str(equation), operands, [ctx.shape(t) for t in operands], ops)]
+        return [einsum(str(equation), operands, [ctx.shape(t) for t in operands],
+                       _prim(ctx))]
     except ValueError as e:
         raise _Unsupported(str(e)) from None
 

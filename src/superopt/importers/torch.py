@@ -917,14 +917,10 @@ class _Ctx:
     def einsum(self, equation: str, operands: Sequence[Any]) -> Any:
         """torch.einsum as transposes, reshapes, sums and batched matmuls
         (`superopt.importers.einsum`)."""
-        from superopt.importers.einsum import EinsumOps, einsum
+        from superopt.importers.einsum import einsum
 
-        ops = EinsumOps[Any](
-            transpose=self.transpose, reshape=self.reshape,
-            reduce_sum=lambda x, axes: self.reduce("reduce_sum", x, list(axes), False),
-            matmul=self.matmul)
         try:
-            return einsum(equation, list(operands), [self.shape(x) for x in operands], ops)
+            return einsum(equation, list(operands), [self.shape(x) for x in operands], self.prim)
         except ValueError as e:
             raise _Refuse(f"einsum: {e}") from None
 
@@ -938,7 +934,7 @@ class _Ctx:
             add=self.add, mul=self.mul, minimum=lambda x, v: self.binary("minimum", x, v),
             reduce=lambda op, x, axes, keep: self.reduce(op, x, list(axes), keep),
             shape=lambda x: tuple(self.shape(x)), reshape=self.reshape,
-            transpose=self.transpose)
+            transpose=self.transpose, expand=self.expand, matmul=self.matmul)
 
     def prelu(self, x: Any, w: Any) -> Any:
         """relu(x) + w * min(x, 0), w one per channel (dim 1) or one for all."""
@@ -1221,19 +1217,11 @@ class _Ctx:
         return Expanded(x.value if isinstance(x, Expanded) else x, target)
 
     def repeat(self, x: Any, repeats: Sequence[int]) -> Any:
-        """Tensor.repeat (tiling): each dim as (repeats, size), broadcast along the
-        repeats, then merged: out[i] = x[i % size]."""
-        reps = [int(r) for r in repeats]
-        shape = tuple(self.shape(x))
-        if len(reps) < len(shape) or min(reps, default=1) < 0:
-            raise _Refuse(f"repeat {reps} of a {list(shape)} tensor")
-        shape = (1,) * (len(reps) - len(shape)) + shape
-        if all(r == 1 for r in reps):
-            return self.reshape(x, shape)
-        pairs = [d for s in shape for d in (1, s)]
-        wide = [d for r, s in zip(reps, shape, strict=True) for d in (r, s)]
-        y = self.expand(self.reshape(x, pairs), wide)
-        return self.reshape(y, [r * s for r, s in zip(reps, shape, strict=True)])
+        """Tensor.repeat (tiling, `composite.tile`)."""
+        try:
+            return composite.tile(self.prim, x, [int(r) for r in repeats])
+        except ValueError as e:
+            raise _Refuse(f"repeat: {e}") from None
 
     def _tiling_patches(self, kernel: Any, dilation: Any, padding: Any, stride: Any,
                         what: str) -> tuple[int, int]:
