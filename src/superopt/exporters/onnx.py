@@ -704,10 +704,10 @@ def _index_data(graph: Graph, v: Value) -> np.ndarray | None:
     return graph.weights.get(src.attr("name")) if src.op == "weight" else None
 
 
-def _weighted_gather(graph: Graph, v: Value, only: int) -> tuple[Value, int, np.ndarray,
-                                                                 np.ndarray] | None:
-    """(x, axis, index, weight) when v = gather(x, axis, index) * weight, both constants,
-    the product read by node `only` alone and the gather by the product alone."""
+def _weighted_gather(graph: Graph, v: Value, only: int
+                     ) -> tuple[Value, int, np.ndarray, np.ndarray, Node] | None:
+    """(x, axis, index, weight, gather) when v = gather(x, axis, index) * weight, both
+    constants, the product read by node `only` alone and the gather by the product alone."""
     mul = graph.node(v.node)
     if mul.op != "ewmul" or graph.consumers[mul.id] != (only,):
         return None
@@ -723,54 +723,39 @@ def _weighted_gather(graph: Graph, v: Value, only: int) -> tuple[Value, int, np.
         if index is None or weight is None or index.ndim != 1 or weight.shape != want or \
                 mul.type != g.type:
             continue
-        return g.inputs[0], axis, np.asarray(index), np.asarray(weight, np.float64).reshape(-1)
+        return (g.inputs[0], axis, np.asarray(index),
+                np.asarray(weight, np.float64).reshape(-1), g)
     return None
 
 
 def _resizes(graph: Graph) -> tuple[dict[int, _Resize], set[int]]:
     """The ewadd nodes written as a linear Resize ((input, axis, transform) by node id) and
-    the nodes each takes in (its gathers, products and inner sums)."""
+    the gathers and products each takes in (its weights are left to `to_onnx`, which
+    writes only the initializers a node reads)."""
     outputs = {v.node for v in graph.outputs}
     found: dict[int, _Resize] = {}
     absorbed: set[int] = set()
-    for node in reversed(graph.nodes):  # outermost sum first
-        if node.op != "ewadd" or node.id in absorbed or not node.type.dtype.is_float:
+    for node in graph.nodes:
+        if node.op != "ewadd" or not node.type.dtype.is_float or \
+                any(v.node in outputs for v in node.inputs):
             continue
-        terms, inner, stack = [], [], [node]
-        while stack:
-            s = stack.pop()
-            for v in s.inputs:
-                p = graph.node(v.node)
-                if p.op == "ewadd" and p.id not in outputs and graph.consumers[p.id] == (s.id,):
-                    inner.append(p.id)
-                    stack.append(p)
-                    continue
-                got = _weighted_gather(graph, v, s.id)
-                if got is None or v.node in outputs:
-                    terms = []
-                    stack = []
-                    break
-                terms.append((v.node, got))
-        if len(terms) != 2 or len({(t[1][0], t[1][1]) for t in terms}) != 1:
+        terms = [t for t in (_weighted_gather(graph, v, node.id) for v in node.inputs) if t]
+        if len(terms) != 2 or len({(t[0], t[1]) for t in terms}) != 1:
             continue
-        x, axis = terms[0][1][0], terms[0][1][1]
+        x, axis = terms[0][0], terms[0][1]
         n, out = graph.type_of(x).shape[axis], node.type.shape[axis]
         m = np.zeros((out, n))
-        for _, (_, _, index, weight) in terms:
+        for _, _, index, weight, _ in terms:
             if index.size != out or index.min() < 0 or index.max() >= n:
                 break
             np.add.at(m, (np.arange(out), index), weight)
         else:
-            for transform in RESIZE_TRANSFORMS:
-                if np.allclose(linear_resize_map(n, out, transform), m, rtol=0, atol=1e-6):
-                    found[node.id] = (x, axis, transform)
-                    for node_id, _ in terms:
-                        absorbed.update((node_id, graph.node(node_id).inputs[0].node,
-                                         graph.node(node_id).inputs[1].node))
-                    absorbed.update(inner)
-                    break
-    # Its weights are left to `to_onnx`, which writes only the initializers a node reads.
-    absorbed = {i for i in absorbed if graph.node(i).op != "weight"}
+            transform = next((t for t in RESIZE_TRANSFORMS if np.allclose(
+                linear_resize_map(n, out, t), m, rtol=0, atol=1e-6)), None)
+            if transform is not None:
+                found[node.id] = (x, axis, transform)
+                absorbed.update(i for v, t in zip(node.inputs, terms, strict=True)
+                                for i in (v.node, t[4].id))
     return found, absorbed
 
 
