@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -53,17 +54,16 @@ def _session(path: Path, threads: int) -> Any:
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
-def _feeds(family: str, path: Path) -> dict[str, Any]:
-    """The inputs tune_cpu.py times the file on: the imported graph's random feeds."""
+def _feeds(path: Path, sess: Any) -> dict[str, Any]:
+    """The inputs tune_cpu.py times the file on: the imported graph's random feeds, typed
+    as the session `sess` of the file declares them."""
     import numpy as np
 
     from superopt.importers import load_model
     from superopt.ir import random_feeds
     from superopt.ir.types import ORT_DTYPES
 
-    graph = load_model(str(path))
-    feeds = random_feeds(graph, seed=0)
-    sess = _session(path, 1)
+    feeds = random_feeds(load_model(str(path)), seed=0)
     return {i.name: np.asarray(feeds[i.name], dtype=ORT_DTYPES.get(i.type, None))
             for i in sess.get_inputs()}
 
@@ -89,9 +89,9 @@ def run_family(family: str, args: argparse.Namespace) -> dict[str, Any]:
     peer = args.workdir / "peer" / f"{family}_b1.onnx"
     peer.parent.mkdir(parents=True, exist_ok=True)
     fused = _optimize(family, path, peer)
-    feeds = _feeds(family, path)
     sessions = [_session(path, args.threads), _session(peer, args.threads),
                 _session(path, args.threads)]
+    feeds = _feeds(path, sessions[0])
     # The optimizer may drop an input nothing reads (a mask of ones): each session gets
     # the feeds it declares.
     mine = [{i.name: feeds[i.name] for i in s.get_inputs()} for s in sessions]
@@ -186,7 +186,12 @@ def main() -> None:
     for family in families:
         if family in done:
             continue
-        row = run_family(family, args)
+        try:
+            row = run_family(family, args)
+        except KeyboardInterrupt:
+            print(f"interrupted in {family}: {len(data['rows'])} families kept in {args.out}; "
+                  "a rerun goes on from there", file=sys.stderr)
+            raise SystemExit(130) from None
         row["verdict"] = _verdict(row)
         row["superopt"] = _tuned(family)
         data["rows"].append(row)

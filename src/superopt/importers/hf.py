@@ -247,11 +247,8 @@ def _dpt() -> Any:
 def _upernet() -> Any:
     # Semantic segmentation with a pyramid pooling module: adaptive average pooling to 1,
     # 2, 3 and 6 of a 2x2 map (uneven, growing windows), then bilinear upsampling.
-    import transformers
-
-    backbone = transformers.ConvNextConfig(depths=[1, 1, 1, 1], hidden_sizes=[8, 16, 24, 32],
-                                           out_features=["stage1", "stage2", "stage3",
-                                                         "stage4"])
+    backbone = _cfg("ConvNextConfig", depths=[1, 1, 1, 1], hidden_sizes=[8, 16, 24, 32],
+                    out_features=["stage1", "stage2", "stage3", "stage4"])
     return _model("UperNetForSemanticSegmentation", _cfg(
         "UperNetConfig", backbone_config=backbone, hidden_size=16, auxiliary_in_channels=24,
         use_auxiliary_head=False, num_labels=4))
