@@ -696,6 +696,20 @@ def reduce_max_case(draw: DrawFn) -> Graph:
     return _graph(b, y, "reduce_max")
 
 
+@case("argmax")
+@st.composite
+def argmax_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    shape = draw(shapes(1, 4))
+    # Integer ids in [0, 3) make ties common: the first maximal index must win.
+    if draw(st.booleans()):
+        x = draw(tensor_source(b, "x", shape, init="normal"))
+    else:
+        x = b.input("x", shape, "i64", high=3)
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    return _graph(b, b.argmax(x, axes=(axis,), keepdims=draw(st.booleans())), "argmax")
+
+
 @case("rms_norm")
 @st.composite
 def rms_norm_case(draw: DrawFn) -> Graph:

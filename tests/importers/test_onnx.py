@@ -339,6 +339,33 @@ def test_reductions_written_with_sums_and_maxima(op: str, keepdims: int) -> None
     assert g.type_of(g.outputs[0]).shape == (2, 3)
 
 
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis,keepdims", [(1, 1), (-1, 0), (0, 0)])
+def test_arg_extremes_take_the_first_index(op: str, axis: int, keepdims: int) -> None:
+    # Floats in a few values and int64 ids in [0, 3): ties on every row.
+    ints = np.random.default_rng(2).integers(0, 3, (3, 4, 5))
+    for input_type, x in ((TensorProto.FLOAT, ints.astype(np.float32) - 1.5),
+                          (TensorProto.INT64, ints)):
+        model = make_model([N(op, ["x"], ["y"], axis=axis, keepdims=keepdims)],
+                           {"x": [3, 4, 5]}, ["y"], input_type=input_type, opset=13)
+        g = import_onnx(model)
+        assert ops(g)["argmax"] == 1
+        fn = np.argmax if op == "ArgMax" else np.argmin
+        want = fn(x, axis=axis, keepdims=bool(keepdims))
+        np.testing.assert_array_equal(interpret(g, {"x": x})[0], want)
+        np.testing.assert_array_equal(reference_run(model, {"x": x})[0], want)
+
+
+def test_arg_extremes_refusals_name_the_problem() -> None:
+    last = make_model([N("ArgMax", ["x"], ["y"], axis=0, select_last_index=1, name="am")],
+                      {"x": [3, 4]}, ["y"])
+    with pytest.raises(UnsupportedOpsError, match=r"ArgMax \(at am: .*select_last_index"):
+        import_onnx(last)
+    far = make_model([N("ArgMin", ["x"], ["y"], axis=2, name="am")], {"x": [3, 4]}, ["y"])
+    with pytest.raises(ModelImportError, match=r"am.*axis 2 out of range"):
+        import_onnx(far)
+
+
 def _group_norm_ref(x: np.ndarray, groups: int, scale: np.ndarray, bias: np.ndarray,
                     eps: float) -> np.ndarray:
     """The spec's GroupNormalization with per-channel scale and bias (opset 21)."""

@@ -304,6 +304,22 @@ class Gathers(nn.Module):
         return a, b, c, d, e, f
 
 
+class ArgExtremes(nn.Module):
+    """argmax/argmin (with and without a dim), max/min indices, and the row picks of a
+    decoder classifier (the last non-pad token) and of CLIP's text tower (the end token)."""
+
+    def forward(self, h: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        n = ids.shape[-1]
+        last = (torch.arange(n, dtype=torch.int32) * (ids != 0).to(torch.int32)).argmax(-1)
+        pooled = h[torch.arange(h.shape[0]), last]
+        end = h[torch.arange(h.shape[0]), (ids == 2).int().argmax(dim=-1)]
+        # The first 1 sits at 0 on some rows: index -1, the last row.
+        wrapped = h[torch.arange(h.shape[0]), (ids == 1).int().argmax(-1) - 1]
+        picks = (h.argmax(1), h.argmin(-1, keepdim=True), h.argmax(), ids.argmax(-1),
+                 torch.max(h, dim=2).indices, h.min(1)[1])
+        return (pooled, end, wrapped, *picks)
+
+
 class Attentions(nn.Module):
     """SDPA with grouped-query heads, with an explicit boolean mask, and RMSNorm."""
 
@@ -501,6 +517,23 @@ def test_gathers_casts_and_reductions(importer: Callable[..., Graph]) -> None:
     ops = compute_ops(g)
     assert ops["gather"] >= 3 and ops["reduce_max"] >= 2 and "pad" in ops
     assert any(n.op == "conv2d" and n.attr("padding") == (0, 0, 1, 1) for n in g.nodes)
+
+
+@IMPORTERS
+def test_argmax_and_computed_row_picks(importer: Callable[..., Graph]) -> None:
+    torch.manual_seed(21)
+    # Ids in [0, 3): ties everywhere (the first extreme index must win), right padding (0)
+    # after the last token, one end token (2) per row.
+    ids = torch.tensor([[1, 2, 1, 0, 0], [1, 1, 1, 2, 0], [2, 1, 0, 0, 0]])
+    h = torch.randn(3, 5, 4)
+    h[0, 1] = h[0, 3]  # a tie of whole rows along dim 1
+    g = check(importer, ArgExtremes(), {"h": h, "ids": ids})
+    assert compute_ops(g)["argmax"] == 9 and compute_ops(g)["where"] == 1, compute_ops(g)
+    # On other ids the picks move with them: the index is computed, not folded.
+    other = torch.tensor([[1, 1, 1, 1, 2], [2, 0, 0, 0, 0], [1, 2, 1, 1, 0]])
+    got = interpret(g, {"h": h.numpy(), "ids": other.numpy()})
+    for y, w in zip(got, reference(ArgExtremes(), h, other), strict=True):
+        np.testing.assert_allclose(y, w, rtol=1e-6, atol=1e-7)
 
 
 @IMPORTERS

@@ -382,6 +382,13 @@ LOWERING.register("reduce_mean", _reduce(torch.mean))
 LOWERING.register("reduce_max", _reduce(torch.amax))
 
 
+@_rule("argmax")
+def _argmax(node: Node, ctx: LowerContext) -> Kernel:
+    # torch.argmax returns the first maximal index, the IR's tie rule.
+    (axis,), keep = node.attr("axes"), node.attr("keepdims")
+    return lambda args: (torch.argmax(args[0], dim=axis, keepdim=keep),)
+
+
 @_rule("softmax")
 def _softmax(node: Node, ctx: LowerContext) -> Kernel:
     axis = node.attr("axis")

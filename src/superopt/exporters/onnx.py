@@ -463,6 +463,13 @@ LOWERING.register("reduce_mean", _reduce("ReduceMean", 18))
 LOWERING.register("reduce_max", _reduce("ReduceMax", 18))
 
 
+@_rule("argmax")
+def _argmax(node: Node, em: _Emitter) -> None:
+    # select_last_index=0: the first maximal index, the IR's tie rule.
+    em.emit("ArgMax", [em.inp(node, 0)], [em.out(node)], axis=node.attr("axes")[0],
+            keepdims=int(node.attr("keepdims")), select_last_index=0)
+
+
 @_rule("softmax")
 def _softmax(node: Node, em: _Emitter) -> None:
     em.emit("Softmax", [em.inp(node, 0)], [em.out(node)], axis=node.attr("axis"))

@@ -1775,6 +1775,26 @@ def _reduce_composed(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
     return [ctx.emit("sqrt", total) if node.op_type == "ReduceL2" else total]
 
 
+@_converter("ArgMax", "ArgMin")
+def _argmax(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    shape = ctx.shape(x)
+    axis, keep = int(node.attr("axis", 0)), bool(node.attr("keepdims", 1))
+    if not shape or not -len(shape) <= axis < len(shape):
+        raise _Invalid(f"axis {axis} out of range for an input of shape {list(shape)}")
+    if node.attr("select_last_index", 0):
+        raise _Unsupported(f"{node.op_type} with select_last_index=1 (the IR's argmax "
+                           "returns the first extreme index)")
+    least = node.op_type == "ArgMin"
+    if isinstance(x, Const):
+        fn = np.argmin if least else np.argmax
+        return [Const(fn(x.data, axis=axis, keepdims=keep).astype(np.int64), x.hint)]
+    if least:  # the first least of x is the first greatest of -x (0 - x for integers)
+        x = ctx.neg(x) if ctx.np_dtype(x).kind == "f" else \
+            ctx.sub(Const(np.zeros((), ctx.np_dtype(x)), f"{node.outputs[0]}:zero"), x)
+    return [ctx.emit("argmax", x, axes=(axis,), keepdims=keep)]
+
+
 def _unit_norm(ctx: _Context, x: Tensor, axis: int, eps: float, hint: str) -> Tensor:
     """layer_norm of x over its dims from `axis` on, unit scale and zero bias."""
     norm, dt = ctx.shape(x)[axis:], ctx.np_dtype(x)

@@ -1320,10 +1320,19 @@ class _Ctx:
             d, t = tensors[0]
             return self.gather(x, t, d)
         dims = [d for d, _ in tensors]
-        if dims != list(range(dims[0], dims[-1] + 1)) or any(_live(t) for _, t in tensors):
-            raise _Refuse("indexing with several index tensors that are computed or apart")
+        if dims != list(range(dims[0], dims[-1] + 1)):
+            raise _Refuse("indexing with several index tensors that are apart")
         shape = self.shape(x)
         d0, d1 = dims[0], dims[-1] + 1
+        if any(_live(t) for _, t in tensors):
+            # x[arange(B), computed] (a decoder classifier's last token, CLIP's end token):
+            # one gather over the merged axes at the flat index, computed in the graph.
+            flat: Any = None
+            for n, (_, t) in zip(shape[d0:d1], tensors, strict=True):
+                t = self._wrapped_index(t, n)
+                flat = t if flat is None else self.add(self.mul(flat, n), t)
+            merged = self.reshape(x, (*shape[:d0], math.prod(shape[d0:d1]), *shape[d1:]))
+            return self.gather(merged, flat, d0)
         parts = torch.broadcast_tensors(*(t.tensor if isinstance(t, Const) else torch.tensor(t)
                                           for _, t in tensors))
         flat = torch.zeros_like(parts[0])
@@ -1331,6 +1340,16 @@ class _Ctx:
             flat = flat * n + torch.where(t < 0, t + n, t)
         merged = self.reshape(x, (*shape[:d0], math.prod(shape[d0:d1]), *shape[d1:]))
         return self.gather(merged, Const(flat, "const.index"), d0)
+
+    def _wrapped_index(self, t: Any, n: int) -> Any:
+        """An index tensor in [0, n): negative entries count from the end (t + n)."""
+        if not _live(t):
+            t = t.tensor if isinstance(t, Const) else torch.tensor(t)
+            return Const(torch.where(t < 0, t + n, t).to(torch.int64), "const.index")
+        t = self.cast(t, torch.int64)
+        if self.b.nodes[self.value(t).node].op in ("argmax", "iota"):
+            return t  # never negative
+        return self.where(self.compare("lt", t, 0), self.add(t, n), t)
 
     def gather(self, x: Any, idx: Any, axis: int) -> Any:
         """numpy take / ONNX Gather: x.shape[:axis] + idx.shape + x.shape[axis+1:]."""
@@ -1379,6 +1398,24 @@ class _Ctx:
 
     def reduce_min(self, x: Any, dims: Any, keepdim: bool) -> Any:
         return self.neg(self.reduce("reduce_max", self.neg(x), dims, keepdim))
+
+    def argmax(self, x: Any, dim: int | None, keepdim: bool, least: bool = False) -> Any:
+        """torch.argmax / argmin: the first extreme index along `dim`, or into the flattened
+        tensor when `dim` is None (then keepdim keeps every dim at size 1)."""
+        shape = self.shape(x)
+        if not _live(x):
+            t = x.tensor if isinstance(x, Const) else torch.tensor(x)
+            fn = torch.argmin if least else torch.argmax
+            return Const(fn(t, dim=dim, keepdim=bool(keepdim)), "const.argmax")
+        if not shape:  # the one element of a scalar
+            return Const(torch.tensor(0), "const.argmax")
+        if least:  # the first least of x is the first greatest of -x (0 - x for integers)
+            x = self.neg(x) if self.dtype(x).is_float else self.sub(0, x)
+        if dim is None:
+            flat = self.b.op("argmax", self.value(self.reshape(x, (-1,))), axes=(0,))
+            return self.reshape(flat, (1,) * len(shape)) if keepdim else flat
+        return self.b.op("argmax", self.value(x), axes=(_axis(dim, len(shape)),),
+                         keepdims=bool(keepdim))
 
     def tri(self, x: Any, diagonal: int, lower: bool) -> Any:
         """tril/triu of a computed tensor: a select with the triangular mask."""
@@ -1529,11 +1566,12 @@ def _aten_new(fill: float | None) -> AtenConverter:
 
 def _aten_max_dim(cx: _Ctx, a: dict[str, Any]) -> Any:
     return (cx.reduce("reduce_max", a["self"], a["dim"], a["keepdim"]),
-            _Missing("max indices"))
+            cx.argmax(a["self"], a["dim"], a["keepdim"]))
 
 
 def _aten_min_dim(cx: _Ctx, a: dict[str, Any]) -> Any:
-    return (cx.reduce_min(a["self"], a["dim"], a["keepdim"]), _Missing("min indices"))
+    return (cx.reduce_min(a["self"], a["dim"], a["keepdim"]),
+            cx.argmax(a["self"], a["dim"], a["keepdim"], least=True))
 
 
 def _aten_unary(op: str) -> AtenConverter:
@@ -1687,6 +1725,8 @@ ATEN: dict[Any, AtenConverter] = {
     aten.adaptive_avg_pool1d.default: lambda cx, a: cx.adaptive_avg_pool1d(a["self"],
                                                                            a["output_size"]),
     aten.amax.default: lambda cx, a: cx.reduce("reduce_max", a["self"], a["dim"], a["keepdim"]),
+    aten.argmax.default: lambda cx, a: cx.argmax(a["self"], a["dim"], a["keepdim"]),
+    aten.argmin.default: lambda cx, a: cx.argmax(a["self"], a["dim"], a["keepdim"], least=True),
     aten.max.dim: _aten_max_dim,
     aten.max.default: lambda cx, a: cx.reduce("reduce_max", a["self"], None, False),
     aten.amin.default: lambda cx, a: cx.reduce_min(a["self"], a["dim"], a["keepdim"]),
@@ -1987,7 +2027,7 @@ def _fx_max(reduce: str) -> FxConverter:
             keep = bool(rest[1]) if len(rest) > 1 else False
             vals = (cx.reduce("reduce_max", x, rest[0], keep) if reduce == "max"
                     else cx.reduce_min(x, rest[0], keep))
-            return (vals, _Missing(f"{reduce} indices"))
+            return (vals, cx.argmax(x, rest[0], keep, least=reduce == "min"))
         return cx.binary("maximum" if reduce == "max" else "minimum", x, rest[0])
     return conv
 
@@ -2008,6 +2048,10 @@ _CONV_T = _spec("input, weight, bias=None, stride=1, padding=0, output_padding=0
 _VECTOR_NORM = _spec("x, ord=2, dim=None, keepdim=False, dtype=None",
                      lambda cx, a: cx.vector_norm(cx.cast(a["x"], a["dtype"]), a["ord"],
                                                   a["dim"], a["keepdim"]))
+_ARGMAX = _spec("input, dim=None, keepdim=False",
+                lambda cx, a: cx.argmax(a["input"], a["dim"], a["keepdim"]))
+_ARGMIN = _spec("input, dim=None, keepdim=False",
+                lambda cx, a: cx.argmax(a["input"], a["dim"], a["keepdim"], least=True))
 _INDEX_SELECT = _spec("input, dim, index",
                       lambda cx, a: cx.gather(a["input"], a["index"], a["dim"]))
 _TRIL = _spec("input, diagonal=0", lambda cx, a: cx.tri(a["input"], a["diagonal"], True))
@@ -2043,6 +2087,7 @@ _NEW_OPS_FX: dict[Any, FxConverter] = {
         args[0], list(args[1]) if len(args) == 2 and isinstance(args[1], list | tuple)
         else list(args[1:])),
     torch.cumsum: _CUMSUM, torch.amax: _AMAX, torch.index_select: _INDEX_SELECT,
+    torch.argmax: _ARGMAX, torch.argmin: _ARGMIN,
     torch.tril: _TRIL, torch.triu: _TRIU,
     F.adaptive_avg_pool1d: _spec("input, output_size", lambda cx, a: cx.adaptive_avg_pool1d(
         a["input"], a["output_size"])),
@@ -2215,6 +2260,7 @@ FX_METHODS: dict[str, FxConverter] = {
     "abs": _spec("input", lambda cx, a: cx.abs(a["input"])),
     "square": _spec("input", lambda cx, a: cx.pow(a["input"], 2)),
     "max": _fx_max("max"), "min": _fx_max("min"), "amax": _AMAX,
+    "argmax": _ARGMAX, "argmin": _ARGMIN,
     "clamp": _CLAMP, "clip": _CLAMP,
     "clamp_min": _spec("input, min", lambda cx, a: cx.clamp(a["input"], a["min"])),
     "clamp_max": _spec("input, max", lambda cx, a: cx.clamp(a["input"], None, a["max"])),

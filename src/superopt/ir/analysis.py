@@ -72,6 +72,7 @@ for _name in ops_with(SOURCE):
 for _name in (*ops_with(MOVEMENT), "embedding", "gather"):
     COUNTS.register(_name, lambda n, ts: (0, 0))
 COUNTS.register("reduce_max", _per_input(1))
+COUNTS.register("argmax", _per_input(1))  # one compare per element
 COUNTS.register("rms_norm", _per_input(4))
 
 

@@ -320,6 +320,8 @@ TABLE.register("gt", _compare(np.greater))
 TABLE.register("where", lambda xs, a, n: (np.where(np.asarray(xs[0]) != 0, xs[1], xs[2]),))
 TABLE.register("reduce_max", lambda xs, a, n: (
     np.max(centred(xs[0]), axis=a["axes"], keepdims=a["keepdims"]) % P,))
+TABLE.register("argmax", lambda xs, a, n: (
+    np.argmax(centred(xs[0]), axis=a["axes"][0], keepdims=a["keepdims"]).astype(np.int64),))
 
 
 @_reg("gather")

@@ -346,7 +346,7 @@ BOUNDS_RULES.register("slice", BoundsRule(_positional, reads_operands_whole=Fals
 BOUNDS_RULES.register("split", BoundsRule(_split))
 BOUNDS_RULES.register("transpose", BoundsRule(_transpose))
 BOUNDS_RULES.register("reshape", BoundsRule(_reshape))
-for _name in ("reduce_sum", "reduce_mean", "reduce_max"):
+for _name in ("reduce_sum", "reduce_mean", "reduce_max", "argmax"):
     BOUNDS_RULES.register(_name, BoundsRule(_reduce))
 for _name in ("pool2d_avg", "pool2d_max"):
     BOUNDS_RULES.register(_name, BoundsRule(_pool))

@@ -201,7 +201,7 @@ def _reduce_default(node: Node, ts: Types, ins: tuple[MaybeLayout, ...]) -> tupl
 
 
 _REDUCE = LayoutRule(_reduce_default, lambda node, ts, outs, ins: (None,))
-for _op in ("reduce_sum", "reduce_mean", "reduce_max"):
+for _op in ("reduce_sum", "reduce_mean", "reduce_max", "argmax"):
     LAYOUT_RULES.register(_op, _REDUCE)
 
 

@@ -435,6 +435,7 @@ def _reduce(v: OpView) -> OpCost:
 _register("reduce_sum", _reduce)
 _register("reduce_mean", _reduce)
 _register("reduce_max", _reduce)  # a max is a vector op like an add, lane reduce on the XLU
+_register("argmax", _reduce)  # a max carrying its index: the same passes over the data
 
 
 def _softmax(v: OpView) -> OpCost:

@@ -53,7 +53,7 @@ for _op, _facts in {
     "recip": OpMutations("neg"), "neg": OpMutations("recip"), "sin": OpMutations("cos"),
     "cos": OpMutations("sin"), "erf": OpMutations("tanh"),
     # No look-alike with the same operands and attributes: other mutations still apply.
-    "attention": OpMutations(None), "cast": OpMutations(None),
+    "argmax": OpMutations(None), "attention": OpMutations(None), "cast": OpMutations(None),
     "layer_norm": OpMutations(None), "rms_norm": OpMutations(None),
     "pow": OpMutations(None), "smul": OpMutations(None), "softmax": OpMutations(None),
     "where": OpMutations(None),

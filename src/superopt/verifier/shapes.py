@@ -704,6 +704,16 @@ _reg(("tri_mask",), _tri_mask)
 _reg(("reduce_max",), _reduce, _reduce_canon)
 
 
+def _argmax(c: Call) -> ShapeInfo:
+    info = _reduce(c)
+    # One searched axis of a non-scalar (the IR's attribute check and shape rule).
+    info.facts.extend([_tup(c.a["axes"]).length == 1, c.R() >= 1])
+    return info
+
+
+_reg(("argmax",), _argmax, _reduce_canon)
+
+
 def _rms_norm(c: Call) -> ShapeInfo:
     ax = _num(c.a["axis"])
     return ShapeInfo([*_axis_ok(c), c.R(1) == c.R() - ax], c.R(), lambda i: c.D(0, i),

@@ -1,4 +1,5 @@
-"""Reductions and normalisations: reduce_sum/mean, softmax, layer_norm, batch_norm, lrn."""
+"""Reductions and normalisations: reduce_sum/mean/max, argmax, softmax, layer_norm,
+batch_norm, lrn, rms_norm."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from superopt.ir.opdef import (
     register_op,
 )
 from superopt.ir.ops._common import expect_float, expect_rank, norm_axis
-from superopt.ir.types import TensorType
+from superopt.ir.types import DType, TensorType
 
 
 def _axes_canon(ts: tuple[TensorType, ...], attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
@@ -161,6 +162,36 @@ REDUCE_MAX = register_op(OpDef(
     reference=lambda xs, a: (np.max(xs[0], axis=a["axes"], keepdims=a["keepdims"]),),
     attrs=_REDUCE_ATTRS, traits=frozenset({REDUCTION, NONLINEAR}), canonicalize=_axes_canon,
     doc="Maximum over axes (softmax's stabiliser, max pooling over sequences)."))
+
+
+def _argmax_shape(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
+    (x,) = ts
+    if x.rank == 0:
+        raise ShapeError("argmax", 0, "rank >= 1", str(x))
+    (out,) = _reduce_shape(ts, attrs)
+    return (TensorType(out.shape, DType.I64),)
+
+
+def argmax_ref(x: np.ndarray, axis: int, keepdims: bool) -> np.ndarray:
+    """The index of the first greatest element along `axis` (numpy's, torch's and ONNX
+    ArgMax's default tie rule: the lowest index wins)."""
+    return np.argmax(np.asarray(x), axis=axis, keepdims=keepdims).astype(np.int64)
+
+
+def _one_axis(axes: AttrValue) -> str | None:
+    return None if len(axes) == 1 else "exactly one axis"
+
+
+# Decoder classifiers and CLIP's text tower pick a row per sequence by the argmax of a
+# mask or of the token ids; the chosen index feeds a gather. Its attributes are the
+# reductions' (one axis), so every table's reduction rule serves it.
+ARGMAX = register_op(OpDef(
+    name="argmax", num_inputs=1, shape=_argmax_shape,
+    reference=lambda xs, a: (argmax_ref(xs[0], a["axes"][0], a["keepdims"]),),
+    attrs=(AttrSpec("axes", "ints", check=_one_axis, doc="the one axis searched"),
+           AttrSpec("keepdims", "bool", False)),
+    traits=frozenset({REDUCTION, NONLINEAR}), canonicalize=_axes_canon,
+    doc="Index (i64) of the first maximum along one axis (torch.argmax, ONNX ArgMax)."))
 
 
 def _rms_shape(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
