@@ -692,6 +692,66 @@ def test_gather_expand_shape() -> None:
     check(make_model(nodes, {"x": [2, 3, 4], "z": [3, 1]}, ["a", "c", "d"], inits))
 
 
+def _gather_nd_model(nodes: Sequence[Any], idx_shape: Sequence[int],
+                     inits: dict[str, np.ndarray] | None = None) -> Any:
+    graph = helper.make_graph(
+        list(nodes), "t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 5]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, list(idx_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+        initializer=[numpy_helper.from_array(a, n) for n, a in (inits or {}).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("idx,batch_dims", [
+    (np.array([[0, -1], [2, 1], [-3, 3]]), 0),      # two axes, negatives count from the end
+    (np.array([[[1], [-1]], [[2], [0]]]), 0),       # one axis, leading shape (2, 2)
+    (np.array([[3], [-4], [1]]), 1),                # per batch row
+    (np.array([[[1, 2]], [[0, -1]], [[3, 4]]]), 1),  # per batch row, two axes
+])
+def test_gather_nd_with_computed_and_constant_indices(idx: np.ndarray, batch_dims: int) -> None:
+    x = rand(3, 4, 5)
+    for live in (True, False):
+        # The indices as a graph input (computed at run time) and as an initializer.
+        name = "i" if live else "k"
+        model = _gather_nd_model([N("GatherND", ["x", name], ["y"], batch_dims=batch_dims)],
+                                 idx.shape, None if live else {"k": idx})
+        g = import_onnx(model)
+        feeds = {"x": x, "i": idx}
+        want = reference_run(model, feeds)[0]
+        got = interpret(g, {k: v for k, v in feeds.items() if k in
+                            {n.attr("name") for n in g.inputs}})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert ops(g)["gather"] == 1
+        # Wrapping negatives costs a select only where the indices are not known.
+        assert ("where" in ops(g)) == live, ops(g)
+
+
+def test_gather_nd_row_pick_of_an_argmax() -> None:
+    # The end-token pick transformers' ONNX exporter writes: GatherND at (arange, argmax).
+    nodes = [N("ArgMax", ["i"], ["am"], axis=-1, keepdims=0),
+             N("Unsqueeze", ["am", "ax"], ["col"]),
+             N("Concat", ["rows", "col"], ["at"], axis=-1),
+             N("GatherND", ["x", "at"], ["y"])]
+    inits = {"ax": np.array([-1], np.int64), "rows": np.arange(3).reshape(3, 1)}
+    model = _gather_nd_model(nodes, (3, 4), inits)
+    g = import_onnx(model)
+    # The index is computed straight from the argmax: no slice of the concat, no wrapping.
+    assert "where" not in ops(g) and "concat" not in ops(g) and "slice" not in ops(g), ops(g)
+    x = rand(3, 4, 5)
+    for ids in (np.array([[0, 2, 2, 1], [1, 0, 0, 0], [0, 0, 0, 2]]),
+                np.array([[2, 0, 0, 0], [0, 1, 2, 1], [1, 1, 1, 1]])):
+        want = reference_run(model, {"x": x, "i": ids})[0]
+        np.testing.assert_allclose(interpret(g, {"x": x, "i": ids})[0], want, rtol=1e-6)
+
+
+def test_gather_nd_refuses_indices_that_do_not_fit() -> None:
+    model = _gather_nd_model([N("GatherND", ["x", "i"], ["y"], batch_dims=1, name="gn")],
+                             (2, 1))
+    with pytest.raises(ModelImportError, match=r"gn.*do not fit data of shape \[3, 4, 5\]"):
+        import_onnx(model)
+
+
 # ---- constant folding -----------------------------------------------------------------
 
 

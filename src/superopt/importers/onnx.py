@@ -1031,6 +1031,78 @@ def _gather(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Ten
     return [ctx.reshape(ctx.concat(pieces, axis), out_shape)]
 
 
+def _index_column(ctx: _Context, indices: Tensor, j: int) -> Tensor:
+    """Column j of the last axis of `indices`, dropped to the leading shape; a concat along
+    that axis (an arange beside a computed index, as exporters write a row pick) gives up
+    its part rather than a slice of it."""
+    lead = ctx.shape(indices)[:-1]
+    src, at = indices, j
+    n = ctx.producer(indices)
+    if n is not None and n.op == "concat" and n.attr("axis") == len(lead):
+        for part in n.inputs:
+            width = ctx.shape(part)[-1]
+            if at < width:
+                src = part
+                break
+            at -= width
+    return ctx.reshape(ctx.slice_axis(src, len(lead), at, at + 1), lead)
+
+
+def _nonnegative(ctx: _Context, t: Tensor) -> bool:
+    """An index known never negative: a constant without negatives, or an argmax or an
+    arange (through reshapes)."""
+    if isinstance(t, Const):
+        return bool((t.data >= 0).all())
+    n = ctx.producer(t)
+    while n is not None and n.op == "reshape":
+        n = ctx.producer(n.inputs[0])
+    return n is not None and n.op in ("argmax", "iota")
+
+
+@_converter("GatherND")
+def _gather_nd(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    # One gather over the leading axes of data merged into one, at a flat index the graph
+    # computes from the index columns (and, with batch_dims, the batch positions).
+    data, indices = _req(node, ins, 0), _req(node, ins, 1)
+    shape, ishape = ctx.shape(data), ctx.shape(indices)
+    b = int(node.attr("batch_dims", 0))
+    if not np.issubdtype(ctx.np_dtype(indices), np.integer):
+        raise _Invalid("indices are not integers")
+    if not ishape or not 0 <= b < len(ishape) or not 1 <= ishape[-1] <= len(shape) - b \
+            or tuple(ishape[:b]) != tuple(shape[:b]):
+        raise _Invalid(f"indices of shape {list(ishape)} (batch_dims {b}) do not fit data of "
+                       f"shape {list(shape)}")
+    m, lead = ishape[-1], tuple(ishape[:-1])
+    out_shape = (*lead, *shape[b + m:])
+    if isinstance(data, Const) and isinstance(indices, Const):
+        idx = np.asarray(indices.data, np.int64)
+        grid = np.indices(lead).reshape(len(lead), -1)
+        cols = [grid[k] for k in range(b)] + [idx.reshape(-1, m)[:, k] for k in range(m)]
+        return [Const(data.data[tuple(cols)].reshape(out_shape), data.hint)]
+    flat: Tensor | None = None
+    for k in range(b + m):
+        if k < b:  # batch position k: an arange along lead axis k
+            col: Tensor = Const(np.arange(shape[k]).reshape(
+                [-1 if i == k else 1 for i in range(len(lead))]), f"{node.outputs[0]}:batch{k}")
+        else:
+            col = _index_column(ctx, indices, k - b)
+            if isinstance(col, Const):
+                c = np.asarray(col.data, np.int64)
+                col = Const(np.where(c < 0, c + shape[k], c), col.hint)
+            else:
+                if ctx.np_dtype(col) != np.int64:
+                    col = ctx.emit("cast", col, to="i64")
+                if not _nonnegative(ctx, col):  # counted from the end: col + n
+                    n = Const(np.array(shape[k], np.int64), f"{node.outputs[0]}:dim{k}")
+                    neg = ctx.emit("lt", col, Const(np.zeros((), np.int64), "zero"))
+                    col = ctx.emit("where", neg, ctx.add(col, n), col)
+        flat = col if flat is None else ctx.add(
+            ctx.mul(flat, Const(np.array(shape[k], np.int64), f"{node.outputs[0]}:dim{k}")), col)
+    assert flat is not None
+    merged = ctx.reshape(data, (math.prod(shape[:b + m]), *shape[b + m:]))
+    return [ctx.emit("gather", merged, flat, axis=0)]
+
+
 @_converter("Expand")
 def _expand(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     x = _req(node, ins, 0)
