@@ -173,6 +173,29 @@ def test_llama_family_grouped_query_attention_and_rms_norm() -> None:
             assert g.type_of(n.inputs[0]).shape[1] == 4 and g.type_of(n.inputs[1]).shape[1] == 2
 
 
+@pytest.mark.parametrize("name,special", [("llama-classifier", 0), ("clip-text", 127)])
+def test_families_that_pick_a_row_by_argmax(name: str, special: int) -> None:
+    # The classifier scores the last token before right padding (0); CLIP pools the row of
+    # the end token (127). Both positions are found by an argmax at run time, so ids with
+    # the special token elsewhere move the picked row.
+    from superopt.importers.hf import hf_graph, hf_module
+
+    g = hf_graph(name, batch=3)
+    assert g.op_histogram()["argmax"] == 1
+    ids = torch.randint(2, 120, (3, 8), generator=torch.Generator().manual_seed(4))
+    if special == 0:  # right padding after 3 and 6 tokens; none on the last sequence
+        ids[0, 3:], ids[1, 6:] = 0, 0
+    else:  # end tokens at 2 and 5; none on the last sequence (the argmax is then 0)
+        ids[0, 2], ids[1, 5] = special, special
+    model = copy.deepcopy(hf_module(name)).double()
+    with torch.no_grad():
+        out = model(ids)
+    want = out if isinstance(out, tuple) else (out,)
+    got = interpret(g, {g.inputs[0].attr("name"): ids.numpy()})
+    for a, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, w.numpy(), rtol=1e-5, atol=1e-5 * float(w.abs().max()))
+
+
 def test_swin_family_gathers_relative_position_bias() -> None:
     g = family_matches_torch("swin")
     hist = g.op_histogram()

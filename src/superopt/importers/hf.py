@@ -174,6 +174,23 @@ def _encoder(model: str, config: str, **extra: Any) -> Callable[[], Any]:
     return build
 
 
+def _llama_classifier() -> Any:
+    # Sequence classification from a decoder (reward models, classifiers fine-tuned from
+    # Llama): the score of the last token that is not padding, found by an argmax.
+    return _model("LlamaForSequenceClassification", _cfg(
+        "LlamaConfig", **{**_TEXT, "num_key_value_heads": 2, "num_labels": 3,
+                          "pad_token_id": 0}))
+
+
+def _clip_text() -> Any:
+    # CLIP's text tower: causal self-attention over the text; the pooled output is the
+    # end token's row, found by an argmax of the ids equal to the end token.
+    return _model("CLIPTextModel", _cfg(
+        "CLIPTextConfig", vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
+        eos_token_id=VOCAB - 1, pad_token_id=1, bos_token_id=0))
+
+
 def _distilbert() -> Any:
     return _model("DistilBertModel", _cfg("DistilBertConfig", vocab_size=VOCAB, dim=32,
                                           hidden_dim=64, n_layers=2, n_heads=4,
@@ -320,9 +337,11 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     # the first): what the narrowing rules (`slice_*` in the starter library) exploit.
     Family("bert-classifier", "encoder", _encoder("BertForSequenceClassification",
                                                   "BertConfig", num_labels=3), "ids"),
+    Family("llama-classifier", "decoder", _llama_classifier, "ids"),
     Family("distilbert", "encoder", _distilbert, "ids"),
     Family("roberta", "encoder", _encoder("RobertaModel", "RobertaConfig"), "ids"),
     Family("t5-encoder", "encoder", _t5_encoder, "ids"),
+    Family("clip-text", "encoder", _clip_text, "ids"),
     Family("vit", "vision", _vit, "pixels"),
     Family("vit-classifier", "vision", _vit_classifier, "pixels"),
     Family("deit", "vision", _deit, "pixels"),
