@@ -683,6 +683,91 @@ def test_pad_with_negative_pads_crops() -> None:
     np.testing.assert_array_equal(interpret(g, {"x": x})[0], grown[:, 1:, :-2])
 
 
+@pytest.mark.parametrize("mode", ["reflect", "edge"])
+def test_reflect_and_edge_pads(mode: str) -> None:
+    model = make_model([N("Pad", ["x", "p"], ["y"], mode=mode)], {"x": [2, 3, 4, 5]}, ["y"],
+                       {"p": np.array([0, 0, 2, 1, 0, 1, 1, 3], np.int64)})
+    g = check(model)
+    assert g.type_of(g.outputs[0]).shape == (2, 4, 7, 9) and ops(g)["gather"] == 3
+
+
+def test_reflect_pad_as_long_as_the_axis_is_refused() -> None:
+    model = make_model([N("Pad", ["x", "p"], ["y"], mode="reflect", name="rp")], {"x": [2, 3]},
+                       ["y"], {"p": np.array([0, 3, 0, 0], np.int64)})
+    with pytest.raises(ModelImportError, match=r"rp.*reflect pads 3, 0 of an axis of length 3"):
+        import_onnx(model)
+
+
+def _two_input_model(nodes: Sequence[Any], x_shape: Sequence[int], i_shape: Sequence[int],
+                     inits: dict[str, np.ndarray] | None = None) -> Any:
+    graph = helper.make_graph(
+        list(nodes), "t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape)),
+         helper.make_tensor_value_info("i", TensorProto.INT64, list(i_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+        initializer=[numpy_helper.from_array(a, n) for n, a in (inits or {}).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements_with_known_and_computed_indices(axis: int) -> None:
+    x = rand(3, 4, 5)
+    ishape = [3, 4, 5]
+    ishape[axis] = 2
+    n = x.shape[axis]
+    idx = np.random.default_rng(3).integers(-n, n, ishape)  # negatives count from the end
+    for live in (True, False):
+        model = _two_input_model([N("GatherElements", ["x", "i" if live else "k"], ["y"],
+                                    axis=axis)], x.shape, idx.shape,
+                                 None if live else {"k": idx})
+        g = import_onnx(model)
+        want = np.take_along_axis(x, np.where(idx < 0, idx + n, idx), axis=axis)
+        got = interpret(g, {"x": x, "i": idx} if live else {"x": x})[0]
+        np.testing.assert_array_equal(got, want)
+        # onnxruntime agrees (onnx's reference evaluator mishandles a negative axis here).
+        ort = pytest.importorskip("onnxruntime")
+        model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        np.testing.assert_array_equal(sess.run(None, {"x": x, "i": idx})[0], want)
+        assert ops(g)["gather"] == 1
+
+
+@pytest.mark.parametrize("idx", [np.array([[1], [3]]), np.array([[0, 2], [2, -1], [1, 0]])])
+def test_scatter_nd_at_known_indices(idx: np.ndarray) -> None:
+    x = rand(4, 3, 5)
+    upd_shape = (*idx.shape[:-1], *x.shape[idx.shape[-1]:])
+    model = make_model([N("ScatterND", ["x", "k", "u"], ["y"])], {"x": [4, 3, 5]}, ["y"],
+                       {"k": idx, "u": rand(*upd_shape, seed=5)}, opset=16)
+    g = check(model)
+    assert ops(g)["where"] == 1
+    # Rows the indices miss keep the data: the result moves with x there.
+    x2 = rand(4, 3, 5, seed=8)
+    np.testing.assert_allclose(interpret(g, {"x": x2})[0], reference_run(model, {"x": x2})[0])
+
+
+def test_scatter_nd_at_computed_indices_is_refused() -> None:
+    model = _two_input_model([N("ScatterND", ["x", "i", "u"], ["y"], name="sc")], (4, 3),
+                             (2, 1), {"u": rand(2, 3)})
+    with pytest.raises(UnsupportedOpsError, match=r"ScatterND \(at sc: indices computed"):
+        import_onnx(model)
+
+
+def test_col2im_of_tiling_blocks() -> None:
+    model = make_model([N("Col2Im", ["x", "im", "blk"], ["y"], strides=[2, 3])],
+                       {"x": [2, 3 * 2 * 3, 4 * 2]}, ["y"],
+                       {"im": np.array([8, 6], np.int64), "blk": np.array([2, 3], np.int64)},
+                       opset=18)
+    g = check(model)
+    assert g.type_of(g.outputs[0]).shape == (2, 3, 8, 6)
+    assert set(ops(g)) <= {"input", "reshape", "transpose"}, ops(g)
+    overlapping = make_model([N("Col2Im", ["x", "im", "blk"], ["y"], name="ci")],
+                             {"x": [1, 4, 9]}, ["y"], {"im": np.array([4, 4], np.int64),
+                                                      "blk": np.array([2, 2], np.int64)},
+                             opset=18)
+    with pytest.raises(UnsupportedOpsError, match=r"Col2Im \(at ci: overlapping"):
+        import_onnx(overlapping)
+
+
 def test_gather_expand_shape() -> None:
     nodes = [N("Gather", ["x", "i"], ["a"], axis=1), N("Gather", ["x", "j"], ["b"], axis=-1),
              N("Expand", ["z", "es"], ["c"]), N("Shape", ["x"], ["sh"]),
@@ -829,7 +914,7 @@ def test_declared_output_shape_is_checked() -> None:
 def test_unsupported_ops_are_all_listed_with_locations() -> None:
     nodes = [N("Acos", ["x"], ["a"], name="acos_1"), N("GridSample", ["a", "w"], ["b"]),
              N("Relu", ["b"], ["c"]), N("Acos", ["c"], ["d"], name="acos_2"),
-             N("Pad", ["x", "p"], ["e"], mode="reflect", name="pad_r"),
+             N("Pad", ["x", "p"], ["e"], mode="wrap", name="pad_w"),
              N("Frob", ["x"], ["f"], domain="com.example", name="frob"),
              N("MaxPool", ["x"], ["g", "idx"], kernel_shape=[2, 2], name="mp"),
              N("Add", ["idx", "x"], ["h"]), N("Sum", ["d", "e", "f", "h"], ["y"])]
@@ -842,7 +927,7 @@ def test_unsupported_ops_are_all_listed_with_locations() -> None:
     assert err.ops == ["Acos", "GridSample", "MaxPool", "Pad", "com.example::Frob"]
     assert err.where["Acos"] == ["acos_1", "acos_2"]
     assert err.where["GridSample"] == ["#1"]
-    assert "reflect" in err.where["Pad"][0] and "'idx'" in err.where["MaxPool"][0]
+    assert "wrap" in err.where["Pad"][0] and "'idx'" in err.where["MaxPool"][0]
     msg = str(err)
     assert "\n" not in msg and "5 unsupported operator(s)" in msg and "acos_2" in msg
 

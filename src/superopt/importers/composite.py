@@ -6,7 +6,9 @@ Each is exact in real arithmetic and written in its numerically safe form: log-s
 shifted by the maximum; softplus as relu(x) + log(1 + exp(-|x|)), so no exp overflows
 (torch returns x itself above its threshold, 20: the two differ there by log(1 + e^-20),
 2e-9); ELU and its kin through exp(min(x, 0)). Depth-to-space and space-to-depth (pixel
-shuffle) are a reshape, a transpose and a reshape.
+shuffle) are a reshape, a transpose and a reshape. The index helpers at the end compute,
+from known shapes, the constant indices that element gathers, scatters at known places and
+reflect/edge pads become.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+import numpy as np
 
 T = TypeVar("T")
 
@@ -133,3 +137,40 @@ def space_to_depth(p: Prim[T], x: T, block: int, mode: str = "DCR") -> T:
 
 __all__ = ["SELU_ALPHA", "SELU_SCALE", "Prim", "depth_to_space", "elu", "log_sigmoid",
            "log_softmax", "mish", "softplus", "space_to_depth", "tile", "variance"]
+
+
+# ---- index arithmetic for element gathers, scatters and edge pads (numpy, known shapes) ----
+
+
+def element_gather_offsets(shape: Sequence[int], ishape: Sequence[int], axis: int
+                           ) -> tuple[np.ndarray, int]:
+    """torch.gather / ONNX GatherElements as one gather from the flattened data: the flat
+    offset of every index position with its `axis` coordinate left out (shape `ishape`),
+    and the stride of `axis`. out = flat[offsets + index * stride]."""
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    grid = np.indices(tuple(ishape), dtype=np.int64)
+    offsets = sum((grid[d] * strides[d] for d in range(len(shape)) if d != axis),
+                  np.zeros(tuple(ishape), np.int64))
+    return offsets, strides[axis]
+
+
+def scatter_rows(rows: int, written: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ONNX ScatterND at known row indices (`written[m]`: the row update m replaces): for
+    every row, the update that lands there (the last one, as the spec's loop does) and
+    whether one does."""
+    src = np.zeros(rows, np.int64)
+    hit = np.zeros(rows, np.bool_)
+    for m, r in enumerate(written.tolist()):
+        src[r], hit[r] = m, True
+    return src, hit
+
+
+def edge_pad_indices(n: int, before: int, after: int, mode: str) -> np.ndarray:
+    """Source positions of a pad by `before`/`after` along an axis of length n: "reflect"
+    mirrors without repeating the edge (ONNX/torch reflect), "edge" repeats it."""
+    i = np.arange(-before, n + after)
+    if mode == "edge":
+        return np.clip(i, 0, n - 1)
+    period = 2 * (n - 1)
+    i = np.abs(i) % period if period else np.zeros_like(i)
+    return np.where(i >= n, period - i, i)

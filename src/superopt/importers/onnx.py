@@ -1303,7 +1303,66 @@ def _gather_elements(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
         # One repeated value (BERT's buffered token-type ids): the indices do not matter.
         return [Const(np.full(ctx.shape(idx), values.ravel()[0], values.dtype),
                       f"{node.outputs[0]}:filled")]
-    raise _Unsupported("element-wise gather from a tensor of varying values")
+    shape, ishape = ctx.shape(data), ctx.shape(idx)
+    axis = _norm_axis(int(node.attr("axis", 0)), len(shape))
+    if len(ishape) != len(shape) or any(ishape[k] > shape[k] for k in range(len(shape))
+                                        if k != axis):
+        raise _Invalid(f"indices of shape {list(ishape)} do not fit data of shape "
+                       f"{list(shape)} (axis {axis})")
+    if not np.issubdtype(ctx.np_dtype(idx), np.integer):
+        raise _Invalid("indices are not integers")
+    # One gather from the flattened data at offset + index * stride (Funnel's relative
+    # position shifts).
+    offsets, stride = composite.element_gather_offsets(shape, ishape, axis)
+    n = shape[axis]
+    if isinstance(idx, Const):
+        k = np.asarray(idx.data, np.int64)
+        if k.size and (k.min() < -n or k.max() >= n):
+            raise _Invalid(f"indices out of range [-{n}, {n})")
+        flat: Tensor = Const(offsets + np.where(k < 0, k + n, k) * stride,
+                             f"{node.outputs[0]}:flat")
+        if isinstance(data, Const):
+            return [Const(data.data.reshape(-1)[flat.data], data.hint)]
+    else:
+        k = idx if ctx.np_dtype(idx) == np.int64 else ctx.emit("cast", idx, to="i64")
+        if not _nonnegative(ctx, k):
+            neg = ctx.emit("lt", k, Const(np.zeros((), np.int64), "zero"))
+            k = ctx.emit("where", neg, ctx.add(k, Const(np.array(n, np.int64), "n")), k)
+        flat = ctx.add(ctx.mul(k, Const(np.array(stride, np.int64), f"{node.outputs[0]}:stride")),
+                       Const(offsets, f"{node.outputs[0]}:offsets"))
+    return [ctx.emit("gather", ctx.reshape(data, (math.prod(shape),)), flat, axis=0)]
+
+
+@_converter("ScatterND")
+def _scatter_nd(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    # At known indices (an in-place slice update, as exporters write `x[..., 1:] *= m`):
+    # each row of the data, over its first k dims, either keeps its value or takes the
+    # update that lands there, a select between the data and a gather of the updates.
+    data, idx, updates = (_req(node, ins, i) for i in range(3))
+    if node.attr("reduction", "none") not in ("none", b"none"):
+        raise _Unsupported(f"reduction {node.attr('reduction')!r}")
+    if not isinstance(idx, Const):
+        raise _Unsupported("indices computed at run time")
+    shape, ishape = ctx.shape(data), ctx.shape(idx)
+    k = ishape[-1] if ishape else 0
+    lead, rest = tuple(ishape[:-1]), tuple(shape[k:])
+    if not 1 <= k <= len(shape) or tuple(ctx.shape(updates)) != lead + rest:
+        raise _Invalid(f"indices {list(ishape)} and updates {list(ctx.shape(updates))} do "
+                       f"not fit data of shape {list(shape)}")
+    at = np.asarray(idx.data, np.int64).reshape(-1, k)
+    dims = np.array(shape[:k], np.int64)
+    if at.size and (np.any(at < -dims) or np.any(at >= dims)):
+        raise _Invalid("indices out of range")
+    rows = np.ravel_multi_index(tuple(np.where(at < 0, at + dims, at).T), tuple(shape[:k]))
+    src, hit = composite.scatter_rows(math.prod(shape[:k]), rows)
+    n_rows, m = math.prod(shape[:k]), at.shape[0]
+    base = ctx.reshape(data, (n_rows, *rest))
+    if m == 0:
+        return [data]
+    moved = ctx.emit("gather", ctx.reshape(updates, (m, *rest)),
+                     Const(src, f"{node.outputs[0]}:src"), axis=0)
+    mask = Const(hit.reshape((n_rows,) + (1,) * len(rest)), f"{node.outputs[0]}:written")
+    return [ctx.reshape(ctx.emit("where", mask, moved, base), shape)]
 
 
 @_converter("Where")
@@ -2059,8 +2118,10 @@ def _pad(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor
     shape = ctx.shape(x)
     rank = len(shape)
     mode = node.attr("mode", "constant")
-    if mode != "constant":
-        raise _Unsupported(f"mode {mode!r} (only constant)")
+    if isinstance(mode, bytes):
+        mode = mode.decode()
+    if mode not in ("constant", "reflect", "edge"):
+        raise _Unsupported(f"mode {mode!r} (constant, reflect and edge are known)")
     if node.opset < 11:
         pads = [int(p) for p in (node.attr("pads") or node.attr("paddings") or [])]
         value = float(node.attr("value", 0.0))
@@ -2077,6 +2138,8 @@ def _pad(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor
             pads = full
     if len(pads) != 2 * rank:
         raise _Invalid(f"{len(pads)} pads for rank {rank}")
+    if mode != "constant":
+        return [_edge_pad(ctx, node, x, pads, mode)]
     grow = [max(p, 0) for p in pads]
     if isinstance(x, Const):
         y: Tensor = Const(np.pad(x.data, [(grow[i], grow[rank + i]) for i in range(rank)],
@@ -2096,6 +2159,48 @@ def _pad(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor
             lo, hi = -min(pads[i], 0), grown[i] + min(pads[rank + i], 0)
             y = ctx.slice_axis(y, i, lo, hi)
     return [y]
+
+
+def _edge_pad(ctx: _Context, node: OnnxNode, x: Tensor, pads: Sequence[int], mode: str
+              ) -> Tensor:
+    """A reflect or edge pad: along each padded axis, one gather of the source positions
+    (the mirror or the repeated edge around the whole axis)."""
+    shape = ctx.shape(x)
+    rank = len(shape)
+    for a in range(rank):
+        before, after = pads[a], pads[rank + a]
+        if before < 0 or after < 0:
+            raise _Unsupported(f"negative pads in mode {mode!r}")
+        if not before and not after:
+            continue
+        if mode == "reflect" and max(before, after) >= shape[a]:
+            raise _Invalid(f"reflect pads {before}, {after} of an axis of length {shape[a]} "
+                           "(they must be shorter)")
+        at = composite.edge_pad_indices(shape[a], before, after, mode)
+        x = (Const(np.take(x.data, at, axis=a), x.hint) if isinstance(x, Const) else
+             ctx.emit("gather", x, Const(at, f"{node.outputs[0]}:pad{a}"), axis=a))
+    return x
+
+
+@_converter("Col2Im")
+def _col2im(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    # Blocks that tile the image (block == stride, no dilation, no padding: MobileViT-V2's
+    # folding back of its patches) are a reshape, a transpose and a reshape.
+    cols = _req(node, ins, 0)
+    h, w = _const_ints(_req(node, ins, 1), "image_shape")
+    kh, kw = _const_ints(_req(node, ins, 2), "block_shape")
+    strides = tuple(node.attr("strides", [1, 1]))
+    if tuple(node.attr("dilations", [1, 1])) != (1, 1) or any(node.attr("pads", [0] * 4)) \
+            or strides != (kh, kw):
+        raise _Unsupported("overlapping, dilated or padded blocks (only blocks that tile the "
+                           "image)")
+    n, ckk, length = ctx.shape(cols)
+    if h % kh or w % kw or ckk % (kh * kw) or length != (h // kh) * (w // kw):
+        raise _Invalid(f"columns of shape {[n, ckk, length]} do not fold into {h}x{w} "
+                       f"by {kh}x{kw} blocks")
+    c = ckk // (kh * kw)
+    y = ctx.transpose(ctx.reshape(cols, (n, c, kh, kw, h // kh, w // kw)), (0, 1, 4, 2, 5, 3))
+    return [ctx.reshape(y, (n, c, h, w))]
 
 
 # ---- loading and the import driver ----------------------------------------------------
