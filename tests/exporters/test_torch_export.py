@@ -3,6 +3,8 @@ reference computes, for every op and for zoo models; `.pt2` programs load as MOD
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,45 @@ def test_pt2_errors_are_one_line(tmp_path: Path) -> None:
     bad.write_bytes(b"not a zip")
     with pytest.raises(ModelImportError, match="not a torch.export program"):
         load_model(str(bad))
+    # torch logs a traceback for a file that is no program before it raises: not shown.
+    run = subprocess.run([sys.executable, "-m", "superopt", "show", str(bad)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.strip().count("\n") == 0, run.stderr
+    assert "not a torch.export program: File is not a zip file" in run.stderr
+
+
+def test_pt2_saved_by_transformers_exporter_loads_in_a_fresh_process(tmp_path: Path) -> None:
+    # transformers' DynamoExporter saves the model's output containers (ModelOutput
+    # dataclasses, caches) in the program; torch can read them back only once they are
+    # registered, which a process that never built the model has not done.
+    transformers = pytest.importorskip("transformers")
+    from transformers.exporters.configs import DynamoConfig
+    from transformers.exporters.exporter_dynamo import DynamoExporter
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)).eval()
+    ids = torch.randint(0, 64, (1, 8))
+    DynamoExporter().export(model, {"input_ids": ids}, config=DynamoConfig()).save_pretrained(
+        tmp_path)
+    with torch.no_grad():
+        want = model(input_ids=ids).logits.numpy()
+    np.save(tmp_path / "ids.npy", ids.numpy())
+    script = (
+        "import sys, numpy as np\n"
+        "from superopt.importers import load_model\n"
+        "from superopt.ir import interpret\n"
+        "assert 'transformers' not in sys.modules\n"
+        f"g = load_model({str(tmp_path / 'model.pt2')!r})\n"
+        f"ids = np.load({str(tmp_path / 'ids.npy')!r})\n"
+        "out = interpret(g, {g.inputs[0].attr('name'): ids})\n"
+        f"np.save({str(tmp_path / 'out.npy')!r}, out[0])\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = np.load(tmp_path / "out.npy")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
 def _decoder_block() -> Graph:

@@ -10,7 +10,9 @@ Heavy packages load only when a specific importer is used:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 from superopt.importers.errors import ModelImportError, UnsupportedOpsError
 from superopt.ir.graph import Graph
@@ -85,15 +87,101 @@ def _load_pt2(path: Path, batch: int | None) -> Graph:
     if batch is not None:
         raise ModelImportError(f"{path}: --batch does not apply to a .pt2 program (its shapes "
                                "were fixed when it was exported)")
-    import torch
-
     from superopt.importers.torch import import_exported
 
-    try:
-        program = torch.export.load(str(path))
-    except Exception as e:  # torch raises several types for a file that is not a program
-        raise ModelImportError(f"{path}: not a torch.export program: {e}") from e
+    program = _load_program(path)
     return import_exported(program, name=path.stem)
+
+
+# torch names an output container type it cannot rebuild (transformers' exporters save the
+# model's ModelOutput dataclasses, which register themselves when their module is imported).
+_UNREGISTERED = re.compile(r"Deserializing ([\w.]+)[.:](\w+) in pytree is not registered")
+
+
+def _load_program(path: Path) -> Any:
+    """`torch.export.load`, importing the modules that define the program's output
+    containers first where torch names one it does not know."""
+    import logging
+
+    import torch
+
+    class Keep(logging.Handler):
+        """torch logs the real cause (with a traceback) and raises a generic error: the
+        cause is kept here and not printed."""
+
+        def __init__(self) -> None:
+            super().__init__(logging.DEBUG)
+            self.text: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            exc = record.exc_info[1] if record.exc_info else None
+            self.text += [str(c) for c in _causes(exc)] if exc else [record.getMessage()]
+
+    log = logging.getLogger("torch.export")
+    keep, propagate, handlers = Keep(), log.propagate, list(log.handlers)
+    for h in handlers:  # torch's own stderr handler
+        log.removeHandler(h)
+    log.addHandler(keep)
+    log.propagate = False
+    tried: set[str] = set()
+    try:
+        while True:
+            keep.text.clear()
+            try:
+                return torch.export.load(str(path))
+            except Exception as e:  # torch raises several types for a file that is no program
+                said = [str(c) for c in _causes(e)] + keep.text
+                found = next((m for m in map(_UNREGISTERED.search, said) if m), None)
+                if found is None or found.group(0) in tried:
+                    # torch's own error points at the log it printed (kept here instead).
+                    why = found.group(0) if found else _first_line(
+                        RuntimeError(keep.text[-1]) if keep.text and "warnings above" in str(e)
+                        else e)[:300]
+                    raise ModelImportError(f"{path}: not a torch.export program: {why}") from e
+                tried.add(found.group(0))
+                _register_container(path, found.group(1), found.group(2))
+    finally:
+        log.removeHandler(keep)
+        for h in handlers:
+            log.addHandler(h)
+        log.propagate = propagate
+
+
+def _register_container(path: Path, module: str, name: str) -> None:
+    """Make torch's pytree know an output container a program names: import its module (a
+    transformers ModelOutput registers itself then); a transformers cache registers through
+    transformers' own exporter, as its loader does."""
+    import importlib
+
+    import torch
+
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ModelImportError(f"{path}: the program's outputs hold {module}.{name}, which "
+                               f"does not import here: {_first_line(e)}") from e
+    if cls in torch.utils._pytree.SUPPORTED_NODES:
+        return
+    if module.split(".")[0] == "transformers":
+        try:
+            from transformers.exporters.exporter_dynamo import register_pytree_node
+        except ImportError as e:
+            raise ModelImportError(f"{path}: {module}.{name} needs transformers' exporters "
+                                   f"to be read back: {_first_line(e)}") from e
+        register_pytree_node(cls)
+
+
+def _causes(e: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: BaseException | None = e
+    while cur is not None and len(out) < 8:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 __all__ = ["HF_FAMILIES", "HF_MODELS", "ModelImportError", "UnsupportedOpsError", "load_model"]
