@@ -320,6 +320,25 @@ class ArgExtremes(nn.Module):
         return (pooled, end, wrapped, *picks)
 
 
+class InPlace(nn.Module):
+    """In-place ops whose mutation nothing else reads (a fresh sum, a slice of a fresh
+    product), and repeat_interleave."""
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x + 1
+        y.add_(z)
+        w = (x * 2)[:, 1:]
+        w.mul_(z[:, :3])
+        return y.relu(), w, x.relu().repeat_interleave(2, dim=1), x.repeat_interleave(3)
+
+
+class SeenInPlace(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = x + 1
+        a[:, :2].mul_(2)  # a itself is read afterwards: the mutation is seen
+        return a.sum(-1)
+
+
 class Attentions(nn.Module):
     """SDPA with grouped-query heads, with an explicit boolean mask, and RMSNorm."""
 
@@ -534,6 +553,14 @@ def test_argmax_and_computed_row_picks(importer: Callable[..., Graph]) -> None:
     got = interpret(g, {"h": h.numpy(), "ids": other.numpy()})
     for y, w in zip(got, reference(ArgExtremes(), h, other), strict=True):
         np.testing.assert_allclose(y, w, rtol=1e-6, atol=1e-7)
+
+
+def test_in_place_ops_nobody_sees_and_repeat_interleave() -> None:
+    torch.manual_seed(22)
+    g = check(import_exported, InPlace(), {"x": torch.randn(2, 4), "z": torch.randn(2, 4)})
+    assert compute_ops(g)["expand"] == 2
+    with pytest.raises(UnsupportedOpsError, match=r"aten.mul_.Tensor \(its mutation is read"):
+        import_exported(SeenInPlace(), (torch.randn(2, 4),))
 
 
 @IMPORTERS

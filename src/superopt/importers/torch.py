@@ -1223,6 +1223,19 @@ class _Ctx:
         except ValueError as e:
             raise _Refuse(f"repeat: {e}") from None
 
+    def repeat_interleave(self, x: Any, repeats: Any, dim: int | None) -> Any:
+        """Tensor.repeat_interleave by a constant count: each element `repeats` times in a
+        row along `dim` (of the flattened tensor without one), an expand and a reshape."""
+        if not isinstance(repeats, int):
+            raise _Refuse("repeat_interleave with a tensor of counts")
+        if dim is None:
+            x, dim = self.reshape(x, (-1,)), 0
+        shape = self.shape(x)
+        d = _axis(dim, len(shape))
+        grown = self.expand(self.unsqueeze(x, d + 1),
+                            (*shape[:d + 1], repeats, *shape[d + 1:]))
+        return self.reshape(grown, (*shape[:d], shape[d] * repeats, *shape[d + 1:]))
+
     def _tiling_patches(self, kernel: Any, dilation: Any, padding: Any, stride: Any,
                         what: str) -> tuple[int, int]:
         """The patch size of an unfold/fold whose patches tile the image (kernel ==
@@ -1751,6 +1764,8 @@ ATEN: dict[Any, AtenConverter] = {
     aten.expand.default: lambda cx, a: cx.expand(a["self"], a["size"]),
     aten.expand_as.default: lambda cx, a: cx.expand(a["self"], cx.shape(a["other"])),
     aten.repeat.default: lambda cx, a: cx.repeat(a["self"], a["repeats"]),
+    aten.repeat_interleave.self_int: lambda cx, a: cx.repeat_interleave(
+        a["self"], a["repeats"], a["dim"]),
     aten.im2col.default: lambda cx, a: cx.unfold_patches(
         a["self"], a["kernel_size"], a["dilation"], a["padding"], a["stride"]),
     aten.col2im.default: lambda cx, a: cx.fold_patches(
@@ -2593,9 +2608,16 @@ class _ExportImporter(_Importer):
         if node.target is operator.getitem:
             return lambda args, kwargs: _fx_getitem(self.cx, {"a": args[0], "b": args[1]})
         conv = ATEN.get(node.target)
+        target = node.target
+        if conv is None:
+            target, seen = _out_of_place(node)
+            conv = ATEN.get(target) if target is not None else None
+            if conv is not None and seen:
+                why = "its mutation is read elsewhere (through a view, or it is an input)"
+                return lambda args, kwargs: _raise(_Refuse(why))
         if conv is None:
             return None
-        schema = node.target._schema
+        schema = target._schema
         return lambda args, kwargs: conv(self.cx, _bind(schema, args, kwargs))
 
     def foldable(self, node: fx.Node) -> bool:
@@ -2620,6 +2642,38 @@ class _ExportImporter(_Importer):
                 continue
             outs.append(self.env[arg] if isinstance(arg, fx.Node) else arg)
         return outs
+
+
+def _out_of_place(node: fx.Node) -> tuple[Any, bool]:
+    """The functional overload of an in-place ATen op (`add_.Tensor` -> `add.Tensor`), and
+    whether its mutation can be seen. It cannot when the mutated operand, and every view it
+    was taken from up to the tensor that owns the memory, is read by nothing else, and that
+    tensor is computed in the program (not an input or a weight): then the functional op
+    computes the same. transformers' exporter leaves such ops in (DETR's residual `add_`,
+    Funnel's `mul_`). (None, False) for an op that is not in-place."""
+    target = node.target
+    schema = getattr(target, "_schema", None)
+    name = schema.name.split("::")[-1] if schema is not None else ""
+    if not name.endswith("_") or name.endswith("__") or not node.args:
+        return None, False
+    packet = getattr(aten, name[:-1], None)
+    functional = getattr(packet, schema.overload_name or "default", None)
+    if functional is None:
+        return None, False
+    cur, reader = node.args[0], node
+    while True:
+        if not isinstance(cur, fx.Node) or cur.op != "call_function":
+            return functional, True  # a program input, weight or constant: the caller sees it
+        if any(u is not reader for u in cur.users):
+            return functional, True
+        returns = getattr(getattr(cur.target, "_schema", None), "returns", ())
+        if not any(r.alias_info is not None for r in returns):
+            return functional, False  # cur owns its memory (a getitem of a tuple does too)
+        reader, cur = cur, cur.args[0]
+
+
+def _raise(e: Exception) -> Any:
+    raise e
 
 
 def _embedding_highs_export(graph: fx.Graph) -> Iterator[tuple[str, int]]:
