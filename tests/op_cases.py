@@ -710,6 +710,22 @@ def argmax_case(draw: DrawFn) -> Graph:
     return _graph(b, b.argmax(x, axes=(axis,), keepdims=draw(st.booleans())), "argmax")
 
 
+@case("topk")
+@st.composite
+def topk_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    shape = draw(shapes(1, 4))
+    # Integer ids in [0, 3) make ties common: equal values keep their index order.
+    if draw(st.booleans()):
+        x = draw(tensor_source(b, "x", shape, init="normal"))
+    else:
+        x = b.input("x", shape, "i64", high=3)
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    k = draw(st.integers(1, shape[axis]))
+    vals, idx = b.topk(x, k=k, axis=axis, largest=draw(st.booleans()))
+    return _graph(b, [vals, idx], "topk")
+
+
 @case("rms_norm")
 @st.composite
 def rms_norm_case(draw: DrawFn) -> Graph:

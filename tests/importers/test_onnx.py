@@ -356,6 +356,24 @@ def test_arg_extremes_take_the_first_index(op: str, axis: int, keepdims: int) ->
         np.testing.assert_array_equal(reference_run(model, {"x": x})[0], want)
 
 
+@pytest.mark.parametrize("largest,axis,k", [(1, -1, 3), (0, 1, 2), (1, 0, 3)])
+def test_topk_in_order_with_ties_in_index_order(largest: int, axis: int, k: int) -> None:
+    ints = np.random.default_rng(4).integers(0, 3, (3, 4, 5))
+    for input_type, x in ((TensorProto.FLOAT, ints.astype(np.float32) - 1.5),
+                          (TensorProto.INT64, ints)):
+        model = make_model([N("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest)],
+                           {"x": [3, 4, 5]}, ["v", "i"], {"k": np.array([k], np.int64)},
+                           input_type=input_type)
+        g = import_onnx(model)
+        assert ops(g)["topk"] == 1
+        got = interpret(g, {"x": x})
+        for a, b in zip(got, reference_run(model, {"x": x}), strict=True):
+            np.testing.assert_array_equal(a, b)
+        # Ties: equal values keep the lower index first.
+        order = np.argsort(-x if largest else x, axis=axis, kind="stable")
+        np.testing.assert_array_equal(got[1], np.take(order, np.arange(k), axis=axis))
+
+
 def test_arg_extremes_refusals_name_the_problem() -> None:
     last = make_model([N("ArgMax", ["x"], ["y"], axis=0, select_last_index=1, name="am")],
                       {"x": [3, 4]}, ["y"])

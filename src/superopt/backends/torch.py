@@ -382,6 +382,18 @@ LOWERING.register("reduce_mean", _reduce(torch.mean))
 LOWERING.register("reduce_max", _reduce(torch.amax))
 
 
+@_rule("topk")
+def _topk(node: Node, ctx: LowerContext) -> Kernel:
+    # A stable sort keeps equal values in index order, the IR's tie rule (torch.topk does
+    # not promise one).
+    k, axis, largest = node.attr("k"), node.attr("axis"), node.attr("largest")
+
+    def run(args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        vals, idx = torch.sort(args[0], dim=axis, descending=largest, stable=True)
+        return vals.narrow(axis, 0, k), idx.narrow(axis, 0, k)
+    return run
+
+
 @_rule("argmax")
 def _argmax(node: Node, ctx: LowerContext) -> Kernel:
     # torch.argmax returns the first maximal index, the IR's tie rule.

@@ -463,6 +463,14 @@ LOWERING.register("reduce_mean", _reduce("ReduceMean", 18))
 LOWERING.register("reduce_max", _reduce("ReduceMax", 18))
 
 
+@_rule("topk")
+def _topk(node: Node, em: _Emitter) -> None:
+    # sorted=1: in order; TopK keeps the lower index first among equal values.
+    k = em.ints([node.attr("k")], f"topk_{node.id}_k")
+    em.emit("TopK", [em.inp(node, 0), k], [em.out(node, 0), em.out(node, 1)],
+            axis=node.attr("axis"), largest=int(node.attr("largest")), sorted=1)
+
+
 @_rule("argmax")
 def _argmax(node: Node, em: _Emitter) -> None:
     # select_last_index=0: the first maximal index, the IR's tie rule.

@@ -21,8 +21,8 @@ HF_MODELS = ("hf:bert-tiny", "hf:bert-small", "hf:bert-base")  # published BERT 
 # Small-config families (superopt.importers.hf.FAMILIES), listed here so that the names are
 # known without importing transformers.
 HF_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "phi", "gemma", "bert", "bert-classifier",
-               "llama-classifier", "distilbert", "roberta", "t5-encoder", "clip-text", "vit",
-               "vit-classifier", "deit", "swin", "convnext", "convnextv2", "poolformer",
+               "mixtral", "llama-classifier", "distilbert", "roberta", "t5-encoder", "clip-text",
+               "vit", "vit-classifier", "deit", "swin", "convnext", "convnextv2", "poolformer",
                "segformer", "dpt", "upernet", "mobilevit", "resnet", "regnet", "efficientnet",
                "mobilenet_v2", "whisper-encoder")
 

@@ -174,6 +174,16 @@ def _encoder(model: str, config: str, **extra: Any) -> Callable[[], Any]:
     return build
 
 
+def _mixtral() -> Any:
+    # Mixture of experts: a router's top-2 of 4 experts per token, each a SwiGLU MLP. The
+    # experts run as transformers' `batched_mm` (each token's chosen experts' weights
+    # gathered, batched matmuls): the static-shape form its ExecuTorch exporter uses.
+    model = _model("MixtralModel", _cfg("MixtralConfig", **{
+        **_TEXT, "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2}))
+    model.set_experts_implementation("batched_mm")
+    return model
+
+
 def _llama_classifier() -> Any:
     # Sequence classification from a decoder (reward models, classifiers fine-tuned from
     # Llama): the score of the last token that is not padding, found by an argmax.
@@ -337,6 +347,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     # the first): what the narrowing rules (`slice_*` in the starter library) exploit.
     Family("bert-classifier", "encoder", _encoder("BertForSequenceClassification",
                                                   "BertConfig", num_labels=3), "ids"),
+    Family("mixtral", "decoder", _mixtral, "ids"),
     Family("llama-classifier", "decoder", _llama_classifier, "ids"),
     Family("distilbert", "encoder", _distilbert, "ids"),
     Family("roberta", "encoder", _encoder("RobertaModel", "RobertaConfig"), "ids"),

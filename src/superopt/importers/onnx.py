@@ -1926,6 +1926,25 @@ def _argmax(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Ten
     return [ctx.emit("argmax", x, axes=(axis,), keepdims=keep)]
 
 
+@_converter("TopK")
+def _topk(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    x = _req(node, ins, 0)
+    shape = ctx.shape(x)
+    axis = _norm_axis(int(node.attr("axis", -1)), len(shape))
+    k = int(node.attr("k")) if node.opset < 10 else _const_ints(_req(node, ins, 1), "K")[0]
+    largest = bool(node.attr("largest", 1))
+    if not 1 <= k <= shape[axis]:
+        raise _Invalid(f"K={k} for an axis of length {shape[axis]}")
+    # sorted=0 leaves the order to the runtime: in order is one of the orders allowed.
+    if isinstance(x, Const):
+        from superopt.ir.ops.reduce import topk_ref
+
+        vals, idx = topk_ref(x.data, k, axis, largest)
+        return [Const(vals.astype(x.data.dtype), x.hint), Const(idx, f"{x.hint}:indices")]
+    vals, idx = ctx.emit_multi("topk", x, k=k, axis=axis, largest=largest)
+    return [vals, idx]
+
+
 def _unit_norm(ctx: _Context, x: Tensor, axis: int, eps: float, hint: str) -> Tensor:
     """layer_norm of x over its dims from `axis` on, unit scale and zero bias."""
     norm, dt = ctx.shape(x)[axis:], ctx.np_dtype(x)

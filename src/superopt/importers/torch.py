@@ -1412,6 +1412,24 @@ class _Ctx:
     def reduce_min(self, x: Any, dims: Any, keepdim: bool) -> Any:
         return self.neg(self.reduce("reduce_max", self.neg(x), dims, keepdim))
 
+    def topk(self, x: Any, k: int, dim: int, largest: bool) -> tuple[Any, Any]:
+        """torch.topk / torch.sort (k = the whole axis): values and indices, in order, equal
+        values in index order (an unsorted or unstable request allows that order too)."""
+        shape = self.shape(x)
+        if not shape:
+            raise _Refuse("topk of a scalar")
+        d = _axis(dim, len(shape))
+        if not 1 <= int(k) <= shape[d]:
+            raise _Refuse(f"topk of {k} along an axis of length {shape[d]}")
+        if not _live(x):
+            t = x.tensor if isinstance(x, Const) else torch.tensor(x)
+            vals, idx = torch.sort(t, dim=d, descending=bool(largest), stable=True)
+            return (Const(vals.narrow(d, 0, int(k)), "const.topk"),
+                    Const(idx.narrow(d, 0, int(k)), "const.topk"))
+        out = self.b.op("topk", self.value(x), k=int(k), axis=d, largest=bool(largest))
+        assert isinstance(out, tuple)
+        return out[0], out[1]
+
     def argmax(self, x: Any, dim: int | None, keepdim: bool, least: bool = False) -> Any:
         """torch.argmax / argmin: the first extreme index along `dim`, or into the flattened
         tensor when `dim` is None (then keepdim keeps every dim at size 1)."""
@@ -1739,6 +1757,11 @@ ATEN: dict[Any, AtenConverter] = {
                                                                            a["output_size"]),
     aten.amax.default: lambda cx, a: cx.reduce("reduce_max", a["self"], a["dim"], a["keepdim"]),
     aten.argmax.default: lambda cx, a: cx.argmax(a["self"], a["dim"], a["keepdim"]),
+    aten.topk.default: lambda cx, a: cx.topk(a["self"], a["k"], a["dim"], a["largest"]),
+    aten.sort.default: lambda cx, a: cx.topk(a["self"], cx.shape(a["self"])[a["dim"]],
+                                             a["dim"], a["descending"]),
+    aten.sort.stable: lambda cx, a: cx.topk(a["self"], cx.shape(a["self"])[a["dim"]],
+                                            a["dim"], a["descending"]),
     aten.argmin.default: lambda cx, a: cx.argmax(a["self"], a["dim"], a["keepdim"], least=True),
     aten.max.dim: _aten_max_dim,
     aten.max.default: lambda cx, a: cx.reduce("reduce_max", a["self"], None, False),
@@ -2063,6 +2086,11 @@ _CONV_T = _spec("input, weight, bias=None, stride=1, padding=0, output_padding=0
 _VECTOR_NORM = _spec("x, ord=2, dim=None, keepdim=False, dtype=None",
                      lambda cx, a: cx.vector_norm(cx.cast(a["x"], a["dtype"]), a["ord"],
                                                   a["dim"], a["keepdim"]))
+_TOPK = _spec("input, k, dim=-1, largest=True, sorted=True",
+              lambda cx, a: cx.topk(a["input"], a["k"], a["dim"], a["largest"]))
+_SORT = _spec("input, dim=-1, descending=False, stable=False",
+              lambda cx, a: cx.topk(a["input"], cx.shape(a["input"])[a["dim"]], a["dim"],
+                                    a["descending"]))
 _ARGMAX = _spec("input, dim=None, keepdim=False",
                 lambda cx, a: cx.argmax(a["input"], a["dim"], a["keepdim"]))
 _ARGMIN = _spec("input, dim=None, keepdim=False",
@@ -2102,7 +2130,7 @@ _NEW_OPS_FX: dict[Any, FxConverter] = {
         args[0], list(args[1]) if len(args) == 2 and isinstance(args[1], list | tuple)
         else list(args[1:])),
     torch.cumsum: _CUMSUM, torch.amax: _AMAX, torch.index_select: _INDEX_SELECT,
-    torch.argmax: _ARGMAX, torch.argmin: _ARGMIN,
+    torch.argmax: _ARGMAX, torch.argmin: _ARGMIN, torch.topk: _TOPK, torch.sort: _SORT,
     torch.tril: _TRIL, torch.triu: _TRIU,
     F.adaptive_avg_pool1d: _spec("input, output_size", lambda cx, a: cx.adaptive_avg_pool1d(
         a["input"], a["output_size"])),
@@ -2275,7 +2303,7 @@ FX_METHODS: dict[str, FxConverter] = {
     "abs": _spec("input", lambda cx, a: cx.abs(a["input"])),
     "square": _spec("input", lambda cx, a: cx.pow(a["input"], 2)),
     "max": _fx_max("max"), "min": _fx_max("min"), "amax": _AMAX,
-    "argmax": _ARGMAX, "argmin": _ARGMIN,
+    "argmax": _ARGMAX, "argmin": _ARGMIN, "topk": _TOPK, "sort": _SORT,
     "clamp": _CLAMP, "clip": _CLAMP,
     "clamp_min": _spec("input, min", lambda cx, a: cx.clamp(a["input"], a["min"])),
     "clamp_max": _spec("input, max", lambda cx, a: cx.clamp(a["input"], None, a["max"])),
@@ -2647,9 +2675,9 @@ class _ExportImporter(_Importer):
 def _out_of_place(node: fx.Node) -> tuple[Any, bool]:
     """The functional overload of an in-place ATen op (`add_.Tensor` -> `add.Tensor`), and
     whether its mutation can be seen. It cannot when the mutated operand, and every view it
-    was taken from up to the tensor that owns the memory, is read by nothing else, and that
-    tensor is computed in the program (not an input or a weight): then the functional op
-    computes the same. transformers' exporter leaves such ops in (DETR's residual `add_`,
+    was taken from up to the tensor that owns the memory, is read by nothing else after it
+    (nor viewed), and that tensor is computed in the program (not an input or a weight):
+    then the functional op computes the same. transformers' exporter leaves such ops in (DETR's residual `add_`,
     Funnel's `mul_`). (None, False) for an op that is not in-place."""
     target = node.target
     schema = getattr(target, "_schema", None)
@@ -2660,14 +2688,21 @@ def _out_of_place(node: fx.Node) -> tuple[Any, bool]:
     functional = getattr(packet, schema.overload_name or "default", None)
     if functional is None:
         return None, False
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+
+    def aliases(n: fx.Node) -> bool:
+        returns = getattr(getattr(n.target, "_schema", None), "returns", ())
+        return any(r.alias_info is not None for r in returns)
+
     cur, reader = node.args[0], node
     while True:
         if not isinstance(cur, fx.Node) or cur.op != "call_function":
             return functional, True  # a program input, weight or constant: the caller sees it
-        if any(u is not reader for u in cur.users):
+        # Another reader sees the old value if it runs first and keeps no view of it (the
+        # divisor of Mixtral's `weights /= weights.sum()`).
+        if any(u is not reader and (order[u] > order[node] or aliases(u)) for u in cur.users):
             return functional, True
-        returns = getattr(getattr(cur.target, "_schema", None), "returns", ())
-        if not any(r.alias_info is not None for r in returns):
+        if not aliases(cur):
             return functional, False  # cur owns its memory (a getitem of a tuple does too)
         reader, cur = cur, cur.args[0]
 

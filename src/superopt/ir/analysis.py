@@ -73,6 +73,8 @@ for _name in (*ops_with(MOVEMENT), "embedding", "gather"):
     COUNTS.register(_name, lambda n, ts: (0, 0))
 COUNTS.register("reduce_max", _per_input(1))
 COUNTS.register("argmax", _per_input(1))  # one compare per element
+# A selection of k: about log2(k) + 1 compares per element (a heap of k).
+COUNTS.register("topk", lambda n, ts: (0, ts[0].size * (int(n.attr("k")).bit_length() + 1)))
 COUNTS.register("rms_norm", _per_input(4))
 
 

@@ -320,8 +320,16 @@ TABLE.register("gt", _compare(np.greater))
 TABLE.register("where", lambda xs, a, n: (np.where(np.asarray(xs[0]) != 0, xs[1], xs[2]),))
 TABLE.register("reduce_max", lambda xs, a, n: (
     np.max(centred(xs[0]), axis=a["axes"], keepdims=a["keepdims"]) % P,))
+TABLE.register("topk", lambda xs, a, n: _topk(xs[0], a))
 TABLE.register("argmax", lambda xs, a, n: (
     np.argmax(centred(xs[0]), axis=a["axes"][0], keepdims=a["keepdims"]).astype(np.int64),))
+
+
+def _topk(x: Arr, a: dict[str, Any]) -> tuple[Arr, ...]:
+    from superopt.ir.ops.reduce import topk_ref
+
+    vals, idx = topk_ref(centred(x), a["k"], a["axis"], a["largest"])
+    return vals % P, idx
 
 
 @_reg("gather")

@@ -159,6 +159,16 @@ def _split(m: Member, r: DimRelations) -> None:
             r.same((("m", m.index, o), j), (m.out, j))
 
 
+def _topk(m: Member, r: DimRelations) -> None:
+    """Both results follow the operand on every dim but the searched one, which is read
+    whole."""
+    axis = m.attrs["axis"]
+    for o in range(len(m.types)):
+        for j in range(m.rank):
+            if j != axis:
+                r.same((("m", m.index, o), j), (m.ins[0], j))
+
+
 def _transpose(m: Member, r: DimRelations) -> None:
     for j, p in enumerate(m.attrs["perm"]):
         r.same((m.out, j), (m.ins[0], p))
@@ -344,6 +354,7 @@ for _name in ("pad", "concat", "enlarge"):
     BOUNDS_RULES.register(_name, BoundsRule(_positional))
 BOUNDS_RULES.register("slice", BoundsRule(_positional, reads_operands_whole=False))
 BOUNDS_RULES.register("split", BoundsRule(_split))
+BOUNDS_RULES.register("topk", BoundsRule(_topk))
 BOUNDS_RULES.register("transpose", BoundsRule(_transpose))
 BOUNDS_RULES.register("reshape", BoundsRule(_reshape))
 for _name in ("reduce_sum", "reduce_mean", "reduce_max", "argmax"):

@@ -138,7 +138,7 @@ def _movement_operands(node: Node, ts: Types, outs: tuple[Layout, ...],
     return tuple(outs[0] if t.rank > 1 else None for t in ts)
 
 
-for _op in ("concat", "split", "slice", "pad", "enlarge"):
+for _op in ("concat", "split", "slice", "pad", "enlarge", "topk"):
     LAYOUT_RULES.register(_op, LayoutRule(_first_operand_default, _movement_operands))
 
 

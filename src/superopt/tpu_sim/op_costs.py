@@ -438,6 +438,17 @@ _register("reduce_max", _reduce)  # a max is a vector op like an add, lane reduc
 _register("argmax", _reduce)  # a max carrying its index: the same passes over the data
 
 
+def _topk(v: OpView) -> OpCost:
+    # A selection of k: log2(k) + 1 passes over the data along the axis, each a compare
+    # and a select (a bitonic merge network on the vector units).
+    passes = 2 * (int(v.node.attr("k")).bit_length() + 1)
+    return OpCost(_reduction_cycles(v, (v.node.attr("axis"),), passes)
+                  + v.vout(0) + v.vout(1))
+
+
+_register("topk", _topk)
+
+
 def _softmax(v: OpView) -> OpCost:
     # max, subtract, exp, sum, reciprocal (per row), multiply.
     cycles = _reduction_cycles(v, (v.node.attr("axis"),), 2) + v.vout() * (3 * v.op + v.tr)

@@ -494,6 +494,15 @@ def _split(c: Call) -> ShapeInfo:
 _reg(("split",), _split, _axis_canon())
 
 
+def _topk(c: Call) -> ShapeInfo:
+    ax, k = _num(c.a["axis"]), _num(c.a["k"])
+    facts = [*_axis_ok(c), c.out < 2, k >= 1, k <= c.D(0, ax)]
+    return ShapeInfo(facts, c.R(), lambda i: z3.If(i == ax, k, c.D(0, i)))
+
+
+_reg(("topk",), _topk, _axis_canon())
+
+
 def _slice(c: Call) -> ShapeInfo:
     st, en, sp = _tup(c.a["starts"]), _tup(c.a["ends"]), _tup(c.a["steps"])
     r = c.R()

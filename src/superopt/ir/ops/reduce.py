@@ -194,6 +194,45 @@ ARGMAX = register_op(OpDef(
     doc="Index (i64) of the first maximum along one axis (torch.argmax, ONNX ArgMax)."))
 
 
+def _topk_shape(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
+    (x,) = ts
+    if x.rank == 0:
+        raise ShapeError("topk", 0, "rank >= 1", str(x))
+    ax, k = attrs["axis"], attrs["k"]
+    if not 0 <= ax < x.rank or k > x.shape[ax]:
+        raise ShapeError("topk", 0, f"an axis {ax} of length >= k={k}", str(x))
+    shape = tuple(k if d == ax else s for d, s in enumerate(x.shape))
+    return (x.with_shape(shape), TensorType(shape, DType.I64))
+
+
+def topk_ref(x: np.ndarray, k: int, axis: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The k greatest (or least) along `axis`, in order, and their indices; equal values
+    keep their order (the lower index first, as ONNX TopK specifies)."""
+    x = np.asarray(x)
+    # Negated in float64: no integer overflows at the most negative value.
+    key = -x.astype(np.float64) if largest else x
+    order = np.argsort(key, axis=axis, kind="stable")
+    idx = np.take(order, np.arange(k), axis=axis)
+    return np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64)
+
+
+def _k_positive(k: AttrValue) -> str | None:
+    return None if k >= 1 else "k >= 1"
+
+
+# Mixture-of-experts routers pick each token's k experts with it (Mixtral, Qwen-MoE,
+# OLMoE, GPT-OSS), and a sort is a topk of every element.
+TOPK = register_op(OpDef(
+    name="topk", num_inputs=1, shape=_topk_shape,
+    reference=lambda xs, a: topk_ref(xs[0], a["k"], a["axis"], a["largest"]),
+    attrs=(AttrSpec("k", "int", check=_k_positive, doc="how many"),
+           AttrSpec("axis", "int", -1),
+           AttrSpec("largest", "bool", True, doc="the greatest first, else the least first")),
+    num_outputs=2, traits=frozenset({NONLINEAR}), canonicalize=_axis_canon,
+    doc="The k greatest (or least) values along an axis, in order, and their i64 indices "
+        "(torch.topk/sort, ONNX TopK); ties keep the lower index first."))
+
+
 def _rms_shape(ts: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
     x, w = ts
     expect_float("rms_norm", 0, x)
