@@ -139,6 +139,29 @@ def test_pt2_saved_by_transformers_exporter_loads_in_a_fresh_process(tmp_path: P
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
+def test_pt2_calling_transformers_grouped_matmul_loads_in_a_fresh_process(tmp_path: Path
+                                                                          ) -> None:
+    # A mixture of experts exported with transformers' default experts calls its custom
+    # operator `transformers::grouped_mm_fallback`, unknown to torch until transformers'
+    # module registers it.
+    pytest.importorskip("transformers")
+    from superopt.importers.hf import hf_inputs, hf_module
+
+    model = hf_module("mixtral")
+    model.inner.set_experts_implementation("grouped_mm")
+    torch.export.save(torch.export.export(model, hf_inputs("mixtral")), tmp_path / "moe.pt2")
+    script = (
+        "import sys\n"
+        "from superopt.importers import load_model\n"
+        "assert 'transformers' not in sys.modules\n"
+        f"g = load_model({str(tmp_path / 'moe.pt2')!r})\n"
+        "print(g.op_histogram()['topk'])\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "6"  # per layer: the router's top-2, two sorts
+
+
 def _decoder_block() -> Graph:
     """A Llama-style block over the new ops: RMSNorm, grouped-query causal attention, SiLU
     gate, a gathered position table and a boolean select."""

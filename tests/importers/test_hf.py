@@ -196,22 +196,36 @@ def test_families_that_pick_a_row_by_argmax(name: str, special: int) -> None:
         np.testing.assert_allclose(a, w.numpy(), rtol=1e-5, atol=1e-5 * float(w.abs().max()))
 
 
-def test_mixtral_family_routes_tokens_at_run_time() -> None:
+@pytest.mark.parametrize("experts", ["grouped_mm", "batched_mm"])
+def test_mixture_of_experts_routes_tokens_at_run_time(experts: str) -> None:
     # The router's top-2 is computed in the graph: ids other than the capture's pick other
-    # experts, and the values still match the model's.
-    from superopt.importers.hf import hf_graph, hf_module
+    # experts (and, with grouped_mm, other sort orders and counts per expert), and the
+    # values still match the model's. grouped_mm is what torch.export gets by default;
+    # batched_mm is the form transformers' ExecuTorch exporter picks.
+    from superopt.importers.hf import hf_module
+    from superopt.importers.torch import import_exported
 
-    g = hf_graph("mixtral", batch=2)
+    model = hf_module("mixtral")
+    model.inner.set_experts_implementation(experts)
+    ids = torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(4))
+    g = import_exported(torch.export.export(model, (ids,)), name="mixtral")
     hist = g.op_histogram()
-    assert hist["topk"] == 2 and hist["gather"] >= 4, hist  # per layer: 2 expert weights
-    model = copy.deepcopy(hf_module("mixtral")).double()
+    assert hist["topk"] == (6 if experts == "grouped_mm" else 2), hist
+    wide = copy.deepcopy(model).double()
+    wide.inner.set_experts_implementation("batched_mm")  # grouped_mm takes no float64
+    routes = set()
     for seed in (5, 6):
         ids = torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(seed))
         with torch.no_grad():
-            want = model(ids)
+            want = wide(ids)
+            router = wide.inner.layers[0].mlp.gate
+            h = wide.inner.embed_tokens(ids).reshape(-1, 32)
+            routes.add(tuple(torch.topk(router(wide.inner.layers[0].input_layernorm(h))[0],
+                                        2, -1).indices.reshape(-1).tolist()))
         got = interpret(g, {g.inputs[0].attr("name"): ids.numpy()})[0]
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-5,
                                    atol=1e-5 * float(want.abs().max()))
+    assert len(routes) == 2  # the two inputs are routed differently
 
 
 def test_swin_family_gathers_relative_position_bias() -> None:

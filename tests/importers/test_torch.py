@@ -577,12 +577,48 @@ def test_in_place_ops_nobody_sees_and_repeat_interleave() -> None:
     check(import_exported, SeenThroughAView(), {"x": torch.randn(2, 4)})
 
 
+class Routing(nn.Module):
+    """A mixture of experts' bookkeeping (transformers' grouped_mm experts): each row's top-2
+    of 4 experts sorted by expert, the rows gathered in that order (a floor division of the
+    sort's indices), a histogram of the experts and its running sum, and the sort undone
+    (an index_put at the permutation into an empty tensor)."""
+
+    def forward(self, h: torch.Tensor, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ids = torch.topk(scores, 2, dim=-1).indices.reshape(-1)
+        ids_sorted, perm = torch.sort(ids)
+        rows = h[perm // 2]
+        counts = torch.histc(ids_sorted.float(), bins=4, min=0, max=3)
+        inverse = torch.empty_like(perm)
+        inverse[perm] = torch.arange(perm.shape[0])
+        return counts, torch.cumsum(counts, 0, dtype=torch.int32), rows, rows[inverse]
+
+
+class UnknownRange(nn.Module):
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return ids // 2
+
+
 class Sorts(nn.Module):
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         v, i = torch.topk(x, 3, dim=-1)
         s = torch.sort(ids, dim=1, descending=True, stable=True)
         lo = x.topk(2, dim=0, largest=False)
         return v, i, s.values, s.indices, lo.values, lo.indices
+
+
+def test_expert_routing_bookkeeping() -> None:
+    torch.manual_seed(24)
+    h = torch.randn(5, 6)
+    g = check(import_exported, Routing(), {"h": h, "scores": torch.randn(5, 4)})
+    # Other scores route otherwise: counts, order and rows all move with them.
+    for seed in (1, 2):
+        scores = torch.randn(5, 4, generator=torch.Generator().manual_seed(seed))
+        got = interpret(g, {"h": h.numpy(), "scores": scores.numpy()})
+        for a, w in zip(got, reference(Routing(), h, scores), strict=True):
+            np.testing.assert_allclose(a, w, rtol=1e-6, atol=1e-7)
+    with pytest.raises(UnsupportedOpsError, match="floor division of an integer tensor whose "
+                                                  "values are not known"):
+        import_exported(UnknownRange(), (torch.randint(0, 9, (4,)),))
 
 
 @IMPORTERS

@@ -96,6 +96,10 @@ def _load_pt2(path: Path, batch: int | None) -> Graph:
 # torch names an output container type it cannot rebuild (transformers' exporters save the
 # model's ModelOutput dataclasses, which register themselves when their module is imported).
 _UNREGISTERED = re.compile(r"Deserializing ([\w.]+)[.:](\w+) in pytree is not registered")
+# A custom operator the program calls, unknown until the library that defines it registers
+# it; the modules that register the ones the importers read, by namespace.
+_UNRESOLVED = re.compile(r"failed to resolve torch\.ops\.(\w+)\.(\w+)")
+_CUSTOM_OP_MODULES = {"transformers": "transformers.integrations.moe"}
 
 
 def _load_program(path: Path) -> Any:
@@ -131,6 +135,13 @@ def _load_program(path: Path) -> Any:
                 return torch.export.load(str(path))
             except Exception as e:  # torch raises several types for a file that is no program
                 said = [str(c) for c in _causes(e)] + keep.text
+                op = next((m for m in map(_UNRESOLVED.search, said) if m), None)
+                if op is not None and op.group(0) not in tried \
+                        and op.group(1) in _CUSTOM_OP_MODULES:
+                    tried.add(op.group(0))
+                    _import_for(path, _CUSTOM_OP_MODULES[op.group(1)],
+                                f"torch.ops.{op.group(1)}.{op.group(2)}")
+                    continue
                 found = next((m for m in map(_UNREGISTERED.search, said) if m), None)
                 if found is None or found.group(0) in tried:
                     # torch's own error points at the log it printed (kept here instead).
@@ -145,6 +156,16 @@ def _load_program(path: Path) -> Any:
         for h in handlers:
             log.addHandler(h)
         log.propagate = propagate
+
+
+def _import_for(path: Path, module: str, what: str) -> None:
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise ModelImportError(f"{path}: the program calls {what}, defined by {module}, "
+                               f"which does not import here: {_first_line(e)}") from e
 
 
 def _register_container(path: Path, module: str, name: str) -> None:

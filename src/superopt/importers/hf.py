@@ -176,8 +176,11 @@ def _encoder(model: str, config: str, **extra: Any) -> Callable[[], Any]:
 
 def _mixtral() -> Any:
     # Mixture of experts: a router's top-2 of 4 experts per token, each a SwiGLU MLP. The
-    # experts run as transformers' `batched_mm` (each token's chosen experts' weights
-    # gathered, batched matmuls): the static-shape form its ExecuTorch exporter uses.
+    # experts run as transformers' `batched_mm` (each routed row's expert weights gathered,
+    # batched matmuls), the static-shape form its own exporters pick, which torch's ONNX
+    # exporter and float64 references also take. The library's default under torch.export,
+    # `grouped_mm` (rows sorted by expert, a histogram, a grouped matmul, the sort undone),
+    # imports too: `model.inner.set_experts_implementation("grouped_mm")` on `hf_module`.
     model = _model("MixtralModel", _cfg("MixtralConfig", **{
         **_TEXT, "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2}))
     model.set_experts_implementation("batched_mm")

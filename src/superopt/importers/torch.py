@@ -1430,6 +1430,113 @@ class _Ctx:
         assert isinstance(out, tuple)
         return out[0], out[1]
 
+    # ---- index values of known range (a mixture of experts' routing) -------------------
+
+    def index_bound(self, x: Any) -> int | None:
+        """n where every element of the integer tensor x is known to lie in [0, n): indices
+        from a topk or an argmax, an iota, and what keeps a subset of those values (casts,
+        reshapes, slices, gathers, a topk's values); None where unknown."""
+        if isinstance(x, Const):
+            t = x.tensor
+            if t.dtype.is_floating_point or t.dtype == torch.bool or not t.numel() \
+                    or int(t.min()) < 0:
+                return None
+            return int(t.max()) + 1
+        if not isinstance(x, Value):
+            return None
+        node = self.b.nodes[x.node]
+        if (node.op == "topk" and x.index == 1) or node.op == "argmax":
+            src = self.b.type_of(node.inputs[0]).shape
+            return src[node.attr("axis") if node.op == "topk" else node.attr("axes")[0]]
+        if node.op == "iota":
+            return max(node.type.shape[node.attr("axis")], 1)
+        if node.op in ("cast", "reshape", "transpose", "slice", "expand", "topk", "gather"):
+            if node.op == "cast" and not node.type.dtype.is_float and \
+                    self.b.type_of(node.inputs[0]).dtype.is_float:
+                return None  # truncation of floats: not a subset of their values
+            return self.index_bound(node.inputs[0])
+        return None
+
+    def lookup(self, table: torch.Tensor, x: Any, what: str) -> Any:
+        """table[x] for an integer tensor x known to lie in [0, len(table)): any function of
+        x, exactly, as one gather."""
+        bound = self.index_bound(x)
+        if bound is None or bound > table.shape[0]:
+            raise _Refuse(f"{what} of an integer tensor whose values are not known to lie "
+                          "in a small range")
+        if not _live(x):
+            return Const(table[x.tensor if isinstance(x, Const) else torch.tensor(x)],
+                         "const.lookup")
+        return self.gather(Const(table, "const.lookup"), x, 0)
+
+    def floor_divide(self, x: Any, y: Any) -> Any:
+        if not _live(x) and not _live(y):
+            return self.fold(torch.floor_divide, x, y)
+        if not isinstance(y, int) or y <= 0 or self.dtype(x).is_float:
+            raise _Refuse("floor division other than of integers by a positive constant")
+        n = self.index_bound(x)
+        return self.lookup(torch.arange(n or 0) // y, x, "floor division")
+
+    def histc(self, x: Any, bins: int, lo: float, hi: float) -> Any:
+        """torch.histc of values known to be integers in [0, n) (a cast of routed expert
+        ids): each value's bin, read from a table, one-hot and summed."""
+        if not _live(x):
+            return self.fold(lambda t: torch.histc(t, bins, lo, hi), x)
+        node = self.b.nodes[self.value(x).node]
+        ints = node.inputs[0] if node.op == "cast" else None
+        n = self.index_bound(ints) if ints is not None and \
+            not self.b.type_of(ints).dtype.is_float else None
+        if n is None or hi <= lo:
+            raise _Refuse("histc of values not known to be integers in a small range")
+        v = torch.arange(n, dtype=torch.float64)
+        # torch's bin of v in [lo, hi]: floor((v - lo) * bins / (hi - lo)), hi in the last.
+        b = torch.floor((v - lo) * bins / (hi - lo)).clamp(max=bins - 1).long()
+        b = torch.where((v >= lo) & (v <= hi), b, torch.full_like(b, -1))
+        which = self.lookup(b, ints, "histc")
+        hits = self.compare("eq", self.unsqueeze(which, -1),
+                            Const(torch.arange(bins), "const.bins"))
+        counts = self.reduce("reduce_sum", self.cast(hits, torch.float32),
+                             tuple(range(self.rank(which))), False)
+        return self.cast(counts, self.torch_dtype(x))
+
+    def is_permutation(self, x: Any) -> bool:
+        """x is a 1-D permutation of range(len(x)): the indices of a full sort."""
+        if not isinstance(x, Value):
+            return False
+        node = self.b.nodes[x.node]
+        return (node.op == "topk" and x.index == 1 and len(node.type.shape) == 1
+                and node.attr("k") == self.b.type_of(node.inputs[0]).shape[0])
+
+    def index_put(self, base: Any, indices: Sequence[Any], values: Any, accumulate: bool) -> Any:
+        """base[perm] = values where perm is a whole permutation (the inverse of a sort):
+        every row is written once, so the result is values read at the inverse permutation,
+        whatever base held."""
+        idx = [t for t in indices if t is not None]
+        if accumulate or len(idx) != 1 or indices[0] is None or not self.is_permutation(idx[0]) \
+                or self.shape(idx[0])[0] != self.shape(base)[0]:
+            raise _Refuse("index_put other than a write of every row at a permutation")
+        if tuple(self.shape(values)) != tuple(self.shape(base)):
+            values = self.expand(values, self.shape(base))
+        inverse = self.topk(idx[0], self.shape(idx[0])[0], 0, False)[1]
+        return self.cast(self.gather(values, inverse, 0), self.torch_dtype(base))
+
+    def grouped_mm(self, x: Any, w: Any, offsets: Any) -> Any:
+        """transformers' grouped matmul: rows [offsets[e-1], offsets[e]) of x times w[e].
+        Row s's group is the number of offsets <= s; each row is multiplied by its group's
+        matrix, gathered (transformers' `batched_mm` form: static shapes, each row reading
+        its expert's weights)."""
+        (rows, k), (groups, k2, n) = self.shape(x), self.shape(w)
+        if k != k2 or self.shape(offsets) != (groups,):
+            raise _Refuse(f"grouped matmul of {list(self.shape(x))} and {list(self.shape(w))}")
+        at = Const(torch.arange(rows).reshape(rows, 1), "const.rows")
+        ends = self.cast(self.unsqueeze(offsets, 0), torch.int64)
+        passed = self.cast(self.compare("le", ends, at), torch.int64)  # (rows, groups)
+        group = self.binary("minimum", self.reduce("reduce_sum", passed, (1,), False),
+                            groups - 1)
+        picked = self.gather(w, group, 0)  # (rows, k, n)
+        y = self.matmul(self.unsqueeze(self.cast(x, self.torch_dtype(w)), 1), picked)
+        return self.reshape(y, (rows, n))
+
     def argmax(self, x: Any, dim: int | None, keepdim: bool, least: bool = False) -> Any:
         """torch.argmax / argmin: the first extreme index along `dim`, or into the flattened
         tensor when `dim` is None (then keepdim keeps every dim at size 1)."""
@@ -1758,6 +1865,13 @@ ATEN: dict[Any, AtenConverter] = {
     aten.amax.default: lambda cx, a: cx.reduce("reduce_max", a["self"], a["dim"], a["keepdim"]),
     aten.argmax.default: lambda cx, a: cx.argmax(a["self"], a["dim"], a["keepdim"]),
     aten.topk.default: lambda cx, a: cx.topk(a["self"], a["k"], a["dim"], a["largest"]),
+    aten.floor_divide.default: lambda cx, a: cx.floor_divide(a["self"], a["other"]),
+    aten.histc.default: lambda cx, a: cx.histc(a["self"], a["bins"], a["min"], a["max"]),
+    aten.index_put.default: lambda cx, a: cx.index_put(a["self"], a["indices"], a["values"],
+                                                        a["accumulate"]),
+    # Its contents are unspecified; a write of every element (index_put at a permutation)
+    # or nothing at all may follow, and zeros are one of its contents.
+    aten.empty_like.default: lambda cx, a: cx.like(a["self"], 0.0, a["dtype"]),
     aten.sort.default: lambda cx, a: cx.topk(a["self"], cx.shape(a["self"])[a["dim"]],
                                              a["dim"], a["descending"]),
     aten.sort.stable: lambda cx, a: cx.topk(a["self"], cx.shape(a["self"])[a["dim"]],
@@ -2635,7 +2749,7 @@ class _ExportImporter(_Importer):
     def converter(self, node: fx.Node) -> Callable[[tuple[Any, ...], dict[str, Any]], Any] | None:
         if node.target is operator.getitem:
             return lambda args, kwargs: _fx_getitem(self.cx, {"a": args[0], "b": args[1]})
-        conv = ATEN.get(node.target)
+        conv = ATEN.get(node.target) or NAMED_OPS.get(str(node.target))
         target = node.target
         if conv is None:
             target, seen = _out_of_place(node)
@@ -2670,6 +2784,14 @@ class _ExportImporter(_Importer):
                 continue
             outs.append(self.env[arg] if isinstance(arg, fx.Node) else arg)
         return outs
+
+
+# Operators outside ATen, by their qualified name (they exist only once their library has
+# registered them): transformers' grouped matmul of mixture-of-experts layers.
+NAMED_OPS: dict[str, AtenConverter] = {
+    "transformers.grouped_mm_fallback.default":
+        lambda cx, a: cx.grouped_mm(a["input"], a["weight"], a["offs"]),
+}
 
 
 def _out_of_place(node: fx.Node) -> tuple[Any, bool]:
