@@ -770,6 +770,43 @@ def test_scatter_nd_at_computed_indices_is_refused() -> None:
         import_onnx(model)
 
 
+def test_sequences_of_split_pieces() -> None:
+    # torch's exporter writes tensor_split/unbind loops (Mamba's scan) as SplitToSequence
+    # and SequenceAt; the pieces are known, so the sequence never reaches the graph.
+    nodes = [N("SplitToSequence", ["x", "sizes"], ["seq"], axis=1),
+             N("SequenceAt", ["seq", "one"], ["a"]),
+             N("SequenceAt", ["seq", "minus_one"], ["b"]),
+             N("SequenceLength", ["seq"], ["n"]),
+             N("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+             N("ConcatFromSequence", ["seq"], ["c"], axis=1),
+             N("SplitToSequence", ["x"], ["each"], axis=2, keepdims=0),
+             N("ConcatFromSequence", ["each"], ["d"], axis=0, new_axis=1),
+             N("Add", ["b", "nf"], ["b2"])]
+    model = make_model(nodes, {"x": [2, 6, 3]}, ["a", "b2", "c", "d"],
+                       {"sizes": np.array([1, 3, 2], np.int64), "one": np.array(1, np.int64),
+                        "minus_one": np.array(-1, np.int64)}, opset=17)
+    g = check(model)
+    assert [g.type_of(v).shape for v in g.outputs] == [(2, 3, 3), (2, 2, 3), (2, 6, 3),
+                                                       (3, 2, 6)]
+    # An empty piece is refused where it is read, and only there.
+    empty = make_model([N("SplitToSequence", ["x", "sizes"], ["seq"], axis=1),
+                        N("SequenceAt", ["seq", "one"], ["y"], name="at")], {"x": [2, 6]},
+                       ["y"], {"sizes": np.array([6, 0], np.int64),
+                               "one": np.array(1, np.int64)})
+    with pytest.raises(UnsupportedOpsError, match=r"SequenceAt \(at at: item 1 of the sequence "
+                                                  r"is empty"):
+        import_onnx(empty)
+
+
+def test_clip_of_integers() -> None:
+    model = make_model([N("Clip", ["x", "lo", "hi"], ["y"])], {"x": [7]}, ["y"],
+                       {"lo": np.array(0, np.int64), "hi": np.array(3, np.int64)},
+                       input_type=TensorProto.INT64)
+    g = import_onnx(model)
+    x = np.array([-2, 0, 1, 3, 4, 9, -7])
+    np.testing.assert_array_equal(interpret(g, {"x": x})[0], np.clip(x, 0, 3))
+
+
 def test_col2im_of_tiling_blocks() -> None:
     model = make_model([N("Col2Im", ["x", "im", "blk"], ["y"], strides=[2, 3])],
                        {"x": [2, 3 * 2 * 3, 4 * 2]}, ["y"],

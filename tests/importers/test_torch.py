@@ -593,6 +593,18 @@ class Routing(nn.Module):
         return counts, torch.cumsum(counts, 0, dtype=torch.int32), rows, rows[inverse]
 
 
+class ScanPieces(nn.Module):
+    """Mamba's full-sequence scan: tensor_split at the sequence's end (the second piece is
+    empty and unread), and an in-place copy_ into a fresh tensor."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        head, _empty = torch.tensor_split(x, [x.shape[1]], dim=1)
+        first, rest = torch.tensor_split(x, [2], dim=1)
+        state = torch.zeros(2, 3)
+        state.copy_(x[:, 0, :3] * 2)
+        return head * 1, first, rest, state + 1
+
+
 class UnknownRange(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return ids // 2
@@ -604,6 +616,12 @@ class Sorts(nn.Module):
         s = torch.sort(ids, dim=1, descending=True, stable=True)
         lo = x.topk(2, dim=0, largest=False)
         return v, i, s.values, s.indices, lo.values, lo.indices
+
+
+def test_tensor_split_with_an_unread_empty_piece_and_copy() -> None:
+    torch.manual_seed(25)
+    g = check(import_exported, ScanPieces(), {"x": torch.randn(2, 5, 4)})
+    assert "split" in compute_ops(g), compute_ops(g)
 
 
 def test_expert_routing_bookkeeping() -> None:

@@ -187,6 +187,13 @@ def _mixtral() -> Any:
     return model
 
 
+def _mamba() -> Any:
+    # A selective state-space model: no attention; each block's scan over the sequence is
+    # written out step by step (transformers' path without its CUDA kernels).
+    return _model("MambaModel", _cfg("MambaConfig", vocab_size=VOCAB, hidden_size=32,
+                                     num_hidden_layers=2, state_size=4, use_cache=False))
+
+
 def _llama_classifier() -> Any:
     # Sequence classification from a decoder (reward models, classifiers fine-tuned from
     # Llama): the score of the last token that is not padding, found by an argmax.
@@ -351,6 +358,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("bert-classifier", "encoder", _encoder("BertForSequenceClassification",
                                                   "BertConfig", num_labels=3), "ids"),
     Family("mixtral", "decoder", _mixtral, "ids"),
+    Family("mamba", "decoder", _mamba, "ids"),
     Family("llama-classifier", "decoder", _llama_classifier, "ids"),
     Family("distilbert", "encoder", _distilbert, "ids"),
     Family("roberta", "encoder", _encoder("RobertaModel", "RobertaConfig"), "ids"),

@@ -956,6 +956,84 @@ def _split(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tens
     return list(ctx.emit_multi("split", x, axis=axis, sizes=sizes))
 
 
+@dataclass(frozen=True, eq=False)
+class _Sequence:
+    """An ONNX sequence of tensors known at import time (the pieces of a SplitToSequence);
+    an empty piece is None, refused only where it is read."""
+
+    items: tuple[Tensor | None, ...]
+
+
+@_converter("SplitToSequence")
+def _split_to_sequence(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                       ) -> list[Any]:
+    x = _req(node, ins, 0)
+    shape = ctx.shape(x)
+    axis = _norm_axis(int(node.attr("axis", 0)), len(shape))
+    dim = shape[axis]
+    given = _opt(ins, 1)
+    if given is None:  # one piece per element, squeezed unless keepdims=0 says otherwise
+        keep = bool(node.attr("keepdims", 1))
+        pieces = [ctx.slice_axis(x, axis, i, i + 1) for i in range(dim)]
+        if not keep:
+            rest = tuple(d for i, d in enumerate(shape) if i != axis)
+            pieces = [ctx.reshape(p, rest) for p in pieces]
+        return [_Sequence(tuple(pieces))]
+    split = np.asarray(_const(given, "split"), np.int64)
+    if split.ndim == 0:  # pieces of that length, the last one shorter
+        step = int(split)
+        if step <= 0:
+            raise _Invalid(f"split length {step}")
+        sizes = [min(step, dim - i) for i in range(0, dim, step)]
+    else:
+        sizes = [int(v) for v in split]
+    if sum(sizes) != dim or min(sizes, default=0) < 0:
+        raise _Invalid(f"split sizes {sizes} do not fit dim {dim}")
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
+    return [_Sequence(tuple(ctx.slice_axis(x, axis, a, a + k) if k else None
+                            for a, k in zip(starts, sizes, strict=True)))]
+
+
+@_converter("SequenceAt")
+def _sequence_at(ctx: _Context, node: OnnxNode, ins: list[Any]) -> list[Tensor | None]:
+    seq = _req(node, ins, 0)
+    if not isinstance(seq, _Sequence):
+        raise _Unsupported("a sequence not made by SplitToSequence")
+    pos = _const_ints(_req(node, ins, 1), "position")[0]
+    if not -len(seq.items) <= pos < len(seq.items):
+        raise _Invalid(f"position {pos} of a sequence of {len(seq.items)}")
+    item = seq.items[pos]
+    if item is None:
+        raise _Unsupported(f"item {pos} of the sequence is empty")
+    return [item]
+
+
+@_converter("SequenceLength")
+def _sequence_length(ctx: _Context, node: OnnxNode, ins: list[Any]) -> list[Tensor | None]:
+    seq = _req(node, ins, 0)
+    if not isinstance(seq, _Sequence):
+        raise _Unsupported("a sequence not made by SplitToSequence")
+    return [Const(np.array(len(seq.items), np.int64), f"{node.outputs[0]}:length")]
+
+
+@_converter("ConcatFromSequence")
+def _concat_from_sequence(ctx: _Context, node: OnnxNode, ins: list[Any]
+                          ) -> list[Tensor | None]:
+    seq = _req(node, ins, 0)
+    if not isinstance(seq, _Sequence):
+        raise _Unsupported("a sequence not made by SplitToSequence")
+    parts = [t for t in seq.items if t is not None]
+    if not parts:
+        raise _Unsupported("a sequence of empty tensors")
+    rank = len(ctx.shape(parts[0]))
+    if node.attr("new_axis", 0):
+        axis = _norm_axis(int(_req_attr(node, "axis")), rank + 1)
+        parts = [ctx.reshape(p, (*ctx.shape(p)[:axis], 1, *ctx.shape(p)[axis:])) for p in parts]
+    else:
+        axis = _norm_axis(int(_req_attr(node, "axis")), rank)
+    return [ctx.concat(parts, axis)]
+
+
 @_converter("Slice")
 def _slice(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     x = _req(node, ins, 0)
@@ -1411,7 +1489,9 @@ def _clip(ctx: _Context, x: Tensor, lo: float, hi: float,
 
     y = x
     if finite_lo:
-        y = ctx.relu(x) if lo == 0 else ctx.emit("maximum", x, bound(0, lo, "clip_min"))
+        # relu only for floats: an integer clamp (Jamba's expert ids) is a maximum.
+        y = ctx.relu(x) if lo == 0 and ctx.np_dtype(x).kind == "f" else \
+            ctx.emit("maximum", x, bound(0, lo, "clip_min"))
     if finite_hi:
         y = ctx.emit("minimum", y, bound(1, hi, "clip_max"))
     return y

@@ -36,6 +36,7 @@ import math
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -1177,6 +1178,18 @@ class _Ctx:
                          for i, t in enumerate(torch.split(x.tensor, sizes, d)))
         return tuple(self.b.op("split", self.value(x), axis=d, sizes=tuple(sizes)))
 
+    def tensor_split(self, x: Any, indices: Sequence[int], dim: int = 0) -> tuple[Any, ...]:
+        """Tensor.tensor_split at indices: the pieces between consecutive cut points
+        (clamped to the axis, as torch does; a piece may be empty)."""
+        n = self.shape(x)[_axis(dim, self.rank(x))]
+        cuts = [0, *(min(max(int(i) + (n if int(i) < 0 else 0), 0), n) for i in indices), n]
+        sizes = [max(b - a, 0) for a, b in pairwise(cuts)]
+        parts = iter(self.split(x, [k for k in sizes if k], dim))
+        # An empty piece has no IR value; only a use of it is refused (Mamba splits off the
+        # steps it would replay one by one, none without a cache).
+        return tuple(next(parts) if k else _Missing("an empty piece of tensor_split")
+                     for k in sizes)
+
     def unbind(self, x: Any, dim: int = 0) -> tuple[Any, ...]:
         shape = self.shape(x)
         d = _axis(dim, len(shape))
@@ -1948,6 +1961,11 @@ ATEN: dict[Any, AtenConverter] = {
                                               a["step"]),
     aten.select.int: lambda cx, a: cx.select(a["self"], a["dim"], a["index"]),
     aten.split.Tensor: lambda cx, a: cx.split(a["self"], a["split_size"], a["dim"]),
+    aten.tensor_split.indices: lambda cx, a: cx.tensor_split(a["self"], a["indices"], a["dim"]),
+    # The functional form of an in-place copy_ (see _out_of_place): src, broadcast to the
+    # destination's shape in its dtype.
+    aten.copy.default: lambda cx, a: cx.cast(cx.expand(a["src"], cx.shape(a["self"])),
+                                             cx.torch_dtype(a["self"])),
     aten.split_with_sizes.default: lambda cx, a: cx.split(a["self"], a["split_sizes"], a["dim"]),
     aten.chunk.default: lambda cx, a: cx.chunk(a["self"], a["chunks"], a["dim"]),
     aten.unbind.int: lambda cx, a: cx.unbind(a["self"], a["dim"]),
@@ -2077,10 +2095,9 @@ def _fx_getattr(cx: _Ctx, a: dict[str, Any]) -> Any:
 def _fx_getitem(cx: _Ctx, a: dict[str, Any]) -> Any:
     x, idx = a["a"], a["b"]
     if isinstance(x, tuple | list):
-        item = x[idx]
-        if isinstance(item, _Missing):
-            raise _Refuse(f"use of {item.what}")
-        return item
+        # A missing item passes through: an op that reads it refuses it (`_Ctx.value`),
+        # a getitem nothing reads does not.
+        return x[idx]
     return cx.index(x, idx)
 
 
