@@ -335,6 +335,34 @@ class InPlace(nn.Module):
                 x.repeat_interleave(3))
 
 
+class TracedInPlace(nn.Module):
+    """What a symbolic trace keeps reading after an in-place op: the operand (`y` after
+    `y.mul_(3)`, `z` after an in-place ReLU whose result is dropped)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.fc(x)
+        before = out * 1
+        out += x
+        out = self.relu(out)
+        y = out * 1
+        y.mul_(3)
+        z = x * 1
+        self.relu(z)
+        return y, before, z
+
+
+class WriteThroughView(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        y[:, :2].add_(1)  # writes y's memory through a slice
+        return y
+
+
 class SeenInPlace(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = x + 1
@@ -564,6 +592,13 @@ def test_argmax_and_computed_row_picks(importer: Callable[..., Graph]) -> None:
     got = interpret(g, {"h": h.numpy(), "ids": other.numpy()})
     for y, w in zip(got, reference(ArgExtremes(), h, other), strict=True):
         np.testing.assert_allclose(y, w, rtol=1e-6, atol=1e-7)
+
+
+def test_traced_in_place_ops_update_their_operand() -> None:
+    torch.manual_seed(26)
+    check(import_fx, TracedInPlace(), {"x": torch.randn(2, 4)})
+    with pytest.raises(UnsupportedOpsError, match=r"Tensor.add_ \(in place through a view"):
+        import_fx(WriteThroughView(), (torch.randn(2, 4),))
 
 
 def test_in_place_ops_nobody_sees_and_repeat_interleave() -> None:

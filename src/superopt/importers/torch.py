@@ -2560,6 +2560,49 @@ FX_MODULES: dict[type, ModuleConverter] = {
 }
 
 
+# torch.fx targets whose result shares its operand's memory (a write through one is seen
+# through the other): the methods and functions, and getitem (a slice, or a piece of a split).
+_FX_VIEW_NAMES = frozenset({
+    "view", "view_as", "reshape", "transpose", "permute", "expand", "expand_as", "narrow",
+    "select", "squeeze", "unsqueeze", "flatten", "unflatten", "t", "swapaxes", "swapdims",
+    "movedim", "diagonal", "unfold", "split", "chunk", "unbind", "detach", "contiguous",
+    "as_strided", "real", "imag", "getitem"})
+_FX_IN_PLACE_FUNCTIONS = frozenset({operator.iadd, operator.isub, operator.imul,
+                                    operator.itruediv})
+
+
+def _fx_name(node: fx.Node) -> str:
+    return node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+
+
+def _fx_in_place(node: fx.Node, mod: nn.Module | None) -> bool:
+    """A torch.fx call that writes its first operand: `x.add_(y)`, `x += y`, and
+    `inplace=True` functions and modules (`nn.ReLU(inplace=True)`)."""
+    if node.op == "call_method":
+        name = str(node.target)
+        if name.endswith("_") and not name.endswith("__"):
+            return True
+    if node.op == "call_function" and node.target in _FX_IN_PLACE_FUNCTIONS:
+        return True
+    if node.kwargs.get("inplace") is True:
+        return True
+    return mod is not None and getattr(mod, "inplace", False) is True
+
+
+def _fx_writes_through_view(node: fx.Node) -> bool:
+    """Whether a write by `node` to its first operand reaches memory that another tensor
+    shares: the operand is a view, or a view is taken of it. The importer computes an
+    in-place op functionally and lets later readers of the operand read the result
+    (`_FxImporter.call`), which is right only when no view shares the memory."""
+    def is_view(n: fx.Node) -> bool:
+        return n.op in ("call_method", "call_function") and _fx_name(n) in _FX_VIEW_NAMES
+
+    cur = node.args[0] if node.args else None
+    if not isinstance(cur, fx.Node):
+        return False
+    return is_view(cur) or any(u is not node and is_view(u) for u in cur.users)
+
+
 def _module_converter(mod: nn.Module) -> ModuleConverter | None:
     """The converter for a module's class, or for a base class whose forward it keeps."""
     for cls in type(mod).__mro__:
@@ -2953,6 +2996,12 @@ class _FxImporter(_Importer):
                                                  _fetch_attr(self.gm, node.target))
             return
         super().call(node)
+        mod = self.gm.get_submodule(node.target) if node.op == "call_module" else None
+        target = node.args[0] if node.args else None
+        if node in self.env and isinstance(target, fx.Node) and _fx_in_place(node, mod):
+            # A symbolic trace keeps reading the operand after `y.mul_(3)` or `x += y`:
+            # from here on it holds the result (no view shares it: see the converter).
+            self.env[target] = self.env[node]
 
     def converter(self, node: fx.Node) -> Callable[[tuple[Any, ...], dict[str, Any]], Any] | None:
         cx = self.cx
@@ -2961,6 +3010,9 @@ class _FxImporter(_Importer):
             mconv = _module_converter(mod)
             if mconv is None:
                 return None
+            if _fx_in_place(node, mod) and _fx_writes_through_view(node):
+                why = "in place through a view (a tensor shares the memory it writes)"
+                return lambda args, kwargs: _raise(_Refuse(why))
 
             def run_module(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
                 if kwargs:
@@ -2971,6 +3023,9 @@ class _FxImporter(_Importer):
         fconv = table.get(node.target)
         if fconv is None:
             return None
+        if _fx_in_place(node, None) and _fx_writes_through_view(node):
+            why = "in place through a view (a tensor shares the memory it writes)"
+            return lambda args, kwargs: _raise(_Refuse(why))
         return lambda args, kwargs: fconv(cx, args, kwargs)
 
     def foldable(self, node: fx.Node) -> bool:
