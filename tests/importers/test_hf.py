@@ -228,6 +228,49 @@ def test_mixture_of_experts_routes_tokens_at_run_time(experts: str) -> None:
     assert len(routes) == 2  # the two inputs are routed differently
 
 
+def test_vision_language_model_places_image_features_at_run_time() -> None:
+    # LLaVA: a CLIP vision tower's patch features, projected, replace the embeddings of
+    # the image tokens (masked_scatter); transformers checks the counts match (a runtime
+    # assertion on Python numbers, dropped on import). Other ids put the image elsewhere.
+    import transformers as tf
+
+    from superopt.importers.torch import import_exported
+
+    torch.manual_seed(0)
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+             "intermediate_size": 64}
+    config = tf.LlavaConfig(vision_config=tf.CLIPVisionConfig(image_size=32, patch_size=8,
+                                                              **small),
+                            text_config=tf.LlamaConfig(vocab_size=128, num_key_value_heads=2,
+                                                       **small),
+                            image_token_index=100, vision_feature_layer=-1)
+    model = tf.LlavaModel(config).eval()
+
+    class Plain(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+
+        def forward(self, ids: torch.Tensor, pixels: torch.Tensor) -> torch.Tensor:
+            return self.inner(input_ids=ids, pixel_values=pixels, use_cache=False)[0]
+
+    def inputs(start: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        gen = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, 99, (1, 24), generator=gen)
+        ids[0, start:start + 16] = 100  # (32 / 8)^2 patches
+        return ids, torch.randn(1, 3, 32, 32, generator=gen)
+
+    g = import_exported(torch.export.export(Plain(), inputs(2, 0)), name="llava")
+    assert g.op_histogram()["where"] >= 1
+    wide = copy.deepcopy(Plain()).double()
+    for start, seed in ((0, 1), (7, 2)):
+        ids, pixels = inputs(start, seed)
+        with torch.no_grad():
+            want = wide(ids, pixels.double()).numpy()
+        got = interpret(g, {"ids": ids.numpy(), "pixels": pixels.numpy()})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
 def test_swin_family_gathers_relative_position_bias() -> None:
     g = family_matches_torch("swin")
     hist = g.op_histogram()

@@ -640,6 +640,18 @@ class ScanPieces(nn.Module):
         return head * 1, first, rest, state + 1
 
 
+class Scatters(nn.Module):
+    """masked_scatter of whole rows (a vision-language model's image features placed at its
+    image tokens) and of single elements; a runtime check on the token count, which
+    computes only a Python number, is dropped."""
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, feats: torch.Tensor
+                ) -> tuple[torch.Tensor, ...]:
+        rows = (ids == 7).unsqueeze(-1).expand_as(x)
+        torch._check((ids == 7).sum().item() <= feats.shape[0])
+        return x.masked_scatter(rows, feats), x.masked_scatter(x > 0.5, feats * 10)
+
+
 class UnknownRange(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return ids // 2
@@ -651,6 +663,19 @@ class Sorts(nn.Module):
         s = torch.sort(ids, dim=1, descending=True, stable=True)
         lo = x.topk(2, dim=0, largest=False)
         return v, i, s.values, s.indices, lo.values, lo.indices
+
+
+def test_masked_scatter_of_rows_and_elements() -> None:
+    torch.manual_seed(27)
+    x, feats = torch.randn(2, 5, 3), torch.randn(6, 3)
+    ids = torch.tensor([[1, 7, 7, 2, 0], [7, 0, 0, 7, 4]])
+    g = check(import_exported, Scatters(), {"x": x, "ids": ids, "feats": feats})
+    # Other token positions and values: the places move with them.
+    ids2 = torch.tensor([[7, 7, 7, 7, 7], [0, 0, 0, 0, 7]])
+    x2 = torch.randn(2, 5, 3)
+    got = interpret(g, {"x": x2.numpy(), "ids": ids2.numpy(), "feats": feats.numpy()})
+    for a, w in zip(got, reference(Scatters(), x2, ids2, feats), strict=True):
+        np.testing.assert_allclose(a, w, rtol=1e-6, atol=1e-6)
 
 
 def test_tensor_split_with_an_unread_empty_piece_and_copy() -> None:

@@ -1533,6 +1533,33 @@ class _Ctx:
         inverse = self.topk(idx[0], self.shape(idx[0])[0], 0, False)[1]
         return self.cast(self.gather(values, inverse, 0), self.torch_dtype(base))
 
+    def masked_scatter(self, x: Any, mask: Any, source: Any) -> Any:
+        """x with the masked places filled by source's elements in order (a vision-language
+        model placing its image features at the image tokens). Over the leading dims where
+        the mask varies (it is constant over the others: whole rows), row r takes source
+        row (number of masked rows up to r) - 1: a running sum, a gather, a select."""
+        shape = self.shape(x)
+        base = mask
+        if isinstance(mask, Expanded):
+            base = mask.value
+        bshape = (1,) * (len(shape) - self.rank(base)) + tuple(self.shape(base))
+        r = len(shape)
+        while r > 0 and bshape[r - 1] == 1:
+            r -= 1
+        rows, width = math.prod(shape[:r]), math.prod(shape[r:])
+        total = math.prod(self.shape(source))
+        if rows > 8192 or total % width:
+            raise _Refuse(f"masked_scatter of {rows} rows of {width} from a source of "
+                          f"{total} elements")
+        marks = self.expand(self.reshape(base, bshape[:r]) if r else base, shape[:r])
+        marks = self.reshape(self.cast(marks, torch.bool), (rows,))
+        seen = self.cumsum(self.cast(marks, torch.int64), 0)
+        at = self.binary("maximum", self.sub(seen, 1), 0)
+        picked = self.gather(self.reshape(source, (total // width, width)), at, 0)
+        out = self.where(self.reshape(marks, (rows, 1)), self.cast(picked, self.torch_dtype(x)),
+                         self.reshape(x, (rows, width)))
+        return self.reshape(out, shape)
+
     def grouped_mm(self, x: Any, w: Any, offsets: Any) -> Any:
         """transformers' grouped matmul: rows [offsets[e-1], offsets[e]) of x times w[e].
         Row s's group is the number of offsets <= s; each row is multiplied by its group's
@@ -1793,6 +1820,8 @@ ATEN: dict[Any, AtenConverter] = {
     aten.tril.default: lambda cx, a: cx.tri(a["self"], a["diagonal"], True),
     aten.triu.default: lambda cx, a: cx.tri(a["self"], a["diagonal"], False),
     aten.masked_fill.Scalar: lambda cx, a: cx.where(a["mask"], a["value"], a["self"]),
+    aten.masked_scatter.default: lambda cx, a: cx.masked_scatter(a["self"], a["mask"],
+                                                                 a["source"]),
     aten.masked_fill.Tensor: lambda cx, a: cx.where(a["mask"], a["value"], a["self"]),
     # activations
     aten.relu.default: lambda cx, a: cx.unary("relu", a["self"]),
@@ -2653,13 +2682,14 @@ class _Importer:
     # driver
     def run(self) -> Graph:
         outputs: list[Any] = []
+        live = self.live_nodes()
         for node in self.graph.nodes:
             try:
                 if node.op == "placeholder":
                     self.env[node] = self.placeholder(node)
                 elif node.op == "output":
                     outputs = self.outputs(node)
-                else:
+                elif node in live:
                     self.call(node)
             except _Refuse as r:
                 self.refuse(node, r.reason)
@@ -2689,6 +2719,24 @@ class _Importer:
         except IRError as e:
             raise ModelImportError(f"{self.source}: {e}") from e
         return graph
+
+    def effectful(self, node: fx.Node) -> bool:
+        """Whether the node writes a tensor (an in-place op), so that it matters even when
+        nothing reads its result."""
+        return False
+
+    def live_nodes(self) -> set[fx.Node]:
+        """The nodes the outputs depend on, with the writes they may read: what is left is
+        never converted (transformers' checks that the image tokens match the image
+        features compute Python numbers for runtime assertions, and nothing else)."""
+        roots = [n for n in self.graph.nodes if n.op == "output" or self.effectful(n)]
+        live: set[fx.Node] = set()
+        while roots:
+            n = roots.pop()
+            if n not in live:
+                live.add(n)
+                roots.extend(n.all_input_nodes)
+        return live
 
     def refuse(self, node: fx.Node, reason: str | None) -> None:
         op = self.op_name(node)
@@ -2825,6 +2873,14 @@ class _ExportImporter(_Importer):
     def foldable(self, node: fx.Node) -> bool:
         tags = getattr(node.target, "tags", ())
         return torch.Tag.nondeterministic_seeded not in tags
+
+    def effectful(self, node: fx.Node) -> bool:
+        schema = getattr(node.target, "_schema", None)
+        if schema is None or not schema.is_mutable:
+            return False
+        # Runtime checks on the inputs (shapes, token counts) guard the computation and
+        # write nothing: dropped with whatever computes only their operands.
+        return not schema.name.split("::")[-1].startswith(("_assert", "sym_constrain"))
 
     def evaluate(self, node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return node.target(*args, **kwargs)
@@ -3027,6 +3083,11 @@ class _FxImporter(_Importer):
             why = "in place through a view (a tensor shares the memory it writes)"
             return lambda args, kwargs: _raise(_Refuse(why))
         return lambda args, kwargs: fconv(cx, args, kwargs)
+
+    def effectful(self, node: fx.Node) -> bool:
+        mod = self.gm.get_submodule(node.target) if node.op == "call_module" else None
+        return node.op in ("call_method", "call_function", "call_module") and \
+            _fx_in_place(node, mod)
 
     def foldable(self, node: fx.Node) -> bool:
         if node.op == "call_module" and not self.fold_parameters:
