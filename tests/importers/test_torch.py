@@ -649,7 +649,8 @@ class Scatters(nn.Module):
                 ) -> tuple[torch.Tensor, ...]:
         rows = (ids == 7).unsqueeze(-1).expand_as(x)
         torch._check((ids == 7).sum().item() <= feats.shape[0])
-        return x.masked_scatter(rows, feats), x.masked_scatter(x > 0.5, feats * 10)
+        both = (x > 0.5) * (x < 1.5)  # a product of masks: their conjunction
+        return x.masked_scatter(rows, feats), x.masked_scatter(both, feats * 10)
 
 
 class UnknownRange(nn.Module):

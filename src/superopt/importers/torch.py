@@ -394,10 +394,13 @@ class _Ctx:
             fused = self._gelu_tanh_fusion(x, y)
         if fused is not None:
             return fused
+        if self.dtype(x) == DType.BOOL and not isinstance(y, bool | int | float) \
+                and self.dtype(y) == DType.BOOL:
+            return self.logical("and", x, y)  # a product of masks is their conjunction
         if self.rank(y) == 0 and not (_live(y) and self.dtype(y) != self.dtype(x)):
             dt = self.dtype(x)
             if dt == DType.BOOL:
-                raise _Refuse("a product of boolean tensors")
+                raise _Refuse("a product of a boolean tensor and a number")
             return self.b.smul(self.loose(x), self.value(y, dt))
         return self._ew("ewmul", x, y)
 
