@@ -696,17 +696,23 @@ def reduce_max_case(draw: DrawFn) -> Graph:
     return _graph(b, y, "reduce_max")
 
 
-@case("argmax")
 @st.composite
-def argmax_case(draw: DrawFn) -> Graph:
-    b = GraphBuilder()
+def tied_operand(draw: DrawFn, b: GraphBuilder) -> tuple[Value, int]:
+    """A float operand, or integer ids in [0, 3) where ties are common (the first extreme
+    index must win, equal values keep their index order), and an axis of it."""
     shape = draw(shapes(1, 4))
-    # Integer ids in [0, 3) make ties common: the first maximal index must win.
     if draw(st.booleans()):
         x = draw(tensor_source(b, "x", shape, init="normal"))
     else:
         x = b.input("x", shape, "i64", high=3)
-    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    return x, draw(st.integers(-len(shape), len(shape) - 1))
+
+
+@case("argmax")
+@st.composite
+def argmax_case(draw: DrawFn) -> Graph:
+    b = GraphBuilder()
+    x, axis = draw(tied_operand(b))
     return _graph(b, b.argmax(x, axes=(axis,), keepdims=draw(st.booleans())), "argmax")
 
 
@@ -714,14 +720,8 @@ def argmax_case(draw: DrawFn) -> Graph:
 @st.composite
 def topk_case(draw: DrawFn) -> Graph:
     b = GraphBuilder()
-    shape = draw(shapes(1, 4))
-    # Integer ids in [0, 3) make ties common: equal values keep their index order.
-    if draw(st.booleans()):
-        x = draw(tensor_source(b, "x", shape, init="normal"))
-    else:
-        x = b.input("x", shape, "i64", high=3)
-    axis = draw(st.integers(-len(shape), len(shape) - 1))
-    k = draw(st.integers(1, shape[axis]))
+    x, axis = draw(tied_operand(b))
+    k = draw(st.integers(1, b.shape(x)[axis]))
     vals, idx = b.topk(x, k=k, axis=axis, largest=draw(st.booleans()))
     return _graph(b, [vals, idx], "topk")
 
