@@ -653,6 +653,19 @@ class Scatters(nn.Module):
         return x.masked_scatter(rows, feats), x.masked_scatter(both, feats * 10)
 
 
+class Writes(nn.Module):
+    """Writes into slices and rows of a fresh tensor (functionalised by torch into
+    slice_scatter and select_scatter), torch.gather of varying values and expm1."""
+
+    def forward(self, x: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x * 2
+        y[:, 1:3] = x[:, :2] + 1
+        y[0] = x[1] * 3
+        shift = torch.gather(x, 1, idx)  # computed indices
+        fixed = torch.gather(x, 0, torch.tensor([[1, 0, 1, 1], [0, 0, 1, 0]]))
+        return y, shift, fixed, torch.expm1(x * 3), torch.expm1(x * 1e-7)
+
+
 class UnknownRange(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return ids // 2
@@ -677,6 +690,19 @@ def test_masked_scatter_of_rows_and_elements() -> None:
     got = interpret(g, {"x": x2.numpy(), "ids": ids2.numpy(), "feats": feats.numpy()})
     for a, w in zip(got, reference(Scatters(), x2, ids2, feats), strict=True):
         np.testing.assert_allclose(a, w, rtol=1e-6, atol=1e-6)
+
+
+def test_writes_into_slices_gathers_and_expm1() -> None:
+    torch.manual_seed(28)
+    x = torch.randn(2, 4)
+    idx = torch.tensor([[3, 0, 3], [1, 1, 2]])
+    g = check(import_exported, Writes(), {"x": x, "idx": idx})
+    ops = compute_ops(g)
+    assert ops["gather"] >= 2 and "concat" in ops, ops
+    # expm1 keeps its digits near 0, where exp(x) - 1 in float32 would not.
+    small = interpret(g, {"x": x.numpy(), "idx": idx.numpy()})[4]
+    np.testing.assert_allclose(small, np.expm1(x.numpy().astype(np.float64) * float(np.float32(1e-7))),
+                               rtol=1e-12)
 
 
 def test_tensor_split_with_an_unread_empty_piece_and_copy() -> None:

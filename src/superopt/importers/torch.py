@@ -1392,12 +1392,52 @@ class _Ctx:
         return self.b.op("gather", self.value(x), self.value(idx), axis=d)
 
     def gather_elements(self, x: Any, dim: int, idx: Any) -> Any:
-        """torch.gather; only where the source is one repeated value, so that the result
-        does not depend on the indices (RoBERTa's buffered token-type ids)."""
+        """torch.gather: one gather from the flattened source at offset + index * stride
+        (a source of one repeated value needs none: RoBERTa's buffered token-type ids)."""
         if isinstance(x, Const) and x.tensor.numel() and bool((x.tensor == x.tensor.reshape(-1)[0]).all()):
             return Const(torch.full(self.shape(idx), x.tensor.reshape(-1)[0].item(),
                                     dtype=x.tensor.dtype), x.name + ".gather")
-        raise _Refuse("element-wise gather (torch.gather) from a tensor of varying values")
+        shape, ishape = self.shape(x), self.shape(idx)
+        d = _axis(dim, len(shape))
+        if len(ishape) != len(shape) or any(ishape[k] > shape[k] for k in range(len(shape))
+                                            if k != d):
+            raise _Refuse(f"torch.gather of {list(shape)} at indices {list(ishape)}")
+        offsets, stride = composite.element_gather_offsets(shape, ishape, d)
+        at = self._wrapped_index(idx, shape[d])
+        flat = self.add(self.mul(at, stride), Const(torch.from_numpy(offsets), "const.offsets"))
+        return self.gather(self.reshape(x, (math.prod(shape),)), flat, 0)
+
+    def scatter_slice(self, x: Any, src: Any, dim: int, start: int | None, end: int | None,
+                      step: int = 1) -> Any:
+        """slice_scatter: x with x[..., start:end, ...] replaced by src (torch's
+        functional form of a write into a slice): the pieces around it and src, concatenated."""
+        shape = self.shape(x)
+        d = _axis(dim, len(shape))
+        lo, hi, st = builtins.slice(start, end, step).indices(shape[d])
+        if st != 1:
+            raise _Refuse("slice_scatter with a step")
+        hi = max(hi, lo)
+        src = self.cast(self.expand(src, (*shape[:d], hi - lo, *shape[d + 1:])),
+                        self.torch_dtype(x))
+        parts = [p for p, n in ((self.slice(x, d, 0, lo), lo), (src, hi - lo),
+                                (self.slice(x, d, hi, shape[d]), shape[d] - hi)) if n]
+        return parts[0] if len(parts) == 1 else self.cat(parts, d)
+
+    def scatter_select(self, x: Any, src: Any, dim: int, index: int) -> Any:
+        """select_scatter: x with x.select(dim, index) replaced by src."""
+        shape = self.shape(x)
+        d = _axis(dim, len(shape))
+        i = index + shape[d] if index < 0 else index
+        return self.scatter_slice(x, self.unsqueeze(src, d), d, i, i + 1)
+
+    def expm1(self, x: Any) -> Any:
+        """exp(x) - 1 without the cancellation near 0: 2 tanh(x/2) / (1 - tanh(x/2)) for
+        |x| < 1 (the same value, exactly), exp(x) - 1 elsewhere."""
+        t = self.unary("tanh", self.mul(x, 0.5))
+        near = self.div(self.mul(t, 2.0), self.sub(1.0, t))
+        far = self.sub(self.unary("exp", x), 1.0)
+        small = self.compare("lt", self.abs(x), 1.0)
+        return self.where(small, near, far)
 
     def cast(self, x: Any, dtype: torch.dtype | None) -> Any:
         if dtype is None:
@@ -1781,6 +1821,11 @@ ATEN: dict[Any, AtenConverter] = {
     aten.pow.Tensor_Tensor: lambda cx, a: cx.pow(a["self"], a["exponent"]),
     aten.square.default: lambda cx, a: cx.pow(a["self"], 2),
     aten.exp.default: _aten_unary("exp"),
+    aten.expm1.default: lambda cx, a: cx.expm1(a["self"]),
+    aten.slice_scatter.default: lambda cx, a: cx.scatter_slice(
+        a["self"], a["src"], a["dim"], a["start"], a["end"], a["step"]),
+    aten.select_scatter.default: lambda cx, a: cx.scatter_select(a["self"], a["src"], a["dim"],
+                                                                 a["index"]),
     aten.log.default: _aten_unary("log"),
     aten.sqrt.default: _aten_unary("sqrt"),
     aten.rsqrt.default: _aten_unary("rsqrt"),
