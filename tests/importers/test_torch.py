@@ -674,6 +674,21 @@ class Writes(nn.Module):
         return y, shift, fixed, torch.expm1(x * 3), torch.expm1(x * 1e-7)
 
 
+class TableRouting(nn.Module):
+    """Hash routing (DeepSeek-V4): a buffer maps token ids to experts, whose known values
+    bound the looked-up ids; an empty piece in a concatenation; view_as."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("to_expert", torch.tensor([3, 1, 0, 2, 2, 1, 0, 3, 1, 2]))
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        experts = self.to_expert[ids]
+        pairs = experts // 2
+        joined = torch.cat([x, x[:, :0]], dim=1)
+        return pairs, joined.view_as(x.t()), torch.histc(experts.float(), 4, 0, 3)
+
+
 class UnknownRange(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return ids // 2
@@ -711,6 +726,17 @@ def test_writes_into_slices_gathers_and_expm1() -> None:
     small = interpret(g, {"x": x.numpy(), "idx": idx.numpy()})[4]
     np.testing.assert_allclose(small, np.expm1(x.numpy().astype(np.float64) * float(np.float32(1e-7))),
                                rtol=1e-12)
+
+
+def test_hash_routing_empty_concatenation_pieces_and_view_as() -> None:
+    torch.manual_seed(29)
+    ids = torch.tensor([0, 3, 9, 3, 5])
+    g = check(import_exported, TableRouting(), {"x": torch.randn(3, 4), "ids": ids})
+    other = torch.tensor([7, 7, 1, 2, 8])
+    x = torch.randn(3, 4)
+    for a, w in zip(interpret(g, {"x": x.numpy(), "ids": other.numpy()}),
+                    reference(TableRouting(), x, other), strict=True):
+        np.testing.assert_array_equal(a, w)
 
 
 def test_tensor_split_with_an_unread_empty_piece_and_copy() -> None:

@@ -1204,9 +1204,15 @@ class _Ctx:
         return self.split(x, -(-n // chunks), dim)
 
     def cat(self, xs: Sequence[Any], dim: int = 0) -> Any:
-        # torch still accepts 1-D empty tensors in cat and skips them
+        # torch still accepts 1-D empty tensors in cat and skips them; a piece empty along
+        # the axis adds nothing either (DeepSeek-V4 concatenates one to its rotary part).
         xs = [x for x in xs if self.shape(x) != (0,)]
+        if xs:
+            d = _axis(dim, self.rank(xs[0]))
+            xs = [x for x in xs if self.shape(x)[d] != 0] or xs[:1]
         if len(xs) == 1:
+            if 0 in self.shape(xs[0]):
+                raise _Refuse("a concatenation of empty tensors")
             return xs[0]
         dts = {self.dtype(x) for x in xs if _live(x)}
         if len(dts) != 1:
@@ -1506,6 +1512,11 @@ class _Ctx:
             return src[node.attr("axis") if node.op == "topk" else node.attr("axes")[0]]
         if node.op == "iota":
             return max(node.type.shape[node.attr("axis")], 1)
+        if node.op == "weight":  # a table of known integers (DeepSeek-V4's token-to-expert)
+            data = self.b.weights.get(node.attr("name"))
+            if data is None or data.dtype.kind not in "iu" or not data.size or data.min() < 0:
+                return None
+            return int(data.max()) + 1
         if node.op in ("cast", "reshape", "transpose", "slice", "expand", "topk", "gather"):
             if node.op == "cast" and not node.type.dtype.is_float and \
                     self.b.type_of(node.inputs[0]).dtype.is_float:
@@ -1990,6 +2001,7 @@ ATEN: dict[Any, AtenConverter] = {
     aten.squeeze.dims: lambda cx, a: cx.squeeze(a["self"], a["dim"]),
     aten.expand.default: lambda cx, a: cx.expand(a["self"], a["size"]),
     aten.expand_as.default: lambda cx, a: cx.expand(a["self"], cx.shape(a["other"])),
+    aten.view_as.default: lambda cx, a: cx.reshape(a["self"], cx.shape(a["other"])),
     aten.repeat.default: lambda cx, a: cx.repeat(a["self"], a["repeats"]),
     aten.repeat_interleave.self_int: lambda cx, a: cx.repeat_interleave(
         a["self"], a["repeats"], a["dim"]),
