@@ -689,6 +689,21 @@ class TableRouting(nn.Module):
         return pairs, joined.view_as(x.t()), torch.histc(experts.float(), 4, 0, 3)
 
 
+class GroupRouting(nn.Module):
+    """Group-limited routing (DeepSeek-V3, GLM-4-MoE): the top-2 of 4 groups marked by a
+    scatter of ones, then the experts of other groups masked off; logsumexp (a router's
+    z-loss, Granite-MoE)."""
+
+    def forward(self, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        groups = scores.view(5, 4, 2).amax(-1)
+        top = torch.topk(groups, 2, dim=-1).indices
+        mask = torch.zeros_like(groups)
+        mask.scatter_(1, top, 1)
+        keep = mask.unsqueeze(-1).expand(5, 4, 2).reshape(5, 8)
+        return (scores.masked_fill(keep == 0, -1e4), torch.logsumexp(scores, -1),
+                torch.logsumexp(scores, (0, 1), keepdim=True))
+
+
 class UnknownRange(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return ids // 2
@@ -737,6 +752,15 @@ def test_hash_routing_empty_concatenation_pieces_and_view_as() -> None:
     for a, w in zip(interpret(g, {"x": x.numpy(), "ids": other.numpy()}),
                     reference(TableRouting(), x, other), strict=True):
         np.testing.assert_array_equal(a, w)
+
+
+def test_group_routing_scatter_and_logsumexp() -> None:
+    torch.manual_seed(30)
+    g = check(import_exported, GroupRouting(), {"scores": torch.randn(5, 8)}, atol=1e-6)
+    scores = torch.randn(5, 8) * 300  # logsumexp of large values: no overflow
+    for a, w in zip(interpret(g, {"scores": scores.numpy()}),
+                    reference(GroupRouting(), scores), strict=True):
+        np.testing.assert_allclose(a, w, rtol=1e-6)
 
 
 def test_tensor_split_with_an_unread_empty_piece_and_copy() -> None:

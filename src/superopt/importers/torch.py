@@ -1413,6 +1413,36 @@ class _Ctx:
         flat = self.add(self.mul(at, stride), Const(torch.from_numpy(offsets), "const.offsets"))
         return self.gather(self.reshape(x, (math.prod(shape),)), flat, 0)
 
+    def scatter_value(self, x: Any, dim: int, idx: Any, value: Any) -> Any:
+        """torch.scatter of one value: x with value wherever an index along `dim` points (a
+        router's group mask, `zeros.scatter_(1, top_groups, 1)`). A place is hit when some
+        index in its row equals its position: a comparison with an arange, reduced over the
+        indices, then a select."""
+        shape, ishape = self.shape(x), self.shape(idx)
+        d = _axis(dim, len(shape))
+        if len(ishape) != len(shape) or any(ishape[k] != shape[k] for k in range(len(shape))
+                                            if k != d):
+            raise _Refuse(f"scatter into {list(shape)} at indices {list(ishape)} (only "
+                          "indices as wide as the target off the scattered dim)")
+        at = self.unsqueeze(self._wrapped_index(idx, shape[d]), d + 1)  # (.., k, 1, ..)
+        ramp = torch.arange(shape[d]).reshape([-1 if k == d + 1 else 1
+                                              for k in range(len(shape) + 1)])
+        hits = self.cast(self.compare("eq", at, Const(ramp, "const.positions")), torch.int64)
+        hit = self.compare("gt", self.reduce("reduce_max", hits, (d,), False), 0)
+        fill = value if isinstance(value, bool | int | float) else self.cast(
+            value, self.torch_dtype(x))
+        return self.where(hit, fill, x)
+
+    def logsumexp(self, x: Any, dims: Any, keepdim: bool) -> Any:
+        """log(sum(exp(x))) over dims, shifted by the maximum so that no exp overflows."""
+        top = self.reduce("reduce_max", x, dims, True)
+        total = self.reduce("reduce_sum", self.unary("exp", self.sub(x, top)), dims, True)
+        y = self.add(self.unary("log", total), top)
+        if keepdim:
+            return y
+        axes = {_axis(a, self.rank(x)) for a in ((dims,) if isinstance(dims, int) else dims)}
+        return self.reshape(y, tuple(n for k, n in enumerate(self.shape(x)) if k not in axes))
+
     def scatter_slice(self, x: Any, src: Any, dim: int, start: int | None, end: int | None,
                       step: int = 1) -> Any:
         """slice_scatter: x with x[..., start:end, ...] replaced by src (torch's
@@ -1964,6 +1994,9 @@ ATEN: dict[Any, AtenConverter] = {
     aten.adaptive_avg_pool1d.default: lambda cx, a: cx.adaptive_avg_pool1d(a["self"],
                                                                            a["output_size"]),
     aten.amax.default: lambda cx, a: cx.reduce("reduce_max", a["self"], a["dim"], a["keepdim"]),
+    aten.logsumexp.default: lambda cx, a: cx.logsumexp(a["self"], a["dim"], a["keepdim"]),
+    aten.scatter.value: lambda cx, a: cx.scatter_value(a["self"], a["dim"], a["index"],
+                                                       a["value"]),
     aten.argmax.default: lambda cx, a: cx.argmax(a["self"], a["dim"], a["keepdim"]),
     aten.topk.default: lambda cx, a: cx.topk(a["self"], a["k"], a["dim"], a["largest"]),
     aten.floor_divide.default: lambda cx, a: cx.floor_divide(a["self"], a["other"]),
