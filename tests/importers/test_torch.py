@@ -704,6 +704,18 @@ class GroupRouting(nn.Module):
                 torch.logsumexp(scores, (0, 1), keepdim=True))
 
 
+class Regions(nn.Module):
+    """A region under no_grad (torch.export wraps it in a higher-order op running a
+    submodule), any/all, and log1p."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with torch.no_grad():
+            y = torch.sigmoid(x * 2) + 1
+        flags = x > 0.3
+        return (y.relu(), flags.any(-1), flags.all(0, keepdim=True), torch.any(flags),
+                torch.log1p(x.abs() * 1e-9), torch.log1p(x.abs() * 5))
+
+
 class UnknownRange(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return ids // 2
@@ -761,6 +773,18 @@ def test_group_routing_scatter_and_logsumexp() -> None:
     for a, w in zip(interpret(g, {"scores": scores.numpy()}),
                     reference(GroupRouting(), scores), strict=True):
         np.testing.assert_allclose(a, w, rtol=1e-6)
+
+
+def test_wrapped_regions_any_all_and_log1p() -> None:
+    torch.manual_seed(31)
+    x = torch.randn(3, 4)
+    program = torch.export.export(Regions(), (x,))
+    assert any("wrap_with_set_grad_enabled" in str(n.target) for n in program.graph.nodes)
+    g = check(import_exported, Regions(), {"x": x})
+    # log1p keeps its digits near 0 (log(1 + 1e-9 |x|) in floating point would not).
+    got = interpret(g, {g.inputs[0].attr("name"): x.numpy()})[4]
+    tiny = np.abs(x.numpy().astype(np.float64)) * float(np.float32(1e-9))
+    np.testing.assert_allclose(got, np.log1p(tiny), rtol=1e-12)
 
 
 def test_tensor_split_with_an_unread_empty_piece_and_copy() -> None:

@@ -1433,6 +1433,24 @@ class _Ctx:
             value, self.torch_dtype(x))
         return self.where(hit, fill, x)
 
+    def any_all(self, x: Any, dims: Any, keepdim: bool, every: bool) -> Any:
+        """torch.any / torch.all over dims: a maximum (a minimum, for all) of the tensor as
+        0/1 integers, compared with 0."""
+        ones = self.cast(self.compare("ne", x, 0) if self.dtype(x) != DType.BOOL else x,
+                         torch.int64)
+        if every:
+            ones = self.sub(1, ones)
+        hit = self.compare("gt", self.reduce("reduce_max", ones, dims, bool(keepdim)), 0)
+        return self.logical_not(hit) if every else hit
+
+    def log1p(self, x: Any) -> Any:
+        """log(1 + x) without losing x's digits near 0: log(u) * x / (u - 1) with u = 1 + x
+        (exact where u rounds to 1: then x itself)."""
+        u = self.add(x, 1.0)
+        same = self.compare("eq", u, 1.0)
+        ratio = self.div(x, self.where(same, 1.0, self.sub(u, 1.0)))
+        return self.where(same, x, self.mul(self.unary("log", u), ratio))
+
     def logsumexp(self, x: Any, dims: Any, keepdim: bool) -> Any:
         """log(sum(exp(x))) over dims, shifted by the maximum so that no exp overflows."""
         top = self.reduce("reduce_max", x, dims, True)
@@ -1995,6 +2013,13 @@ ATEN: dict[Any, AtenConverter] = {
                                                                            a["output_size"]),
     aten.amax.default: lambda cx, a: cx.reduce("reduce_max", a["self"], a["dim"], a["keepdim"]),
     aten.logsumexp.default: lambda cx, a: cx.logsumexp(a["self"], a["dim"], a["keepdim"]),
+    aten.log1p.default: lambda cx, a: cx.log1p(a["self"]),
+    aten.any.default: lambda cx, a: cx.any_all(a["self"], None, False, False),
+    aten.any.dim: lambda cx, a: cx.any_all(a["self"], a["dim"], a["keepdim"], False),
+    aten.any.dims: lambda cx, a: cx.any_all(a["self"], a["dim"], a["keepdim"], False),
+    aten.all.default: lambda cx, a: cx.any_all(a["self"], None, False, True),
+    aten.all.dim: lambda cx, a: cx.any_all(a["self"], a["dim"], a["keepdim"], True),
+    aten.all.dims: lambda cx, a: cx.any_all(a["self"], a["dim"], a["keepdim"], True),
     aten.scatter.value: lambda cx, a: cx.scatter_value(a["self"], a["dim"], a["index"],
                                                        a["value"]),
     aten.argmax.default: lambda cx, a: cx.argmax(a["self"], a["dim"], a["keepdim"]),
@@ -2928,6 +2953,36 @@ class _ExportImporter(_Importer):
             return "input"
         return str(node.target) if node.target is not operator.getitem else "getitem"
 
+    def call(self, node: fx.Node) -> None:
+        if node.op == "get_attr":  # a submodule a higher-order op runs (kept as it is)
+            self.env[node] = _fetch_attr(self.ep.graph_module, node.target)
+            return
+        wrapped = _WRAPPERS.get(str(node.target))
+        if wrapped is None:
+            super().call(node)
+            return
+        # A region run under a grad or autocast mode (transformers' weight preparation,
+        # CPM-Ant's and HRM's blocks): the mode changes nothing here, so its graph is
+        # imported in place, its inputs bound to the operands.
+        sub = node.args[wrapped]
+        module = self.env.get(sub) if isinstance(sub, fx.Node) else None
+        if not isinstance(module, fx.GraphModule):
+            raise _Refuse("a wrapped region that is not a graph")
+        operands = node.args[wrapped + 1:]
+        inner = [n for n in module.graph.nodes if n.op == "placeholder"]
+        if len(inner) != len(operands):
+            raise _Refuse(f"a wrapped region of {len(inner)} inputs called with "
+                          f"{len(operands)}")
+        for ph, arg in zip(inner, operands, strict=True):
+            self.env[ph] = self.env[arg] if isinstance(arg, fx.Node) else arg
+        for n in module.graph.nodes:
+            if n.op == "output":
+                self.env[node] = tuple(fx.node.map_arg(n.args[0], self.env.__getitem__))
+            elif n.op != "placeholder":
+                self.call(n)
+                if n in self.poisoned:
+                    raise _Refuse(f"its region's {self.op_name(n)} ({n.name})")
+
     def placeholder(self, node: fx.Node) -> Any:
         from torch.export.graph_signature import InputKind
 
@@ -2994,6 +3049,10 @@ class _ExportImporter(_Importer):
             outs.append(self.env[arg] if isinstance(arg, fx.Node) else arg)
         return outs
 
+
+# Higher-order ops that run a submodule under a mode (grad, autocast): the position of the
+# submodule among their arguments; its operands follow it.
+_WRAPPERS = {"wrap_with_set_grad_enabled": 1, "wrap_with_autocast": 4}
 
 # Operators outside ATen, by their qualified name (they exist only once their library has
 # registered them): transformers' grouped matmul of mixture-of-experts layers.
