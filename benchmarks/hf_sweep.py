@@ -4,7 +4,9 @@ would (the importers' coverage of users' models, beyond the families `hf:NAME` b
 For each model type in transformers' causal-LM mapping (`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`,
 about 200 here), a child process builds the family from its config with one generic set of
 small sizes (hidden 64, 2 layers, 4 heads, 2 key/value heads, vocabulary 256; each config
-takes the keys it knows), seeded random weights, captures `logits` of `input_ids` with
+takes the keys it knows), seeded random weights that keep activations near unit scale (as
+the `hf:` families are seeded: some libraries initialise routers to zero, and a top-k of
+tied scores is the runtime's choice), captures `logits` of `input_ids` with
 `torch.export`, imports the program, and runs the imported graph on other ids against the
 exported program and against the eager model. Each family's outcome is one of:
 
@@ -81,6 +83,12 @@ def one(model_type: str, tol: float) -> dict[str, Any]:
         model = transformers.AutoModelForCausalLM.from_config(config).eval()
     except Exception as e:
         return {"status": "build", "why": _first(e)}
+    # Weights of unit-scale activations (the hf: families' seeding): the libraries' own
+    # initialisation zeroes some routers, and a top-k of equal scores is the runtime's
+    # choice (torch.topk promises no order among ties; the IR takes the lowest index).
+    from superopt.importers.hf import _lively
+
+    _lively(model)
 
     class Logits(torch.nn.Module):
         def __init__(self) -> None:
