@@ -700,8 +700,11 @@ class GroupRouting(nn.Module):
         mask = torch.zeros_like(groups)
         mask.scatter_(1, top, 1)
         keep = mask.unsqueeze(-1).expand(5, 4, 2).reshape(5, 8)
+        # Expert ids put together from pieces (PhiMoE's two picks) keep their known range.
+        ids = torch.concat([top[:, :1], torch.where(top[:, 1:] > 0, top[:, 1:], 3)], dim=1)
         return (scores.masked_fill(keep == 0, -1e4), torch.logsumexp(scores, -1),
-                torch.logsumexp(scores, (0, 1), keepdim=True))
+                torch.logsumexp(scores, (0, 1), keepdim=True),
+                torch.histc(ids.reshape(-1).float(), 4, 0, 3))
 
 
 class Regions(nn.Module):

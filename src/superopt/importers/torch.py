@@ -1565,6 +1565,10 @@ class _Ctx:
             if data is None or data.dtype.kind not in "iu" or not data.size or data.min() < 0:
                 return None
             return int(data.max()) + 1
+        if node.op in ("concat", "where"):  # values of the pieces (of either branch)
+            parts = node.inputs[1:] if node.op == "where" else node.inputs
+            bounds = [self.index_bound(p) for p in parts]
+            return None if None in bounds else max(b for b in bounds if b is not None)
         if node.op in ("cast", "reshape", "transpose", "slice", "expand", "topk", "gather"):
             if node.op == "cast" and not node.type.dtype.is_float and \
                     self.b.type_of(node.inputs[0]).dtype.is_float:
@@ -2117,6 +2121,7 @@ ATEN: dict[Any, AtenConverter] = {
     aten.chunk.default: lambda cx, a: cx.chunk(a["self"], a["chunks"], a["dim"]),
     aten.unbind.int: lambda cx, a: cx.unbind(a["self"], a["dim"]),
     aten.cat.default: lambda cx, a: cx.cat(a["tensors"], a["dim"]),
+    aten.concat.default: lambda cx, a: cx.cat(a["tensors"], a["dim"]),  # cat's alias
     aten.stack.default: lambda cx, a: cx.stack(a["tensors"], a["dim"]),
     aten.constant_pad_nd.default: lambda cx, a: cx.pad(a["self"], a["pad"], a["value"]),
     aten.pad.default: lambda cx, a: cx.pad(a["self"], a["pad"], a["value"])
@@ -2960,6 +2965,9 @@ class _ExportImporter(_Importer):
         wrapped = _WRAPPERS.get(str(node.target))
         if wrapped is None:
             super().call(node)
+            return
+        if any(n in self.poisoned for n in node.all_input_nodes):
+            self.poisoned.add(node)  # an operand failed already (and is reported)
             return
         # A region run under a grad or autocast mode (transformers' weight preparation,
         # CPM-Ant's and HRM's blocks): the mode changes nothing here, so its graph is
