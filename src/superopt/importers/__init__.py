@@ -169,13 +169,18 @@ def _import_for(path: Path, module: str, what: str) -> None:
 
 
 def _register_container(path: Path, module: str, name: str) -> None:
-    """Make torch's pytree know an output container a program names: import its module (a
-    transformers ModelOutput registers itself then); a transformers cache registers through
-    transformers' own exporter, as its loader does."""
+    """Make torch's pytree know a transformers output container a program names: import
+    its module (a ModelOutput registers itself then); a cache registers through
+    transformers' own exporter, as its loader does. Other modules are not imported on a
+    file's word."""
     import importlib
 
     import torch
 
+    if module.split(".")[0] != "transformers":
+        # A file names the module; only transformers' are imported on its word.
+        raise ModelImportError(f"{path}: the program's outputs hold {module}.{name}, which "
+                               "torch cannot rebuild here (import its module first)")
     try:
         cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as e:
@@ -183,13 +188,12 @@ def _register_container(path: Path, module: str, name: str) -> None:
                                f"does not import here: {_first_line(e)}") from e
     if cls in torch.utils._pytree.SUPPORTED_NODES:
         return
-    if module.split(".")[0] == "transformers":
-        try:
-            from transformers.exporters.exporter_dynamo import register_pytree_node
-        except ImportError as e:
-            raise ModelImportError(f"{path}: {module}.{name} needs transformers' exporters "
-                                   f"to be read back: {_first_line(e)}") from e
-        register_pytree_node(cls)
+    try:
+        from transformers.exporters.exporter_dynamo import register_pytree_node
+    except ImportError as e:
+        raise ModelImportError(f"{path}: {module}.{name} needs transformers' exporters "
+                               f"to be read back: {_first_line(e)}") from e
+    register_pytree_node(cls)
 
 
 def _causes(e: BaseException) -> list[BaseException]:
