@@ -630,10 +630,14 @@ class Routing(nn.Module):
         ids = torch.topk(scores, 2, dim=-1).indices.reshape(-1)
         ids_sorted, perm = torch.sort(ids)
         rows = h[perm // 2]
+        # The same division as torch's decompositions write it (and truncated: equal here).
+        halves = torch.div(perm, 2, rounding_mode="floor") + torch.div(perm, 2,
+                                                                         rounding_mode="trunc")
         counts = torch.histc(ids_sorted.float(), bins=4, min=0, max=3)
         inverse = torch.empty_like(perm)
         inverse[perm] = torch.arange(perm.shape[0])
-        return counts, torch.cumsum(counts, 0, dtype=torch.int32), rows, rows[inverse]
+        return (counts, torch.cumsum(counts, 0, dtype=torch.int32), rows, rows[inverse],
+                halves)
 
 
 class ScanPieces(nn.Module):

@@ -534,6 +534,11 @@ class _Ctx:
         if not _live(x) and not _live(y):
             return self.fold(lambda a, b: torch.div(a, b, rounding_mode=rounding_mode), x, y)
         if rounding_mode is not None:
+            # Integers of known range are never negative, so floor and trunc agree: a lookup
+            # (a mixture of experts' `perm // top_k`, as torch's decompositions write it).
+            if isinstance(y, int) and y > 0 and not self.dtype(x).is_float \
+                    and self.index_bound(x) is not None:
+                return self.floor_divide(x, y)
             raise _Refuse(f"division of a computed tensor with rounding_mode={rounding_mode!r}")
         if not self.dtype(x).is_float and not (_live(y) and self.dtype(y).is_float):
             raise _Refuse("true division of an integer tensor")
