@@ -1137,6 +1137,20 @@ def _nonnegative(ctx: _Context, t: Tensor) -> bool:
     return n is not None and n.op in ("argmax", "iota")
 
 
+def _wrapped(ctx: _Context, t: Tensor, n: int, hint: str) -> Tensor:
+    """Integer indices into an axis of length n, as int64 in [0, n): negative ones count
+    from the end (t + n), folded for a constant, a select where the graph computes them."""
+    if isinstance(t, Const):
+        c = np.asarray(t.data, np.int64)
+        return Const(np.where(c < 0, c + n, c), t.hint)
+    if ctx.np_dtype(t) != np.int64:
+        t = ctx.emit("cast", t, to="i64")
+    if _nonnegative(ctx, t):
+        return t
+    neg = ctx.emit("lt", t, Const(np.zeros((), np.int64), "zero"))
+    return ctx.emit("where", neg, ctx.add(t, Const(np.array(n, np.int64), f"{hint}:n")), t)
+
+
 @_converter("GatherND")
 def _gather_nd(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     # One gather over the leading axes of data merged into one, at a flat index the graph
@@ -1163,17 +1177,8 @@ def _gather_nd(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[
             col: Tensor = Const(np.arange(shape[k]).reshape(
                 [-1 if i == k else 1 for i in range(len(lead))]), f"{node.outputs[0]}:batch{k}")
         else:
-            col = _index_column(ctx, indices, k - b)
-            if isinstance(col, Const):
-                c = np.asarray(col.data, np.int64)
-                col = Const(np.where(c < 0, c + shape[k], c), col.hint)
-            else:
-                if ctx.np_dtype(col) != np.int64:
-                    col = ctx.emit("cast", col, to="i64")
-                if not _nonnegative(ctx, col):  # counted from the end: col + n
-                    n = Const(np.array(shape[k], np.int64), f"{node.outputs[0]}:dim{k}")
-                    neg = ctx.emit("lt", col, Const(np.zeros((), np.int64), "zero"))
-                    col = ctx.emit("where", neg, ctx.add(col, n), col)
+            col = _wrapped(ctx, _index_column(ctx, indices, k - b), shape[k],
+                           f"{node.outputs[0]}:dim{k}")
         flat = col if flat is None else ctx.add(
             ctx.mul(flat, Const(np.array(shape[k], np.int64), f"{node.outputs[0]}:dim{k}")), col)
     assert flat is not None
@@ -1402,10 +1407,7 @@ def _gather_elements(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
         if isinstance(data, Const):
             return [Const(data.data.reshape(-1)[flat.data], data.hint)]
     else:
-        k = idx if ctx.np_dtype(idx) == np.int64 else ctx.emit("cast", idx, to="i64")
-        if not _nonnegative(ctx, k):
-            neg = ctx.emit("lt", k, Const(np.zeros((), np.int64), "zero"))
-            k = ctx.emit("where", neg, ctx.add(k, Const(np.array(n, np.int64), "n")), k)
+        k = _wrapped(ctx, idx, n, node.outputs[0])
         flat = ctx.add(ctx.mul(k, Const(np.array(stride, np.int64), f"{node.outputs[0]}:stride")),
                        Const(offsets, f"{node.outputs[0]}:offsets"))
     return [ctx.emit("gather", ctx.reshape(data, (math.prod(shape),)), flat, axis=0)]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import math
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -1387,8 +1388,8 @@ class _Ctx:
             t = t.tensor if isinstance(t, Const) else torch.tensor(t)
             return Const(torch.where(t < 0, t + n, t).to(torch.int64), "const.index")
         t = self.cast(t, torch.int64)
-        if self.b.nodes[self.value(t).node].op in ("argmax", "iota"):
-            return t  # never negative
+        if self.index_bound(t) is not None:
+            return t  # of known range, so never negative
         return self.where(self.compare("lt", t, 0), self.add(t, n), t)
 
     def gather(self, x: Any, idx: Any, axis: int) -> Any:
@@ -1581,13 +1582,14 @@ class _Ctx:
             return self.index_bound(node.inputs[0])
         return None
 
-    def lookup(self, table: torch.Tensor, x: Any, what: str) -> Any:
-        """table[x] for an integer tensor x known to lie in [0, len(table)): any function of
-        x, exactly, as one gather."""
+    def lookup(self, x: Any, table_of: Callable[[int], torch.Tensor], what: str) -> Any:
+        """f(x) for an integer tensor x known to lie in [0, n), exactly, as one gather from
+        the table `table_of(n)` of f's values on 0 .. n - 1."""
         bound = self.index_bound(x)
-        if bound is None or bound > table.shape[0]:
+        if bound is None:
             raise _Refuse(f"{what} of an integer tensor whose values are not known to lie "
                           "in a small range")
+        table = table_of(bound)
         if not _live(x):
             return Const(table[x.tensor if isinstance(x, Const) else torch.tensor(x)],
                          "const.lookup")
@@ -1598,8 +1600,7 @@ class _Ctx:
             return self.fold(torch.floor_divide, x, y)
         if not isinstance(y, int) or y <= 0 or self.dtype(x).is_float:
             raise _Refuse("floor division other than of integers by a positive constant")
-        n = self.index_bound(x)
-        return self.lookup(torch.arange(n or 0) // y, x, "floor division")
+        return self.lookup(x, lambda n: torch.arange(n) // y, "floor division")
 
     def histc(self, x: Any, bins: int, lo: float, hi: float) -> Any:
         """torch.histc of values known to be integers in [0, n) (a cast of routed expert
@@ -1607,16 +1608,17 @@ class _Ctx:
         if not _live(x):
             return self.fold(lambda t: torch.histc(t, bins, lo, hi), x)
         node = self.b.nodes[self.value(x).node]
-        ints = node.inputs[0] if node.op == "cast" else None
-        n = self.index_bound(ints) if ints is not None and \
-            not self.b.type_of(ints).dtype.is_float else None
-        if n is None or hi <= lo:
+        if node.op != "cast" or self.b.type_of(node.inputs[0]).dtype.is_float or hi <= lo:
             raise _Refuse("histc of values not known to be integers in a small range")
-        v = torch.arange(n, dtype=torch.float64)
-        # torch's bin of v in [lo, hi]: floor((v - lo) * bins / (hi - lo)), hi in the last.
-        b = torch.floor((v - lo) * bins / (hi - lo)).clamp(max=bins - 1).long()
-        b = torch.where((v >= lo) & (v <= hi), b, torch.full_like(b, -1))
-        which = self.lookup(b, ints, "histc")
+
+        def bin_of(n: int) -> torch.Tensor:
+            # torch's bin of v in [lo, hi]: floor((v - lo) * bins / (hi - lo)), hi in the
+            # last; -1 (no bin) outside.
+            v = torch.arange(n, dtype=torch.float64)
+            b = torch.floor((v - lo) * bins / (hi - lo)).clamp(max=bins - 1).long()
+            return torch.where((v >= lo) & (v <= hi), b, torch.full_like(b, -1))
+
+        which = self.lookup(node.inputs[0], bin_of, "histc")
         hits = self.compare("eq", self.unsqueeze(which, -1),
                             Const(torch.arange(bins), "const.bins"))
         counts = self.reduce("reduce_sum", self.cast(hits, torch.float32),
@@ -2963,6 +2965,11 @@ class _ExportImporter(_Importer):
             return "input"
         return str(node.target) if node.target is not operator.getitem else "getitem"
 
+    @functools.cached_property
+    def order(self) -> dict[fx.Node, int]:
+        """Each node's place in the program (which readers run before an in-place op)."""
+        return {n: i for i, n in enumerate(self.graph.nodes)}
+
     def call(self, node: fx.Node) -> None:
         if node.op == "get_attr":  # a submodule a higher-order op runs (kept as it is)
             self.env[node] = _fetch_attr(self.ep.graph_module, node.target)
@@ -3021,7 +3028,10 @@ class _ExportImporter(_Importer):
         conv = ATEN.get(node.target) or NAMED_OPS.get(str(node.target))
         target = node.target
         if conv is None:
-            target, seen = _out_of_place(node)
+            # A wrapped region's nodes live in the region's own graph.
+            order = self.order if node.graph is self.graph else {
+                n: i for i, n in enumerate(node.graph.nodes)}
+            target, seen = _out_of_place(node, order)
             conv = ATEN.get(target) if target is not None else None
             if conv is not None and seen:
                 why = "its mutation is read elsewhere (through a view, or it is an input)"
@@ -3075,7 +3085,7 @@ NAMED_OPS: dict[str, AtenConverter] = {
 }
 
 
-def _out_of_place(node: fx.Node) -> tuple[Any, bool]:
+def _out_of_place(node: fx.Node, order: Mapping[fx.Node, int]) -> tuple[Any, bool]:
     """The functional overload of an in-place ATen op (`add_.Tensor` -> `add.Tensor`), and
     whether its mutation can be seen. It cannot when the mutated operand, and every view it
     was taken from up to the tensor that owns the memory, is read by nothing else after it
@@ -3091,8 +3101,6 @@ def _out_of_place(node: fx.Node) -> tuple[Any, bool]:
     functional = getattr(packet, schema.overload_name or "default", None)
     if functional is None:
         return None, False
-    order = {n: i for i, n in enumerate(node.graph.nodes)}
-
     def aliases(n: fx.Node) -> bool:
         returns = getattr(getattr(n.target, "_schema", None), "returns", ())
         return any(r.alias_info is not None for r in returns)
