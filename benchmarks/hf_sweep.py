@@ -189,6 +189,18 @@ def report(data: dict[str, Any]) -> None:
           f"(import verdicts), imported {s['counts'].get('ok', 0)}")
 
 
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"hf_sweep.py: {path}: not a sweep's JSON ({e}); --fresh starts "
+                         "over") from None
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), dict):
+        raise SystemExit(f"hf_sweep.py: {path}: not a sweep's JSON (no rows); --fresh starts "
+                         "over")
+    return data
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--types", help="comma-separated model types (default: all)")
@@ -208,13 +220,13 @@ def main() -> None:
     if args.report:
         if not args.out.exists():
             raise SystemExit(f"hf_sweep.py: {args.out}: no such file (run the sweep first)")
-        report(json.loads(args.out.read_text()))
+        report(_read(args.out))
         return
     import transformers
 
     data: dict[str, Any] = {"rows": {}}
     if args.out.exists() and not args.fresh:
-        data = json.loads(args.out.read_text())
+        data = _read(args.out)
     data["settings"] = {"small": SMALL, "seq": SEQ, "tol": args.tol,
                         "transformers": transformers.__version__}
     args.out.parent.mkdir(parents=True, exist_ok=True)
