@@ -1,14 +1,17 @@
-"""Benchmark: every causal-LM family `transformers` knows, captured and imported as a user
+"""Benchmark: every family `transformers` knows for a task, captured and imported as a user
 would (the importers' coverage of users' models, beyond the families `hf:NAME` builds).
 
-For each model type in transformers' causal-LM mapping (`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`,
-about 200 here), a child process builds the family from its config with one generic set of
-small sizes (hidden 64, 2 layers, 4 heads, 2 key/value heads, vocabulary 256; each config
-takes the keys it knows), seeded random weights that keep activations near unit scale (as
-the `hf:` families are seeded: some libraries initialise routers to zero, and a top-k of
-tied scores is the runtime's choice), captures `logits` of `input_ids` with
-`torch.export`, imports the program, and runs the imported graph on other ids against the
-exported program and against the eager model. Each family's outcome is one of:
+For each model type in transformers' mapping for the task (`--task`: `causal-lm`, about
+200 families, the default; `masked-lm`, about 50; `image-classification`, about 40;
+`seq2seq-lm`, about 40, many of them speech models whose audio inputs this sweep does not
+make), a child process builds the family from its config with one generic set of small
+sizes (hidden 64, 2 layers, 4 heads, 2 key/value heads, vocabulary 256, images 64x64 of 3
+channels; each config takes the keys it knows), seeded random weights that keep
+activations near unit scale (as the `hf:` families are seeded: some libraries initialise
+routers to zero, and a top-k of tied scores is the runtime's choice), captures `logits`
+of the task's inputs (`input_ids`; `pixel_values`; `input_ids` and `decoder_input_ids`)
+with `torch.export`, imports the program, and runs the imported graph on other inputs
+against the exported program and against the eager model. Each family's outcome is one of:
 
 - `ok`: imported; the largest relative difference of its logits from the program's;
 - `import`: refused by the importer (the reason is the importer's one-line error);
@@ -21,9 +24,11 @@ The program and the eager model are compared too (`program_vs_eager`): where the
 the export itself is not faithful, whatever the importer does.
 
 `OMP_WAIT_POLICY=PASSIVE taskset -c 1 .venv/bin/python benchmarks/hf_sweep.py`
-(`--types llama,mixtral`, `--out FILE`, `--report` to print the table of a finished
-run). The JSON is written after every family; a rerun keeps the families it has (`--fresh`
-starts over), and Ctrl-C stops it with the families done so far kept.
+(`--task masked-lm`, `--types llama,mixtral`, `--out FILE`, `--report` to print the table
+of a finished run; each task's JSON is `results/hf_sweep.json` for causal LMs and
+`results/hf_sweep_TASK.json` otherwise). The JSON is written after every family; a rerun
+keeps the families it has (`--fresh` starts over), and Ctrl-C stops it with the families
+done so far kept.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +56,82 @@ SMALL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
          "ffn_dim": 128, "n_positions": 128, "pad_token_id": 0, "bos_token_id": 1,
          "eos_token_id": 2}
 SEQ = 12
+# What every size set keeps: a small vocabulary (the ids are drawn below 200) and no cache.
+KEEP = {"vocab_size": 256, "use_cache": False, "pad_token_id": 0, "bos_token_id": 1,
+        "eos_token_id": 2, "num_labels": 10}
+IMAGE = {"image_size": 64, "num_channels": 3}
+# Families whose constraints no generic number meets: multi-head latent attention (as
+# many key/value heads as heads, its rotary part is `head_dim`, its latent ranks default
+# to thousands) with a few small experts, and partial rotary widths given in channels.
+# Applied on every size set.
+_LATENT = {"q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+           "num_key_value_heads": 4, "qk_rope_head_dim": 16, "v_head_dim": 16,
+           "head_dim": 16, "n_routed_experts": 8, "num_experts": 8,
+           "moe_intermediate_size": 32, "expert_ffn_hidden_size": 32,
+           "ffn_hidden_size": 128, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+           "first_k_dense_replace": 1, "zero_expert_num": 2}
+FAMILY: dict[str, dict[str, Any]] = {
+    **{name: _LATENT for name in ("axk1", "axk2", "deepseek_v2", "deepseek_v3",
+                                  "deepseek_v32", "glm4_moe_lite", "glm_moe_dsa",
+                                  "longcat_flash", "minicpm3", "sarvam_mla", "youtu")},
+    "gptj": {"rotary_dim": 8}, "codegen": {"rotary_dim": 8},
+}
+# Keys a family derives and will not be given (Falcon's head_dim is a read-only property).
+DERIVED: dict[str, tuple[str, ...]] = {"falcon": ("head_dim",)}
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a task's families are built from, fed and judged on."""
+
+    mapping: str  # transformers' mapping of model types to the task's class
+    auto: str  # the Auto class that builds one from a config
+    inputs: tuple[str, ...]  # the forward's keyword arguments, in the program's order
+    config: Mapping[str, Any]  # small sizes beside SMALL
+    use_cache: bool  # whether the forward takes use_cache (decoders)
+    # Keys of SMALL left out: vision families spell per-stage lists under them (Swin's
+    # num_heads), which one number would break.
+    drop: tuple[str, ...] = ()
+
+    def sizes(self) -> dict[str, Any]:
+        return {**{k: v for k, v in SMALL.items() if k not in self.drop}, **self.config}
+
+    def ladder(self) -> tuple[tuple[str, dict[str, Any]], ...]:
+        """Size sets from the generic small one to the family's own defaults (with a small
+        vocabulary): where one number fits no family's constraints (a rotary width, a
+        latent rank, per-stage lists) the family's own values do."""
+        return (("small", self.sizes()),
+                ("layers", {"num_hidden_layers": 2, **KEEP, **self.config}),
+                ("defaults", dict(KEEP)))
+
+
+TASKS = {
+    "causal-lm": Task("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "AutoModelForCausalLM",
+                      ("input_ids",), {}, True),
+    "masked-lm": Task("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "AutoModelForMaskedLM",
+                      ("input_ids",), {}, False),
+    "image-classification": Task("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+                                 "AutoModelForImageClassification", ("pixel_values",), IMAGE,
+                                 False, ("num_heads", "num_layers", "d_model", "head_dim")),
+    "seq2seq-lm": Task("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+                       "AutoModelForSeq2SeqLM", ("input_ids", "decoder_input_ids"), {}, True),
+}
+
+
+def results_path(task: str) -> Path:
+    return RESULTS if task == "causal-lm" else RESULTS.with_name(f"hf_sweep_{task}.json")
+
+
+def _example(name: str, config: Any, seed: int) -> Any:
+    """One input of the task: token ids in the vocabulary's middle, or a unit-scale image."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    if name == "pixel_values":
+        size = config.image_size
+        side = size if isinstance(size, int) else size[0]
+        return torch.randn(1, getattr(config, "num_channels", 3), side, side, generator=gen)
+    return torch.randint(3, 200, (1, SEQ), generator=gen)
 
 
 def _first(e: BaseException) -> str:
@@ -56,7 +139,70 @@ def _first(e: BaseException) -> str:
     return (text.splitlines()[0] if text else type(e).__name__)[:400]
 
 
-def one(model_type: str, tol: float) -> dict[str, Any]:
+MAX_PARAMETERS = 60_000_000  # a family's defaults past this are not built (memory, time)
+
+
+def _config(transformers: Any, model_type: str, sizes: Mapping[str, Any]) -> Any:
+    """The family's config with `sizes`, its sub-configs (a vision tower, a text model)
+    given the same sizes: a composite's defaults are full-sized models."""
+    sizes = {k: v for k, v in {**sizes, **FAMILY.get(model_type, {})}.items()
+             if k not in DERIVED.get(model_type, ())}
+    base = transformers.AutoConfig.for_model(model_type)
+    subs = {}
+    for name in getattr(base, "sub_configs", None) or {}:
+        sub = getattr(base, name, None)
+        if hasattr(sub, "to_dict"):
+            # A sub-config's layer types list its default depth: left out, its own rule
+            # makes them again for the new depth.
+            subs[name] = {k: v for k, v in {**sub.to_dict(), **sizes}.items()
+                          if k != "layer_types"}
+    return transformers.AutoConfig.for_model(model_type, **{**sizes, **subs})
+
+
+def _capture(transformers: Any, torch: Any, model_type: str, spec: Task,
+             sizes: Mapping[str, Any]) -> dict[str, Any]:
+    """Build the family at `sizes` and export it: the program, or the stage that failed."""
+    try:
+        config = _config(transformers, model_type, sizes)
+    except Exception as e:
+        return {"status": "config", "why": _first(e)}
+    auto = getattr(transformers, spec.auto)
+    try:
+        with torch.device("meta"):  # counted before any memory is taken
+            count = sum(p.numel() for p in auto.from_config(config).parameters())
+        if count > MAX_PARAMETERS:
+            return {"status": "build", "why": f"{count:,} parameters at these sizes"}
+        model = auto.from_config(config).eval()
+    except Exception as e:
+        return {"status": "build", "why": _first(e)}
+    # Weights of unit-scale activations (the hf: families' seeding): the libraries' own
+    # initialisation zeroes some routers, and a top-k of equal scores is the runtime's
+    # choice (torch.topk promises no order among ties; the IR takes the lowest index).
+    from superopt.importers.hf import _lively
+
+    _lively(model)
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+
+        def forward(self, *args: Any) -> Any:
+            kwargs: dict[str, Any] = dict(zip(spec.inputs, args, strict=True))
+            if spec.use_cache:
+                kwargs["use_cache"] = False
+            return self.inner(**kwargs).logits
+
+    wrapped = Logits().eval()
+    first = tuple(_example(n, config, i) for i, n in enumerate(spec.inputs))
+    try:
+        program = torch.export.export(wrapped, first)
+    except Exception as e:
+        return {"status": "export", "why": f"{type(e).__name__}: {_first(e)}"}
+    return {"program": program, "wrapped": wrapped, "config": config}
+
+
+def one(model_type: str, tol: float, task: str = "causal-lm") -> dict[str, Any]:
     """Build, export, import and compare one family (run in a child process)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     import warnings
@@ -73,51 +219,37 @@ def one(model_type: str, tol: float) -> dict[str, Any]:
     from superopt.importers.torch import import_exported
     from superopt.ir import interpret
 
-    torch.manual_seed(0)
+    spec = TASKS[task]
     torch.set_num_threads(1)
-    try:
-        config = transformers.AutoConfig.for_model(model_type, **SMALL)
-    except Exception as e:
-        return {"status": "config", "why": _first(e)}
-    try:
-        model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    except Exception as e:
-        return {"status": "build", "why": _first(e)}
-    # Weights of unit-scale activations (the hf: families' seeding): the libraries' own
-    # initialisation zeroes some routers, and a top-k of equal scores is the runtime's
-    # choice (torch.topk promises no order among ties; the IR takes the lowest index).
-    from superopt.importers.hf import _lively
-
-    _lively(model)
-
-    class Logits(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = model
-
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            return self.inner(input_ids=ids, use_cache=False).logits
-
-    wrapped = Logits().eval()
-    ids = torch.randint(3, 200, (1, SEQ), generator=torch.Generator().manual_seed(0))
-    try:
-        program = torch.export.export(wrapped, (ids,))
-    except Exception as e:
-        return {"status": "export", "why": f"{type(e).__name__}: {_first(e)}"}
+    # The first size set under which the family builds and exports is the one judged; the
+    # rows say which (`sizes`) and why the smaller sets failed (`tried`).
+    tried: list[str] = []
+    failed: dict[str, Any] = {}
+    for rung, sizes in spec.ladder():
+        torch.manual_seed(0)
+        failed = _capture(transformers, torch, model_type, spec, sizes)
+        if "program" in failed:
+            break
+        tried.append(f"{rung}: {failed['status']}: {failed['why'][:120]}")
+    else:
+        return {**failed, "tried": tried[:-1]}
+    program, wrapped, config = failed["program"], failed["wrapped"], failed["config"]
+    base = {"sizes": rung, "tried": tried}
     start = time.perf_counter()
     try:
         graph = import_exported(program, name=model_type)
     except ModelImportError as e:
-        return {"status": "import", "why": _first(e)}
+        return {**base, "status": "import", "why": _first(e)}
     seconds = time.perf_counter() - start
-    other = torch.randint(3, 200, (1, SEQ), generator=torch.Generator().manual_seed(1))
+    other = tuple(_example(n, config, 10 + i) for i, n in enumerate(spec.inputs))
     with torch.no_grad():
-        want = program.module()(other).detach().numpy()
-        eager = wrapped(other).numpy()
-    got = interpret(graph, {graph.inputs[0].attr("name"): other.numpy()})[0]
+        want = program.module()(*other).detach().numpy()
+        eager = wrapped(*other).numpy()
+    feeds = {v.attr("name"): o.numpy() for v, o in zip(graph.inputs, other, strict=True)}
+    got = interpret(graph, feeds)[0]
     scale = max(float(np.abs(want).max()), 1e-30)
     err = float(np.abs(got - want).max()) / scale
-    return {"status": "ok" if err <= tol else "values", "rel_err": err,
+    return {**base, "status": "ok" if err <= tol else "values", "rel_err": err,
             "program_vs_eager": float(np.abs(want - eager).max()) / max(
                 float(np.abs(eager).max()), 1e-30),
             "nodes": len(graph), "import_s": round(seconds, 3),
@@ -131,7 +263,8 @@ def _child(model_type: str, args: argparse.Namespace) -> dict[str, Any]:
         cap = int(args.memory * (1 << 30))
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
-    cmd = [sys.executable, __file__, "--one", model_type, "--tol", str(args.tol)]
+    cmd = [sys.executable, __file__, "--one", model_type, "--tol", str(args.tol),
+           "--task", args.task]
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
                              preexec_fn=limit)
@@ -146,16 +279,16 @@ def _child(model_type: str, args: argparse.Namespace) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
-def _types(spec: str | None) -> list[str]:
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+def _types(spec: str | None, task: str = "causal-lm") -> list[str]:
+    from transformers.models.auto import modeling_auto
 
-    known = sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    known = sorted(getattr(modeling_auto, TASKS[task].mapping))
     if not spec:
         return known
     asked = [t.strip() for t in spec.split(",") if t.strip()]
     unknown = [t for t in asked if t not in known]
     if unknown or not asked:
-        raise SystemExit(f"hf_sweep.py: no causal-LM family named {unknown or spec!r}; "
+        raise SystemExit(f"hf_sweep.py: no {task} family named {unknown or spec!r}; "
                          f"e.g. {', '.join(known[:5])}")
     return asked
 
@@ -176,7 +309,8 @@ def report(data: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="transformers causal-LM families: torch.export, then import")
+    task = data.get("settings", {}).get("task", "causal-lm")
+    table = Table(title=f"transformers {task} families: torch.export, then import")
     for col in ("family", "outcome", "rel err", "nodes", "why (importer or torch)"):
         table.add_column(col)
     for name, r in sorted(data["rows"].items()):
@@ -207,13 +341,17 @@ def main() -> None:
     ap.add_argument("--tol", type=float, default=1e-4, help="largest relative difference")
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds per family")
     ap.add_argument("--memory", type=float, default=10.0, help="GiB per family")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--task", choices=sorted(TASKS), default="causal-lm",
+                    help="which of transformers' mappings to sweep (default: causal-lm)")
+    ap.add_argument("--out", type=Path, help="the JSON (default: results/hf_sweep[_TASK].json)")
     ap.add_argument("--fresh", action="store_true", help="drop the families already in --out")
     ap.add_argument("--report", action="store_true", help="print the table of --out")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.out is None:
+        args.out = results_path(args.task)
     if args.one:
-        print(json.dumps(one(args.one, args.tol)))
+        print(json.dumps(one(args.one, args.tol, args.task)))
         return
     if args.timeout <= 0 or args.memory <= 0:
         raise SystemExit("hf_sweep.py: --timeout and --memory must be positive")
@@ -227,10 +365,15 @@ def main() -> None:
     data: dict[str, Any] = {"rows": {}}
     if args.out.exists() and not args.fresh:
         data = _read(args.out)
-    data["settings"] = {"small": SMALL, "seq": SEQ, "tol": args.tol,
+    held = data["settings"].get("task", "causal-lm") if "settings" in data else args.task
+    if held != args.task:
+        raise SystemExit(f"hf_sweep.py: {args.out} holds another task's sweep ({held}); "
+                         "--fresh starts over")
+    data["settings"] = {"small": TASKS[args.task].sizes(), "seq": SEQ, "tol": args.tol,
+                        "task": args.task,
                         "transformers": transformers.__version__}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    todo = [t for t in _types(args.types) if t not in data["rows"]]
+    todo = [t for t in _types(args.types, args.task) if t not in data["rows"]]
     current = ""
     try:
         for current in todo:

@@ -29,3 +29,47 @@ def test_a_family_runs_end_to_end() -> None:
     assert row["status"] == "ok" and row["rel_err"] < 1e-5 and row["nodes"] > 50
     assert row["program_vs_eager"] < 1e-5
     assert _module().one("no-such-family", 1e-4)["status"] == "config"
+
+
+def test_each_task_names_a_mapping_and_class_transformers_has() -> None:
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.auto import modeling_auto
+
+    mod = _module()
+    for name, task in mod.TASKS.items():
+        assert len(getattr(modeling_auto, task.mapping)) > 10, name
+        assert hasattr(transformers, task.auto), name
+        assert mod._types(None, name) == sorted(getattr(modeling_auto, task.mapping))
+    with pytest.raises(SystemExit, match="no masked-lm family"):
+        mod._types("llama", "masked-lm")  # a causal LM only
+
+
+def test_sizes_reach_sub_configs_and_the_ladder_ends_at_the_defaults() -> None:
+    transformers = pytest.importorskip("transformers")
+    mod = _module()
+    task = mod.TASKS["image-classification"]
+    rungs = task.ladder()
+    assert [r for r, _ in rungs] == ["small", "layers", "defaults"]
+    assert "image_size" not in rungs[-1][1] and rungs[-1][1]["vocab_size"] == 256
+    # CLIP's vision tower is a sub-config: a composite's defaults are full-sized towers
+    config = mod._config(transformers, "clip", rungs[0][1])
+    assert config.vision_config.hidden_size == 64 and config.vision_config.image_size == 64
+    assert config.vision_config.num_hidden_layers == 2
+    # the family table meets a constraint no generic size does (latent attention)
+    config = mod._config(transformers, "deepseek_v3", mod.TASKS["causal-lm"].sizes())
+    assert config.num_key_value_heads == config.num_attention_heads == 4
+    assert config.qk_rope_head_dim == config.head_dim
+
+
+def test_a_file_of_another_task_is_refused(tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "sweep.json"
+    out.write_text(json.dumps({"rows": {}, "settings": {"task": "causal-lm"}}))
+    run = subprocess.run([sys.executable, "benchmarks/hf_sweep.py", "--task", "masked-lm",
+                          "--out", str(out), "--types", "bert"], capture_output=True,
+                         text=True)
+    assert run.returncode == 1 and "another task's sweep (causal-lm)" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
