@@ -749,6 +749,38 @@ def test_masked_scatter_of_rows_and_elements() -> None:
         np.testing.assert_allclose(a, w, rtol=1e-6, atol=1e-6)
 
 
+class MaskedPuts(nn.Module):
+    """Writes at a boolean mask of one value for every masked place: Gemma-3 zeroing its
+    image tokens' ids, a row of values at masked rows, and an accumulating put."""
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        text = ids.clone()
+        text[ids == 7] = 0
+        rows = x.clone()
+        rows[ids > 3] = torch.arange(3.0, dtype=x.dtype)
+        acc = x.index_put((ids < 2,), torch.tensor(0.5, dtype=x.dtype), accumulate=True)
+        return text, rows, acc
+
+
+def test_index_put_at_a_boolean_mask_is_a_select() -> None:
+    torch.manual_seed(29)
+    x, ids = torch.randn(2, 5, 3), torch.tensor([[1, 7, 7, 2, 0], [7, 0, 0, 7, 4]])
+    g = check(import_exported, MaskedPuts(), {"x": x, "ids": ids})
+    ids2, x2 = torch.tensor([[7, 7, 5, 7, 7], [0, 1, 3, 4, 7]]), torch.randn(2, 5, 3)
+    got = interpret(g, {"x": x2.numpy(), "ids": ids2.numpy()})
+    for a, w in zip(got, reference(MaskedPuts(), x2, ids2), strict=True):
+        np.testing.assert_allclose(a, w, rtol=1e-6, atol=1e-6)
+
+    class PerPlace(nn.Module):  # one value per masked place: in the mask's order
+        def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+            y = x.clone()
+            y[ids == 7] = torch.ones(4, 3)
+            return y
+
+    with pytest.raises(UnsupportedOpsError, match="one value per masked place"):
+        import_exported(PerPlace(), (x, ids))
+
+
 def test_writes_into_slices_gathers_and_expm1() -> None:
     torch.manual_seed(28)
     x = torch.randn(2, 4)
@@ -998,6 +1030,34 @@ def test_training_mode_batch_norm_is_refused(importer: Callable[..., Graph]) -> 
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
     with pytest.raises(UnsupportedOpsError, match="training mode"):
         importer(model, (torch.randn(2, 3, 8, 8),))
+
+
+@IMPORTERS
+def test_batch_statistics_norm_without_running_statistics(
+        importer: Callable[..., Graph]) -> None:
+    """Batch norm in training mode with no running statistics updates nothing: each
+    channel normalised by its own mean and biased variance (BiT's weight standardisation,
+    and the same over an activation's batch and positions)."""
+
+    class Standardised(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(6, 3, 3, 3) * 3 + 1)
+            self.gamma = nn.Parameter(torch.rand(6) + 0.5)
+            self.beta = nn.Parameter(torch.randn(6))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            w = F.batch_norm(self.weight.reshape(1, 6, -1), None, None, training=True,
+                             momentum=0.0, eps=1e-6).reshape_as(self.weight)
+            y = F.conv2d(x, w)
+            return F.batch_norm(y, None, None, self.gamma, self.beta, training=True, eps=1e-5)
+
+    torch.manual_seed(0)
+    model = Standardised()
+    graph = check(importer, model, {"x": torch.randn(2, 3, 7, 7) * 2 + 1}, atol=1e-6)
+    other = torch.randn(3, 3, 7, 7)[:2] * 0.5 - 1  # the statistics move with the input
+    got = interpret(graph, {"x": other.numpy()})[0]
+    np.testing.assert_allclose(got, reference(model, other)[0], rtol=1e-6, atol=1e-6)
 
 
 def test_untraceable_module_is_a_clear_error() -> None:

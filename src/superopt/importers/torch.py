@@ -895,6 +895,26 @@ class _Ctx:
             y = self.add(y, self.reshape(bias, per_channel))
         return y
 
+    def batch_stats_norm(self, x: Any, w: Any, bias: Any, eps: float) -> Any:
+        """Batch norm in training mode without running statistics (nothing to update):
+        each channel (dim 1) normalised by its mean and biased variance over every other
+        axis, a layer norm of the (C, rest) view, then the per-channel weight and bias.
+        BiT standardises its convolution weights this way."""
+        shape = tuple(self.shape(x))
+        if len(shape) < 2:
+            raise _Refuse("batch norm of a rank < 2 input")
+        perm = (1, 0, *range(2, len(shape)))  # its own inverse
+        moved = self.transpose(x, perm)
+        rows = self.reshape(moved, (shape[1], math.prod(shape) // shape[1]))
+        y = self.layer_norm(rows, self.shape(rows)[1:], None, None, eps)
+        y = self.transpose(self.reshape(y, self.shape(moved)), perm)
+        per_channel = (-1,) + (1,) * (len(shape) - 2)
+        if w is not None:
+            y = self.mul(y, self.reshape(w, per_channel))
+        if bias is not None:
+            y = self.add(y, self.reshape(bias, per_channel))
+        return y
+
     def resample(self, x: Any, op: Callable[[torch.Tensor, int | None], torch.Tensor]) -> Any:
         """An interpolation (nearest, linear, cubic; any corner rule) of x's spatial dims,
         as gathers times weights (`superopt.importers.resample`). `op(t, k)` runs the
@@ -1638,6 +1658,8 @@ class _Ctx:
         every row is written once, so the result is values read at the inverse permutation,
         whatever base held."""
         idx = [t for t in indices if t is not None]
+        if len(indices) == 1 and idx and self.torch_dtype(idx[0]) == torch.bool:
+            return self.masked_put(base, idx[0], values, accumulate)
         if accumulate or len(idx) != 1 or indices[0] is None or not self.is_permutation(idx[0]) \
                 or self.shape(idx[0])[0] != self.shape(base)[0]:
             raise _Refuse("index_put other than a write of every row at a permutation")
@@ -1645,6 +1667,23 @@ class _Ctx:
             values = self.expand(values, self.shape(base))
         inverse = self.topk(idx[0], self.shape(idx[0])[0], 0, False)[1]
         return self.cast(self.gather(values, inverse, 0), self.torch_dtype(base))
+
+    def masked_put(self, base: Any, mask: Any, values: Any, accumulate: bool) -> Any:
+        """base[mask] = values (or += with accumulate) for a boolean mask over base's leading
+        dims and one value for every masked place (a scalar, or one row of base's trailing
+        dims): a select (Gemma-3 zeroes its image tokens' ids this way). Values that differ
+        per masked place would be read in the mask's order, a count only the data knows."""
+        shape, mshape = tuple(self.shape(base)), tuple(self.shape(mask))
+        tail = shape[len(mshape):]
+        vshape = tuple(self.shape(values))
+        if mshape != shape[:len(mshape)] or (math.prod(vshape) != 1 and vshape != tail):
+            raise _Refuse(f"index_put at a {list(mshape)} mask of a {list(shape)} tensor with "
+                          f"{list(vshape)} values (one value per masked place)")
+        if math.prod(vshape) == 1:
+            values = self.reshape(values, ())
+        marks = self.reshape(mask, mshape + (1,) * len(tail))
+        new = self.add(base, values) if accumulate else values
+        return self.cast(self.where(marks, new, base), self.torch_dtype(base))
 
     def masked_scatter(self, x: Any, mask: Any, source: Any) -> Any:
         """x with the masked places filled by source's elements in order (a vision-language
@@ -1739,10 +1778,13 @@ def _dropout(cx: _Ctx, a: dict[str, Any]) -> Any:
 
 
 def _aten_batch_norm(cx: _Ctx, a: dict[str, Any]) -> Any:
-    if a.get("training"):
+    if a.get("training") and a["running_mean"] is None and a["running_var"] is None:
+        y = cx.batch_stats_norm(a["input"], a["weight"], a["bias"], a["eps"])
+    elif a.get("training"):
         raise _Refuse("batch norm in training mode (call .eval() before capture)")
-    y = cx.batch_norm(a["input"], a["weight"], a["bias"], a["running_mean"], a["running_var"],
-                      a["eps"])
+    else:
+        y = cx.batch_norm(a["input"], a["weight"], a["bias"], a["running_mean"],
+                          a["running_var"], a["eps"])
     if "training" in a:  # aten.batch_norm has one output, the _native_ variants three
         return y
     return (y, _Missing("batch-norm saved mean"), _Missing("batch-norm saved inverse std"))
@@ -2071,6 +2113,7 @@ ATEN: dict[Any, AtenConverter] = {
     aten.expand.default: lambda cx, a: cx.expand(a["self"], a["size"]),
     aten.expand_as.default: lambda cx, a: cx.expand(a["self"], cx.shape(a["other"])),
     aten.view_as.default: lambda cx, a: cx.reshape(a["self"], cx.shape(a["other"])),
+    aten.reshape_as.default: lambda cx, a: cx.reshape(a["self"], cx.shape(a["other"])),
     aten.repeat.default: lambda cx, a: cx.repeat(a["self"], a["repeats"]),
     aten.repeat_interleave.self_int: lambda cx, a: cx.repeat_interleave(
         a["self"], a["repeats"], a["dim"]),
@@ -2274,6 +2317,8 @@ def _fx_pad(cx: _Ctx, a: dict[str, Any]) -> Any:
 
 
 def _fx_batch_norm(cx: _Ctx, a: dict[str, Any]) -> Any:
+    if a["training"] and a["running_mean"] is None and a["running_var"] is None:
+        return cx.batch_stats_norm(a["input"], a["weight"], a["bias"], a["eps"])
     if a["training"]:
         raise _Refuse("batch norm in training mode")
     return cx.batch_norm(a["input"], a["weight"], a["bias"], a["running_mean"],
@@ -2574,6 +2619,9 @@ FX_METHODS: dict[str, FxConverter] = {
     "repeat": _method_sizes(lambda cx, x, s: cx.repeat(x, s)),
     "expand_as": _spec("input, other", lambda cx, a: cx.expand(a["input"],
                                                                cx.shape(a["other"]))),
+    "view_as": _spec("input, other", lambda cx, a: cx.reshape(a["input"], cx.shape(a["other"]))),
+    "reshape_as": _spec("input, other",
+                        lambda cx, a: cx.reshape(a["input"], cx.shape(a["other"]))),
     "flatten": _FLATTEN, "transpose": _TRANSPOSE, "t": _T,
     "unsqueeze": _UNSQUEEZE, "squeeze": _SQUEEZE,
     "mean": _MEAN, "sum": _SUM, "var": _VAR, "std": _STD, "split": _SPLIT, "chunk": _CHUNK,
@@ -2722,10 +2770,10 @@ FX_MODULES: dict[type, ModuleConverter] = {
 # torch.fx targets whose result shares its operand's memory (a write through one is seen
 # through the other): the methods and functions, and getitem (a slice, or a piece of a split).
 _FX_VIEW_NAMES = frozenset({
-    "view", "view_as", "reshape", "transpose", "permute", "expand", "expand_as", "narrow",
-    "select", "squeeze", "unsqueeze", "flatten", "unflatten", "t", "swapaxes", "swapdims",
-    "movedim", "diagonal", "unfold", "split", "chunk", "unbind", "detach", "contiguous",
-    "as_strided", "real", "imag", "getitem"})
+    "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "expand", "expand_as",
+    "narrow", "select", "squeeze", "unsqueeze", "flatten", "unflatten", "t", "swapaxes",
+    "swapdims", "movedim", "diagonal", "unfold", "split", "chunk", "unbind", "detach",
+    "contiguous", "as_strided", "real", "imag", "getitem"})
 _FX_IN_PLACE_FUNCTIONS = frozenset({operator.iadd, operator.isub, operator.imul,
                                     operator.itruediv})
 
