@@ -781,6 +781,99 @@ def test_index_put_at_a_boolean_mask_is_a_select() -> None:
         import_exported(PerPlace(), (x, ids))
 
 
+class IntegerMasks(nn.Module):
+    """CPM-Ant's attention mask: an integer context of ones or'd with a causal mask, and'd
+    with an equality of spans (integers that hold only 0 and 1 are masks)."""
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        n = ids.shape[1]
+        context = torch.full((1, n), 1, dtype=torch.int32)
+        causal = torch.arange(n) <= torch.arange(n).view(-1, 1)
+        keep = context[:, None, :] | (context[:, :, None] == 0) & causal.view(1, n, n)
+        keep = keep & (ids[:, :, None] > ids[:, None, :])
+        return x.masked_fill(keep == 0, -1.0) * keep
+
+
+def test_and_or_of_integer_masks() -> None:
+    x, ids = torch.randn(1, 5, 5), torch.tensor([[3, 1, 4, 1, 5]])
+    g = check(import_exported, IntegerMasks(), {"x": x, "ids": ids})
+    ids2 = torch.tensor([[2, 7, 1, 8, 2]])
+    got = interpret(g, {"x": x.numpy(), "ids": ids2.numpy()})[0]
+    np.testing.assert_allclose(got, reference(IntegerMasks(), x, ids2)[0], rtol=1e-6)
+
+    class Bits(nn.Module):  # a bitwise and of integers of any value has no IR form
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return ids & (ids + 1)
+
+    with pytest.raises(UnsupportedOpsError, match="not known to be 0 or 1"):
+        import_exported(Bits(), (ids,))
+
+
+class ComplexRotary(nn.Module):
+    """A rotary embedding written with complex numbers (DeepSeek-V2, Llama-4): pairs of
+    channels viewed as complex, times unit phasors (from live positions through
+    torch.polar, and a folded constant one), viewed back as real pairs."""
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        d = x.shape[-1]
+        inv = 1.0 / (10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+        freqs = pos.float()[:, None] * inv[None, :]
+        cis = torch.polar(torch.ones_like(freqs), freqs) * 0.5
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        turned = torch.view_as_real(xc * cis[None, None]).flatten(3)
+        fixed = torch.polar(torch.ones(d // 2), torch.linspace(0.0, 3.0, d // 2))
+        mixed = xc + xc * fixed - 2 * xc
+        return turned.type_as(x), torch.view_as_real(mixed.transpose(1, 2)), mixed.imag
+
+
+def test_complex_products_as_pairs_of_real_parts() -> None:
+    torch.manual_seed(30)
+    x, pos = torch.randn(1, 2, 5, 8), torch.tensor([0, 1, 2, 3, 4])
+    g = check(import_exported, ComplexRotary(), {"x": x, "pos": pos}, atol=1e-6)
+    pos2, x2 = torch.tensor([7, 3, 9, 0, 2]), torch.randn(1, 2, 5, 8)
+    got = interpret(g, {"x": x2.numpy(), "pos": pos2.numpy()})
+    for a, w in zip(got, reference(ComplexRotary(), x2, pos2), strict=True):
+        np.testing.assert_allclose(a, w, rtol=1e-6, atol=1e-6)
+
+    class Modulus(nn.Module):  # |z| reads values beyond products and sums
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.view_as_complex(x.reshape(2, 4, 2)).abs()
+
+    with pytest.raises(UnsupportedOpsError, match="abs of a complex tensor"):
+        import_exported(Modulus(), (torch.randn(2, 8),))
+
+    class Phasors(nn.Module):  # a complex result has no IR form
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.view_as_complex(x.reshape(2, 4, 2)) * 2
+
+    with pytest.raises(ModelImportError, match="output 0 is a complex tensor"):
+        import_exported(Phasors(), (torch.randn(2, 8),))
+
+
+class TopScores(nn.Module):
+    """Llama-4's router: the top-k scores scattered into a tensor of -inf at their experts."""
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        top, idx = torch.topk(logits, 2, dim=1)
+        scores = torch.full_like(logits, float("-inf")).scatter_(1, idx, top)
+        return torch.sigmoid(scores)
+
+
+def test_scatter_of_top_k_values_at_their_indices() -> None:
+    torch.manual_seed(31)
+    g = check(import_exported, TopScores(), {"logits": torch.randn(6, 4)})
+    other = torch.randn(6, 4)  # other experts chosen
+    np.testing.assert_allclose(interpret(g, {"logits": other.numpy()})[0],
+                               reference(TopScores(), other)[0], rtol=1e-6)
+
+    class Anywhere(nn.Module):  # indices not known to be distinct
+        def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            return torch.zeros_like(x).scatter(1, idx, x[:, :2])
+
+    with pytest.raises(UnsupportedOpsError, match="only at a top-k's indices"):
+        import_exported(Anywhere(), (torch.randn(3, 4), torch.tensor([[0, 1]] * 3)))
+
+
 def test_writes_into_slices_gathers_and_expm1() -> None:
     torch.manual_seed(28)
     x = torch.randn(2, 4)

@@ -81,6 +81,16 @@ class _Missing:
     what: str
 
 
+@dataclass(frozen=True)
+class _Complex:
+    """A complex tensor as its real and imaginary parts (each a Value, Const or Expanded of
+    the same shape): the IR has no complex type, and rotary embeddings written with complex
+    products (DeepSeek-V2, Llama-4) need only products, sums and moves of them."""
+
+    re: Any
+    im: Any
+
+
 class _Refuse(Exception):
     """A converter cannot map this particular use of an op; collected, never shown alone."""
 
@@ -90,7 +100,7 @@ class _Refuse(Exception):
 
 
 def _live(x: Any) -> bool:
-    return isinstance(x, Value | Expanded)
+    return isinstance(x, Value | Expanded | _Complex)
 
 
 def _leaves(x: Any) -> Iterator[Any]:
@@ -284,6 +294,8 @@ class _Ctx:
         """`x` as a graph value: materialises broadcasts, constants and scalars."""
         if isinstance(x, Value):
             return x
+        if isinstance(x, _Complex):
+            raise _Refuse("a complex tensor where a real one is needed")
         if isinstance(x, Expanded):
             return self._materialise(x)
         if isinstance(x, Const):
@@ -306,6 +318,8 @@ class _Ctx:
     def shape(self, x: Any) -> tuple[int, ...]:
         if isinstance(x, Value):
             return self.b.shape(x)
+        if isinstance(x, _Complex):
+            return self.shape(x.re)
         if isinstance(x, Expanded):
             return x.shape
         if isinstance(x, Const):
@@ -331,6 +345,8 @@ class _Ctx:
 
     def conform(self, x: Any, shape: tuple[int, ...] | None, where: str) -> Any:
         """Check a converted value against torch's shape; finish broadcasts left lazy."""
+        if isinstance(x, _Complex):
+            return _Complex(self.conform(x.re, shape, where), self.conform(x.im, shape, where))
         if shape is None or not _live(x):
             return x
         have = self.shape(x)
@@ -360,6 +376,13 @@ class _Ctx:
         return self.dtype(xs[0])
 
     def _ew(self, op: str, x: Any, y: Any) -> Value:
+        live = [t for t in (x, y) if _live(t)]
+        if len({self.dtype(t) for t in live}) > 1 and all(self.rank(t) for t in live):
+            # Tensors of mixed dtypes (a float times an integer mask): torch promotes both
+            # to one type first. Zero-dim tensors promote by other rules, and stay refused.
+            to = functools.reduce(torch.promote_types, [self.torch_dtype(t) for t in live])
+            x, y = (self.cast(t, to) if _live(t) and self.torch_dtype(t) != to else t
+                    for t in (x, y))
         dt = self._common_dtype(op, x, y)
         return self.b.op(op, self.loose(x, dt), self.loose(y, dt))
 
@@ -617,15 +640,23 @@ class _Ctx:
         return self.b.op("eq", v, self.scalar(False, DType.BOOL))
 
     def logical(self, op: str, x: Any, y: Any) -> Any:
-        """and / or of boolean tensors as selects: a & b = where(a, b, false)."""
+        """and / or of boolean tensors as selects: a & b = where(a, b, false). An integer
+        operand known to hold only 0 and 1 (a mask kept as integers, CPM-Ant's) is that
+        mask; the result then has torch's promoted integer type."""
         if not _live(x):
             x, y = y, x
-        for t in (x, y):
-            if self.dtype(t) != DType.BOOL:
-                raise _Refuse(f"logical {op} of a non-boolean tensor")
-        if op == "and":
-            return self.where(x, y, False)
-        return self.where(x, True, y)
+        ints = [t for t in (x, y) if self.dtype(t) != DType.BOOL]
+        for t in ints:
+            bound = self.index_bound(t)
+            if self.dtype(t).is_float or bound is None or bound > 2:
+                raise _Refuse(f"logical {op} of a non-boolean tensor (values not known to be "
+                              "0 or 1)")
+        x, y = (self.compare("ne", t, 0) if self.dtype(t) != DType.BOOL else t for t in (x, y))
+        out = self.where(x, y, False) if op == "and" else self.where(x, True, y)
+        if not ints:
+            return out
+        dtypes = [self.torch_dtype(t) for t in ints]
+        return self.cast(out, functools.reduce(torch.promote_types, dtypes))
 
     def where(self, cond: Any, x: Any, y: Any) -> Any:
         if not _any_live(cond, x, y):
@@ -1459,6 +1490,29 @@ class _Ctx:
             value, self.torch_dtype(x))
         return self.where(hit, fill, x)
 
+    def scatter_src(self, x: Any, dim: int, idx: Any, src: Any) -> Any:
+        """torch.scatter of a tensor at indices that are a top-k's along the same dim (a
+        router's scores placed at its chosen experts, Llama-4's `full(-inf).scatter_(1,
+        top_indices, top_values)`): distinct, so each place is hit at most once and takes
+        the one source element whose index names it (a select summed over the indices)."""
+        shape, ishape = self.shape(x), self.shape(idx)
+        d = _axis(dim, len(shape))
+        node = self.b.nodes[idx.node] if isinstance(idx, Value) else None
+        if node is None or node.op != "topk" or idx.index != 1 or node.attr("axis") != d \
+                or tuple(self.shape(src)) != tuple(ishape) or len(ishape) != len(shape) \
+                or any(ishape[k] != shape[k] for k in range(len(shape)) if k != d):
+            raise _Refuse(f"scatter into {list(shape)} of {list(self.shape(src))} values "
+                          "(only at a top-k's indices along the scattered dim)")
+        at = self.unsqueeze(idx, d + 1)  # (.., k, 1, ..): each index against every place
+        ramp = torch.arange(shape[d]).reshape([-1 if k == d + 1 else 1
+                                              for k in range(len(shape) + 1)])
+        hits = self.compare("eq", at, Const(ramp, "const.positions"))
+        values = self.cast(self.unsqueeze(src, d + 1), self.torch_dtype(x))
+        picked = self.reduce("reduce_sum", self.where(hits, values, 0.0), (d,), False)
+        hit = self.compare("gt", self.reduce("reduce_max", self.cast(hits, torch.int64), (d,),
+                                             False), 0)
+        return self.where(hit, picked, x)
+
     def any_all(self, x: Any, dims: Any, keepdim: bool, every: bool) -> Any:
         """torch.any / torch.all over dims: a maximum (a minimum, for all) of the tensor as
         0/1 integers, compared with 0."""
@@ -1599,6 +1653,8 @@ class _Ctx:
             if node.op == "cast" and not node.type.dtype.is_float and \
                     self.b.type_of(node.inputs[0]).dtype.is_float:
                 return None  # truncation of floats: not a subset of their values
+            if node.op == "cast" and self.b.type_of(node.inputs[0]).dtype == DType.BOOL:
+                return 2
             return self.index_bound(node.inputs[0])
         return None
 
@@ -1907,6 +1963,97 @@ def _aten_min_dim(cx: _Ctx, a: dict[str, Any]) -> Any:
             cx.argmax(a["self"], a["dim"], a["keepdim"], least=True))
 
 
+# ---- complex tensors as pairs of real ones ---------------------------------------------
+
+# ATen ops that move or view elements without reading their values: on a complex tensor,
+# the same op on each part.
+_COMPLEX_MOVES = frozenset({
+    "unsqueeze", "squeeze", "view", "reshape", "_unsafe_view", "slice", "select", "permute",
+    "transpose", "t", "expand", "clone", "alias", "contiguous", "flatten", "unflatten",
+    "index_select", "repeat", "detach", "lift_fresh_copy", "narrow", "movedim", "unbind",
+    "split", "chunk", "split_with_sizes", "cat", "stack"})
+
+
+def _as_complex(x: Any) -> Any:
+    if isinstance(x, Const) and x.tensor.is_complex():
+        return _Complex(Const(x.tensor.real.clone(), f"{x.name}.re"),
+                        Const(x.tensor.imag.clone(), f"{x.name}.im"))
+    if isinstance(x, list | tuple):
+        return type(x)(_as_complex(y) for y in x)
+    return x
+
+
+def _has_complex(a: dict[str, Any]) -> bool:
+    return any(isinstance(leaf, _Complex) or (isinstance(leaf, Const) and leaf.tensor.is_complex())
+               for leaf in _leaves(a))
+
+
+def _part(x: Any, which: str) -> Any:
+    """One part of every complex operand in x (a real operand is its own real part and has
+    no imaginary one in a move: moves take one complex tensor or a list of them)."""
+    if isinstance(x, _Complex):
+        return getattr(x, which)
+    if isinstance(x, list | tuple):
+        return type(x)(_part(y, which) for y in x)
+    return x
+
+
+def _pairwise(re: Any, im: Any) -> Any:
+    if isinstance(re, tuple):
+        return tuple(_pairwise(r, i) for r, i in zip(re, im, strict=True))
+    return _Complex(re, im)
+
+
+def _complex_call(cx: _Ctx, target: Any, a: dict[str, Any], conv: AtenConverter) -> Any:
+    """An ATen op with a complex operand: products, sums and moves of complex pairs."""
+    name = target._overloadpacket.__name__
+    a = {k: _as_complex(v) for k, v in a.items()}
+    if name in _COMPLEX_MOVES:
+        if name in ("cat", "stack") and not all(isinstance(t, _Complex) for t in a["tensors"]):
+            raise _Refuse(f"{name} of complex and real tensors")
+        return _pairwise(conv(cx, {k: _part(v, "re") for k, v in a.items()}),
+                         conv(cx, {k: _part(v, "im") for k, v in a.items()}))
+    if name in ("to", "_to_copy"):
+        dtype = a.get("dtype")
+        if dtype is not None and not dtype.is_complex:
+            raise _Refuse("a complex tensor cast to a real type (its imaginary part dropped)")
+        return a["self"] if "self" in a else a["input"]
+    if name == "view_as_real":
+        c = a["self"]
+        return cx.cat([cx.unsqueeze(c.re, -1), cx.unsqueeze(c.im, -1)], -1)
+    if name == "real":
+        return a["self"].re
+    if name == "imag":
+        return a["self"].im
+    x, y = a.get("self"), a.get("other")
+    if name == "mul":
+        if isinstance(x, _Complex) and isinstance(y, _Complex):
+            return _Complex(cx.sub(cx.mul(x.re, y.re), cx.mul(x.im, y.im)),
+                            cx.add(cx.mul(x.re, y.im), cx.mul(x.im, y.re)))
+        c, r = (x, y) if isinstance(x, _Complex) else (y, x)
+        return _Complex(cx.mul(c.re, r), cx.mul(c.im, r))
+    if name in ("add", "sub") and a.get("alpha", 1) == 1:
+        step = cx.add if name == "add" else cx.sub
+        if isinstance(x, _Complex) and isinstance(y, _Complex):
+            return _Complex(step(x.re, y.re), step(x.im, y.im))
+        if isinstance(x, _Complex):
+            return _Complex(step(x.re, y), x.im)
+        return _Complex(step(x, y.re), y.im if name == "add" else cx.mul(y.im, -1.0))
+    raise _Refuse(f"{name} of a complex tensor")
+
+
+def _view_as_complex(cx: _Ctx, a: dict[str, Any]) -> Any:
+    x = a["self"]
+    if not cx.shape(x) or cx.shape(x)[-1] != 2:
+        raise _Refuse(f"view_as_complex of a {list(cx.shape(x))} tensor (last dim not 2)")
+    return _Complex(cx.select(x, -1, 0), cx.select(x, -1, 1))
+
+
+def _polar(cx: _Ctx, a: dict[str, Any]) -> Any:
+    r, theta = a["abs"], a["angle"]
+    return _Complex(cx.mul(r, cx.unary("cos", theta)), cx.mul(r, cx.unary("sin", theta)))
+
+
 def _aten_unary(op: str) -> AtenConverter:
     return lambda cx, a: cx.unary(op, a["self"])
 
@@ -1943,6 +2090,11 @@ ATEN: dict[Any, AtenConverter] = {
     aten.rsqrt.default: _aten_unary("rsqrt"),
     aten.reciprocal.default: _aten_unary("recip"),
     aten.erf.default: _aten_unary("erf"),
+    aten.view_as_complex.default: _view_as_complex,
+    # Reached with a real operand only (a complex one takes `_complex_call`).
+    aten.view_as_real.default: lambda cx, a: _raise(_Refuse("view_as_real of a real tensor")),
+    aten.real.default: lambda cx, a: a["self"],
+    aten.polar.default: _polar,
     aten.sin.default: _aten_unary("sin"),
     aten.cos.default: _aten_unary("cos"),
     aten.abs.default: lambda cx, a: cx.abs(a["self"]),
@@ -2073,6 +2225,7 @@ ATEN: dict[Any, AtenConverter] = {
     aten.all.default: lambda cx, a: cx.any_all(a["self"], None, False, True),
     aten.all.dim: lambda cx, a: cx.any_all(a["self"], a["dim"], a["keepdim"], True),
     aten.all.dims: lambda cx, a: cx.any_all(a["self"], a["dim"], a["keepdim"], True),
+    aten.scatter.src: lambda cx, a: cx.scatter_src(a["self"], a["dim"], a["index"], a["src"]),
     aten.scatter.value: lambda cx, a: cx.scatter_value(a["self"], a["dim"], a["index"],
                                                        a["value"]),
     aten.argmax.default: lambda cx, a: cx.argmax(a["self"], a["dim"], a["keepdim"]),
@@ -2882,6 +3035,9 @@ class _Importer:
         cx = self.cx
         values: list[Value] = []
         for i, out in enumerate(outputs):
+            if isinstance(out, _Complex):
+                raise ModelImportError(f"{self.source}: output {i} is a complex tensor (the IR "
+                                       "has none; return torch.view_as_real of it)")
             if not isinstance(out, Value | Expanded | Const):
                 raise ModelImportError(f"{self.source}: output {i} is not a tensor "
                                        f"({type(out).__name__})")
@@ -3087,7 +3243,14 @@ class _ExportImporter(_Importer):
         if conv is None:
             return None
         schema = target._schema
-        return lambda args, kwargs: conv(self.cx, _bind(schema, args, kwargs))
+
+        def call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            bound = _bind(schema, args, kwargs)
+            if _has_complex(bound):
+                return _complex_call(self.cx, target, bound, conv)
+            return conv(self.cx, bound)
+
+        return call
 
     def foldable(self, node: fx.Node) -> bool:
         tags = getattr(node.target, "tags", ())
