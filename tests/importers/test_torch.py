@@ -874,6 +874,31 @@ def test_scatter_of_top_k_values_at_their_indices() -> None:
         import_exported(Anywhere(), (torch.randn(3, 4), torch.tensor([[0, 1]] * 3)))
 
 
+class ShiftedIds(nn.Module):
+    """LongCat-Flash's routing arithmetic: top-k ids shifted and scaled below zero, floor
+    and truncated division of them, a select between those and the ids, histograms of the
+    result (bins that the range misses stay empty) and of one bin over the data's own
+    range (a router of one expert)."""
+
+    def forward(self, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ids = torch.topk(scores, 2, dim=-1).indices
+        shifted = (ids - 3) * 4
+        floor = shifted // 3
+        trunc = torch.div(shifted, 3, rounding_mode="trunc")
+        picked = torch.where(ids >= 3, floor, ids)
+        counts = torch.histc(picked.reshape(-1).float(), bins=6, min=-1, max=4)
+        return floor, trunc, picked, counts, torch.histc(ids.float(), bins=1)
+
+
+def test_integer_ranges_through_sums_products_and_selects() -> None:
+    torch.manual_seed(32)
+    g = check(import_exported, ShiftedIds(), {"scores": torch.randn(5, 6)})
+    other = torch.randn(5, 6)  # other ids chosen
+    for a, w in zip(interpret(g, {"scores": other.numpy()}), reference(ShiftedIds(), other),
+                    strict=True):
+        np.testing.assert_allclose(a, w)
+
+
 def test_writes_into_slices_gathers_and_expm1() -> None:
     torch.manual_seed(28)
     x = torch.randn(2, 4)

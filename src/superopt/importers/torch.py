@@ -118,6 +118,11 @@ def _any_live(*xs: Any) -> bool:
     return any(_live(leaf) for x in xs for leaf in _leaves(x))
 
 
+# IR ops whose integer results' range follows from their operands' (`value_range`).
+_AFFINE = frozenset({"ewadd", "sub", "ewmul", "smul"})
+# The widest range of integers a lookup table is made for.
+_LOOKUP_LIMIT = 1 << 16
+
 _TORCH_TO_IR: dict[torch.dtype, DType] = {
     torch.float32: DType.F32, torch.float64: DType.F32, torch.bfloat16: DType.BF16,
     torch.float16: DType.F16, torch.int64: DType.I64, torch.int32: DType.I32,
@@ -558,11 +563,14 @@ class _Ctx:
         if not _live(x) and not _live(y):
             return self.fold(lambda a, b: torch.div(a, b, rounding_mode=rounding_mode), x, y)
         if rounding_mode is not None:
-            # Integers of known range are never negative, so floor and trunc agree: a lookup
-            # (a mixture of experts' `perm // top_k`, as torch's decompositions write it).
-            if isinstance(y, int) and y > 0 and not self.dtype(x).is_float \
-                    and self.index_bound(x) is not None:
-                return self.floor_divide(x, y)
+            # Integers of known range by a positive constant: a lookup (a mixture of
+            # experts' `perm // top_k`, as torch's decompositions write it).
+            span = self.value_range(x) if not self.dtype(x).is_float else None
+            if isinstance(y, int) and y > 0 and span is not None:
+                if rounding_mode == "floor" or span[0] >= 0:  # trunc = floor when >= 0
+                    return self.floor_divide(x, y)
+                return self.lookup(x, lambda v: torch.div(v, y, rounding_mode="trunc"),
+                                   "truncated division")
             raise _Refuse(f"division of a computed tensor with rounding_mode={rounding_mode!r}")
         if not self.dtype(x).is_float and not (_live(y) and self.dtype(y).is_float):
             raise _Refuse("true division of an integer tensor")
@@ -1656,41 +1664,101 @@ class _Ctx:
             if node.op == "cast" and self.b.type_of(node.inputs[0]).dtype == DType.BOOL:
                 return 2
             return self.index_bound(node.inputs[0])
+        if node.op in _AFFINE:
+            span = self._affine_range(node)
+            return span[1] + 1 if span is not None and span[0] >= 0 else None
         return None
 
-    def lookup(self, x: Any, table_of: Callable[[int], torch.Tensor], what: str) -> Any:
-        """f(x) for an integer tensor x known to lie in [0, n), exactly, as one gather from
-        the table `table_of(n)` of f's values on 0 .. n - 1."""
+    def value_range(self, x: Any) -> tuple[int, int] | None:
+        """[lo, hi] holding every element of the integer tensor x: `index_bound`'s cases,
+        integer constants, and sums, differences and products of those (LongCat-Flash's
+        `(top_k_ids - n) * n // zeros`); None where unknown."""
+        if isinstance(x, bool | int):
+            return int(x), int(x)
+        if isinstance(x, Const) or (isinstance(x, Value)
+                                    and self.b.nodes[x.node].op == "weight"):
+            data = x.tensor.numpy() if isinstance(x, Const) else self.b.weights.get(
+                self.b.nodes[x.node].attr("name"))
+            if data is None or data.dtype.kind not in "iu" or not data.size:
+                return None
+            return int(data.min()), int(data.max())
         bound = self.index_bound(x)
-        if bound is None:
+        if bound is not None:
+            return 0, bound - 1
+        if not isinstance(x, Value):
+            return None
+        node = self.b.nodes[x.node]
+        if node.type.dtype.is_float:
+            return None
+        if node.op in _AFFINE:
+            return self._affine_range(node)
+        if node.op in ("concat", "where"):  # values of the pieces (of either branch)
+            spans = [self.value_range(p) for p in (node.inputs[1:] if node.op == "where"
+                                                   else node.inputs)]
+            if any(r is None for r in spans):
+                return None
+            return min(r[0] for r in spans if r), max(r[1] for r in spans if r)
+        if node.op in ("cast", "reshape", "transpose", "slice", "expand", "gather") or (
+                node.op == "topk" and x.index == 0):
+            if node.op == "cast" and self.b.type_of(node.inputs[0]).dtype.is_float:
+                return None
+            return self.value_range(node.inputs[0])
+        return None
+
+    def _affine_range(self, node: Any) -> tuple[int, int] | None:
+        if node.type.dtype.is_float:
+            return None
+        a, b = (self.value_range(v) for v in node.inputs[:2])
+        if a is None or b is None:
+            return None
+        if node.op == "ewadd":
+            return a[0] + b[0], a[1] + b[1]
+        if node.op == "sub":
+            return a[0] - b[1], a[1] - b[0]
+        corners = [p * q for p in a for q in b]  # ewmul, smul
+        return min(corners), max(corners)
+
+    def lookup(self, x: Any, table_of: Callable[[torch.Tensor], torch.Tensor],
+               what: str) -> Any:
+        """f(x) for an integer tensor x known to lie in [lo, hi], exactly, as one gather
+        from the table `table_of(arange(lo, hi + 1))` of f's values there."""
+        span = self.value_range(x)
+        if span is None or span[1] - span[0] >= _LOOKUP_LIMIT:
             raise _Refuse(f"{what} of an integer tensor whose values are not known to lie "
                           "in a small range")
-        table = table_of(bound)
+        lo, hi = span
+        table = table_of(torch.arange(lo, hi + 1))
         if not _live(x):
-            return Const(table[x.tensor if isinstance(x, Const) else torch.tensor(x)],
-                         "const.lookup")
-        return self.gather(Const(table, "const.lookup"), x, 0)
+            at = x.tensor if isinstance(x, Const) else torch.tensor(x)
+            return Const(table[at - lo], "const.lookup")
+        return self.gather(Const(table, "const.lookup"), self.sub(x, lo) if lo else x, 0)
 
     def floor_divide(self, x: Any, y: Any) -> Any:
         if not _live(x) and not _live(y):
             return self.fold(torch.floor_divide, x, y)
         if not isinstance(y, int) or y <= 0 or self.dtype(x).is_float:
             raise _Refuse("floor division other than of integers by a positive constant")
-        return self.lookup(x, lambda n: torch.arange(n) // y, "floor division")
+        return self.lookup(x, lambda v: torch.div(v, y, rounding_mode="floor"),
+                           "floor division")
 
     def histc(self, x: Any, bins: int, lo: float, hi: float) -> Any:
         """torch.histc of values known to be integers in [0, n) (a cast of routed expert
         ids): each value's bin, read from a table, one-hot and summed."""
         if not _live(x):
             return self.fold(lambda t: torch.histc(t, bins, lo, hi), x)
+        if bins == 1 and lo == hi == 0:
+            # One bin over the data's own range holds every element (a router of one
+            # expert; torch refuses data whose range is not finite).
+            return Const(torch.tensor([float(math.prod(self.shape(x)))],
+                                      dtype=self.torch_dtype(x)), "const.histc")
         node = self.b.nodes[self.value(x).node]
         if node.op != "cast" or self.b.type_of(node.inputs[0]).dtype.is_float or hi <= lo:
             raise _Refuse("histc of values not known to be integers in a small range")
 
-        def bin_of(n: int) -> torch.Tensor:
+        def bin_of(values: torch.Tensor) -> torch.Tensor:
             # torch's bin of v in [lo, hi]: floor((v - lo) * bins / (hi - lo)), hi in the
             # last; -1 (no bin) outside.
-            v = torch.arange(n, dtype=torch.float64)
+            v = values.double()
             b = torch.floor((v - lo) * bins / (hi - lo)).clamp(max=bins - 1).long()
             return torch.where((v >= lo) & (v <= hi), b, torch.full_like(b, -1))
 
