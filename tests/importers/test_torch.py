@@ -899,6 +899,19 @@ def test_integer_ranges_through_sums_products_and_selects() -> None:
         np.testing.assert_allclose(a, w)
 
 
+class TimeShift(nn.Module):
+    """RWKV's time shift: one step padded in front and one cropped at the end (a negative
+    pad), and a crop and a pad on one axis with a fill value."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return F.pad(x, (0, 0, 1, -1)), F.pad(x, (-2, 1), value=0.5)
+
+
+@IMPORTERS
+def test_negative_pads_crop(importer: Callable[..., Graph]) -> None:
+    check(importer, TimeShift(), {"x": torch.randn(2, 4, 5)})
+
+
 def test_writes_into_slices_gathers_and_expm1() -> None:
     torch.manual_seed(28)
     x = torch.randn(2, 4)

@@ -1360,8 +1360,19 @@ class _Ctx:
 
     def pad(self, x: Any, pad: Sequence[int], value: float | None = 0) -> Any:
         rank = self.rank(x)
-        if len(pad) % 2 or len(pad) > 2 * rank or min(pad, default=0) < 0:
+        if len(pad) % 2 or len(pad) > 2 * rank:
             raise _Refuse(f"pad {list(pad)}")
+        if min(pad, default=0) < 0:
+            # A negative pad crops (RWKV's time shift pads one step in front and crops one
+            # at the end): the crops as slices, then the rest as a pad.
+            shape = self.shape(x)
+            for i in range(len(pad) // 2):
+                d, lo, hi = rank - 1 - i, int(pad[2 * i]), int(pad[2 * i + 1])
+                if -min(lo, 0) - min(hi, 0) > shape[d]:
+                    raise _Refuse(f"pad {list(pad)} of a {list(shape)} tensor")
+                if lo < 0 or hi < 0:
+                    x = self.slice(x, d, -min(lo, 0), shape[d] + min(hi, 0))
+            return self.pad(x, [max(int(p), 0) for p in pad], value)
         begins, ends = [0] * rank, [0] * rank
         for i in range(len(pad) // 2):  # torch lists the last dim first
             begins[rank - 1 - i], ends[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
