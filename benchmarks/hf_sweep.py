@@ -128,9 +128,14 @@ def _example(name: str, config: Any, seed: int) -> Any:
 
     gen = torch.Generator().manual_seed(seed)
     if name == "pixel_values":
-        size = config.image_size
+        # The family's own size where none was given (a composite keeps it in its tower);
+        # 224, the size convolutional families are published at, where it names none.
+        holder = config if hasattr(config, "image_size") else getattr(
+            config, "vision_config", config)
+        size = getattr(holder, "image_size", 224)
         side = size if isinstance(size, int) else size[0]
-        return torch.randn(1, getattr(config, "num_channels", 3), side, side, generator=gen)
+        channels = getattr(holder, "num_channels", 3)
+        return torch.randn(1, channels, side, side, generator=gen)
     return torch.randint(3, 200, (1, SEQ), generator=gen)
 
 
