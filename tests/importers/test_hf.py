@@ -228,6 +228,28 @@ def test_mixture_of_experts_routes_tokens_at_run_time(experts: str) -> None:
     assert len(routes) == 2  # the two inputs are routed differently
 
 
+@pytest.mark.parametrize("name", ["deepseek-v3", "llama4"])
+def test_latent_attention_and_complex_rotary_families_route_at_run_time(name: str) -> None:
+    # DeepSeek-V3 (latent attention, grouped sigmoid routing) and Llama-4 (complex rotary
+    # products, a router's top score scattered among -inf): ids other than the capture's
+    # route otherwise, and the values follow the model's in float64.
+    from superopt.importers.hf import hf_module
+    from superopt.importers.torch import import_exported
+
+    model = hf_module(name)
+    ids = torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(4))
+    g = import_exported(torch.export.export(model, (ids,)), name=name)
+    assert g.op_histogram()["topk"] >= 2
+    wide = copy.deepcopy(model).double()
+    for seed in (5, 6):
+        ids = torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            want = wide(ids)
+        got = interpret(g, {g.inputs[0].attr("name"): ids.numpy()})[0]
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5,
+                                   atol=1e-5 * float(want.abs().max()))
+
+
 def test_vision_language_model_places_image_features_at_run_time() -> None:
     # LLaVA: a CLIP vision tower's patch features, projected, replace the embeddings of
     # the image tokens (masked_scatter); transformers checks the counts match (a runtime

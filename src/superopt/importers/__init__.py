@@ -21,10 +21,11 @@ HF_MODELS = ("hf:bert-tiny", "hf:bert-small", "hf:bert-base")  # published BERT 
 # Small-config families (superopt.importers.hf.FAMILIES), listed here so that the names are
 # known without importing transformers.
 HF_FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "phi", "gemma", "bert", "bert-classifier",
-               "mixtral", "mamba", "llama-classifier", "distilbert", "roberta", "t5-encoder",
-               "clip-text", "vit", "vit-classifier", "deit", "swin", "convnext", "convnextv2",
-               "poolformer", "segformer", "dpt", "upernet", "mobilevit", "resnet", "regnet",
-               "efficientnet", "mobilenet_v2", "whisper-encoder")
+               "mixtral", "mamba", "deepseek-v3", "llama4", "llama-classifier", "distilbert",
+               "roberta", "t5-encoder", "clip-text", "vit", "vit-classifier", "deit", "swin",
+               "convnext", "convnextv2", "poolformer", "segformer", "dpt", "upernet",
+               "mobilevit", "resnet", "regnet", "efficientnet", "mobilenet_v2",
+               "whisper-encoder")
 
 
 def load_model(spec: str, batch: int | None = None) -> Graph:

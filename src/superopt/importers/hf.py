@@ -187,6 +187,32 @@ def _mixtral() -> Any:
     return model
 
 
+def _deepseek_v3() -> Any:
+    # Multi-head latent attention (queries and keys/values through low-rank latents, a
+    # rotary part of each head kept apart) and a mixture of experts routed by sigmoid
+    # scores with a bias, top groups first, plus a shared expert; the first layer dense.
+    # DeepSeek-V2's and Kimi-K2's blocks are of this kind. Experts as `batched_mm`.
+    model = _model("DeepseekV3Model", _cfg("DeepseekV3Config", **{
+        **_TEXT, "num_key_value_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16,
+        "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "head_dim": 8, "v_head_dim": 8,
+        "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+        "moe_intermediate_size": 16, "n_shared_experts": 1, "first_k_dense_replace": 1}))
+    model.set_experts_implementation("batched_mm")
+    return model
+
+
+def _llama4() -> Any:
+    # Llama-4's text model: rotary embeddings as complex products, a mixture of experts
+    # whose router scatters its top score among -inf (a sigmoid of it gates the expert)
+    # beside a shared expert, and layers without rotary embeddings every fourth.
+    model = _model("Llama4TextModel", _cfg("Llama4TextConfig", **{
+        **_TEXT, "num_key_value_heads": 2, "head_dim": 8, "num_local_experts": 4,
+        "num_experts_per_tok": 1, "intermediate_size_mlp": 64, "interleave_moe_layer_step": 1,
+        "attention_chunk_size": 64}))
+    model.set_experts_implementation("batched_mm")
+    return model
+
+
 def _mamba() -> Any:
     # A selective state-space model: no attention; each block's scan over the sequence is
     # written out step by step (transformers' path without its CUDA kernels).
@@ -359,6 +385,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                                                   "BertConfig", num_labels=3), "ids"),
     Family("mixtral", "decoder", _mixtral, "ids"),
     Family("mamba", "decoder", _mamba, "ids"),
+    Family("deepseek-v3", "decoder", _deepseek_v3, "ids"),
+    Family("llama4", "decoder", _llama4, "ids"),
     Family("llama-classifier", "decoder", _llama_classifier, "ids"),
     Family("distilbert", "encoder", _distilbert, "ids"),
     Family("roberta", "encoder", _encoder("RobertaModel", "RobertaConfig"), "ids"),
