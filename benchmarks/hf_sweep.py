@@ -172,6 +172,13 @@ def _capture(transformers: Any, torch: Any, model_type: str, spec: Task,
     except Exception as e:
         return {"status": "config", "why": _first(e)}
     auto = getattr(transformers, spec.auto)
+    from transformers.models.auto import modeling_auto
+
+    names = getattr(modeling_auto, spec.mapping).get(model_type)
+    if isinstance(names, tuple | list) and not getattr(config, "architectures", None):
+        # A type mapped to several classes (DeiT, with and without its teacher) is built
+        # from the config's architectures, which a fresh config lacks: the first class.
+        config.architectures = [names[0]]
     try:
         with torch.device("meta"):  # counted before any memory is taken
             count = sum(p.numel() for p in auto.from_config(config).parameters())

@@ -912,6 +912,21 @@ def test_negative_pads_crop(importer: Callable[..., Graph]) -> None:
     check(importer, TimeShift(), {"x": torch.randn(2, 4, 5)})
 
 
+class Rolls(nn.Module):
+    """Swin's shifted windows roll the feature map by half a window and back; a roll of
+    the flattened tensor and one by more than the axis."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        shifted = torch.roll(x, shifts=(-2, -2), dims=(1, 2))
+        return shifted, shifted.roll((2, 2), (1, 2)), torch.roll(x, 3), x.roll(7, -1)
+
+
+@IMPORTERS
+def test_rolls(importer: Callable[..., Graph]) -> None:
+    g = check(importer, Rolls(), {"x": torch.randn(2, 5, 6, 3)})
+    assert "concat" in g.op_histogram()
+
+
 def test_writes_into_slices_gathers_and_expm1() -> None:
     torch.manual_seed(28)
     x = torch.randn(2, 4)

@@ -1383,6 +1383,24 @@ class _Ctx:
             return self.add(self.pad(self.sub(x, value), pad), value)
         return self.b.pad(self.value(x), pads=tuple(begins + ends))
 
+    def roll(self, x: Any, shifts: Sequence[int], dims: Sequence[int]) -> Any:
+        """torch.roll: along each dim, the last `shift` elements moved to the front (Swin's
+        shifted windows); without dims, the flattened tensor rolled."""
+        shifts, dims = list(shifts), list(dims)
+        if not dims:
+            shape = self.shape(x)
+            return self.reshape(self.roll(self.reshape(x, (math.prod(shape),)), shifts, [0]),
+                                shape)
+        if len(shifts) != len(dims):
+            raise _Refuse(f"roll by {shifts} along {dims}")
+        for shift, dim in zip(shifts, dims, strict=True):
+            d = _axis(dim, self.rank(x))
+            n = self.shape(x)[d]
+            k = int(shift) % n if n else 0
+            if k:
+                x = self.cat([self.slice(x, d, n - k, n), self.slice(x, d, 0, n - k)], d)
+        return x
+
     def index(self, x: Any, idx: Any) -> Any:
         """Basic tensor indexing x[...] with ints, slices, None and Ellipsis."""
         items = list(idx) if isinstance(idx, tuple) else [idx]
@@ -2405,6 +2423,7 @@ ATEN: dict[Any, AtenConverter] = {
     aten.cat.default: lambda cx, a: cx.cat(a["tensors"], a["dim"]),
     aten.concat.default: lambda cx, a: cx.cat(a["tensors"], a["dim"]),  # cat's alias
     aten.stack.default: lambda cx, a: cx.stack(a["tensors"], a["dim"]),
+    aten.roll.default: lambda cx, a: cx.roll(a["self"], a["shifts"], a["dims"]),
     aten.constant_pad_nd.default: lambda cx, a: cx.pad(a["self"], a["pad"], a["value"]),
     aten.pad.default: lambda cx, a: cx.pad(a["self"], a["pad"], a["value"])
     if a["mode"] == "constant" else _refuse(f"{a['mode']} padding"),
@@ -2710,6 +2729,13 @@ _NEW_OPS_FX: dict[Any, FxConverter] = {
     F.rms_norm: _RMS_NORM,
 }
 
+def _int_list(x: Any) -> list[int]:
+    """An int or a sequence of them (torch's int-or-tuple arguments) as a list; None: []."""
+    if x is None:
+        return []
+    return [int(v) for v in x] if isinstance(x, list | tuple) else [int(x)]
+
+
 FX_FUNCTIONS: dict[Any, FxConverter] = {
     operator.add: _ADD, operator.iadd: _ADD, torch.add: _ADD,
     operator.sub: _SUB, operator.isub: _SUB, torch.sub: _SUB,
@@ -2735,6 +2761,8 @@ FX_FUNCTIONS: dict[Any, FxConverter] = {
                   lambda cx, a: cx.unary("gelu", a["input"], approximate=a["approximate"])),
     F.softmax: _SOFTMAX, torch.softmax: _SOFTMAX,
     torch.cat: _CAT, torch.concat: _CAT,
+    torch.roll: _spec("input, shifts, dims=None", lambda cx, a: cx.roll(
+        a["input"], _int_list(a["shifts"]), _int_list(a["dims"]))),
     torch.stack: _spec("tensors, dim=0", lambda cx, a: cx.stack(a["tensors"], a["dim"])),
     torch.flatten: _FLATTEN,
     torch.reshape: _spec("input, shape", lambda cx, a: cx.reshape(a["input"], a["shape"])),
@@ -2849,6 +2877,8 @@ FX_METHODS: dict[str, FxConverter] = {
     "permute": _method_sizes(lambda cx, x, s: cx.transpose(x, s)),
     "expand": _method_sizes(lambda cx, x, s: cx.expand(x, s)),
     "repeat": _method_sizes(lambda cx, x, s: cx.repeat(x, s)),
+    "roll": _spec("input, shifts, dims=None", lambda cx, a: cx.roll(
+        a["input"], _int_list(a["shifts"]), _int_list(a["dims"]))),
     "expand_as": _spec("input, other", lambda cx, a: cx.expand(a["input"],
                                                                cx.shape(a["other"]))),
     "view_as": _spec("input, other", lambda cx, a: cx.reshape(a["input"], cx.shape(a["other"]))),
