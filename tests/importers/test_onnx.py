@@ -763,6 +763,36 @@ def test_scatter_nd_at_known_indices(idx: np.ndarray) -> None:
     np.testing.assert_allclose(interpret(g, {"x": x2})[0], reference_run(model, {"x": x2})[0])
 
 
+@pytest.mark.parametrize("axis", [1, -1])
+def test_scatter_elements_of_top_k_values_and_of_one_value(axis: int) -> None:
+    # A router's top-2 scores scattered among -inf at their experts (Llama-4), and a mask of
+    # ones scattered at the top groups (DeepSeek-V3's group mask), indices from the graph.
+    k2 = np.array([2], np.int64)
+    model = make_model([
+        N("TopK", ["x", "k"], ["v", "i"], axis=axis),
+        N("ScatterElements", ["low", "i", "v"], ["y"], axis=axis),
+        N("ScatterElements", ["zero", "i", "ones"], ["m"], axis=axis)],
+        {"x": [3, 5]}, ["y", "m"],
+        {"k": k2, "low": np.full((3, 5), -np.inf, np.float32),
+         "zero": np.zeros((3, 5), np.float32), "ones": np.ones((3, 2), np.float32)})
+    g = import_onnx(model)
+    for seed in (0, 1, 2):  # other inputs choose other places
+        x = rand(3, 5, seed=seed)
+        for a, b in zip(interpret(g, {"x": x}), reference_run(model, {"x": x}), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_scatter_elements_where_places_may_repeat_is_refused() -> None:
+    model = _two_input_model([N("ScatterElements", ["x", "i", "u"], ["y"], axis=1,
+                                name="se")], (3, 4), (3, 2), {"u": rand(3, 2)})
+    with pytest.raises(UnsupportedOpsError, match=r"se: values scattered at indices not known"):
+        import_onnx(model)
+    model = _two_input_model([N("ScatterElements", ["x", "i", "u"], ["y"], axis=1,
+                                reduction="add", name="se")], (3, 4), (3, 2), {"u": rand(3, 2)})
+    with pytest.raises(UnsupportedOpsError, match=r"se: reduction 'add'"):
+        import_onnx(model)
+
+
 def test_scatter_nd_at_computed_indices_is_refused() -> None:
     model = _two_input_model([N("ScatterND", ["x", "i", "u"], ["y"], name="sc")], (4, 3),
                              (2, 1), {"u": rand(2, 3)})

@@ -1445,6 +1445,55 @@ def _scatter_nd(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list
     return [ctx.reshape(ctx.emit("where", mask, moved, base), shape)]
 
 
+def _topk_indices_along(ctx: _Context, t: Tensor, axis: int) -> bool:
+    """t is a TopK's indices along `axis` (distinct along it), through casts."""
+    n = ctx.producer(t)
+    while n is not None and n.op == "cast":
+        t, n = n.inputs[0], ctx.producer(n.inputs[0])
+    return n is not None and n.op == "topk" and getattr(t, "index", 0) == 1 \
+        and n.attr("axis") == axis
+
+
+@_converter("ScatterElements")
+def _scatter_elements(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                      ) -> list[Tensor | None]:
+    # At indices the graph computes, where each place takes at most one value: one value
+    # repeated (a router's group mask, `zeros.scatter_(1, top_groups, 1)`), or indices of a
+    # TopK along the scattered axis (distinct). Each place compares its position with every
+    # index of its row; a select keeps the data where none names it.
+    data, idx, updates = (_req(node, ins, i) for i in range(3))
+    if node.attr("reduction", "none") not in ("none", b"none"):
+        raise _Unsupported(f"reduction {node.attr('reduction')!r}")
+    shape, ishape = ctx.shape(data), ctx.shape(idx)
+    axis = _norm_axis(int(node.attr("axis", 0)), len(shape))
+    if len(ishape) != len(shape) or tuple(ctx.shape(updates)) != tuple(ishape) or any(
+            ishape[k] != shape[k] for k in range(len(shape)) if k != axis):
+        raise _Unsupported(f"indices {list(ishape)} into data {list(shape)} (only indices as "
+                           "wide as the data off the scattered axis)")
+    values = ctx.const_data(updates)
+    one = values is not None and values.size and np.all(values == values.ravel()[0])
+    if not one and not _topk_indices_along(ctx, idx, axis):
+        raise _Unsupported("values scattered at indices not known to be distinct")
+    n, hint = shape[axis], node.outputs[0]
+    at = ctx.reshape(_wrapped(ctx, idx, n, hint),
+                     (*ishape[:axis + 1], 1, *ishape[axis + 1:]))
+    ramp = np.arange(n, dtype=np.int64).reshape(
+        [-1 if k == axis + 1 else 1 for k in range(len(shape) + 1)])
+    hits = ctx.emit("eq", at, Const(ramp, f"{hint}:positions"))
+    hit = ctx.emit("gt", ctx.emit("reduce_max", ctx.emit("cast", hits, to="i64"),
+                                  axes=(axis,), keepdims=False),
+                   Const(np.zeros((), np.int64), f"{hint}:zero"))
+    dt = ctx.np_dtype(data)
+    if one:
+        fill: Tensor = Const(np.asarray(values.ravel()[0], dt), f"{hint}:value")
+    else:
+        moved = ctx.reshape(updates, (*ishape[:axis + 1], 1, *ishape[axis + 1:]))
+        fill = ctx.emit("reduce_sum", ctx.emit("where", hits, moved,
+                                                Const(np.zeros((), dt), f"{hint}:nothing")),
+                        axes=(axis,), keepdims=False)
+    return [ctx.emit("where", hit, fill, data)]
+
+
 @_converter("Where")
 def _where(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     cond, a, b = (_req(node, ins, i) for i in range(3))
