@@ -62,7 +62,8 @@ KEEP = {"vocab_size": 256, "use_cache": False, "pad_token_id": 0, "bos_token_id"
 IMAGE = {"image_size": 64, "num_channels": 3}
 # Families whose constraints no generic number meets: multi-head latent attention (as
 # many key/value heads as heads, its rotary part is `head_dim`, its latent ranks default
-# to thousands) with a few small experts, and partial rotary widths given in channels.
+# to thousands) with a few small experts, partial rotary widths given in channels, and a
+# default config far past the published small one.
 # Applied on every size set.
 _LATENT = {"q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
            "num_key_value_heads": 4, "qk_rope_head_dim": 16, "v_head_dim": 16,
@@ -75,6 +76,8 @@ FAMILY: dict[str, dict[str, Any]] = {
                                   "deepseek_v32", "glm4_moe_lite", "glm_moe_dsa",
                                   "longcat_flash", "minicpm3", "sarvam_mla", "youtu")},
     "gptj": {"rotary_dim": 8}, "codegen": {"rotary_dim": 8},
+    # The library's default EfficientNet is B7 (64M parameters); B0's multipliers.
+    "efficientnet": {"width_coefficient": 1.0, "depth_coefficient": 1.0, "hidden_dim": 1280},
 }
 # Keys a family derives and will not be given (Falcon's head_dim is a read-only property).
 DERIVED: dict[str, tuple[str, ...]] = {"falcon": ("head_dim",)}
