@@ -78,9 +78,14 @@ FAMILY: dict[str, dict[str, Any]] = {
     "gptj": {"rotary_dim": 8}, "codegen": {"rotary_dim": 8},
     # The library's default EfficientNet is B7 (64M parameters); B0's multipliers.
     "efficientnet": {"width_coefficient": 1.0, "depth_coefficient": 1.0, "hidden_dim": 1280},
+    # Funnel counts its layers in blocks; LUKE's entity vocabulary defaults to 500,000.
+    "funnel": {"block_sizes": [1, 1]},
+    "luke": {"entity_vocab_size": 64, "entity_emb_size": 32},
 }
-# Keys a family derives and will not be given (Falcon's head_dim is a read-only property).
-DERIVED: dict[str, tuple[str, ...]] = {"falcon": ("head_dim",)}
+# Keys a family derives and will not be given (Falcon's head_dim is a read-only property;
+# Funnel's layer count follows its blocks).
+DERIVED: dict[str, tuple[str, ...]] = {"falcon": ("head_dim",),
+                                       "funnel": ("num_hidden_layers",)}
 
 
 @dataclass(frozen=True)

@@ -850,6 +850,26 @@ def test_complex_products_as_pairs_of_real_parts() -> None:
         import_exported(Phasors(), (torch.randn(2, 8),))
 
 
+class Fourier(nn.Module):
+    """FNet's token mixing (the real part of a 2-D FFT over tokens and channels), a 1-D
+    transform with orthonormal scaling, and an inverse of a transform (complex input)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        mixed = torch.fft.fftn(x, dim=(1, 2)).real
+        ortho = torch.view_as_real(torch.fft.fft(x, dim=-1, norm="ortho"))
+        back = torch.fft.ifft(torch.fft.fft(x, dim=1), dim=1)
+        return mixed, ortho, back.real, back.imag, torch.fft.fftn(x, norm="forward").imag
+
+
+def test_fourier_transforms_as_products_with_cos_and_sin() -> None:
+    torch.manual_seed(33)
+    g = check(import_exported, Fourier(), {"x": torch.randn(2, 6, 5)}, atol=1e-5)
+    other = torch.randn(2, 6, 5) * 3
+    for a, w in zip(interpret(g, {"x": other.numpy()}), reference(Fourier(), other),
+                    strict=True):
+        np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-5 * float(other.abs().max()))
+
+
 class TopScores(nn.Module):
     """Llama-4's router: the top-k scores scattered into a tensor of -inf at their experts."""
 

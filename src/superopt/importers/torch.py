@@ -2110,6 +2110,8 @@ def _complex_call(cx: _Ctx, target: Any, a: dict[str, Any], conv: AtenConverter)
             raise _Refuse(f"{name} of complex and real tensors")
         return _pairwise(conv(cx, {k: _part(v, "re") for k, v in a.items()}),
                          conv(cx, {k: _part(v, "im") for k, v in a.items()}))
+    if name.startswith("fft_"):  # transforms take complex operands themselves
+        return conv(cx, a)
     if name in ("to", "_to_copy"):
         dtype = a.get("dtype")
         if dtype is not None and not dtype.is_complex:
@@ -2137,6 +2139,56 @@ def _complex_call(cx: _Ctx, target: Any, a: dict[str, Any], conv: AtenConverter)
             return _Complex(step(x.re, y), x.im)
         return _Complex(step(x, y.re), y.im if name == "add" else cx.mul(y.im, -1.0))
     raise _Refuse(f"{name} of a complex tensor")
+
+
+def _dft(cx: _Ctx, x: Any, dims: Sequence[int], norm: str | None, inverse: bool) -> _Complex:
+    """The discrete Fourier transform of x (real or complex) along dims, as products with
+    the cos and sin matrices: (a + ib)(C -+ iS) along each dim (FNet's token mixing)."""
+    z = x if isinstance(x, _Complex) else _Complex(x, None)
+    rank = cx.rank(z.re)
+    for dim in dims:
+        d = _axis(dim, rank)
+        n = cx.shape(z.re)[d]
+        k = torch.arange(n, dtype=torch.float64)
+        angle = 2 * math.pi * torch.outer(k, k) / n
+        # The unscaled direction under norm: forward for backward, inverse for forward.
+        plain = {None: not inverse, "backward": not inverse, "forward": inverse}
+        if norm not in (*plain, "ortho"):
+            raise _Refuse(f"fft norm {norm!r}")
+        f = n ** -0.5 if norm == "ortho" else 1.0 if plain[norm] else 1.0 / n
+        cos = Const((torch.cos(angle) * f).float(), "const.dft_cos")
+        # e^(-i...) forward, e^(+i...) inverse: the sine's sign.
+        sin = Const((torch.sin(angle) * (f if inverse else -f)).float(), "const.dft_sin")
+        perm = [*range(rank)]
+        perm[d], perm[-1] = perm[-1], perm[d]
+
+        def along(t: Any, m: Const, perm: list[int] = perm) -> Any:
+            # t contracted with the symmetric matrix m along d
+            return cx.transpose(cx.matmul(cx.transpose(t, perm), m), perm)
+
+        # (a + ib)(C + iS') = (aC - bS') + i(aS' + bC), S' the signed sine above.
+        re = along(z.re, cos) if z.im is None else cx.sub(along(z.re, cos), along(z.im, sin))
+        im = along(z.re, sin) if z.im is None else cx.add(along(z.re, sin), along(z.im, cos))
+        z = _Complex(re, im)
+    return z
+
+
+def _fft(inverse: bool, many: bool) -> AtenConverter:
+    def convert(cx: _Ctx, a: dict[str, Any]) -> Any:
+        x = a["self"]
+        rank = cx.rank(x)
+        if many:
+            if a["s"] is not None:
+                raise _Refuse("fftn with output sizes (s)")
+            dims = list(range(rank)) if a["dim"] is None else _int_list(a["dim"])
+        else:
+            if a["n"] is not None and a["n"] != cx.shape(x)[_axis(a["dim"], rank)]:
+                raise _Refuse("fft with a length (n) other than the axis's")
+            dims = [a["dim"]]
+        if cx.dtype(x.re if isinstance(x, _Complex) else x) not in (DType.F32,):
+            raise _Refuse("fft of a non-float32 tensor")
+        return _dft(cx, x, dims, a["norm"], inverse)
+    return convert
 
 
 def _view_as_complex(cx: _Ctx, a: dict[str, Any]) -> Any:
@@ -2188,9 +2240,14 @@ ATEN: dict[Any, AtenConverter] = {
     aten.reciprocal.default: _aten_unary("recip"),
     aten.erf.default: _aten_unary("erf"),
     aten.view_as_complex.default: _view_as_complex,
+    aten.fft_fft.default: _fft(False, False),
+    aten.fft_ifft.default: _fft(True, False),
+    aten.fft_fftn.default: _fft(False, True),
+    aten.fft_ifftn.default: _fft(True, True),
     # Reached with a real operand only (a complex one takes `_complex_call`).
     aten.view_as_real.default: lambda cx, a: _raise(_Refuse("view_as_real of a real tensor")),
     aten.real.default: lambda cx, a: a["self"],
+    aten.imag.default: lambda cx, a: _raise(_Refuse("imag of a real tensor")),
     aten.polar.default: _polar,
     aten.sin.default: _aten_unary("sin"),
     aten.cos.default: _aten_unary("cos"),
