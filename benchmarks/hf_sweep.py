@@ -81,6 +81,8 @@ FAMILY: dict[str, dict[str, Any]] = {
     # Funnel counts its layers in blocks; LUKE's entity vocabulary defaults to 500,000.
     "funnel": {"block_sizes": [1, 1]},
     "luke": {"entity_vocab_size": 64, "entity_emb_size": 32},
+    "perceiver": {"d_latents": 64, "num_latents": 32, "num_self_attends_per_block": 2,
+                  "num_self_attention_heads": 4, "num_cross_attention_heads": 4},
 }
 # Keys a family derives and will not be given (Falcon's head_dim is a read-only property;
 # Funnel's layer count follows its blocks).
