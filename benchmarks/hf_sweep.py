@@ -203,6 +203,8 @@ def _capture(transformers: Any, torch: Any, model_type: str, spec: Task,
     from superopt.importers.hf import _lively
 
     _lively(model)
+    if hasattr(model, "set_default_language"):  # X-MOD's adapters are per language
+        model.set_default_language(list(getattr(config, "languages", None) or ["en_XX"])[0])
 
     class Logits(torch.nn.Module):
         def __init__(self) -> None:

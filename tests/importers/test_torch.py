@@ -850,6 +850,23 @@ def test_complex_products_as_pairs_of_real_parts() -> None:
         import_exported(Phasors(), (torch.randn(2, 8),))
 
 
+class KnownMasks(nn.Module):
+    """X-MOD's language adapters: rows picked by a mask computed from constants only (its
+    count is known), transformed, and written back at those rows."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        pick = torch.arange(4) % 3 != 1  # rows 0, 2, 3
+        rows = x[pick]
+        y = x.clone()
+        y[pick] = rows * 2 + 1
+        return rows, y, x[:, torch.arange(5) > 2]
+
+
+def test_a_known_mask_picks_and_writes_rows() -> None:
+    g = check(import_exported, KnownMasks(), {"x": torch.randn(4, 5)})
+    assert "gather" in g.op_histogram()
+
+
 class Fourier(nn.Module):
     """FNet's token mixing (the real part of a 2-D FFT over tokens and channels), a 1-D
     transform with orthonormal scaling, and an inverse of a transform (complex input)."""

@@ -1442,9 +1442,21 @@ class _Ctx:
         tensors = [(d, t) for d, t in enumerate(indices) if t is not None]
         if not tensors:
             return x
+        if len(tensors) == 1 and isinstance(tensors[0][1], Const) \
+                and tensors[0][1].tensor.dtype == torch.bool:
+            # A known mask (X-MOD's adapters pick the rows of one language): the rows it
+            # keeps, over the dims it covers merged, as one gather; the count is known.
+            d, mask = tensors[0][0], tensors[0][1].tensor
+            shape = self.shape(x)
+            span = shape[d:d + mask.dim()]
+            if tuple(mask.shape) != tuple(span):
+                raise _Refuse(f"a {list(mask.shape)} mask over {list(span)}")
+            merged = self.reshape(x, (*shape[:d], math.prod(span), *shape[d + mask.dim():]))
+            keep = Const(torch.nonzero(mask.reshape(-1)).reshape(-1), "const.mask_rows")
+            return self.gather(merged, keep, d)
         for _, t in tensors:
             if self.dtype(t) == DType.BOOL:
-                raise _Refuse("indexing with a boolean mask")
+                raise _Refuse("indexing with a boolean mask computed at run time")
         if len(tensors) == 1:
             d, t = tensors[0]
             return self.gather(x, t, d)
@@ -1829,6 +1841,17 @@ class _Ctx:
         shape, mshape = tuple(self.shape(base)), tuple(self.shape(mask))
         tail = shape[len(mshape):]
         vshape = tuple(self.shape(values))
+        if isinstance(mask, Const) and mshape == shape[:len(mshape)] and not accumulate \
+                and vshape == (int(mask.tensor.sum()), *tail):
+            # A known mask and a row of values per masked place (X-MOD's adapter output
+            # written back): place k takes row k, read by a gather at known rows.
+            flat = mask.tensor.reshape(-1)
+            rows = math.prod(mshape)
+            src = (torch.cumsum(flat.long(), 0) - 1).clamp(min=0)
+            moved = self.gather(values, Const(src, "const.mask_src"), 0)
+            marks = Const(flat.reshape((rows,) + (1,) * len(tail)), "const.mask_rows")
+            merged = self.reshape(base, (rows, *tail))
+            return self.reshape(self.where(marks, moved, merged), shape)
         if mshape != shape[:len(mshape)] or (math.prod(vshape) != 1 and vshape != tail):
             raise _Refuse(f"index_put at a {list(mshape)} mask of a {list(shape)} tensor with "
                           f"{list(vshape)} values (one value per masked place)")
@@ -3306,11 +3329,15 @@ def _first_line(e: BaseException) -> str:
 
 
 def _meta_shape(val: Any) -> Any:
-    """Shapes from FX metadata: a tuple for a tensor, a list for a tuple of tensors."""
-    if isinstance(val, torch.Tensor):
-        return tuple(int(d) for d in val.shape)
-    if hasattr(val, "shape") and hasattr(val, "dtype"):  # fx TensorMetadata
-        return tuple(int(d) for d in val.shape)
+    """Shapes from FX metadata: a tuple for a tensor, a list for a tuple of tensors; None
+    where a size is a symbol only the data fixes (a mask's count; the importer knows it
+    where it imports the node at all)."""
+    if isinstance(val, torch.Tensor) or (hasattr(val, "shape") and hasattr(val, "dtype")):
+        dims = tuple(val.shape)
+        if not all(isinstance(d, int) or (hasattr(d, "node") and d.node.is_constant())
+                   for d in dims):
+            return None
+        return tuple(int(d) for d in dims)
     if isinstance(val, list | tuple):
         return [_meta_shape(v) for v in val]
     return None
