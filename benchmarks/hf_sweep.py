@@ -83,11 +83,23 @@ FAMILY: dict[str, dict[str, Any]] = {
     "luke": {"entity_vocab_size": 64, "entity_emb_size": 32},
     "perceiver": {"d_latents": 64, "num_latents": 32, "num_self_attends_per_block": 2,
                   "num_self_attention_heads": 4, "num_cross_attention_heads": 4},
+    # Encoder-decoders that count heads and layers per side; mixtures of experts of
+    # encoder-decoders with their experts' count and capacity.
+    **{name: {"encoder_attention_heads": 4, "decoder_attention_heads": 4,
+              "encoder_layers": 2, "decoder_layers": 2, "encoder_ffn_dim": 128,
+              "decoder_ffn_dim": 128} for name in ("plbart", "nllb-moe")},
+    "prophetnet": {"num_encoder_layers": 2, "num_decoder_layers": 2,
+                   "num_encoder_attention_heads": 4, "num_decoder_attention_heads": 4,
+                   "encoder_ffn_dim": 128, "decoder_ffn_dim": 128},
+    "switch_transformers": {"num_experts": 4, "expert_capacity": 8, "d_ff": 128, "d_kv": 16,
+                            "num_decoder_layers": 2, "num_sparse_encoder_layers": 1,
+                            "num_sparse_decoder_layers": 1},
 }
 # Keys a family derives and will not be given (Falcon's head_dim is a read-only property;
-# Funnel's layer count follows its blocks).
+# Funnel's and ProphetNet's layer counts follow their blocks and sides).
 DERIVED: dict[str, tuple[str, ...]] = {"falcon": ("head_dim",),
-                                       "funnel": ("num_hidden_layers",)}
+                                       "funnel": ("num_hidden_layers",),
+                                       "prophetnet": ("num_hidden_layers",)}
 
 
 @dataclass(frozen=True)
@@ -204,7 +216,7 @@ def _capture(transformers: Any, torch: Any, model_type: str, spec: Task,
 
     _lively(model)
     if hasattr(model, "set_default_language"):  # X-MOD's adapters are per language
-        model.set_default_language(list(getattr(config, "languages", None) or ["en_XX"])[0])
+        model.set_default_language(next(iter(getattr(config, "languages", None) or ["en_XX"])))
 
     class Logits(torch.nn.Module):
         def __init__(self) -> None:
