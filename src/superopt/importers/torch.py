@@ -927,7 +927,11 @@ class _Ctx:
             raise _Refuse(f"group_norm of {groups} groups over a {list(shape)} tensor")
         view = self.reshape(x, (shape[0], groups, math.prod(shape[1:]) // groups))
         y = self.reshape(self.layer_norm(view, self.shape(view)[2:], None, None, eps), shape)
-        per_channel = (-1,) + (1,) * (len(shape) - 2)
+        return self._channel_affine(y, w, bias)
+
+    def _channel_affine(self, y: Any, w: Any, bias: Any) -> Any:
+        """y times a per-channel (dim 1) weight plus a per-channel bias, either absent."""
+        per_channel = (-1,) + (1,) * (self.rank(y) - 2)
         if w is not None:
             y = self.mul(y, self.reshape(w, per_channel))
         if bias is not None:
@@ -947,12 +951,7 @@ class _Ctx:
         rows = self.reshape(moved, (shape[1], math.prod(shape) // shape[1]))
         y = self.layer_norm(rows, self.shape(rows)[1:], None, None, eps)
         y = self.transpose(self.reshape(y, self.shape(moved)), perm)
-        per_channel = (-1,) + (1,) * (len(shape) - 2)
-        if w is not None:
-            y = self.mul(y, self.reshape(w, per_channel))
-        if bias is not None:
-            y = self.add(y, self.reshape(bias, per_channel))
-        return y
+        return self._channel_affine(y, w, bias)
 
     def resample(self, x: Any, op: Callable[[torch.Tensor, int | None], torch.Tensor]) -> Any:
         """An interpolation (nearest, linear, cubic; any corner rule) of x's spatial dims,
