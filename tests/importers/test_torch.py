@@ -850,6 +850,25 @@ def test_complex_products_as_pairs_of_real_parts() -> None:
         import_exported(Phasors(), (torch.randn(2, 8),))
 
 
+class WholeMapPools(nn.Module):
+    """EfficientNet's pooler, a kernel far wider than the map with ceil_mode (one window,
+    divided by the cells inside), and a kernel the size of the map."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.AvgPool2d(1280, ceil_mode=True)
+        self.exact = nn.AvgPool2d((3, 2))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.wide(x), self.exact(x)
+
+
+@IMPORTERS
+def test_a_pool_window_over_the_whole_map_is_a_mean(importer: Callable[..., Graph]) -> None:
+    g = check(importer, WholeMapPools(), {"x": torch.randn(2, 4, 3, 2)})
+    assert g.op_histogram()["reduce_mean"] >= 1 and "pool2d_avg" not in g.op_histogram()
+
+
 class KnownMasks(nn.Module):
     """X-MOD's language adapters: rows picked by a mask computed from constants only (its
     count is known), transformed, and written back at those rows."""

@@ -1089,6 +1089,13 @@ class _Ctx:
         if divisor_override is not None:
             raise _Refuse("average pooling with divisor_override")
         xv, unbatched = self._batched(x, "average pooling")
+        h, w = self.b.shape(xv)[2:]
+        if not any(_pair(padding)) and k[0] >= h and k[1] >= w and (
+                ceil_mode or (k[0], k[1]) == (h, w)):
+            # One window over the whole map (EfficientNet's pooler: a kernel of 1280 and
+            # ceil_mode over a map of a few cells, divided by the cells inside): its mean.
+            return self._unbatch(self.b.reduce_mean(xv, axes=(2, 3), keepdims=True),
+                                 unbatched)
         pads, grew = self._pool_pads(self.b.shape(xv), k, s, _pair(padding), ceil_mode)
         if grew and count_include_pad:
             if any(_pair(padding)):
