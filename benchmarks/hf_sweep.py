@@ -23,6 +23,12 @@ against the exported program and against the eager model. Each family's outcome 
 The program and the eager model are compared too (`program_vs_eager`): where they differ
 the export itself is not faithful, whatever the importer does.
 
+With `--format onnx` the family, at the size set its `torch.export` capture took, is
+written by torch's TorchScript ONNX exporter instead (the `.onnx` files most users have),
+imported by the ONNX importer and run against onnxruntime on the same file; an exporter
+failure or a file onnxruntime refuses is `export` (no verdict), and `program_vs_eager`
+compares onnxruntime's result with the eager model.
+
 `OMP_WAIT_POLICY=PASSIVE taskset -c 1 .venv/bin/python benchmarks/hf_sweep.py`
 (`--task masked-lm`, `--types llama,mixtral`, `--out FILE`, `--report` to print the table
 of a finished run; each task's JSON is `results/hf_sweep.json` for causal LMs and
@@ -140,8 +146,10 @@ TASKS = {
 }
 
 
-def results_path(task: str) -> Path:
-    return RESULTS if task == "causal-lm" else RESULTS.with_name(f"hf_sweep_{task}.json")
+def results_path(task: str, fmt: str = "pt2") -> Path:
+    name = "hf_sweep" + ("" if task == "causal-lm" else f"_{task}") + (
+        "_onnx" if fmt == "onnx" else "")
+    return RESULTS.with_name(f"{name}.json")
 
 
 def _example(name: str, config: Any, seed: int) -> Any:
@@ -241,8 +249,91 @@ def _capture(transformers: Any, torch: Any, model_type: str, spec: Task, rung: s
     return {"program": program, "wrapped": wrapped, "config": config}
 
 
-def one(model_type: str, tol: float, task: str = "causal-lm") -> dict[str, Any]:
-    """Build, export, import and compare one family (run in a child process)."""
+def _onnx_verdict(model_type: str, wrapped: Any, config: Any, spec: Task,
+                  tol: float) -> dict[str, Any]:
+    """The family written by torch's TorchScript ONNX exporter (what most users' `.onnx`
+    files are), imported, and run against onnxruntime on the same file."""
+    import inspect
+    import tempfile
+    import warnings
+
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    from superopt.importers.errors import ModelImportError
+    from superopt.importers.onnx import import_onnx
+    from superopt.ir import interpret
+
+    first = tuple(_example(n, config, i) for i, n in enumerate(spec.inputs))
+    other = tuple(_example(n, config, 10 + i) for i, n in enumerate(spec.inputs))
+    model = wrapped.inner
+    if hasattr(model, "set_experts_implementation"):
+        # Mixtures of experts as transformers' own exporters write them (batched matmuls of
+        # gathered expert weights): the default grouped form's histogram has no ONNX op.
+        try:
+            model.set_experts_implementation("batched_mm")
+        except Exception:  # a model without experts
+            pass
+    masked = "input_ids" in spec.inputs and "attention_mask" in inspect.signature(
+        model.forward).parameters
+
+    class Masked(torch.nn.Module):
+        # An all-ones attention mask beside the ids, as users of these models pass one:
+        # without it transformers looks for packed sequences in the positions (aten::diff,
+        # which the TorchScript exporter refuses).
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+
+        def forward(self, *args: Any) -> Any:
+            kwargs: dict[str, Any] = dict(zip(spec.inputs, args, strict=True))
+            if masked:
+                kwargs["attention_mask"] = torch.ones_like(kwargs["input_ids"])
+            if spec.use_cache:
+                kwargs["use_cache"] = False
+            return self.inner(**kwargs).logits
+
+    wrapped = Masked().eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / f"{model_type}.onnx")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(wrapped, first, path, dynamo=False, opset_version=17,
+                                  input_names=list(spec.inputs), output_names=["logits"])
+        except Exception as e:
+            return {"status": "export", "why": f"torch.onnx.export: {type(e).__name__}: "
+                                               f"{_first(e)}"}
+        feeds = {n: o.numpy() for n, o in zip(spec.inputs, other, strict=True)}
+        try:
+            session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            names = {i.name for i in session.get_inputs()}
+            want = session.run(None, {k: v for k, v in feeds.items() if k in names})[0]
+        except Exception as e:  # an invalid file: no verdict on the importer
+            return {"status": "export", "why": f"onnxruntime refuses the file: {_first(e)}"}
+        start = time.perf_counter()
+        try:
+            graph = import_onnx(path)
+        except ModelImportError as e:
+            return {"status": "import", "why": _first(e)}
+        seconds = time.perf_counter() - start
+    with torch.no_grad():
+        eager = wrapped(*other).numpy()
+    got = interpret(graph, {v.attr("name"): feeds[v.attr("name")] for v in graph.inputs})[0]
+    scale = max(float(np.abs(want).max()), 1e-30)
+    err = float(np.abs(got - want).max()) / scale
+    return {"status": "ok" if err <= tol else "values", "rel_err": err,
+            "program_vs_eager": float(np.abs(want - eager).max()) / max(
+                float(np.abs(eager).max()), 1e-30),
+            "nodes": len(graph), "import_s": round(seconds, 3),
+            "ops": len(set(graph.op_histogram()))}
+
+
+def one(model_type: str, tol: float, task: str = "causal-lm",
+        fmt: str = "pt2") -> dict[str, Any]:
+    """Build, capture, import and compare one family (run in a child process): the
+    `torch.export` program (`pt2`) or the file torch's ONNX exporter writes (`onnx`)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     import warnings
 
@@ -274,6 +365,8 @@ def one(model_type: str, tol: float, task: str = "causal-lm") -> dict[str, Any]:
         return {**failed, "tried": tried[:-1]}
     program, wrapped, config = failed["program"], failed["wrapped"], failed["config"]
     base = {"sizes": rung, "tried": tried}
+    if fmt == "onnx":
+        return {**base, **_onnx_verdict(model_type, wrapped, config, spec, tol)}
     start = time.perf_counter()
     try:
         graph = import_exported(program, name=model_type)
@@ -303,7 +396,7 @@ def _child(model_type: str, args: argparse.Namespace) -> dict[str, Any]:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     cmd = [sys.executable, __file__, "--one", model_type, "--tol", str(args.tol),
-           "--task", args.task]
+           "--task", args.task, "--format", args.format]
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
                              preexec_fn=limit)
@@ -349,7 +442,9 @@ def report(data: dict[str, Any]) -> None:
     from rich.table import Table
 
     task = data.get("settings", {}).get("task", "causal-lm")
-    table = Table(title=f"transformers {task} families: torch.export, then import")
+    how = ("torch.onnx.export" if data.get("settings", {}).get("format") == "onnx"
+           else "torch.export")
+    table = Table(title=f"transformers {task} families: {how}, then import")
     for col in ("family", "outcome", "rel err", "nodes", "why (importer or torch)"):
         table.add_column(col)
     for name, r in sorted(data["rows"].items()):
@@ -382,15 +477,19 @@ def main() -> None:
     ap.add_argument("--memory", type=float, default=10.0, help="GiB per family")
     ap.add_argument("--task", choices=sorted(TASKS), default="causal-lm",
                     help="which of transformers' mappings to sweep (default: causal-lm)")
-    ap.add_argument("--out", type=Path, help="the JSON (default: results/hf_sweep[_TASK].json)")
+    ap.add_argument("--format", choices=("pt2", "onnx"), default="pt2",
+                    help="import the torch.export program (pt2, the default) or the file "
+                         "torch.onnx.export writes (onnx)")
+    ap.add_argument("--out", type=Path,
+                    help="the JSON (default: results/hf_sweep[_TASK][_onnx].json)")
     ap.add_argument("--fresh", action="store_true", help="drop the families already in --out")
     ap.add_argument("--report", action="store_true", help="print the table of --out")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.out is None:
-        args.out = results_path(args.task)
+        args.out = results_path(args.task, args.format)
     if args.one:
-        print(json.dumps(one(args.one, args.tol, args.task)))
+        print(json.dumps(one(args.one, args.tol, args.task, args.format)))
         return
     if args.timeout <= 0 or args.memory <= 0:
         raise SystemExit("hf_sweep.py: --timeout and --memory must be positive")
@@ -404,12 +503,13 @@ def main() -> None:
     data: dict[str, Any] = {"rows": {}}
     if args.out.exists() and not args.fresh:
         data = _read(args.out)
-    held = data["settings"].get("task", "causal-lm") if "settings" in data else args.task
-    if held != args.task:
-        raise SystemExit(f"hf_sweep.py: {args.out} holds another task's sweep ({held}); "
-                         "--fresh starts over")
+    settings = data.get("settings", {"task": args.task, "format": args.format})
+    held = (settings.get("task", "causal-lm"), settings.get("format", "pt2"))
+    if held != (args.task, args.format):
+        raise SystemExit(f"hf_sweep.py: {args.out} holds another sweep ({held[0]}, "
+                         f"{held[1]}); --fresh starts over")
     data["settings"] = {"small": TASKS[args.task].sizes(), "seq": SEQ, "tol": args.tol,
-                        "task": args.task,
+                        "task": args.task, "format": args.format,
                         "transformers": transformers.__version__}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     todo = [t for t in _types(args.types, args.task) if t not in data["rows"]]

@@ -71,5 +71,5 @@ def test_a_file_of_another_task_is_refused(tmp_path) -> None:
     run = subprocess.run([sys.executable, "benchmarks/hf_sweep.py", "--task", "masked-lm",
                           "--out", str(out), "--types", "bert"], capture_output=True,
                          text=True)
-    assert run.returncode == 1 and "another task's sweep (causal-lm)" in run.stderr
+    assert run.returncode == 1 and "another sweep (causal-lm, pt2)" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
