@@ -793,6 +793,26 @@ def test_scatter_elements_where_places_may_repeat_is_refused() -> None:
         import_onnx(model)
 
 
+@pytest.mark.parametrize("ceil_mode", [1, 0])
+def test_an_average_pool_window_over_the_whole_map_is_a_mean(ceil_mode: int) -> None:
+    # EfficientNet's pooler as torch writes it: a kernel of 1280 with ceil_mode over a map
+    # of 2x3 cells (the reference interpreter would make 1280x1280 windows); and a kernel
+    # the size of the map.
+    kernel = [1280, 1280] if ceil_mode else [2, 3]
+    model = make_model([N("AveragePool", ["x"], ["y"], kernel_shape=kernel, strides=kernel,
+                          ceil_mode=ceil_mode)], {"x": [2, 4, 2, 3]}, ["y"])
+    g = import_onnx(model)
+    assert ops(g).get("reduce_mean") == 1 and "pool2d_avg" not in ops(g)
+    x = rand(2, 4, 2, 3)
+    want = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(interpret(g, {"x": x})[0], want, rtol=1e-12)
+    # onnxruntime agrees (onnx's reference evaluator gives NaN for the wide kernel).
+    ort = pytest.importorskip("onnxruntime")
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5)
+
+
 def test_scatter_nd_at_computed_indices_is_refused() -> None:
     model = _two_input_model([N("ScatterND", ["x", "i", "u"], ["y"], name="sc")], (4, 3),
                              (2, 1), {"u": rand(2, 3)})

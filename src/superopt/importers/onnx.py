@@ -1879,6 +1879,13 @@ def _pool(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tenso
                 out -= 1
             extra[i] = max(0, (out - 1) * strides[i] - span)
     ir_pads = [pads[0], pads[1], pads[2] + extra[0], pads[3] + extra[1]]
+    outs = [(sizes[i] + ir_pads[i] + ir_pads[2 + i] - kernel[i]) // strides[i] + 1
+            for i in range(2)]
+    if node.op_type == "AveragePool" and not lifted and not any(pads) and outs == [1, 1] \
+            and kernel[0] >= sizes[0] and kernel[1] >= sizes[1]:
+        # One window over the whole map (EfficientNet's pooler: a kernel of 1280 with
+        # ceil_mode over a map of a few cells; added cells never count): its mean.
+        return [ctx.emit("reduce_mean", x, axes=(2, 3), keepdims=True), None]
     kernel2, stride2 = (kernel[0], kernel[1]), (strides[0], strides[1])
     padding = _ir_padding(ir_pads, (sizes[0], sizes[1]), kernel2, stride2, (1, 1))
     y: Tensor
