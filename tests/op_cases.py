@@ -565,6 +565,16 @@ def positive_source(draw: DrawFn, b: GraphBuilder, name: str, shape: tuple[int, 
     return b.weight(name, shape, data=data)
 
 
+@case("acos")
+@st.composite
+def acos_case(draw: DrawFn) -> Graph:
+    """An operand inside [-1, 1], the domain of acos (clipped: its ends occur)."""
+    b = GraphBuilder()
+    shape = draw(shapes(0, 4))
+    data = np.clip(draw(weight_data(shape)), -1.0, 1.0).astype(np.float32)
+    return _graph(b, b.op("acos", b.weight("x", shape, data=data)), "acos")
+
+
 @case("log", "sqrt", "rsqrt", "recip")
 @st.composite
 def positive_unary_case(draw: DrawFn, op: str) -> Graph:

@@ -152,7 +152,7 @@ def _gelu(node: Node, ctx: LowerContext) -> Kernel:
 
 for _op, _fn in (("neg", torch.neg), ("exp", torch.exp), ("log", torch.log),
                  ("sqrt", torch.sqrt), ("rsqrt", torch.rsqrt), ("recip", torch.reciprocal),
-                 ("erf", torch.erf), ("silu", F.silu), ("sin", torch.sin), ("cos", torch.cos)):
+                 ("erf", torch.erf), ("silu", F.silu), ("sin", torch.sin), ("cos", torch.cos), ("acos", torch.acos)):
     LOWERING.register(_op, _unary(_fn))
 for _op, _fn2 in (("sub", torch.sub), ("div", torch.div), ("maximum", torch.maximum),
                   ("minimum", torch.minimum), ("eq", torch.eq), ("lt", torch.lt),

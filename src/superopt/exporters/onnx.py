@@ -205,7 +205,7 @@ def _simple(op_type: str) -> OnnxRule:
 for _op, _onnx in (("relu", "Relu"), ("sigmoid", "Sigmoid"), ("tanh", "Tanh"),
                    ("ewadd", "Add"), ("ewmul", "Mul"), ("smul", "Mul"),
                    ("neg", "Neg"), ("exp", "Exp"), ("log", "Log"), ("sqrt", "Sqrt"),
-                   ("recip", "Reciprocal"), ("erf", "Erf"), ("sin", "Sin"), ("cos", "Cos"),
+                   ("recip", "Reciprocal"), ("erf", "Erf"), ("sin", "Sin"), ("cos", "Cos"), ("acos", "Acos"),
                    ("sub", "Sub"), ("div", "Div"), ("maximum", "Max"), ("minimum", "Min"),
                    ("eq", "Equal"), ("lt", "Less"), ("gt", "Greater"), ("where", "Where")):
     LOWERING.register(_op, _simple(_onnx))

@@ -1296,7 +1296,7 @@ def _pow(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor
 
 
 _UNARY_MATH = {"Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Erf": "erf", "Sin": "sin",
-               "Cos": "cos"}
+               "Cos": "cos", "Acos": "acos"}
 
 
 @_converter(*_UNARY_MATH)
@@ -1882,9 +1882,10 @@ def _pool(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tenso
     outs = [(sizes[i] + ir_pads[i] + ir_pads[2 + i] - kernel[i]) // strides[i] + 1
             for i in range(2)]
     if node.op_type == "AveragePool" and not lifted and not any(pads) and outs == [1, 1] \
-            and kernel[0] >= sizes[0] and kernel[1] >= sizes[1]:
-        # One window over the whole map (EfficientNet's pooler: a kernel of 1280 with
-        # ceil_mode over a map of a few cells; added cells never count): its mean.
+            and kernel[0] >= sizes[0] and kernel[1] >= sizes[1] and kernel != sizes:
+        # One window wider than the map (EfficientNet's pooler: a kernel of 1280 with
+        # ceil_mode over a map of a few cells; added cells never count): its mean. (A
+        # window the map's size stays a pool: the exporter writes those.)
         return [ctx.emit("reduce_mean", x, axes=(2, 3), keepdims=True), None]
     kernel2, stride2 = (kernel[0], kernel[1]), (strides[0], strides[1])
     padding = _ir_padding(ir_pads, (sizes[0], sizes[1]), kernel2, stride2, (1, 1))

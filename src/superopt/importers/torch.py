@@ -1090,9 +1090,9 @@ class _Ctx:
             raise _Refuse("average pooling with divisor_override")
         xv, unbatched = self._batched(x, "average pooling")
         h, w = self.b.shape(xv)[2:]
-        if not any(_pair(padding)) and k[0] >= h and k[1] >= w and (
-                ceil_mode or (k[0], k[1]) == (h, w)):
-            # One window over the whole map (EfficientNet's pooler: a kernel of 1280 and
+        if not any(_pair(padding)) and k[0] >= h and k[1] >= w and ceil_mode \
+                and (k[0], k[1]) != (h, w):
+            # One window wider than the map (EfficientNet's pooler: a kernel of 1280 and
             # ceil_mode over a map of a few cells, divided by the cells inside): its mean.
             return self._unbatch(self.b.reduce_mean(xv, axes=(2, 3), keepdims=True),
                                  unbatched)
@@ -2280,6 +2280,7 @@ ATEN: dict[Any, AtenConverter] = {
     aten.polar.default: _polar,
     aten.sin.default: _aten_unary("sin"),
     aten.cos.default: _aten_unary("cos"),
+    aten.acos.default: _aten_unary("acos"),
     aten.abs.default: lambda cx, a: cx.abs(a["self"]),
     aten.maximum.default: lambda cx, a: cx.binary("maximum", a["self"], a["other"]),
     aten.minimum.default: lambda cx, a: cx.binary("minimum", a["self"], a["other"]),
@@ -2777,7 +2778,8 @@ _RMS_NORM = _spec("input, normalized_shape, weight=None, eps=None",
 _NEW_OPS_FX: dict[Any, FxConverter] = {
     torch.exp: _fx_unary("exp"), torch.log: _fx_unary("log"), torch.sqrt: _fx_unary("sqrt"),
     torch.rsqrt: _fx_unary("rsqrt"), torch.erf: _fx_unary("erf"), torch.sin: _fx_unary("sin"),
-    torch.cos: _fx_unary("cos"), torch.reciprocal: _fx_unary("recip"),
+    torch.cos: _fx_unary("cos"), torch.acos: _fx_unary("acos"),
+    torch.reciprocal: _fx_unary("recip"),
     torch.abs: _spec("input", lambda cx, a: cx.abs(a["input"])), operator.abs:
     _spec("input", lambda cx, a: cx.abs(a["input"])),
     torch.maximum: _spec("input, other", lambda cx, a: cx.binary("maximum", a["input"],
@@ -2984,7 +2986,7 @@ FX_METHODS: dict[str, FxConverter] = {
     "size": _spec("input, dim=None", _fx_size),
     "dim": _spec("input", lambda cx, a: cx.rank(a["input"])),
     "exp": _fx_unary("exp"), "log": _fx_unary("log"), "sqrt": _fx_unary("sqrt"),
-    "rsqrt": _fx_unary("rsqrt"), "erf": _fx_unary("erf"), "sin": _fx_unary("sin"),
+    "rsqrt": _fx_unary("rsqrt"), "erf": _fx_unary("erf"), "sin": _fx_unary("sin"), "acos": _fx_unary("acos"),
     "cos": _fx_unary("cos"), "reciprocal": _fx_unary("recip"),
     "abs": _spec("input", lambda cx, a: cx.abs(a["input"])),
     "square": _spec("input", lambda cx, a: cx.pow(a["input"], 2)),

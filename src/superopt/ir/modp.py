@@ -68,6 +68,7 @@ TABLE: RuleTable[ModPRule] = RuleTable("modp", needs=lambda op: not op.named_sou
 INV2 = modp_inv(2)
 SALT_TANH, SALT_ERF, SALT_ERF_TANH, SALT_RSQRT, SALT_LRN = 1, 2, 3, 4, 5
 SALT_LOG, SALT_SQRT, SALT_ERF1, SALT_SIN, SALT_COS, SALT_POW = 6, 7, 8, 9, 10, 11
+SALT_ACOS = 12
 
 
 def exp7(x: Arr) -> Arr:
@@ -311,6 +312,7 @@ TABLE.register("erf", lambda xs, a, n: (odd_mix(xs[0], SALT_ERF1),))
 TABLE.register("silu", lambda xs, a, n: (xs[0] * sigmoid(xs[0]) % P,))
 TABLE.register("sin", lambda xs, a, n: (odd_mix(xs[0], SALT_SIN),))
 TABLE.register("cos", lambda xs, a, n: (mix(np.abs(centred(xs[0])), SALT_COS),))
+TABLE.register("acos", lambda xs, a, n: (mix(xs[0], SALT_ACOS),))  # neither odd nor even
 TABLE.register("pow", _pow)
 TABLE.register("maximum", lambda xs, a, n: (np.maximum(centred(xs[0]), centred(xs[1])) % P,))
 TABLE.register("minimum", lambda xs, a, n: (np.minimum(centred(xs[0]), centred(xs[1])) % P,))

@@ -347,11 +347,14 @@ def _unary(arith: float, trans: float) -> CostRule:
 # - sin, cos: no EUP instruction; a Cody-Waite range reduction (x - k * 2pi in two parts:
 #   scale, round, two multiply-subtracts = 4) and a degree-11 odd (sin) / degree-10 even
 #   (cos) polynomial in x^2 (1 + 12 Horner + 1) = 18 VPU ops, as a libm-style expansion.
+# - acos: a polynomial in |x| times sqrt(1 - |x|) (one EUP sqrt), and the reflection
+#   pi - y for x < 0: |x|, 1 - |x|, 14 Horner, a product, a select and a subtraction = 20.
 # - batch_norm: scale and shift (folded); copy: one load and store.
 for _op, _a, _t, _cheap in (("sigmoid", 2, 2, False), ("silu", 3, 2, False),
                            ("sqrt", 2, 1, False), ("div", 2, 1, False),
                            ("erf", 26, 1, False), ("sin", 18, 0, False),
-                           ("cos", 18, 0, False), ("batch_norm", 2, 0, True),
+                           ("cos", 18, 0, False), ("acos", 20, 1, False),
+                           ("batch_norm", 2, 0, True),
                            ("copy", 1, 0, True)):
     _register(_op, _unary(_a, _t), cheap=_cheap)
 

@@ -51,7 +51,7 @@ for _op, _facts in {
     "eq": OpMutations("lt", True), "exp": OpMutations("sigmoid"), "log": OpMutations("tanh"),
     "silu": OpMutations("gelu"), "sqrt": OpMutations("rsqrt"), "rsqrt": OpMutations("sqrt"),
     "recip": OpMutations("neg"), "neg": OpMutations("recip"), "sin": OpMutations("cos"),
-    "cos": OpMutations("sin"), "erf": OpMutations("tanh"),
+    "cos": OpMutations("sin"), "erf": OpMutations("tanh"), "acos": OpMutations("cos"),
     # No look-alike with the same operands and attributes: other mutations still apply.
     "argmax": OpMutations(None), "attention": OpMutations(None), "cast": OpMutations(None),
     "layer_norm": OpMutations(None), "rms_norm": OpMutations(None),

@@ -643,7 +643,7 @@ _reg(("const_one",), _const_one)
 
 # ---- the transformer-era ops (issue 44) ----------------------------------------------
 
-_reg(("neg", "exp", "log", "sqrt", "rsqrt", "recip", "erf", "silu", "sin", "cos", "pow",
+_reg(("neg", "exp", "log", "sqrt", "rsqrt", "recip", "erf", "silu", "sin", "cos", "acos", "pow",
       "cast"), same_shape())
 _reg(("sub", "div", "maximum", "minimum", "eq", "lt", "gt"), _elementwise)
 

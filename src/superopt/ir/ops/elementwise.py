@@ -85,6 +85,9 @@ SILU = _unary("silu", lambda x, a: silu_ref(x), _TR,
               "x * sigmoid(x) (SiLU / swish; SwiGLU's gate and EfficientNet's activation).")
 SIN = _unary("sin", lambda x, a: np.sin(x), _TR, "Sine (rotary position embeddings).")
 COS = _unary("cos", lambda x, a: np.cos(x), _TR, "Cosine (rotary position embeddings).")
+ACOS = _unary("acos", _positive_only(np.arccos), _TR,
+              "Arc cosine in [0, pi] (NaN outside [-1, 1]; YOSO's collision probability "
+              "1 - acos(cos similarity) / pi).")
 POW = _unary("pow", lambda x, a: pow_ref(x, a["exponent"]), _TR,
              "x ** exponent for a constant exponent (ONNX Pow with a constant; x**2 in norms).",
              attrs=(AttrSpec("exponent", "float", doc="the constant exponent"),))
