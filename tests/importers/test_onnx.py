@@ -793,6 +793,23 @@ def test_scatter_elements_where_places_may_repeat_is_refused() -> None:
         import_onnx(model)
 
 
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_log_sum_exp_and_log_sum_reductions(keepdims: int) -> None:
+    # ReduceLogSumExp as torch writes logsumexp (Granite's attention sinks), over the last
+    # axis and over two; values as large as 200 would overflow an unshifted exp.
+    model = make_model([
+        N("Mul", ["x", "big"], ["x2"]),
+        N("ReduceLogSumExp", ["x2", "ax"], ["a"], keepdims=keepdims),
+        N("ReduceLogSumExp", ["x", "ax2"], ["b"], keepdims=keepdims),
+        N("Abs", ["x"], ["ab"]),
+        N("ReduceLogSum", ["ab", "ax"], ["c"], keepdims=keepdims)],
+        {"x": [2, 3, 4]}, ["a", "b", "c"],
+        {"big": np.array(60.0, np.float32), "ax": np.array([-1], np.int64),
+         "ax2": np.array([0, 2], np.int64)}, opset=18)
+    g = check(model)
+    assert "exp" in ops(g) and all(np.isfinite(y).all() for y in interpret(g, feeds_for(g)))
+
+
 def test_an_average_pool_window_wider_than_the_map_is_a_mean() -> None:
     # EfficientNet's pooler as torch writes it: a kernel of 1280 with ceil_mode over a map
     # of 2x3 cells (the reference interpreter would make 1280x1280 windows).

@@ -2045,6 +2045,28 @@ def _reduce_composed(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
     return [ctx.emit("sqrt", total) if node.op_type == "ReduceL2" else total]
 
 
+@_converter("ReduceLogSumExp", "ReduceLogSum")
+def _reduce_log(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    # log(sum(x)), and log(sum(exp(x))) shifted by the maximum so that no exp overflows
+    # (Granite's sliding-window attention sinks).
+    x = _req(node, ins, 0)
+    axes = _reduce_axes(node, ins)
+    keep = bool(node.attr("keepdims", 1))
+    if node.op_type == "ReduceLogSum":
+        total = x if axes is None else ctx.emit("reduce_sum", x, axes=axes, keepdims=keep)
+        return [ctx.emit("log", total)]
+    if axes is None:  # each element alone: log(exp(x)) = x
+        return [x]
+    top = ctx.emit("reduce_max", x, axes=axes, keepdims=True)
+    shifted = ctx.emit("exp", ctx.emit("sub", x, top))
+    y = ctx.add(ctx.emit("log", ctx.emit("reduce_sum", shifted, axes=axes, keepdims=True)), top)
+    if keep:
+        return [y]
+    rank = len(ctx.shape(x))
+    dropped = {a % rank for a in axes} if axes else set(range(rank))
+    return [ctx.reshape(y, tuple(n for k, n in enumerate(ctx.shape(x)) if k not in dropped))]
+
+
 @_converter("ArgMax", "ArgMin")
 def _argmax(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     x = _req(node, ins, 0)
