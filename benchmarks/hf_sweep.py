@@ -197,6 +197,26 @@ def _config(transformers: Any, model_type: str, sizes: Mapping[str, Any]) -> Any
     return transformers.AutoConfig.for_model(model_type, **{**sizes, **subs})
 
 
+def _logits(torch: Any, model: Any, spec: Task, mask: bool) -> Any:
+    """`model` as a module of the task's inputs (positional, in `spec.inputs` order) that
+    returns its logits; with `mask`, an all-ones attention mask beside the ids."""
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+
+        def forward(self, *args: Any) -> Any:
+            kwargs: dict[str, Any] = dict(zip(spec.inputs, args, strict=True))
+            if mask:
+                kwargs["attention_mask"] = torch.ones_like(kwargs["input_ids"])
+            if spec.use_cache:
+                kwargs["use_cache"] = False
+            return self.inner(**kwargs).logits
+
+    return Logits().eval()
+
+
 def _capture(transformers: Any, torch: Any, model_type: str, spec: Task, rung: str,
              sizes: Mapping[str, Any]) -> dict[str, Any]:
     """Build the family at `sizes` and export it: the program, or the stage that failed."""
@@ -229,18 +249,7 @@ def _capture(transformers: Any, torch: Any, model_type: str, spec: Task, rung: s
     if hasattr(model, "set_default_language"):  # X-MOD's adapters are per language
         model.set_default_language(next(iter(getattr(config, "languages", None) or ["en_XX"])))
 
-    class Logits(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = model
-
-        def forward(self, *args: Any) -> Any:
-            kwargs: dict[str, Any] = dict(zip(spec.inputs, args, strict=True))
-            if spec.use_cache:
-                kwargs["use_cache"] = False
-            return self.inner(**kwargs).logits
-
-    wrapped = Logits().eval()
+    wrapped = _logits(torch, model, spec, mask=False)
     first = tuple(_example(n, config, i) for i, n in enumerate(spec.inputs))
     try:
         program = torch.export.export(wrapped, first)
@@ -275,26 +284,12 @@ def _onnx_verdict(model_type: str, wrapped: Any, config: Any, spec: Task,
             model.set_experts_implementation("batched_mm")
         except Exception:  # a model without experts
             pass
+    # An all-ones attention mask beside the ids, as users of these models pass one: without
+    # it transformers looks for packed sequences in the positions (aten::diff, which the
+    # TorchScript exporter refuses).
     masked = "input_ids" in spec.inputs and "attention_mask" in inspect.signature(
         model.forward).parameters
-
-    class Masked(torch.nn.Module):
-        # An all-ones attention mask beside the ids, as users of these models pass one:
-        # without it transformers looks for packed sequences in the positions (aten::diff,
-        # which the TorchScript exporter refuses).
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = model
-
-        def forward(self, *args: Any) -> Any:
-            kwargs: dict[str, Any] = dict(zip(spec.inputs, args, strict=True))
-            if masked:
-                kwargs["attention_mask"] = torch.ones_like(kwargs["input_ids"])
-            if spec.use_cache:
-                kwargs["use_cache"] = False
-            return self.inner(**kwargs).logits
-
-    wrapped = Masked().eval()
+    wrapped = _logits(torch, model, spec, mask=masked)
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / f"{model_type}.onnx")
         try:

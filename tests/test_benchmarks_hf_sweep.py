@@ -31,6 +31,15 @@ def test_a_family_runs_end_to_end() -> None:
     assert _module().one("no-such-family", 1e-4)["status"] == "config"
 
 
+def test_a_family_runs_end_to_end_as_an_onnx_file() -> None:
+    # torch's TorchScript exporter, an attention mask as users pass one, onnxruntime as the
+    # reference: the file's logits match the eager model's, and the import matches both.
+    pytest.importorskip("onnxruntime")
+    row = _module().one("gpt2", 1e-4, "causal-lm", "onnx")
+    assert row["status"] == "ok" and row["rel_err"] < 1e-5 and row["nodes"] > 50
+    assert row["program_vs_eager"] < 1e-5
+
+
 def test_each_task_names_a_mapping_and_class_transformers_has() -> None:
     transformers = pytest.importorskip("transformers")
     from transformers.models.auto import modeling_auto
