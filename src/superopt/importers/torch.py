@@ -1678,48 +1678,18 @@ class _Ctx:
     # ---- index values of known range (a mixture of experts' routing) -------------------
 
     def index_bound(self, x: Any) -> int | None:
-        """n where every element of the integer tensor x is known to lie in [0, n): indices
-        from a topk or an argmax, an iota, and what keeps a subset of those values (casts,
-        reshapes, slices, gathers, a topk's values); None where unknown."""
-        if isinstance(x, Const):
-            t = x.tensor
-            if t.dtype.is_floating_point or t.dtype == torch.bool or not t.numel() \
-                    or int(t.min()) < 0:
-                return None
-            return int(t.max()) + 1
-        if not isinstance(x, Value):
-            return None
-        node = self.b.nodes[x.node]
-        if (node.op == "topk" and x.index == 1) or node.op == "argmax":
-            src = self.b.type_of(node.inputs[0]).shape
-            return src[node.attr("axis") if node.op == "topk" else node.attr("axes")[0]]
-        if node.op == "iota":
-            return max(node.type.shape[node.attr("axis")], 1)
-        if node.op == "weight":  # a table of known integers (DeepSeek-V4's token-to-expert)
-            data = self.b.weights.get(node.attr("name"))
-            if data is None or data.dtype.kind not in "iu" or not data.size or data.min() < 0:
-                return None
-            return int(data.max()) + 1
-        if node.op in ("concat", "where"):  # values of the pieces (of either branch)
-            parts = node.inputs[1:] if node.op == "where" else node.inputs
-            bounds = [self.index_bound(p) for p in parts]
-            return None if None in bounds else max(b for b in bounds if b is not None)
-        if node.op in ("cast", "reshape", "transpose", "slice", "expand", "topk", "gather"):
-            if node.op == "cast" and not node.type.dtype.is_float and \
-                    self.b.type_of(node.inputs[0]).dtype.is_float:
-                return None  # truncation of floats: not a subset of their values
-            if node.op == "cast" and self.b.type_of(node.inputs[0]).dtype == DType.BOOL:
-                return 2
-            return self.index_bound(node.inputs[0])
-        if node.op in _AFFINE:
-            span = self._affine_range(node)
-            return span[1] + 1 if span is not None and span[0] >= 0 else None
-        return None
+        """n where every element of the integer tensor x is known to lie in [0, n) (an
+        index into an axis of length n needs no wrapping); None where unknown."""
+        span = self.value_range(x)
+        return span[1] + 1 if span is not None and span[0] >= 0 else None
 
     def value_range(self, x: Any) -> tuple[int, int] | None:
-        """[lo, hi] holding every element of the integer tensor x: `index_bound`'s cases,
-        integer constants, and sums, differences and products of those (LongCat-Flash's
-        `(top_k_ids - n) * n // zeros`); None where unknown."""
+        """[lo, hi] holding every element of the integer tensor x; None where unknown.
+        Known: integer constants and weight tables (DeepSeek-V4's token-to-expert), the
+        indices of a topk or an argmax, an iota, a cast of a mask, what keeps a subset of
+        known values (casts, reshapes, slices, gathers, a topk's values, either branch of a
+        select, concatenations), and sums, differences and products of known ranges
+        (LongCat-Flash's `(top_k_ids - n) * n // zeros`)."""
         if isinstance(x, bool | int):
             return int(x), int(x)
         if isinstance(x, Const) or (isinstance(x, Value)
@@ -1729,14 +1699,14 @@ class _Ctx:
             if data is None or data.dtype.kind not in "iu" or not data.size:
                 return None
             return int(data.min()), int(data.max())
-        bound = self.index_bound(x)
-        if bound is not None:
-            return 0, bound - 1
         if not isinstance(x, Value):
             return None
         node = self.b.nodes[x.node]
-        if node.type.dtype.is_float:
-            return None
+        if (node.op == "topk" and x.index == 1) or node.op == "argmax":
+            src = self.b.type_of(node.inputs[0]).shape
+            return 0, src[node.attr("axis") if node.op == "topk" else node.attr("axes")[0]] - 1
+        if node.op == "iota":
+            return 0, max(node.type.shape[node.attr("axis")], 1) - 1
         if node.op in _AFFINE:
             return self._affine_range(node)
         if node.op in ("concat", "where"):  # values of the pieces (of either branch)
@@ -1745,10 +1715,12 @@ class _Ctx:
             if any(r is None for r in spans):
                 return None
             return min(r[0] for r in spans if r), max(r[1] for r in spans if r)
-        if node.op in ("cast", "reshape", "transpose", "slice", "expand", "gather") or (
-                node.op == "topk" and x.index == 0):
-            if node.op == "cast" and self.b.type_of(node.inputs[0]).dtype.is_float:
-                return None
+        if node.op in ("cast", "reshape", "transpose", "slice", "expand", "topk", "gather"):
+            source = self.b.type_of(node.inputs[0]).dtype
+            if node.op == "cast" and source.is_float:
+                return None  # truncation of floats: not a subset of their values
+            if node.op == "cast" and source == DType.BOOL:
+                return 0, 1
             return self.value_range(node.inputs[0])
         return None
 
@@ -2173,6 +2145,10 @@ def _complex_call(cx: _Ctx, target: Any, a: dict[str, Any], conv: AtenConverter)
 def _dft(cx: _Ctx, x: Any, dims: Sequence[int], norm: str | None, inverse: bool) -> _Complex:
     """The discrete Fourier transform of x (real or complex) along dims, as products with
     the cos and sin matrices: (a + ib)(C -+ iS) along each dim (FNet's token mixing)."""
+    # The unscaled direction under norm: forward for backward, inverse for forward.
+    plain = {None: not inverse, "backward": not inverse, "forward": inverse}
+    if norm not in (*plain, "ortho"):
+        raise _Refuse(f"fft norm {norm!r}")
     z = x if isinstance(x, _Complex) else _Complex(x, None)
     rank = cx.rank(z.re)
     for dim in dims:
@@ -2180,10 +2156,6 @@ def _dft(cx: _Ctx, x: Any, dims: Sequence[int], norm: str | None, inverse: bool)
         n = cx.shape(z.re)[d]
         k = torch.arange(n, dtype=torch.float64)
         angle = 2 * math.pi * torch.outer(k, k) / n
-        # The unscaled direction under norm: forward for backward, inverse for forward.
-        plain = {None: not inverse, "backward": not inverse, "forward": inverse}
-        if norm not in (*plain, "ortho"):
-            raise _Refuse(f"fft norm {norm!r}")
         f = n ** -0.5 if norm == "ortho" else 1.0 if plain[norm] else 1.0 / n
         cos = Const((torch.cos(angle) * f).float(), "const.dft_cos")
         # e^(-i...) forward, e^(+i...) inverse: the sine's sign.
@@ -2214,7 +2186,7 @@ def _fft(inverse: bool, many: bool) -> AtenConverter:
             if a["n"] is not None and a["n"] != cx.shape(x)[_axis(a["dim"], rank)]:
                 raise _Refuse("fft with a length (n) other than the axis's")
             dims = [a["dim"]]
-        if cx.dtype(x.re if isinstance(x, _Complex) else x) not in (DType.F32,):
+        if cx.dtype(x.re if isinstance(x, _Complex) else x) != DType.F32:
             raise _Refuse("fft of a non-float32 tensor")
         return _dft(cx, x, dims, a["norm"], inverse)
     return convert
