@@ -27,7 +27,10 @@ With `--format onnx` the family, at the size set its `torch.export` capture took
 written by torch's TorchScript ONNX exporter instead (the `.onnx` files most users have),
 imported by the ONNX importer and run against onnxruntime on the same file; an exporter
 failure or a file onnxruntime refuses is `export` (no verdict), and `program_vs_eager`
-compares onnxruntime's result with the eager model.
+compares onnxruntime's result with the eager model. `--format onnx-dynamo` writes it with
+the exporter `torch.onnx.export` runs by default since torch 2.9 (`dynamo=True`, through
+`torch.export` and onnxscript, at that exporter's own defaults): the files users on
+current torch have.
 
 `OMP_WAIT_POLICY=PASSIVE taskset -c 1 .venv/bin/python benchmarks/hf_sweep.py`
 (`--task masked-lm`, `--types llama,mixtral`, `--out FILE`, `--report` to print the table
@@ -148,7 +151,7 @@ TASKS = {
 
 def results_path(task: str, fmt: str = "pt2") -> Path:
     name = "hf_sweep" + ("" if task == "causal-lm" else f"_{task}") + (
-        "_onnx" if fmt == "onnx" else "")
+        "" if fmt == "pt2" else "_" + fmt.replace("-", "_"))
     return RESULTS.with_name(f"{name}.json")
 
 
@@ -259,9 +262,11 @@ def _capture(transformers: Any, torch: Any, model_type: str, spec: Task, rung: s
 
 
 def _onnx_verdict(model_type: str, wrapped: Any, config: Any, spec: Task,
-                  tol: float) -> dict[str, Any]:
-    """The family written by torch's TorchScript ONNX exporter (what most users' `.onnx`
-    files are), imported, and run against onnxruntime on the same file."""
+                  tol: float, dynamo: bool = False) -> dict[str, Any]:
+    """The family written by torch's ONNX exporter, imported, and run against onnxruntime
+    on the same file: the TorchScript exporter (opset 17, what most users' `.onnx` files
+    are) or, with `dynamo`, the one `torch.onnx.export` runs by default since torch 2.9
+    (through `torch.export` and onnxscript, at its own default opset)."""
     import inspect
     import tempfile
     import warnings
@@ -295,8 +300,16 @@ def _onnx_verdict(model_type: str, wrapped: Any, config: Any, spec: Task,
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                torch.onnx.export(wrapped, first, path, dynamo=False, opset_version=17,
-                                  input_names=list(spec.inputs), output_names=["logits"])
+                if dynamo:
+                    # As a user calls it: the exporter's defaults (opset, its own graph
+                    # optimization, weights beside the file as external data).
+                    torch.onnx.export(wrapped, first, path, dynamo=True,
+                                      input_names=list(spec.inputs), output_names=["logits"],
+                                      verbose=False)
+                else:
+                    torch.onnx.export(wrapped, first, path, dynamo=False, opset_version=17,
+                                      input_names=list(spec.inputs),
+                                      output_names=["logits"])
         except Exception as e:
             return {"status": "export", "why": f"torch.onnx.export: {type(e).__name__}: "
                                                f"{_first(e)}"}
@@ -360,8 +373,9 @@ def one(model_type: str, tol: float, task: str = "causal-lm",
         return {**failed, "tried": tried[:-1]}
     program, wrapped, config = failed["program"], failed["wrapped"], failed["config"]
     base = {"sizes": rung, "tried": tried}
-    if fmt == "onnx":
-        return {**base, **_onnx_verdict(model_type, wrapped, config, spec, tol)}
+    if fmt in ("onnx", "onnx-dynamo"):
+        return {**base, **_onnx_verdict(model_type, wrapped, config, spec, tol,
+                                        dynamo=fmt == "onnx-dynamo")}
     start = time.perf_counter()
     try:
         graph = import_exported(program, name=model_type)
@@ -437,8 +451,9 @@ def report(data: dict[str, Any]) -> None:
     from rich.table import Table
 
     task = data.get("settings", {}).get("task", "causal-lm")
-    how = ("torch.onnx.export" if data.get("settings", {}).get("format") == "onnx"
-           else "torch.export")
+    how = {"onnx": "torch.onnx.export(dynamo=False)",
+           "onnx-dynamo": "torch.onnx.export(dynamo=True)"}.get(
+        data.get("settings", {}).get("format", "pt2"), "torch.export")
     table = Table(title=f"transformers {task} families: {how}, then import")
     for col in ("family", "outcome", "rel err", "nodes", "why (importer or torch)"):
         table.add_column(col)
@@ -472,11 +487,12 @@ def main() -> None:
     ap.add_argument("--memory", type=float, default=10.0, help="GiB per family")
     ap.add_argument("--task", choices=sorted(TASKS), default="causal-lm",
                     help="which of transformers' mappings to sweep (default: causal-lm)")
-    ap.add_argument("--format", choices=("pt2", "onnx"), default="pt2",
-                    help="import the torch.export program (pt2, the default) or the file "
-                         "torch.onnx.export writes (onnx)")
+    ap.add_argument("--format", choices=("pt2", "onnx", "onnx-dynamo"), default="pt2",
+                    help="import the torch.export program (pt2, the default), the file "
+                         "torch's TorchScript ONNX exporter writes (onnx), or the one its "
+                         "default exporter writes (onnx-dynamo)")
     ap.add_argument("--out", type=Path,
-                    help="the JSON (default: results/hf_sweep[_TASK][_onnx].json)")
+                    help="the JSON (default: results/hf_sweep[_TASK][_FORMAT].json)")
     ap.add_argument("--fresh", action="store_true", help="drop the families already in --out")
     ap.add_argument("--report", action="store_true", help="print the table of --out")
     ap.add_argument("--one", help=argparse.SUPPRESS)

@@ -782,6 +782,49 @@ def test_scatter_elements_of_top_k_values_and_of_one_value(axis: int) -> None:
             np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("axis", [1, -1])
+def test_scatter_elements_at_constant_indices(axis: int) -> None:
+    # torch's default exporter writes `x[:, 2] = u` (select_scatter) as ScatterElements with
+    # constant indices, one position along the axis for a whole slice (Bailing-Hybrid's
+    # delta attention); and indices that differ place by place, over part of the data.
+    shape = [3, 4, 5]
+    n = shape[axis]
+    one = [3, 4, 5]
+    one[axis] = 1
+    at = np.full(one, 2 - n, np.int64)  # a negative index counts from the end
+    rng = np.random.default_rng(4)
+    part = [2, 4, 3]
+    part[axis] = 2
+    idx = np.stack([rng.permutation(n)[:2] for _ in range(int(np.prod(part)) // 2)])
+    idx = np.moveaxis(idx.reshape(*[d for k, d in enumerate(part) if k != axis % 3], 2),
+                      -1, axis % 3)  # distinct along the axis: no place written twice
+    model = make_model([N("ScatterElements", ["x", "at", "u"], ["y"], axis=axis),
+                        N("ScatterElements", ["x", "idx", "w"], ["z"], axis=axis)],
+                       {"x": shape, "u": one, "w": part}, ["y", "z"],
+                       {"at": at, "idx": np.ascontiguousarray(idx)})
+    g = check(model)
+    assert ops(g)["where"] == 2
+    for seed in (1, 2):  # the data and the updates both move the result
+        feeds = feeds_for(g, seed)
+        assert_close(interpret(g, feeds), reference_run(model, feeds))
+    bad = make_model([N("ScatterElements", ["x", "at", "u"], ["y"], axis=1, name="se")],
+                     {"x": shape, "u": [3, 1, 5]}, ["y"], {"at": np.full((3, 1, 5), 4)})
+    with pytest.raises(ModelImportError, match=r"se.*indices out of range \[-4, 4\)"):
+        import_onnx(bad)
+
+
+def test_matmul_of_a_select_against_a_constant_mask_is_no_attention() -> None:
+    # Bailing-Hybrid's delta attention zeroes the upper triangle of a product before the
+    # next one (masked_fill with a constant mask); the attention fold read the select's
+    # mask as SDPA's NaN guard and indexed inputs that a constant has none of.
+    mask = np.triu(np.ones((4, 4), np.bool_), 1)
+    model = make_model([N("Where", ["m", "zero", "s"], ["p"]), N("MatMul", ["p", "v"], ["y"])],
+                       {"s": [1, 2, 4, 4], "v": [1, 2, 4, 3]}, ["y"],
+                       {"m": mask, "zero": np.zeros((), np.float32)})
+    g = check(model)
+    assert "attention" not in ops(g)
+
+
 def test_scatter_elements_where_places_may_repeat_is_refused() -> None:
     model = _two_input_model([N("ScatterElements", ["x", "i", "u"], ["y"], axis=1,
                                 name="se")], (3, 4), (3, 2), {"u": rand(3, 2)})

@@ -527,9 +527,11 @@ class _Context:
         if node is not None and node.op == "where" and _near(self.scalar_value(node.inputs[1]),
                                                              0.0, 0.0):
             guard = self.producer(node.inputs[0])  # not(s == s): IsNaN(s)
+            if guard is not None and guard.op != "eq":  # another select before a matmul
+                guard = None
             false = self.const_data(guard.inputs[1]) if guard is not None else None
             inner = self.producer(guard.inputs[0]) if guard is not None and \
-                guard.op == "eq" and false is not None and not false.any() else None
+                false is not None and not false.any() else None
             if inner is not None and inner.op == "eq" and \
                     inner.inputs[0] == inner.inputs[1] == node.inputs[2]:
                 node = self.producer(node.inputs[2])
@@ -1445,6 +1447,43 @@ def _scatter_nd(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list
     return [ctx.reshape(ctx.emit("where", mask, moved, base), shape)]
 
 
+def _scatter_known(ctx: _Context, data: Tensor, idx: Const, updates: Tensor, axis: int,
+                   hint: str) -> Tensor:
+    """ScatterElements at constant indices (torch's default exporter writes `select_scatter`
+    and `slice_scatter`, `x[..., i] = v`, this way): every place of the data either keeps
+    its value or takes the update that lands there (the last, as the spec's loop writes
+    them), a select between the data and a gather of the updates. Where each position
+    along the axis takes one whole row of updates (the slice writes), the gather runs
+    along that axis; otherwise over the flattened tensors."""
+    shape, ishape = ctx.shape(data), ctx.shape(idx)
+    if len(ishape) != len(shape) or tuple(ctx.shape(updates)) != tuple(ishape) or any(
+            ishape[k] > shape[k] for k in range(len(shape)) if k != axis):
+        raise _Invalid(f"indices {list(ishape)} and updates {list(ctx.shape(updates))} do "
+                       f"not fit data of shape {list(shape)} (axis {axis})")
+    n = shape[axis]
+    k = np.asarray(idx.data, np.int64)
+    if k.size and (k.min() < -n or k.max() >= n):
+        raise _Invalid(f"indices out of range [-{n}, {n})")
+    if not k.size:
+        return data
+    k = np.where(k < 0, k + n, k)
+    rows = np.moveaxis(k, axis, 0).reshape(ishape[axis], -1)
+    if all(ishape[d] == shape[d] for d in range(len(shape)) if d != axis) and bool(
+            np.all(rows == rows[:, :1])):
+        src, hit = composite.scatter_rows(n, rows[:, 0])
+        moved = ctx.emit("gather", updates, Const(src, f"{hint}:src"), axis=axis)
+        mask = hit.reshape([n if d == axis else 1 for d in range(len(shape))])
+        return ctx.emit("where", Const(mask, f"{hint}:written"), moved, data)
+    offsets, stride = composite.element_gather_offsets(shape, ishape, axis)
+    total = math.prod(shape)
+    src, hit = composite.scatter_rows(total, (offsets + k * stride).reshape(-1))
+    moved = ctx.emit("gather", ctx.reshape(updates, (k.size,)), Const(src, f"{hint}:src"),
+                     axis=0)
+    out = ctx.emit("where", Const(hit, f"{hint}:written"), moved,
+                   ctx.reshape(data, (total,)))
+    return ctx.reshape(out, shape)
+
+
 def _topk_indices_along(ctx: _Context, t: Tensor, axis: int) -> bool:
     """t is a TopK's indices along `axis` (distinct along it), through casts."""
     n = ctx.producer(t)
@@ -1466,6 +1505,8 @@ def _scatter_elements(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
         raise _Unsupported(f"reduction {node.attr('reduction')!r}")
     shape, ishape = ctx.shape(data), ctx.shape(idx)
     axis = _norm_axis(int(node.attr("axis", 0)), len(shape))
+    if isinstance(idx, Const):
+        return [_scatter_known(ctx, data, idx, updates, axis, node.outputs[0])]
     if len(ishape) != len(shape) or tuple(ctx.shape(updates)) != tuple(ishape) or any(
             ishape[k] != shape[k] for k in range(len(shape)) if k != axis):
         raise _Unsupported(f"indices {list(ishape)} into data {list(shape)} (only indices as "
