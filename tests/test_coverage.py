@@ -22,6 +22,7 @@ TABLE_MODULES = (
     "superopt.xtat.passes.layout",
     "superopt.exporters.onnx",
     "superopt.verifier.mutate",
+    "superopt.ir.ranges",
 )
 
 
@@ -33,12 +34,12 @@ def _load_tables() -> None:
 
 def test_expected_tables_are_registered() -> None:
     assert {"modp", "flops", "torch", "tpu_cost", "tpu_layout", "tpu_bounds",
-            "z3", "boxes", "xtat_layout", "onnx", "mutate"} <= set(TABLES)
+            "z3", "boxes", "xtat_layout", "onnx", "mutate", "int_ranges"} <= set(TABLES)
 
 
 @pytest.mark.parametrize("table", ["modp", "flops", "torch", "tpu_cost", "tpu_layout",
                                    "tpu_bounds", "z3", "boxes", "xtat_layout", "onnx",
-                                   "mutate"])
+                                   "mutate", "int_ranges"])
 def test_table_covers_every_op(table: str) -> None:
     t = TABLES[table]
     assert t.missing() == [], f"ops without a {table} rule: {t.missing()}"

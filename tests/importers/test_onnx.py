@@ -825,6 +825,55 @@ def test_matmul_of_a_select_against_a_constant_mask_is_no_attention() -> None:
     assert "attention" not in ops(g)
 
 
+def test_integer_division_of_known_ranges_is_a_lookup() -> None:
+    # LongCat-Flash's routing: TopK ids shifted below zero, divided by a count (truncating
+    # toward zero, as onnxruntime does: -7 / 2 = -3), then used as float weights.
+    model = make_model([
+        N("TopK", ["x", "k"], ["v", "i"], axis=1),
+        N("Sub", ["i", "n"], ["s"]), N("Div", ["s", "two"], ["q"]),
+        N("Cast", ["q"], ["y"], to=TensorProto.FLOAT)],
+        {"x": [3, 9]}, ["y"],
+        {"k": np.array([4], np.int64), "n": np.array(5, np.int64),
+         "two": np.array(2, np.int64)})
+    g = import_onnx(model)
+    assert ops(g)["gather"] == 1
+    ort = pytest.importorskip("onnxruntime")
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seed in (0, 1, 2):
+        x = rand(3, 9, seed=seed)
+        want = sess.run(None, {"x": x})[0]
+        assert want.min() < 0  # the negative quotients are in play
+        np.testing.assert_array_equal(interpret(g, {"x": x})[0], want)
+    # Values the graph's caller chooses have no known range: refused, naming the node.
+    free = make_model([N("Div", ["ids", "two"], ["q"], name="div")], {"ids": [4]}, ["q"],
+                      {"two": np.array(2, np.int64)}, input_type=TensorProto.INT64)
+    with pytest.raises(UnsupportedOpsError, match=r"div: integer division of values not "
+                                                  r"known to lie in a small range"):
+        import_onnx(free)
+
+
+@pytest.mark.parametrize("op", ["BitwiseAnd", "BitwiseOr", "BitwiseXor"])
+def test_bitwise_ops_of_0_1_masks(op: str) -> None:
+    # CPM-Ant's masks: comparisons cast to integers, combined bit by bit with a constant
+    # 0/1 mask (torch's default exporter writes `&` of integer tensors so).
+    mask = np.array([[1, 0, 1, 1], [0, 0, 1, 0]], np.int32)
+    model = make_model([N("Less", ["x", "y"], ["lt"]), N("Cast", ["lt"], ["m"], to=6),
+                        N(op, ["m", "c"], ["b"]), N("Cast", ["b"], ["out"], to=1)],
+                       {"x": [2, 4], "y": [2, 4]}, ["out"], {"c": mask})
+    g = import_onnx(model)
+    for seed in (0, 1):
+        x, y = rand(2, 4, seed=seed), rand(2, 4, seed=seed + 5)
+        lt = (x < y).astype(np.int32)
+        want = {"BitwiseAnd": lt & mask, "BitwiseOr": lt | mask,
+                "BitwiseXor": lt ^ mask}[op].astype(np.float32)
+        np.testing.assert_array_equal(interpret(g, {"x": x, "y": y})[0], want)
+    wide = make_model([N(op, ["m", "c"], ["b"], name="bw")], {"m": [2, 4]}, ["b"],
+                      {"c": mask * 3}, input_type=TensorProto.INT32)
+    with pytest.raises(UnsupportedOpsError, match=rf"bw: {op} of integers not known to be 0"):
+        import_onnx(wide)
+
+
 def test_scatter_elements_where_places_may_repeat_is_refused() -> None:
     model = _two_input_model([N("ScatterElements", ["x", "i", "u"], ["y"], axis=1,
                                 name="se")], (3, 4), (3, 2), {"u": rand(3, 2)})

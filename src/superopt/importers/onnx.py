@@ -47,6 +47,7 @@ from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, GraphBuilder, Node, Value
 from superopt.ir.memory import ensure_fits
 from superopt.ir.ops.index import iota_value, tri_mask_value
+from superopt.ir.ranges import LOOKUP_LIMIT, ValueRanges
 
 __all__ = [
     "CONVERTERS", "LIGHT_MODELS", "Const", "OnnxNode", "import_onnx", "light_model_path",
@@ -171,6 +172,7 @@ class _Context:
         # Norms made by the folds whose scale is still ones ("unit") or whose bias is still
         # zeros ("scaled"): a following Mul / Add by a parameter moves into them.
         self._bare: dict[Value, str] = {}
+        self.ranges = ValueRanges(self.b)  # integer values' spans (lookups)
 
     # -- naming and sources --
 
@@ -323,6 +325,14 @@ class _Context:
         if node is not None and node.op == "weight":
             return self.b.weights.get(node.attr("name"))
         return None
+
+    def int_span(self, t: Tensor) -> tuple[int, int] | None:
+        """[lo, hi] holding every element of the integer tensor t; None where unknown."""
+        if isinstance(t, Const):
+            d = t.data
+            ok = d.dtype.kind in "iub" and d.size
+            return (int(d.min()), int(d.max())) if ok else None
+        return None if self.folding else self.ranges.span(t)
 
     def scalar_value(self, t: Tensor | None) -> float | None:
         """The value of a constant whose elements are all equal (a broadcast scalar)."""
@@ -1248,8 +1258,30 @@ def _div(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor
     if not np.issubdtype(ctx.np_dtype(b), np.floating):
         if isinstance(a, Const) and isinstance(b, Const):
             raise _NotFoldable  # integer division: leave its rounding to onnx.reference
-        raise _Unsupported("integer division")
+        return [_integer_div(ctx, a, b, node.outputs[0])]
     return [ctx.div(a, b)]
+
+
+def _integer_div(ctx: _Context, a: Tensor, b: Tensor, hint: str) -> Tensor:
+    """Integer Div (truncating toward zero, as onnxruntime and the spec's reference do) of
+    values of a known small range by a known positive divisor: one lookup in a table of the
+    quotients (LongCat-Flash's shifted expert ids over the experts per group)."""
+    d = ctx.const_data(b)
+    k = int(d.ravel()[0]) if d is not None and d.size and np.all(d == d.ravel()[0]) else 0
+    if k <= 0:
+        raise _Unsupported("integer division by other than a known positive constant")
+    if np.broadcast_shapes(ctx.shape(a), ctx.shape(b)) != ctx.shape(a):
+        raise _Unsupported("integer division whose divisor widens the dividend")
+    span = ctx.int_span(a)
+    if span is None or span[1] - span[0] >= LOOKUP_LIMIT:
+        raise _Unsupported("integer division of values not known to lie in a small range")
+    if k == 1:
+        return a
+    lo, hi = span
+    ramp = np.arange(lo, hi + 1, dtype=np.int64)
+    table = (np.sign(ramp) * (np.abs(ramp) // k)).astype(ctx.np_dtype(a))
+    at = ctx.sub(a, Const(np.asarray(lo, ctx.np_dtype(a)), f"{hint}:low")) if lo else a
+    return ctx.emit("gather", Const(table, f"{hint}:quotients"), at, axis=0)
 
 
 @_converter("Reciprocal")
@@ -1343,6 +1375,22 @@ def _and_or(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Ten
     if node.op_type == "And":
         return [ctx.emit("where", a, b, Const(np.zeros((), np.bool_), "false"))]
     return [ctx.emit("where", a, Const(np.ones((), np.bool_), "true"), b)]
+
+
+@_converter("BitwiseAnd", "BitwiseOr", "BitwiseXor")
+def _bitwise(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    # Of integers known to be 0 or 1 (masks cast from bools, CPM-Ant's): and is the
+    # product, or the larger, xor a + b - 2ab.
+    a, b = _binary_operands(ctx, node, ins)
+    spans = (ctx.int_span(a), ctx.int_span(b))
+    if not all(s is not None and 0 <= s[0] and s[1] <= 1 for s in spans):
+        raise _Unsupported(f"{node.op_type} of integers not known to be 0 or 1")
+    if node.op_type == "BitwiseAnd":
+        return [ctx.mul(a, b)]
+    if node.op_type == "BitwiseOr":
+        return [ctx.emit("maximum", a, b)]
+    two = Const(np.asarray(2, ctx.np_dtype(a)), f"{node.outputs[0]}:two")
+    return [ctx.sub(ctx.add(a, b), ctx.mul(ctx.mul(a, b), two))]
 
 
 @_converter("LessOrEqual", "GreaterOrEqual")

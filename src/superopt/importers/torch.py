@@ -51,6 +51,7 @@ from superopt.importers.naming import UniqueNames
 from superopt.ir.errors import IRError, ShapeError
 from superopt.ir.graph import Graph, GraphBuilder, Value
 from superopt.ir.opdef import get_op
+from superopt.ir.ranges import LOOKUP_LIMIT, ValueRanges
 from superopt.ir.types import DType
 
 aten = torch.ops.aten
@@ -118,10 +119,6 @@ def _any_live(*xs: Any) -> bool:
     return any(_live(leaf) for x in xs for leaf in _leaves(x))
 
 
-# IR ops whose integer results' range follows from their operands' (`value_range`).
-_AFFINE = frozenset({"ewadd", "sub", "ewmul", "smul"})
-# The widest range of integers a lookup table is made for.
-_LOOKUP_LIMIT = 1 << 16
 
 _TORCH_TO_IR: dict[torch.dtype, DType] = {
     torch.float32: DType.F32, torch.float64: DType.F32, torch.bfloat16: DType.BF16,
@@ -209,6 +206,7 @@ class _Ctx:
         self._params: dict[str, Value] = {}
         self._keep: list[Const] = []  # keeps ids in _consts from being reused
         self._unit_scales: set[Value] = set()  # all-ones weights of fused RMSNorms
+        self.ranges = ValueRanges(self.b)  # integer values' spans (lookups, index bounds)
 
     # ---- sources ---------------------------------------------------------------------
 
@@ -1684,65 +1682,26 @@ class _Ctx:
         return span[1] + 1 if span is not None and span[0] >= 0 else None
 
     def value_range(self, x: Any) -> tuple[int, int] | None:
-        """[lo, hi] holding every element of the integer tensor x; None where unknown.
-        Known: integer constants and weight tables (DeepSeek-V4's token-to-expert), the
-        indices of a topk or an argmax, an iota, a cast of a mask, what keeps a subset of
-        known values (casts, reshapes, slices, gathers, a topk's values, either branch of a
-        select, concatenations), and sums, differences and products of known ranges
-        (LongCat-Flash's `(top_k_ids - n) * n // zeros`)."""
+        """[lo, hi] holding every element of the integer tensor x; None where unknown:
+        constants here, graph values by the IR's interval analysis (`superopt.ir.ranges`:
+        weight tables such as DeepSeek-V4's token-to-expert, a topk's or argmax's indices,
+        what keeps a subset of known values, and sums, differences and products of known
+        ranges, as LongCat-Flash's `(top_k_ids - n) * n // zeros`)."""
         if isinstance(x, bool | int):
             return int(x), int(x)
-        if isinstance(x, Const) or (isinstance(x, Value)
-                                    and self.b.nodes[x.node].op == "weight"):
-            data = x.tensor.numpy() if isinstance(x, Const) else self.b.weights.get(
-                self.b.nodes[x.node].attr("name"))
-            if data is None or data.dtype.kind not in "iu" or not data.size:
+        if isinstance(x, Const):
+            data = x.tensor.numpy()
+            if data.dtype.kind not in "iub" or not data.size:
                 return None
             return int(data.min()), int(data.max())
-        if not isinstance(x, Value):
-            return None
-        node = self.b.nodes[x.node]
-        if (node.op == "topk" and x.index == 1) or node.op == "argmax":
-            src = self.b.type_of(node.inputs[0]).shape
-            return 0, src[node.attr("axis") if node.op == "topk" else node.attr("axes")[0]] - 1
-        if node.op == "iota":
-            return 0, max(node.type.shape[node.attr("axis")], 1) - 1
-        if node.op in _AFFINE:
-            return self._affine_range(node)
-        if node.op in ("concat", "where"):  # values of the pieces (of either branch)
-            spans = [self.value_range(p) for p in (node.inputs[1:] if node.op == "where"
-                                                   else node.inputs)]
-            if any(r is None for r in spans):
-                return None
-            return min(r[0] for r in spans if r), max(r[1] for r in spans if r)
-        if node.op in ("cast", "reshape", "transpose", "slice", "expand", "topk", "gather"):
-            source = self.b.type_of(node.inputs[0]).dtype
-            if node.op == "cast" and source.is_float:
-                return None  # truncation of floats: not a subset of their values
-            if node.op == "cast" and source == DType.BOOL:
-                return 0, 1
-            return self.value_range(node.inputs[0])
-        return None
-
-    def _affine_range(self, node: Any) -> tuple[int, int] | None:
-        if node.type.dtype.is_float:
-            return None
-        a, b = (self.value_range(v) for v in node.inputs[:2])
-        if a is None or b is None:
-            return None
-        if node.op == "ewadd":
-            return a[0] + b[0], a[1] + b[1]
-        if node.op == "sub":
-            return a[0] - b[1], a[1] - b[0]
-        corners = [p * q for p in a for q in b]  # ewmul, smul
-        return min(corners), max(corners)
+        return self.ranges.span(x) if isinstance(x, Value) else None
 
     def lookup(self, x: Any, table_of: Callable[[torch.Tensor], torch.Tensor],
                what: str) -> Any:
         """f(x) for an integer tensor x known to lie in [lo, hi], exactly, as one gather
         from the table `table_of(arange(lo, hi + 1))` of f's values there."""
         span = self.value_range(x)
-        if span is None or span[1] - span[0] >= _LOOKUP_LIMIT:
+        if span is None or span[1] - span[0] >= LOOKUP_LIMIT:
             raise _Refuse(f"{what} of an integer tensor whose values are not known to lie "
                           "in a small range")
         lo, hi = span
