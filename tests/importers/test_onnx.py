@@ -874,6 +874,43 @@ def test_bitwise_ops_of_0_1_masks(op: str) -> None:
         import_onnx(wide)
 
 
+def test_masked_write_of_one_value_as_the_default_exporter_writes_it() -> None:
+    # `x[ids == 5] = -1.5` and `ids[ids == 5] = 0` (Gemma-3's image tokens) through torch's
+    # default exporter: NonZero of the mask as ScatterND indices, the value expanded to the
+    # mask's count of rows. Both have data-dependent shapes; the write is a select.
+    def count(tag: str, m: str) -> list[Any]:
+        return [N("Reshape", [m, "flat"], [f"{tag}f"]), N("Cast", [f"{tag}f"], [f"{tag}i"], to=7),
+                N("ReduceSum", [f"{tag}i"], [f"{tag}n"], keepdims=1)]
+
+    nodes = [N("Equal", ["ids", "five"], ["m"]), N("NonZero", ["m"], ["nz"]),
+             N("Transpose", ["nz"], ["at"], perm=[1, 0]), *count("a", "m"),
+             N("Concat", ["an", "four"], ["shape"], axis=0),
+             N("Expand", ["c", "shape"], ["rows"]), N("Reshape", ["rows", "keep"], ["upd"]),
+             N("ScatterND", ["x", "at", "upd"], ["y"]),
+             N("Expand", ["zero", "an"], ["zeros"]), N("ScatterND", ["ids", "at", "zeros"],
+                                                       ["ids2"]),
+             N("Cast", ["ids2"], ["z"], to=1)]
+    graph = helper.make_graph(
+        nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+                     helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "z")],
+        initializer=[numpy_helper.from_array(a, n) for n, a in {
+            "five": np.array(5, np.int64), "flat": np.array([-1], np.int64),
+            "four": np.array([4], np.int64), "c": np.array([-1.5], np.float32),
+            "keep": np.array([-1, 4], np.int64), "zero": np.array(0, np.int64)}.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    g = import_onnx(model)
+    assert ops(g)["where"] == 2
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = rand(2, 3, 4)
+    for ids in (np.array([[5, 1, 5], [2, 5, 0]]), np.array([[1, 2, 3], [4, 6, 7]])):
+        want = sess.run(None, {"x": x, "ids": ids})
+        got = interpret(g, {"x": x, "ids": ids})
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_scatter_elements_where_places_may_repeat_is_refused() -> None:
     model = _two_input_model([N("ScatterElements", ["x", "i", "u"], ["y"], axis=1,
                                 name="se")], (3, 4), (3, 2), {"u": rand(3, 2)})

@@ -2549,6 +2549,76 @@ _INPUT_DTYPES = {"float32": "f32", "float64": "f32", "float16": "f16", "bfloat16
                  "int64": "i64", "int32": "i32", "bool": "bool"}
 
 
+def _masked_writes(graph: Any) -> tuple[dict[int, tuple[str, str]], set[int]]:
+    """`x[mask] = c` as torch's default exporter writes it: ScatterND(x, Transpose(NonZero(
+    mask)), Expand(c, [count of mask]) behind reshapes), whose NonZero and Expand have
+    data-dependent shapes. Returns the ScatterND nodes (by index) with their mask and their
+    one-element value, and the nodes only they read (the NonZero, the count), which the
+    import skips: the write is `where(mask, c, x)`."""
+    from onnx import numpy_helper
+
+    nodes = list(graph.node)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    readers: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for x in n.input:
+            readers.setdefault(x, []).append(i)
+    outputs = {o.name for o in graph.output}
+    sizes = {t.name: int(np.prod(t.dims)) for t in graph.initializer}
+    for n in nodes:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            sizes[n.output[0]] = int(numpy_helper.to_array(n.attribute[0].t).size)
+
+    def made_by(name: str, op: str) -> Any:
+        i = producer.get(name)
+        return nodes[i] if i is not None and nodes[i].op_type == op else None
+
+    writes: dict[int, tuple[str, str]] = {}
+    for i, n in enumerate(nodes):
+        if n.op_type != "ScatterND" or len(n.input) != 3 or any(
+                a.name == "reduction" and a.s not in (b"", b"none") for a in n.attribute):
+            continue
+        t = made_by(n.input[1], "Transpose")
+        nz = made_by(t.input[0], "NonZero") if t is not None and list(
+            t.attribute[0].ints if t.attribute else []) == [1, 0] else None
+        upd = n.input[2]
+        while made_by(upd, "Reshape") is not None:
+            upd = made_by(upd, "Reshape").input[0]
+        ex = made_by(upd, "Expand")
+        if nz is None or ex is None or sizes.get(ex.input[0]) != 1:
+            continue
+        writes[i] = (nz.input[0], ex.input[0])
+    # The nodes that only the folded writes read, back from their indices and updates.
+    skipped: set[int] = set()
+    kept = {x for pair in writes.values() for x in pair}  # the masks and values themselves
+    work = [x for i in writes for x in nodes[i].input[1:]]
+    while work:
+        j = producer.get(work.pop())
+        if j is None or j in skipped or j in writes:
+            continue
+        if any(o in outputs or o in kept or any(r not in skipped and r not in writes
+                                   for r in readers.get(o, ())) for o in nodes[j].output):
+            continue
+        skipped.add(j)
+        work.extend(nodes[j].input)
+    return writes, skipped
+
+
+def _masked_fill(ctx: _Context, data: Tensor, mask: Tensor, value: Tensor) -> Tensor:
+    """`data[mask] = value` for a mask over data's leading dims and one value."""
+    shape, mshape = ctx.shape(data), ctx.shape(mask)
+    if tuple(shape[:len(mshape)]) != tuple(mshape):
+        raise _Unsupported(f"a mask of shape {list(mshape)} over data of shape {list(shape)}")
+    if ctx.np_dtype(mask) != np.bool_:  # NonZero's test of a number
+        mask = ctx.emit("cast", mask, to="bool")
+    mask = ctx.reshape(mask, (*mshape, *[1] * (len(shape) - len(mshape))))
+    c = ctx.const_data(value)
+    if c is None:
+        raise _Unsupported("a masked write of a value computed at run time")
+    fill = Const(np.asarray(c.reshape(()), ctx.np_dtype(data)), "masked_value")
+    return ctx.emit("where", mask, fill, data)
+
+
 class _Importer:
     """One import: walks the nodes in order, folding, converting and collecting problems."""
 
@@ -2704,8 +2774,20 @@ class _Importer:
         ctx = _Context(self.name, None)
         self._inputs(ctx)
         ctx.batch_change = self._batch_change()
+        writes, skipped = _masked_writes(self.model.graph)
         for index, proto in enumerate(self.model.graph.node):
+            if index in skipped:
+                continue
             node = self._node(proto, index)
+            if index in writes and all(x in self.env for x in (node.inputs[0], *writes[index])):
+                data, (mask, value) = self.env[node.inputs[0]], writes[index]
+                try:
+                    self.env[node.outputs[0]] = _masked_fill(ctx, data, self.env[mask],
+                                                             self.env[value])
+                    continue
+                except _Unsupported as e:
+                    self._problem(node, e.reason)
+                    continue
             known = node.domain in _DEFAULT_DOMAINS and node.op_type in CONVERTERS
             gone = [x for x in node.inputs if x in self.unavailable]
             for x in gone:
