@@ -28,7 +28,9 @@ graph's export (torch eager times the imported graph). Where the input is kept, 
 also compares the file with superopt's export of it (`RealRunner.export`); when the
 export is measurably faster it is the result, and the re-timing runs it beside the file.
 Rows are named `hf:FAMILY`, in the order given; the default output is
-`results/tune_cpu_hf.json`.
+`results/tune_cpu_hf.json`. `--exporter dynamo` writes the users' files with the exporter
+`torch.onnx.export` runs by default since torch 2.9 instead of the TorchScript one
+(`results/tune_cpu_hf_dynamo.json`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ MODELS = ("squeezenet", "mobilenet_v2", "efficientnet_b0", "resnet18", "bert_sma
           "resnext50", "nasnet_a", "csrnet", "vit_b16", "bert_base", "vgg19", "llama3_2_1b")
 RESULTS = Path(__file__).parent / "results" / "tune_cpu.json"
 HF_RESULTS = Path(__file__).parent / "results" / "tune_cpu_hf.json"
+HF_DYNAMO_RESULTS = HF_RESULTS.with_name("tune_cpu_hf_dynamo.json")
 
 
 def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -118,7 +121,8 @@ def _source(model: str, batch: int, args: argparse.Namespace) -> str | Path:
         return model
     from superopt.importers.hf import published_onnx
 
-    return published_onnx(model[3:], args.workdir / "hf", batch)
+    return published_onnx(model[3:], args.workdir / "hf", batch,
+                          dynamo=args.exporter == "dynamo")
 
 
 def _retime(original: Any, tuned: Any, args: argparse.Namespace,
@@ -338,9 +342,19 @@ def main() -> None:
                     help="users' files instead of the zoo: these transformers families at "
                          "their published sizes, as torch's ONNX exporter writes them "
                          "('published': every family with one)")
+    ap.add_argument("--exporter", choices=("torchscript", "dynamo"), default="torchscript",
+                    help="with --hf: which of torch's ONNX exporters writes the users' files "
+                         "(torchscript, opset 17; or dynamo, torch.onnx.export's default "
+                         "since torch 2.9)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    args.out = args.out or (HF_RESULTS if args.hf else RESULTS)
+    if args.exporter != "torchscript" and not args.hf:
+        ap.error("--exporter applies to users' files (--hf)")
+    args.out = args.out or (
+        (HF_DYNAMO_RESULTS if args.exporter == "dynamo" else HF_RESULTS) if args.hf
+        else RESULTS)
+    if args.exporter == "dynamo":  # its files, and so its records, are other files'
+        args.workdir = args.workdir / "dynamo"
     args.workdir.mkdir(parents=True, exist_ok=True)
     args.cost_db = args.cost_db or args.workdir / "op_costs.jsonl"
     import onnxruntime
@@ -370,6 +384,7 @@ def main() -> None:
                 "rounds": args.rounds, "bench_rounds": args.bench_rounds,
                 "torch_rounds": args.torch_rounds, "plan_budget": args.plan_budget,
                 "op_cost": args.op_cost,
+                **({"exporter": args.exporter} if args.hf else {}),
                 "graph_optimization_level": "ORT_ENABLE_ALL",
                 "affinity": sorted(os.sched_getaffinity(0)),
                 "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),

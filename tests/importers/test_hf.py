@@ -324,6 +324,12 @@ def test_hf_onnx_writes_the_family_for_onnxruntime(tmp_path) -> None:
         np.testing.assert_allclose(a, w.numpy(), rtol=1e-4, atol=1e-4)
     with pytest.raises(ModelImportError, match="unknown HuggingFace family 'nope'"):
         hf_onnx("nope", tmp_path / "nope.onnx")
+    # torch.onnx.export's default exporter: the same values, the weights beside the file.
+    path = hf_onnx("convnext", tmp_path / "dyn.onnx", dynamo=True)
+    assert (tmp_path / "dyn.onnx.data").exists()
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for a, w in zip(sess.run(None, {"x": x.numpy()}), want, strict=True):
+        np.testing.assert_allclose(a, w.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_published_families_names_those_without_a_published_size() -> None:
@@ -341,26 +347,34 @@ def test_a_published_onnx_file_is_made_once_and_never_left_half_written(monkeypa
                                                                         tmp_path) -> None:
     from superopt.importers import hf
 
-    made: list[str] = []
+    made: list[tuple[str, bool]] = []
+    files = tmp_path / "files"
 
-    def export(name, path, batch=1, published=False):
-        assert published and str(path).endswith(".part")  # written aside, then renamed
-        made.append(name)
+    def export(name, path, batch=1, published=False, dynamo=False):
+        assert published and path.parent != files  # written aside, then moved in
+        made.append((name, dynamo))
         path.write_bytes(b"onnx")
+        if dynamo:  # the default exporter's weights, beside the file
+            path.with_name(path.name + ".data").write_bytes(b"weights")
         return path
 
     monkeypatch.setattr(hf, "hf_onnx", export)
-    first = hf.published_onnx("bert", tmp_path / "files", batch=16)
-    again = hf.published_onnx("bert", tmp_path / "files", batch=16)
-    assert first == again == tmp_path / "files" / "bert_b16.onnx" and first.exists()
-    assert made == ["bert"]  # the second call reused the file
-    assert not list((tmp_path / "files").glob("*.part"))
+    first = hf.published_onnx("bert", files, batch=16)
+    again = hf.published_onnx("bert", files, batch=16)
+    assert first == again == files / "bert_b16.onnx" and first.exists()
+    dyn = hf.published_onnx("bert", files, batch=16, dynamo=True)
+    assert dyn == files / "bert_b16_dynamo.onnx" and dyn.read_bytes() == b"onnx"
+    assert (files / "bert_b16_dynamo.onnx.data").read_bytes() == b"weights"
+    assert made == [("bert", False), ("bert", True)]  # the second call reused the file
+    assert sorted(p.name for p in files.iterdir()) == [
+        "bert_b16.onnx", "bert_b16_dynamo.onnx", "bert_b16_dynamo.onnx.data"]
 
-    def dies(name, path, batch=1, published=False):
+    def dies(name, path, batch=1, published=False, dynamo=False):
         path.write_bytes(b"half")
         raise RuntimeError("killed while exporting")
 
     monkeypatch.setattr(hf, "hf_onnx", dies)
     with pytest.raises(RuntimeError):
-        hf.published_onnx("gpt2", tmp_path / "files")
-    assert not (tmp_path / "files" / "gpt2_b1.onnx").exists()  # no file that looks whole
+        hf.published_onnx("gpt2", files)
+    assert not (files / "gpt2_b1.onnx").exists()  # no file that looks whole
+    assert len(list(files.iterdir())) == 3  # nor any half file or folder left behind

@@ -577,10 +577,12 @@ def hf_export(name: str, batch: int = 1, seed: int = 0) -> Any:
 
 
 def hf_onnx(name: str, path: str | os.PathLike[str], batch: int = 1, seed: int = 0,
-            opset: int = 17, published: bool = False) -> Any:
-    """Write the family's model as ONNX with `torch.onnx.export` (the TorchScript-based
-    exporter: the dynamo-based one needs onnxscript) and return the path; the one input is
-    named `x`. Torch's exporter lowers SDPA itself (with IsNaN/Where guards)."""
+            opset: int = 17, published: bool = False, dynamo: bool = False) -> Any:
+    """Write the family's model as ONNX with `torch.onnx.export` and return the path; the
+    one input is named `x`. By default the TorchScript-based exporter at `opset` (torch's
+    exporter lowers SDPA itself, with IsNaN/Where guards); with `dynamo` the exporter
+    `torch.onnx.export` runs by default since torch 2.9 (through torch.export and
+    onnxscript, at its own opset, the weights beside the file as `PATH.data`)."""
     import warnings
     from pathlib import Path
 
@@ -591,8 +593,12 @@ def hf_onnx(name: str, path: str | os.PathLike[str], batch: int = 1, seed: int =
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-            torch.onnx.export(model, args, str(path), dynamo=False, input_names=["x"],
-                              opset_version=opset)
+            if dynamo:
+                torch.onnx.export(model, args, str(path), dynamo=True, input_names=["x"],
+                                  verbose=False)
+            else:
+                torch.onnx.export(model, args, str(path), dynamo=False, input_names=["x"],
+                                  opset_version=opset)
     except Exception as e:
         raise ModelImportError(f"hf:{name}: torch.onnx.export failed: {type(e).__name__}: "
                                f"{_first_line(e)}") from e
@@ -614,17 +620,23 @@ def published_families(spec: str) -> list[str]:
     return names
 
 
-def published_onnx(name: str, folder: str | os.PathLike[str], batch: int = 1) -> Any:
-    """The family's published-size model as torch's ONNX exporter writes it
-    (`hf_onnx`), at `folder/NAME_bBATCH.onnx`: made once (written beside it and renamed,
-    so a run killed while exporting leaves no half file) and reused after."""
+def published_onnx(name: str, folder: str | os.PathLike[str], batch: int = 1,
+                   dynamo: bool = False) -> Any:
+    """The family's published-size model as torch's ONNX exporter writes it (`hf_onnx`;
+    `dynamo`: the default exporter's file, `NAME_bBATCH_dynamo.onnx` and its `.data`), in
+    `folder`: made once and reused after. It is written in a folder of its own and moved
+    in, the file last, so a run killed while exporting leaves no half file."""
+    import shutil
+    import tempfile
     from pathlib import Path
 
-    path = Path(folder) / f"{name}_b{batch}.onnx"
+    path = Path(folder) / f"{name}_b{batch}{'_dynamo' if dynamo else ''}.onnx"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        hf_onnx(name, path.with_suffix(".part"), batch=batch, published=True)
-        path.with_suffix(".part").rename(path)
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            hf_onnx(name, Path(tmp) / path.name, batch=batch, published=True, dynamo=dynamo)
+            for part in sorted(Path(tmp).iterdir(), key=lambda p: p.suffix == ".onnx"):
+                shutil.move(str(part), path.parent / part.name)
     return path
 
 
