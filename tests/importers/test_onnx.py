@@ -853,6 +853,44 @@ def test_integer_division_of_known_ranges_is_a_lookup() -> None:
         import_onnx(free)
 
 
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_integer_remainder_and_floor_division_as_the_default_exporter_writes_them(
+        fmod: int) -> None:
+    # `(ids - 5) // 3` through torch's default exporter: Mod (Python's sign with fmod=0),
+    # then an exact Div of the difference; C's remainder with fmod=1.
+    model = make_model([
+        N("TopK", ["x", "k"], ["v", "i"], axis=1), N("Sub", ["i", "five"], ["s"]),
+        N("Mod", ["s", "three"], ["r"], fmod=fmod), N("Sub", ["s", "r"], ["d"]),
+        N("Div", ["d", "three"], ["q"]), N("Cast", ["q"], ["y"], to=TensorProto.FLOAT),
+        N("Cast", ["r"], ["z"], to=TensorProto.FLOAT)],
+        {"x": [2, 9]}, ["y", "z"],
+        {"k": np.array([9], np.int64), "five": np.array(5, np.int64),
+         "three": np.array(3, np.int64)})
+    g = import_onnx(model)
+    for seed in (0, 1):
+        x = rand(2, 9, seed=seed)
+        s = np.argsort(-x, axis=1, kind="stable") - 5
+        r = np.fmod(s, 3) if fmod else np.mod(s, 3)
+        got = interpret(g, {"x": x})
+        np.testing.assert_array_equal(got[1], r)
+        np.testing.assert_array_equal(got[0], np.trunc((s - r) / 3))
+        if not fmod:
+            np.testing.assert_array_equal(got[0], s // 3)  # floor division, as torch's
+    free = make_model([N("Mod", ["ids", "three"], ["r"], name="mod")], {"ids": [4]}, ["r"],
+                      {"three": np.array(3, np.int64)}, input_type=TensorProto.INT64)
+    with pytest.raises(UnsupportedOpsError, match=r"mod: integer remainder of values not"):
+        import_onnx(free)
+
+
+@pytest.mark.parametrize(("upper", "k"), [(0, 0), (1, 1), (0, -1)])
+def test_trilu_of_a_computed_tensor(upper: int, k: int) -> None:
+    model = make_model([N("MatMul", ["a", "b"], ["p"]), N("Trilu", ["p", "k"], ["y"],
+                                                         upper=upper)],
+                       {"a": [2, 4, 3], "b": [2, 3, 5]}, ["y"], {"k": np.array(k, np.int64)})
+    g = check(model)
+    assert ops(g)["where"] == 1
+
+
 @pytest.mark.parametrize("op", ["BitwiseAnd", "BitwiseOr", "BitwiseXor"])
 def test_bitwise_ops_of_0_1_masks(op: str) -> None:
     # CPM-Ant's masks: comparisons cast to integers, combined bit by bit with a constant

@@ -1266,22 +1266,61 @@ def _integer_div(ctx: _Context, a: Tensor, b: Tensor, hint: str) -> Tensor:
     """Integer Div (truncating toward zero, as onnxruntime and the spec's reference do) of
     values of a known small range by a known positive divisor: one lookup in a table of the
     quotients (LongCat-Flash's shifted expert ids over the experts per group)."""
+    return _integer_lookup(ctx, a, b, hint, "division", "quotients",
+                           lambda v, k: np.sign(v) * (np.abs(v) // k))
+
+
+def _integer_lookup(ctx: _Context, a: Tensor, b: Tensor, hint: str, what: str, table_name: str,
+                    f: Callable[[np.ndarray, int], np.ndarray]) -> Tensor:
+    """f(a, k) for integers a of a known small range and a known positive constant k, as
+    one gather from the table of f over that range."""
     d = ctx.const_data(b)
     k = int(d.ravel()[0]) if d is not None and d.size and np.all(d == d.ravel()[0]) else 0
     if k <= 0:
-        raise _Unsupported("integer division by other than a known positive constant")
+        raise _Unsupported(f"integer {what} by other than a known positive constant")
     if np.broadcast_shapes(ctx.shape(a), ctx.shape(b)) != ctx.shape(a):
-        raise _Unsupported("integer division whose divisor widens the dividend")
+        raise _Unsupported(f"integer {what} whose divisor widens the dividend")
     span = ctx.int_span(a)
     if span is None or span[1] - span[0] >= LOOKUP_LIMIT:
-        raise _Unsupported("integer division of values not known to lie in a small range")
-    if k == 1:
-        return a
+        raise _Unsupported(f"integer {what} of values not known to lie in a small range")
     lo, hi = span
-    ramp = np.arange(lo, hi + 1, dtype=np.int64)
-    table = (np.sign(ramp) * (np.abs(ramp) // k)).astype(ctx.np_dtype(a))
+    table = np.asarray(f(np.arange(lo, hi + 1, dtype=np.int64), k)).astype(ctx.np_dtype(a))
+    if lo == hi:
+        return Const(np.full(ctx.shape(a), table[0]), f"{hint}:{table_name}")
     at = ctx.sub(a, Const(np.asarray(lo, ctx.np_dtype(a)), f"{hint}:low")) if lo else a
-    return ctx.emit("gather", Const(table, f"{hint}:quotients"), at, axis=0)
+    return ctx.emit("gather", Const(table, f"{hint}:{table_name}"), at, axis=0)
+
+
+@_converter("Mod")
+def _mod(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    # Of integers: Python's remainder (the divisor's sign, fmod=0) or C's (the dividend's,
+    # fmod=1). torch's default exporter writes floor division so (LongCat-Flash's routing).
+    a, b = _binary_operands(ctx, node, ins)
+    fmod = bool(node.attr("fmod", 0))
+    if not np.issubdtype(ctx.np_dtype(a), np.integer):
+        raise _Unsupported("the remainder of floats")
+    if isinstance(a, Const) and isinstance(b, Const):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return [Const(np.asarray((np.fmod if fmod else np.mod)(a.data, b.data)), a.hint)]
+    return [_integer_lookup(ctx, a, b, node.outputs[0], "remainder", "remainders",
+                            np.fmod if fmod else np.mod)]
+
+
+@_converter("Trilu")
+def _trilu(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    # The lower (or upper) triangle of the last two dims, the rest zero: a select against
+    # the IR's triangular mask (Lara's chunked attention decay).
+    x, k_t = _req(node, ins, 0), _opt(ins, 1)
+    shape = ctx.shape(x)
+    if len(shape) < 2:
+        raise _Invalid(f"rank {len(shape)} (Trilu needs >= 2)")
+    k = 0 if k_t is None else int(_const_ints(k_t, "k")[0])
+    tri = np.triu if node.attr("upper", 1) else np.tril
+    if isinstance(x, Const):
+        return [Const(tri(x.data, k), x.hint)]
+    mask = Const(tri(np.ones(shape[-2:], np.bool_), k), f"{node.outputs[0]}:triangle")
+    zero = Const(np.zeros((), ctx.np_dtype(x)), f"{node.outputs[0]}:zero")
+    return [ctx.emit("where", mask, x, zero)]
 
 
 @_converter("Reciprocal")
