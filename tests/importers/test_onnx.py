@@ -947,6 +947,11 @@ def test_masked_write_of_one_value_as_the_default_exporter_writes_it() -> None:
         got = interpret(g, {"x": x, "ids": ids})
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
+    # A mask the importer cannot make: that op is the one reported, not the skipped nodes.
+    model.graph.node[0].CopyFrom(N("NoSuchOp", ["ids"], ["m"], name="odd"))
+    with pytest.raises(UnsupportedOpsError, match=r"NoSuchOp \(at odd\)") as err:
+        import_onnx(model)
+    assert "defines" not in str(err.value) and "NonZero" not in str(err.value)
 
 
 def test_scatter_elements_where_places_may_repeat_is_refused() -> None:

@@ -2818,15 +2818,23 @@ class _Importer:
             if index in skipped:
                 continue
             node = self._node(proto, index)
-            if index in writes and all(x in self.env for x in (node.inputs[0], *writes[index])):
-                data, (mask, value) = self.env[node.inputs[0]], writes[index]
+            if index in writes:  # x[mask] = c: reads x, the mask and c, not the skipped nodes
+                needed = (node.inputs[0], *writes[index])
+                for x in needed:
+                    if x in self.unavailable:
+                        op, where = self.unavailable[x]
+                        self.problems.append((op, f"{where}: output {x!r} is read by "
+                                                  f"{node.where}"))
                 try:
-                    self.env[node.outputs[0]] = _masked_fill(ctx, data, self.env[mask],
-                                                             self.env[value])
-                    continue
+                    if not all(x in self.env for x in needed):
+                        raise _Unsupported()  # an operand is already reported
+                    self.env[node.outputs[0]] = _masked_fill(
+                        ctx, *(self.env[x] for x in needed))
                 except _Unsupported as e:
-                    self._problem(node, e.reason)
-                    continue
+                    if e.reason:
+                        self._problem(node, e.reason)
+                    self.poisoned.update(o for o in node.outputs if o)
+                continue
             known = node.domain in _DEFAULT_DOMAINS and node.op_type in CONVERTERS
             gone = [x for x in node.inputs if x in self.unavailable]
             for x in gone:
