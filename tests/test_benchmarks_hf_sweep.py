@@ -40,6 +40,18 @@ def test_a_family_runs_end_to_end_as_an_onnx_file() -> None:
     assert row["program_vs_eager"] < 1e-5
 
 
+def test_a_family_runs_end_to_end_from_the_default_exporter() -> None:
+    # torch.onnx.export as users on torch 2.9+ call it (dynamo=True, its own opset): CPM-Ant
+    # comes with bitwise ands of 0/1 masks, which need the IR's value ranges.
+    pytest.importorskip("onnxscript")
+    mod = _module()
+    row = mod.one("cpmant", 1e-4, "causal-lm", "onnx-dynamo")
+    assert row["status"] == "ok" and row["rel_err"] < 1e-5 and row["nodes"] > 50
+    assert row["program_vs_eager"] < 1e-5
+    assert mod.results_path("masked-lm", "onnx-dynamo").name == \
+        "hf_sweep_masked-lm_onnx_dynamo.json"
+
+
 def test_each_task_names_a_mapping_and_class_transformers_has() -> None:
     transformers = pytest.importorskip("transformers")
     from transformers.models.auto import modeling_auto
