@@ -882,6 +882,31 @@ def test_integer_remainder_and_floor_division_as_the_default_exporter_writes_the
         import_onnx(free)
 
 
+@pytest.mark.parametrize(("parts", "axis", "inverse", "onesided", "length"), [
+    (1, 1, 0, 0, None), (2, 1, 0, 0, None), (2, 2, 1, 0, None), (1, -2, 0, 1, None),
+    (1, 1, 0, 0, 9), (2, 2, 1, 0, 4)])
+def test_dft_along_an_axis(parts: int, axis: int, inverse: int, onesided: int,
+                           length: int | None) -> None:
+    # torch's default exporter writes torch.fft (FNet) as DFT at opset 20: the axis and the
+    # length are inputs, the last dim holds the real (and imaginary) parts.
+    ort = pytest.importorskip("onnxruntime")
+    inits = {"axis": np.array(axis, np.int64)}
+    if length is not None:
+        inits["n"] = np.array(length, np.int64)
+    node = N("DFT", ["x", "n" if length is not None else "", "axis"], ["y"],
+             inverse=inverse, onesided=onesided)
+    model = make_model([node], {"x": [2, 6, 5, parts]}, ["y"], inits, opset=20)
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT
+    g = import_onnx(model)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seed in (0, 1):
+        x = rand(2, 6, 5, parts, seed=seed)
+        want = sess.run(None, {"x": x})[0]
+        got = interpret(g, {"x": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize(("upper", "k"), [(0, 0), (1, 1), (0, -1)])
 def test_trilu_of_a_computed_tensor(upper: int, k: int) -> None:
     model = make_model([N("MatMul", ["a", "b"], ["p"]), N("Trilu", ["p", "k"], ["y"],

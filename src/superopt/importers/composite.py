@@ -174,3 +174,18 @@ def edge_pad_indices(n: int, before: int, after: int, mode: str) -> np.ndarray:
     period = 2 * (n - 1)
     i = np.abs(i) % period if period else np.zeros_like(i)
     return np.where(i >= n, period - i, i)
+
+
+def dft_matrices(rows: int, length: int, out: int, inverse: bool, scale: float
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The discrete Fourier transform of length `length` along an axis as two real
+    matrices (rows x out): C = cos(2 pi k j / length) * scale and S' = -+sin(...) * scale
+    (minus forward, e^(-i...); plus inverse), so that (a + ib)(C + iS') =
+    (aC - bS') + i(aS' + bC). `rows` < length is a zero-padded input (its missing rows
+    multiply zeros); `out` < length keeps the first frequencies (a one-sided transform)."""
+    k = np.arange(rows, dtype=np.float64)[:, None]
+    j = np.arange(out, dtype=np.float64)[None, :]
+    angle = 2 * np.pi * ((k * j) % length) / length  # reduced first: exact for large k*j
+    return ((np.cos(angle) * scale).astype(np.float32),
+            (np.sin(angle) * (scale if inverse else -scale)).astype(np.float32))
+

@@ -1306,6 +1306,55 @@ def _mod(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor
                             np.fmod if fmod else np.mod)]
 
 
+@_converter("DFT")
+def _dft(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
+    # Along one axis, as products with the cos and sin matrices (FNet's token mixing, as
+    # torch's default exporter writes torch.fft). The last dim holds the real part, or the
+    # real and imaginary parts; the result's holds both.
+    x = _req(node, ins, 0)
+    shape = ctx.shape(x)
+    rank = len(shape)
+    if rank < 2 or shape[-1] not in (1, 2):
+        raise _Invalid(f"input of shape {list(shape)} (the last dim must be 1 or 2)")
+    if node.opset >= 20:
+        axis_t = _opt(ins, 2)
+        axis = -2 if axis_t is None else int(_const_ints(axis_t, "axis")[0])
+    else:
+        axis = int(node.attr("axis", 1))
+    axis = _norm_axis(axis, rank)
+    if axis == rank - 1:
+        raise _Invalid("the transform runs along the last dim (the complex parts)")
+    n = shape[axis]
+    length_t = _opt(ins, 1)
+    length = n if length_t is None else int(_const_ints(length_t, "dft_length")[0])
+    inverse, onesided = bool(node.attr("inverse", 0)), bool(node.attr("onesided", 0))
+    if length < 1 or (onesided and shape[-1] == 2):
+        raise _Invalid(f"dft_length {length}" if length < 1 else
+                       "onesided of a complex input")
+    out = length // 2 + 1 if onesided else length
+    rows = min(n, length)  # a longer transform zero-pads: its extra rows multiply zeros
+    cos, sin = composite.dft_matrices(rows, length, out, inverse,
+                                      1.0 / length if inverse else 1.0)
+    hint = node.outputs[0]
+    perm = [d for d in range(rank - 1) if d != axis] + [axis]
+    back = list(np.argsort(perm))
+
+    def part(k: int) -> Tensor:  # one part, the axis last and cut to `rows`
+        p = ctx.reshape(ctx.slice_axis(x, rank - 1, k, k + 1), shape[:-1])
+        return ctx.slice_axis(ctx.transpose(p, perm), rank - 2, 0, rows)
+
+    def times(t: Tensor, m: np.ndarray, tag: str) -> Tensor:
+        return ctx.emit("matmul", t, Const(m, f"{hint}:{tag}"))
+
+    re = part(0)
+    real, imag = times(re, cos, "cos"), times(re, sin, "sin")
+    if shape[-1] == 2:  # (a + ib)(C + iS') = (aC - bS') + i(aS' + bC)
+        im = part(1)
+        real, imag = ctx.sub(real, times(im, sin, "sin")), ctx.add(imag, times(im, cos, "cos"))
+    parts = [ctx.transpose(t, back) for t in (real, imag)]
+    return [ctx.concat([ctx.reshape(t, (*ctx.shape(t), 1)) for t in parts], rank - 1)]
+
+
 @_converter("Trilu")
 def _trilu(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list[Tensor | None]:
     # The lower (or upper) triangle of the last two dims, the rest zero: a select against

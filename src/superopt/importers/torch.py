@@ -2113,12 +2113,10 @@ def _dft(cx: _Ctx, x: Any, dims: Sequence[int], norm: str | None, inverse: bool)
     for dim in dims:
         d = _axis(dim, rank)
         n = cx.shape(z.re)[d]
-        k = torch.arange(n, dtype=torch.float64)
-        angle = 2 * math.pi * torch.outer(k, k) / n
         f = n ** -0.5 if norm == "ortho" else 1.0 if plain[norm] else 1.0 / n
-        cos = Const((torch.cos(angle) * f).float(), "const.dft_cos")
-        # e^(-i...) forward, e^(+i...) inverse: the sine's sign.
-        sin = Const((torch.sin(angle) * (f if inverse else -f)).float(), "const.dft_sin")
+        c, s = composite.dft_matrices(n, n, n, inverse, f)
+        cos = Const(torch.from_numpy(c), "const.dft_cos")
+        sin = Const(torch.from_numpy(s), "const.dft_sin")  # signed by the direction
         perm = [*range(rank)]
         perm[d], perm[-1] = perm[-1], perm[d]
 
