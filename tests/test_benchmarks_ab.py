@@ -100,3 +100,10 @@ def test_tune_cpu_refuses_a_users_family_without_a_published_size(tmp_path: Path
                str(tmp_path), "--out", str(tmp_path / "x.json"))
     assert got.returncode == 2 and "no published size for 'gemma'" in got.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_tune_cpu_exporter_choice_is_for_users_files(tmp_path: Path) -> None:
+    got = _run("benchmarks/tune_cpu.py", "--exporter", "dynamo", "--models", "resnet18",
+               "--workdir", str(tmp_path), "--out", str(tmp_path / "x.json"))
+    assert got.returncode == 2 and "--exporter applies to users' files (--hf)" in got.stderr
+    assert not (tmp_path / "x.json").exists()
