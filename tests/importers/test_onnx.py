@@ -907,6 +907,56 @@ def test_dft_along_an_axis(parts: int, axis: int, inverse: int, onesided: int,
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("case", ["plain", "causal", "gqa_causal", "bool_mask", "float_mask",
+                                  "softcap", "3d", "const_causal", "const_all"])
+def test_attention_op_of_opset_23(case: str) -> None:
+    # torch's default exporter writes SDPA as Attention from opset 23, with transformers'
+    # mask as an input; onnxruntime is the reference.
+    ort = pytest.importorskip("onnxruntime")
+    qh, kvh = (4, 2) if case == "gqa_causal" else (2, 2)
+    shapes = {"q": [2, qh, 5, 8], "k": [2, kvh, 5, 8], "v": [2, kvh, 5, 6]}
+    attrs: dict[str, Any] = {"is_causal": int(case in ("causal", "gqa_causal"))}
+    inits: dict[str, np.ndarray] = {}
+    ins = ["q", "k", "v"]
+    if case == "bool_mask":
+        shapes["m"] = [2, 1, 5, 5]
+        ins.append("m")
+    if case == "float_mask":
+        inits["m"] = np.where(rand(1, 1, 5, 5, seed=3) > 0, 0.0, -np.inf).astype(np.float32)
+        inits["m"][..., 0] = 0.0  # no row fully masked
+        ins.append("m")
+    if case in ("const_causal", "const_all"):
+        tri = np.tril(np.ones((5, 5), np.bool_)) if case == "const_causal" else \
+            np.ones((5, 5), np.bool_)
+        inits["m"] = np.broadcast_to(tri, (2, 1, 5, 5)).copy()
+        ins.append("m")
+    if case == "softcap":
+        attrs["softcap"] = 2.0
+        attrs["scale"] = 0.7
+    if case == "3d":
+        shapes = {"q": [2, 5, 16], "k": [2, 5, 8], "v": [2, 5, 12]}
+        attrs.update(q_num_heads=4, kv_num_heads=2)
+    inputs = [helper.make_tensor_value_info(n, TensorProto.BOOL if n == "m" else
+                                            TensorProto.FLOAT, sh) for n, sh in shapes.items()]
+    graph = helper.make_graph(
+        [N("Attention", ins, ["y"], **attrs)], "t", inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(a, n) for n, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    g = import_onnx(model)
+    fused = case in ("plain", "causal", "gqa_causal", "3d", "const_causal", "const_all")
+    assert ("attention" in ops(g)) == fused
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seed in (0, 1):
+        feeds = {n: rand(*sh, seed=seed + i) for i, (n, sh) in enumerate(shapes.items())}
+        if "m" in feeds:
+            feeds["m"] = feeds["m"] > -0.5
+            feeds["m"][..., 0] = True
+        want = sess.run(None, feeds)[0]
+        got = interpret(g, {k: v for k, v in feeds.items()})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize(("upper", "k"), [(0, 0), (1, 1), (0, -1)])
 def test_trilu_of_a_computed_tensor(upper: int, k: int) -> None:
     model = make_model([N("MatMul", ["a", "b"], ["p"]), N("Trilu", ["p", "k"], ["y"],

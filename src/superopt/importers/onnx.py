@@ -2105,6 +2105,83 @@ def _global_max(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]) -> list
     return [ctx.reshape(y, (s[0], s[1], 1)) if lifted else y]
 
 
+@_converter("Attention")
+def _attention_op(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
+                  ) -> list[Tensor | None]:
+    # Opset 23's scaled dot-product attention (torch's default exporter writes SDPA so from
+    # opset 23): the IR's `attention` when unmasked (or causal); with a mask or a soft cap,
+    # written out as products, the mask, a softmax and a product.
+    q, k, v = (_req(node, ins, i) for i in range(3))
+    mask = _opt(ins, 3)
+    if _opt(ins, 4) is not None or _opt(ins, 5) is not None:
+        raise _Unsupported("a past key/value cache")
+    if len(node.outputs) > 3 and node.outputs[3]:
+        raise _Unsupported("the scores as an output (qk_matmul_output)")
+    rank = len(ctx.shape(q))
+    if rank == 3:  # (batch, length, heads * head_dim): heads from the attributes
+        heads = (int(node.attr("q_num_heads", 0)), int(node.attr("kv_num_heads", 0)))
+        if min(heads) < 1:
+            raise _Invalid("3-D inputs without q_num_heads and kv_num_heads")
+
+        def split(t: Tensor, h: int) -> Tensor:
+            b, n, d = ctx.shape(t)
+            if d % h:
+                raise _Invalid(f"hidden size {d} is not a multiple of {h} heads")
+            return ctx.transpose(ctx.reshape(t, (b, n, h, d // h)), (0, 2, 1, 3))
+
+        q, k, v = split(q, heads[0]), split(k, heads[1]), split(v, heads[1])
+    elif rank != 4:
+        raise _Invalid(f"rank {rank} inputs (3 or 4)")
+    present: list[Tensor | None] = [k, v]  # without a cache: the keys and values, 4-D
+    (b, qh, length, dim), (_, kvh, keys, _) = ctx.shape(q), ctx.shape(k)
+    if kvh < 1 or qh % kvh:
+        raise _Invalid(f"{qh} query heads over {kvh} key/value heads")
+    scale = float(node.attr("scale", 0.0)) or 1.0 / math.sqrt(dim)
+    causal, softcap = bool(node.attr("is_causal", 0)), float(node.attr("softcap", 0.0))
+    known = ctx.const_data(mask)
+    if known is not None and known.ndim >= 2 and known.shape[-2:] == (length, keys):
+        # A mask built from constants (transformers passes its causal mask, or all-true
+        # without padding): nothing, or the causal triangle, as the IR's attention says it.
+        keep = known if known.dtype == np.bool_ else np.isfinite(known)
+        finite = known.dtype == np.bool_ or not np.any(known[np.isfinite(known)])
+        tri = np.tril(np.ones((length, keys), np.bool_))
+        if finite and np.all(keep):
+            mask = None
+        elif finite and length == keys and not causal and np.all(keep == tri):
+            mask, causal = None, True
+    if mask is None and softcap == 0.0 and (not causal or length == keys):
+        y = ctx.emit("attention", q, k, v, scale=scale, causal=causal)
+    else:
+        if qh != kvh:  # each key/value head serves qh / kvh consecutive query heads
+            def widen(t: Tensor) -> Tensor:
+                sh = ctx.shape(t)
+                t = ctx.emit("expand", ctx.reshape(t, (sh[0], kvh, 1, *sh[2:])),
+                             shape=(sh[0], kvh, qh // kvh, *sh[2:]))
+                return ctx.reshape(t, (sh[0], qh, *sh[2:]))
+            k, v = widen(k), widen(v)
+        hint = node.outputs[0]
+        scores = ctx.mul(ctx.emit("matmul", q, ctx.transpose(k, (0, 1, 3, 2))),
+                         Const(np.asarray(scale, ctx.np_dtype(q)), f"{hint}:scale"))
+        if softcap > 0.0:  # softcap * tanh(scores / softcap)
+            cap = Const(np.asarray(softcap, ctx.np_dtype(q)), f"{hint}:softcap")
+            inv = Const(np.asarray(1.0 / softcap, ctx.np_dtype(q)), f"{hint}:1/softcap")
+            scores = ctx.mul(ctx.emit("tanh", ctx.mul(scores, inv)), cap)
+        low = Const(np.asarray(-np.inf, ctx.np_dtype(q)), f"{hint}:masked")
+        if causal:  # top-left aligned, as the spec and torch's is_causal
+            tri = Const(np.tril(np.ones((length, keys), np.bool_)), f"{hint}:causal")
+            scores = ctx.emit("where", tri, scores, low)
+        if mask is not None:
+            if ctx.np_dtype(mask) == np.bool_:
+                scores = ctx.emit("where", mask, scores, low)
+            else:
+                scores = ctx.add(scores, mask)
+        y = ctx.emit("matmul", ctx.emit("softmax", scores, axis=3), v)
+    if rank == 3:
+        y = ctx.transpose(y, (0, 2, 1, 3))
+        y = ctx.reshape(y, (b, length, qh * ctx.shape(y)[-1]))
+    return [y, *present][:len(node.outputs)]
+
+
 # ---- normalisation, softmax, reductions ----------------------------------------------
 
 @_converter("BatchNormalization")
