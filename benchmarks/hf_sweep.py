@@ -30,7 +30,7 @@ failure or a file onnxruntime refuses is `export` (no verdict), and `program_vs_
 compares onnxruntime's result with the eager model. `--format onnx-dynamo` writes it with
 the exporter `torch.onnx.export` runs by default since torch 2.9 (`dynamo=True`, through
 `torch.export` and onnxscript, at that exporter's own defaults): the files users on
-current torch have.
+current torch have; `--opset 23` has it write SDPA as opset 23's `Attention`.
 
 `OMP_WAIT_POLICY=PASSIVE taskset -c 1 .venv/bin/python benchmarks/hf_sweep.py`
 (`--task masked-lm`, `--types llama,mixtral`, `--out FILE`, `--report` to print the table
@@ -149,9 +149,10 @@ TASKS = {
 }
 
 
-def results_path(task: str, fmt: str = "pt2") -> Path:
+def results_path(task: str, fmt: str = "pt2", opset: int | None = None) -> Path:
     name = "hf_sweep" + ("" if task == "causal-lm" else f"_{task}") + (
-        "" if fmt == "pt2" else "_" + fmt.replace("-", "_"))
+        "" if fmt == "pt2" else "_" + fmt.replace("-", "_")) + (
+        f"_op{opset}" if opset else "")
     return RESULTS.with_name(f"{name}.json")
 
 
@@ -262,11 +263,12 @@ def _capture(transformers: Any, torch: Any, model_type: str, spec: Task, rung: s
 
 
 def _onnx_verdict(model_type: str, wrapped: Any, config: Any, spec: Task,
-                  tol: float, dynamo: bool = False) -> dict[str, Any]:
+                  tol: float, dynamo: bool = False, opset: int | None = None
+                  ) -> dict[str, Any]:
     """The family written by torch's ONNX exporter, imported, and run against onnxruntime
     on the same file: the TorchScript exporter (opset 17, what most users' `.onnx` files
     are) or, with `dynamo`, the one `torch.onnx.export` runs by default since torch 2.9
-    (through `torch.export` and onnxscript, at its own default opset)."""
+    (through `torch.export` and onnxscript, at its own default opset or `opset`)."""
     import inspect
     import tempfile
     import warnings
@@ -305,7 +307,7 @@ def _onnx_verdict(model_type: str, wrapped: Any, config: Any, spec: Task,
                     # optimization, weights beside the file as external data).
                     torch.onnx.export(wrapped, first, path, dynamo=True,
                                       input_names=list(spec.inputs), output_names=["logits"],
-                                      verbose=False)
+                                      verbose=False, opset_version=opset)
                 else:
                     torch.onnx.export(wrapped, first, path, dynamo=False, opset_version=17,
                                       input_names=list(spec.inputs),
@@ -339,7 +341,7 @@ def _onnx_verdict(model_type: str, wrapped: Any, config: Any, spec: Task,
 
 
 def one(model_type: str, tol: float, task: str = "causal-lm",
-        fmt: str = "pt2") -> dict[str, Any]:
+        fmt: str = "pt2", opset: int | None = None) -> dict[str, Any]:
     """Build, capture, import and compare one family (run in a child process): the
     `torch.export` program (`pt2`) or the file torch's ONNX exporter writes (`onnx`)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -375,7 +377,7 @@ def one(model_type: str, tol: float, task: str = "causal-lm",
     base = {"sizes": rung, "tried": tried}
     if fmt in ("onnx", "onnx-dynamo"):
         return {**base, **_onnx_verdict(model_type, wrapped, config, spec, tol,
-                                        dynamo=fmt == "onnx-dynamo")}
+                                        dynamo=fmt == "onnx-dynamo", opset=opset)}
     start = time.perf_counter()
     try:
         graph = import_exported(program, name=model_type)
@@ -405,7 +407,8 @@ def _child(model_type: str, args: argparse.Namespace) -> dict[str, Any]:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     cmd = [sys.executable, __file__, "--one", model_type, "--tol", str(args.tol),
-           "--task", args.task, "--format", args.format]
+           "--task", args.task, "--format", args.format,
+           *(["--opset", str(args.opset)] if args.opset else [])]
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
                              preexec_fn=limit)
@@ -454,6 +457,8 @@ def report(data: dict[str, Any]) -> None:
     how = {"onnx": "torch.onnx.export(dynamo=False)",
            "onnx-dynamo": "torch.onnx.export(dynamo=True)"}.get(
         data.get("settings", {}).get("format", "pt2"), "torch.export")
+    if data.get("settings", {}).get("opset"):
+        how += f" at opset {data['settings']['opset']}"
     table = Table(title=f"transformers {task} families: {how}, then import")
     for col in ("family", "outcome", "rel err", "nodes", "why (importer or torch)"):
         table.add_column(col)
@@ -491,16 +496,21 @@ def main() -> None:
                     help="import the torch.export program (pt2, the default), the file "
                          "torch's TorchScript ONNX exporter writes (onnx), or the one its "
                          "default exporter writes (onnx-dynamo)")
+    ap.add_argument("--opset", type=int, default=None,
+                    help="with --format onnx-dynamo: the opset to write (default: the "
+                         "exporter's; from 23 it writes SDPA as Attention)")
     ap.add_argument("--out", type=Path,
-                    help="the JSON (default: results/hf_sweep[_TASK][_FORMAT].json)")
+                    help="the JSON (default: results/hf_sweep[_TASK][_FORMAT][_opN].json)")
     ap.add_argument("--fresh", action="store_true", help="drop the families already in --out")
     ap.add_argument("--report", action="store_true", help="print the table of --out")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.opset is not None and (args.format != "onnx-dynamo" or args.opset < 18):
+        ap.error("--opset takes 18 or more, with --format onnx-dynamo")
     if args.out is None:
-        args.out = results_path(args.task, args.format)
+        args.out = results_path(args.task, args.format, args.opset)
     if args.one:
-        print(json.dumps(one(args.one, args.tol, args.task, args.format)))
+        print(json.dumps(one(args.one, args.tol, args.task, args.format, args.opset)))
         return
     if args.timeout <= 0 or args.memory <= 0:
         raise SystemExit("hf_sweep.py: --timeout and --memory must be positive")
@@ -514,13 +524,15 @@ def main() -> None:
     data: dict[str, Any] = {"rows": {}}
     if args.out.exists() and not args.fresh:
         data = _read(args.out)
-    settings = data.get("settings", {"task": args.task, "format": args.format})
-    held = (settings.get("task", "causal-lm"), settings.get("format", "pt2"))
-    if held != (args.task, args.format):
+    settings = data.get("settings", {"task": args.task, "format": args.format,
+                                     "opset": args.opset})
+    held = (settings.get("task", "causal-lm"), settings.get("format", "pt2"),
+            settings.get("opset"))
+    if held != (args.task, args.format, args.opset):
         raise SystemExit(f"hf_sweep.py: {args.out} holds another sweep ({held[0]}, "
-                         f"{held[1]}); --fresh starts over")
+                         f"{held[1]}, opset {held[2] or 'default'}); --fresh starts over")
     data["settings"] = {"small": TASKS[args.task].sizes(), "seq": SEQ, "tol": args.tol,
-                        "task": args.task, "format": args.format,
+                        "task": args.task, "format": args.format, "opset": args.opset,
                         "transformers": transformers.__version__}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     todo = [t for t in _types(args.types, args.task) if t not in data["rows"]]
