@@ -92,5 +92,12 @@ def test_a_file_of_another_task_is_refused(tmp_path) -> None:
     run = subprocess.run([sys.executable, "benchmarks/hf_sweep.py", "--task", "masked-lm",
                           "--out", str(out), "--types", "bert"], capture_output=True,
                          text=True)
-    assert run.returncode == 1 and "another sweep (causal-lm, pt2)" in run.stderr
+    assert run.returncode == 1 and "another sweep (causal-lm, pt2, opset default)" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
+    # the same task and format at another opset is another sweep too
+    out.write_text(json.dumps({"rows": {}, "settings": {"task": "causal-lm",
+                                                        "format": "onnx-dynamo"}}))
+    run = subprocess.run([sys.executable, "benchmarks/hf_sweep.py", "--format", "onnx-dynamo",
+                          "--opset", "23", "--out", str(out), "--types", "llama"],
+                         capture_output=True, text=True)
+    assert run.returncode == 1 and "(causal-lm, onnx-dynamo, opset default)" in run.stderr
