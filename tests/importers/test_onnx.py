@@ -1687,6 +1687,24 @@ def test_rms_normalization_of_opset_23() -> None:
     x = rand(2, 3, 8, seed=4)
     want = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-5) * rand(8)
     np.testing.assert_allclose(interpret(g, {"x": x})[0], want, rtol=1e-5)
+    # A scale over more than the normalised dim (the exporter's expanded weight: Ergo's
+    # norms at opset 23), live or constant; onnxruntime broadcasts it against the input.
+    ort = pytest.importorskip("onnxruntime")
+    for live in (True, False):
+        wide = rand(3, 8, seed=6)
+        model = make_model([node], {"x": [2, 3, 8], **({"w": [3, 8]} if live else {})}, ["y"],
+                           None if live else {"w": wide}, opset=23)
+        model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT
+        g = import_onnx(model)
+        sess = ort.InferenceSession(model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
+        feeds = {"x": x, **({"w": wide} if live else {})}
+        np.testing.assert_allclose(interpret(g, feeds)[0], sess.run(None, feeds)[0],
+                                   rtol=1e-5, atol=1e-6)
+    bad = make_model([N("RMSNormalization", ["x", "w"], ["y"], name="rms")], {"x": [2, 3, 8]},
+                     ["y"], {"w": rand(5)}, opset=23)
+    with pytest.raises(ModelImportError, match=r"rms.*scale of shape \[5\] does not broadcast"):
+        import_onnx(bad)
 
 
 # ---- transformers families through torch's ONNX exporter --------------------------------

@@ -46,7 +46,7 @@ from superopt.ir import kernels
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, GraphBuilder, Node, Value
 from superopt.ir.memory import ensure_fits
-from superopt.ir.ops.index import iota_value, tri_mask_value
+from superopt.ir.ops.index import tri_mask_value
 from superopt.ir.ranges import LOOKUP_LIMIT, ValueRanges
 
 __all__ = [
@@ -723,13 +723,18 @@ def _index_constant(data: np.ndarray) -> tuple[str, dict[str, Any]] | None:
     kinds = {"int64": "i64", "int32": "i32", "float32": "f32"}
     if a.dtype.name not in kinds or a.ndim == 0:
         return None
+    if a.flat[0] != 0:
+        return None
     for axis, n in enumerate(a.shape):
         if n < 2:
             continue
-        attrs = {"shape": tuple(int(d) for d in a.shape), "axis": axis,
-                 "dtype": kinds[a.dtype.name]}
-        if np.array_equal(a, iota_value(attrs)):
-            return "iota", attrs
+        # One line along the axis first, then the whole array against a broadcast view: a
+        # large index table (GatherND's) is rejected without building an arange its size.
+        ramp = np.arange(n).reshape([-1 if d == axis else 1 for d in range(a.ndim)])
+        line = a[tuple(slice(None) if d == axis else slice(0, 1) for d in range(a.ndim))]
+        if np.array_equal(line, ramp) and np.array_equal(a, np.broadcast_to(ramp, a.shape)):
+            return "iota", {"shape": tuple(int(d) for d in a.shape), "axis": axis,
+                            "dtype": kinds[a.dtype.name]}
     return None
 
 
@@ -2539,11 +2544,27 @@ def _rms_normalization(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
     shape = ctx.shape(x)
     axis = _norm_axis(int(node.attr("axis", -1)), len(shape))
     norm = shape[axis:]
+    eps = float(node.attr("epsilon", 1e-5))
     if ctx.shape(scale) != norm:
-        if not isinstance(scale, Const):
-            raise _Unsupported(f"scale of shape {list(ctx.shape(scale))} (needs {list(norm)})")
-        scale = Const(np.array(np.broadcast_to(scale.data, norm)), scale.hint)
-    return [ctx.emit("rms_norm", x, scale, axis=axis, eps=float(node.attr("epsilon", 1e-5)))]
+        sshape = ctx.shape(scale)
+
+        def fits(target: tuple[int, ...]) -> bool:
+            try:
+                return np.broadcast_shapes(sshape, target) == target
+            except ValueError:
+                return False
+
+        if isinstance(scale, Const) and fits(norm):
+            scale = Const(np.array(np.broadcast_to(scale.data, norm)), scale.hint)
+        elif fits(shape):
+            # A scale over more than the normalised dims (the exporter's expanded weight):
+            # the norm with a unit scale, then the product.
+            ones = Const(np.ones(norm, ctx.np_dtype(x)), f"{node.outputs[0]}:unit")
+            return [ctx.mul(ctx.emit("rms_norm", x, ones, axis=axis, eps=eps), scale)]
+        else:
+            raise _Invalid(f"scale of shape {list(sshape)} does not broadcast to the input "
+                           f"{list(shape)}")
+    return [ctx.emit("rms_norm", x, scale, axis=axis, eps=eps)]
 
 
 @_converter("Pad")
