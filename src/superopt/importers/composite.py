@@ -188,4 +188,3 @@ def dft_matrices(rows: int, length: int, out: int, inverse: bool, scale: float
     angle = 2 * np.pi * ((k * j) % length) / length  # reduced first: exact for large k*j
     return ((np.cos(angle) * scale).astype(np.float32),
             (np.sin(angle) * (scale if inverse else -scale)).astype(np.float32))
-

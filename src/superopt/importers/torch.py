@@ -119,7 +119,6 @@ def _any_live(*xs: Any) -> bool:
     return any(_live(leaf) for x in xs for leaf in _leaves(x))
 
 
-
 _TORCH_TO_IR: dict[torch.dtype, DType] = {
     torch.float32: DType.F32, torch.float64: DType.F32, torch.bfloat16: DType.BF16,
     torch.float16: DType.F16, torch.int64: DType.I64, torch.int32: DType.I32,
