@@ -908,7 +908,8 @@ def test_dft_along_an_axis(parts: int, axis: int, inverse: int, onesided: int,
 
 
 @pytest.mark.parametrize("case", ["plain", "causal", "gqa_causal", "bool_mask", "float_mask",
-                                  "softcap", "3d", "const_causal", "const_all"])
+                                  "softcap", "3d", "const_causal", "const_all", "past",
+                                  "past_causal"])
 def test_attention_op_of_opset_23(case: str) -> None:
     # torch's default exporter writes SDPA as Attention from opset 23, with transformers'
     # mask as an input; onnxruntime is the reference.
@@ -936,15 +937,23 @@ def test_attention_op_of_opset_23(case: str) -> None:
     if case == "3d":
         shapes = {"q": [2, 5, 16], "k": [2, 5, 8], "v": [2, 5, 12]}
         attrs.update(q_num_heads=4, kv_num_heads=2)
+    outs = ["y"]
+    if case.startswith("past"):  # a decoding step: 2 new tokens after a cache of 3
+        shapes = {"q": [2, 2, 2, 8], "k": [2, 2, 2, 8], "v": [2, 2, 2, 6],
+                  "pk": [2, 2, 3, 8], "pv": [2, 2, 3, 6]}
+        ins += ["", "pk", "pv"]
+        outs += ["present_k", "present_v"]
+        attrs["is_causal"] = int(case == "past_causal")
     inputs = [helper.make_tensor_value_info(n, TensorProto.BOOL if n == "m" else
                                             TensorProto.FLOAT, sh) for n, sh in shapes.items()]
     graph = helper.make_graph(
-        [N("Attention", ins, ["y"], **attrs)], "t", inputs,
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [N("Attention", ins, outs, **attrs)], "t", inputs,
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs],
         initializer=[numpy_helper.from_array(a, n) for n, a in inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
     g = import_onnx(model)
-    fused = case in ("plain", "causal", "gqa_causal", "3d", "const_causal", "const_all")
+    fused = case in ("plain", "causal", "gqa_causal", "3d", "const_causal", "const_all",
+                     "past")
     assert ("attention" in ops(g)) == fused
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for seed in (0, 1):
@@ -952,9 +961,11 @@ def test_attention_op_of_opset_23(case: str) -> None:
         if "m" in feeds:
             feeds["m"] = feeds["m"] > -0.5
             feeds["m"][..., 0] = True
-        want = sess.run(None, feeds)[0]
-        got = interpret(g, {k: v for k, v in feeds.items()})[0]
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        want = sess.run(None, feeds)
+        got = interpret(g, {k: v for k, v in feeds.items()})
+        assert len(got) == len(want) == len(outs)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(("upper", "k"), [(0, 0), (1, 1), (0, -1)])

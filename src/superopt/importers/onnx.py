@@ -2115,11 +2115,13 @@ def _attention_op(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
                   ) -> list[Tensor | None]:
     # Opset 23's scaled dot-product attention (torch's default exporter writes SDPA so from
     # opset 23): the IR's `attention` when unmasked (or causal); with a mask or a soft cap,
-    # written out as products, the mask, a softmax and a product.
+    # written out as products, the mask, a softmax and a product. A past key/value cache
+    # (a decoder exported for generation) is concatenated before this step's keys and
+    # values, and the whole is the `present` outputs.
     q, k, v = (_req(node, ins, i) for i in range(3))
-    mask = _opt(ins, 3)
-    if _opt(ins, 4) is not None or _opt(ins, 5) is not None:
-        raise _Unsupported("a past key/value cache")
+    mask, past = _opt(ins, 3), (_opt(ins, 4), _opt(ins, 5))
+    if (past[0] is None) != (past[1] is None):
+        raise _Invalid("a past key without a past value, or the other way")
     if len(node.outputs) > 3 and node.outputs[3]:
         raise _Unsupported("the scores as an output (qk_matmul_output)")
     rank = len(ctx.shape(q))
@@ -2137,7 +2139,11 @@ def _attention_op(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
         q, k, v = split(q, heads[0]), split(k, heads[1]), split(v, heads[1])
     elif rank != 4:
         raise _Invalid(f"rank {rank} inputs (3 or 4)")
-    present: list[Tensor | None] = [k, v]  # without a cache: the keys and values, 4-D
+    cached = 0  # keys in the cache: a causal query sees them all (onnxruntime aligns so)
+    if past[0] is not None and past[1] is not None:  # the cache, then this step's (4-D)
+        cached = ctx.shape(past[0])[2]
+        k, v = ctx.concat([past[0], k], 2), ctx.concat([past[1], v], 2)
+    present: list[Tensor | None] = [k, v]  # all the keys and values, 4-D
     (b, qh, length, dim), (_, kvh, keys, _) = ctx.shape(q), ctx.shape(k)
     if kvh < 1 or qh % kvh:
         raise _Invalid(f"{qh} query heads over {kvh} key/value heads")
@@ -2172,8 +2178,8 @@ def _attention_op(ctx: _Context, node: OnnxNode, ins: list[Tensor | None]
             inv = Const(np.asarray(1.0 / softcap, ctx.np_dtype(q)), f"{hint}:1/softcap")
             scores = ctx.mul(ctx.emit("tanh", ctx.mul(scores, inv)), cap)
         low = Const(np.asarray(-np.inf, ctx.np_dtype(q)), f"{hint}:masked")
-        if causal:  # top-left aligned, as the spec and torch's is_causal
-            tri = Const(np.tril(np.ones((length, keys), np.bool_)), f"{hint}:causal")
+        if causal:  # top-left aligned (torch's is_causal), shifted past a cache
+            tri = Const(np.tril(np.ones((length, keys), np.bool_), cached), f"{hint}:causal")
             scores = ctx.emit("where", tri, scores, low)
         if mask is not None:
             if ctx.np_dtype(mask) == np.bool_:
