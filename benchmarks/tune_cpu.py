@@ -345,7 +345,7 @@ def main() -> None:
     ap.add_argument("--exporter", choices=("torchscript", "dynamo"), default="torchscript",
                     help="with --hf: which of torch's ONNX exporters writes the users' files "
                          "(torchscript, opset 17; or dynamo, torch.onnx.export's default "
-                         "since torch 2.9)")
+                         "since torch 2.9; its files and records go under WORKDIR/dynamo)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if args.exporter != "torchscript" and not args.hf:

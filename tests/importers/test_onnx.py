@@ -1690,6 +1690,17 @@ def test_index_constants_become_iota_and_tri_mask() -> None:
     assert mask.attr("lower") and mask.attr("diagonal") == 0
 
 
+def test_the_arange_test_of_constants() -> None:
+    from superopt.importers.onnx import _index_constant
+
+    ramp = np.broadcast_to(np.arange(4)[:, None], (4, 3)).copy()
+    assert _index_constant(ramp) == ("iota", {"shape": (4, 3), "axis": 0, "dtype": "i64"})
+    assert _index_constant(np.arange(6).reshape(2, 3)) is None  # one ramp, not per axis
+    assert _index_constant(ramp + 1) is None
+    # A constant of no elements is no arange; the test had read the first of nothing.
+    assert _index_constant(np.zeros((0, 3), np.int64)) is None
+
+
 def test_rms_normalization_of_opset_23() -> None:
     node = N("RMSNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-5)
     model = make_model([node], {"x": [2, 3, 8]}, ["y"], {"w": rand(8)}, opset=23)

@@ -40,6 +40,14 @@ def test_a_routers_shifted_ids_times_a_count() -> None:
     assert an.span(picked) == (-64, 24)
 
 
+def test_a_sum_spans_its_terms_times_their_count() -> None:
+    b = GraphBuilder()
+    w = b.weight("w", (4, 3), "i64", data=np.array([[2, 3, 5]] * 4))
+    an = ValueRanges(b)
+    assert an.span(b.reduce_sum(w, axes=(0,), keepdims=False)) == (8, 20)  # 4 terms in [2, 5]
+    assert an.span(b.reduce_sum(w, axes=(0, 1), keepdims=False)) == (24, 60)
+
+
 def test_an_unknown_operand_makes_the_result_unknown() -> None:
     b = GraphBuilder()
     free = b.input("ids", (4,), "i64")  # a caller's values: no promise

@@ -723,7 +723,7 @@ def _index_constant(data: np.ndarray) -> tuple[str, dict[str, Any]] | None:
     kinds = {"int64": "i64", "int32": "i32", "float32": "f32"}
     if a.dtype.name not in kinds or a.ndim == 0:
         return None
-    if a.flat[0] != 0:
+    if not a.size or a.flat[0] != 0:  # an empty constant is no arange either
         return None
     for axis, n in enumerate(a.shape):
         if n < 2:

@@ -183,7 +183,7 @@ def _reduce_sum(an: ValueRanges, node: Node, index: int) -> Span | None:
     shape = an.type_of(node.inputs[0]).shape
     n = math.prod(shape[a] for a in node.attr("axes")) if node.attr("axes") else \
         math.prod(shape)
-    return min(s[0] * n, s[0]), max(s[1] * n, s[1])
+    return n * s[0], n * s[1]  # n terms in [lo, hi]; an empty sum is 0
 
 
 def _register() -> None:
