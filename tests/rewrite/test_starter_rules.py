@@ -163,6 +163,12 @@ CASES: dict[str, list[Case]] = {
                           ({"x": T((1, 16, 6, 6)), "w": T((8, 2, 3, 3))},
                            {"s": (2, 2), "p": (1, 1, 1, 1), "d": (1, 1), "g": 8,
                             "a": "none"})],
+    # A depthwise conv on 6 channels (NASNet-A's 22, smaller) padded to 8, and on 3 with a
+    # stride, explicit pads, a dilation and a fused relu, padded to 4.
+    "pad_depthwise4": [({"x": T((1, 6, 5, 5)), "w": T((6, 1, 3, 3))},
+                        {"s": (1, 1), "p": "same", "d": (1, 1), "g": 6, "a": "none"}),
+                       ({"x": T((2, 3, 7, 6)), "w": T((3, 1, 3, 2))},
+                        {"s": (2, 1), "p": (1, 0, 2, 1), "d": (1, 2), "g": 3, "a": "relu"})],
     # BERT's hidden states (batch 2, 5 tokens, 4 features) and one token of one sequence.
     "flatten_layer_norm3": [({"x": T((2, 5, 4)), "g": T((4,)), "c": T((4,))}, {"n": 1e-12}),
                             ({"x": T((1, 1, 6)), "g": T((6,)), "c": T((6,))}, {"n": 1e-5})],

@@ -35,6 +35,7 @@ NEEDS = {
     "merge_dense": {"linear_concat_w"},
     "group_conv_dense": {"conv_group_dense"},
     **{f"group_conv_merge{k}": {f"conv_group_merge{k}"} for k in (2, 4)},
+    "pad_depthwise4": {"conv_depthwise_pad4"},
 }
 NEW = sorted({*set().union(*NEEDS.values()), "conv_col_scale", "concat_ewmul_bcast",
               "concat_matmul_w", "matmul_concat_inner_w", "concat_matmul_inner_w",
@@ -165,8 +166,16 @@ group_merge2_strided: (conv2d ?s ?p ?d ?g ?act ?x ?w) => (conv2d ?s ?p ?d {?g //
 group_merge2_ones: (conv2d ?s ?p ?d ?g ?act ?x ?w) => (conv2d ?s ?p ?d {?g // 2} ?act ?x (reshape {(dim(?w,0), 2 * dim(?w,1), dim(?w,2), dim(?w,3))} (ewmul (reshape {(?g // 2, 2, dim(?w,0) // ?g, 1, dim(?w,1) * dim(?w,2) * dim(?w,3))} ?w) (const_one [1,2,1,2,1])))) if ?g > 2 and ?g % 2 == 0
 """
 
+# The zero channels put before the input's (the conv's first outputs are then the padded
+# ones), and the kernel padded on the wrong side of the channels it keeps.
+BAD_PAD = """\
+depthwise_pad_front: (conv2d ?s ?p ?d ?g ?act ?x ?w) => (split.0 1 {(?g, 4 - ?g % 4)} (conv2d ?s ?p ?d {?g + 4 - ?g % 4} ?act (pad {(0, 4 - ?g % 4, 0, 0, 0, 0, 0, 0)} ?x) (pad {(4 - ?g % 4, 0, 0, 0, 0, 0, 0, 0)} ?w))) if ?g > 1 and ?g % 4 != 0 and dim(?x,1) == ?g and dim(?w,0) == ?g and dim(?w,1) == 1
+depthwise_pad_kernel_front: (conv2d ?s ?p ?d ?g ?act ?x ?w) => (split.0 1 {(?g, 4 - ?g % 4)} (conv2d ?s ?p ?d {?g + 4 - ?g % 4} ?act (pad {(0, 0, 0, 0, 0, 4 - ?g % 4, 0, 0)} ?x) (pad {(4 - ?g % 4, 0, 0, 0, 0, 0, 0, 0)} ?w))) if ?g > 1 and ?g % 4 != 0 and dim(?x,1) == ?g and dim(?w,0) == ?g and dim(?w,1) == 1
+"""
+
 
 @pytest.mark.parametrize(("axiom", "law"), [
+    *((a, "conv_depthwise_pad4") for a in axioms_from_rules(parse_rules(BAD_PAD), "test")),
     *((a, "conv_group_dense") for a in axioms_from_rules(parse_rules(BAD_GROUPED), "test")),
     *((a, "conv_group_merge2") for a in axioms_from_rules(parse_rules(BAD_MERGE), "test"))],
     ids=lambda a: getattr(a, "name", ""))

@@ -178,6 +178,7 @@ def _core_axioms() -> list[str]:
         "{(?g, dim(?w,0) // ?g, 1, dim(?w,1) * dim(?w,2) * dim(?w,3))} ?w) "
         "(reshape {(?g, 1, ?g, 1)} (const_imm ?g))))) if ?g > 1",
         *(_group_merge(k) for k in GROUP_MERGES),
+        _DEPTHWISE_PAD,
         "matmul_imm_r: (matmul ?x (const_imm ?n)) => ?x if ?n == dim(?x,-1)",
         "matmul_imm_l: (matmul (const_imm ?n) ?x) => ?x if ?n == dim(?x,-2)",
         "transpose_imm: (transpose [1,0] (const_imm ?n)) => (const_imm ?n)",
@@ -771,6 +772,18 @@ def _group_merge(k: int) -> str:
             f"(const_imm {k}))))) if ?g > {k} and ?g % {k} == 0")
 
 
+# A depthwise conv (one channel per group) over its input with P zero channels appended and
+# its kernel with P zero filters appended computes its own channels first: each added
+# channel is a group of its own that reads only zeros, so the first ?g output channels are
+# the original's. P tops the channels up to a multiple of 4 (onnxruntime runs a depthwise
+# conv in its blocked layout only on a multiple of 4 channels; see groups.rules).
+_DEPTHWISE_PAD = (
+    "conv_depthwise_pad4: (conv2d ?s ?p ?d ?g ?act ?x ?w) => (split.0 1 {(?g, 4 - ?g % 4)} "
+    "(conv2d ?s ?p ?d {?g + 4 - ?g % 4} ?act (pad {(0, 0, 0, 0, 0, 4 - ?g % 4, 0, 0)} ?x) "
+    "(pad {(0, 0, 0, 0, 4 - ?g % 4, 0, 0, 0)} ?w))) if ?g > 1 and ?g % 4 != 0 and "
+    "dim(?x,1) == ?g and dim(?w,0) == ?g and dim(?w,1) == 1")
+
+
 def _whole(k: int, x: str = "?x", size: str | None = None) -> str:
     """The slice `(slice ?b ?e ?t ...)` keeps axis k of ?x whole (`size`: its length
     when that is not ?x's own dim k)."""
@@ -864,6 +877,9 @@ SPECS: dict[str, SamplerSpec] = {
     **{f"conv_group_merge{k}": SamplerSpec(dims={"x": (1, 4 * k), "w": (1, 4 * k)},
                                            attrs={"g": (2 * k, 4 * k)})
        for k in GROUP_MERGES},
+    # Channels that are not a multiple of 4, padded by 1 to 3.
+    "conv_depthwise_pad4": SamplerSpec(dims={"x": (1, 7), "w": (1, 7)},
+                                       attrs={"g": (2, 3, 5, 6, 7)}),
     # Axes of 3 to 6 cells: more than one cell has the interior count (reshape would
     # otherwise keep every dim at most 3).
     **{name: SamplerSpec(dims={"x": (1, 6)}) for name in (
