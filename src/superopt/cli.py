@@ -591,9 +591,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL_OR_FILE", help=MODEL_HELP)
     p.add_argument("--rules", metavar="LIB", default=None,
                    help="a rule file (.rules text) or library (.json/.jsonl), or a library "
-                        "shipped with superopt: 'groups' (the group merges) or 'runtime' "
-                        "(against onnxruntime's slower fused kernels); default: the starter "
-                        "library shipped with superopt")
+                        "shipped with superopt: 'groups' (group merges, depthwise channel "
+                        "padding) or 'runtime' (against onnxruntime's slower fused kernels); "
+                        "default: the starter library shipped with superopt")
     p.add_argument("--cost", choices=("sim", "simop", "torch", "onnxruntime", "flops"),
                    default="sim",
                    help="search cost: the TPU simulator's default-compiled time (sim, default),"
@@ -759,8 +759,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=None, help="batch size (zoo and ONNX models)")
     p.add_argument("--rules", metavar="LIB", action="append", default=None,
                    help="rule source for the rewrite pass, repeatable: 'starter' (shipped "
-                        "with its proofs), 'groups' (the group merges) and 'runtime' (against "
-                        "onnxruntime's slower fused kernels), shipped with theirs, "
+                        "with its proofs), 'groups' (group merges, depthwise channel padding) "
+                        "and 'runtime' (against onnxruntime's slower fused kernels), shipped "
+                        "with theirs, "
                         "a .rules/.json/.jsonl library, TASO's .pb, Tensat's files, or PET's "
                         "corrected mutants (superopt mutants --out); default: 'starter', and "
                         "'groups' and 'runtime' too on --target cpu and cuda")

@@ -33,7 +33,8 @@ STARTER = Path(__file__).with_name("starter.rules")
 STARTER_VERIFIED = Path(__file__).with_name("starter_verified.json")
 
 
-# Rules that pay where a runtime's kernels want wider groups (`groups.rules`), and the
+# Rules that pay where a runtime's kernels want wider groups or more channels
+# (`groups.rules`), and the
 # library `superopt verify groups.rules --save` wrote of them.
 GROUPS = Path(__file__).with_name("groups.rules")
 GROUPS_VERIFIED = Path(__file__).with_name("groups_verified.json")
@@ -112,7 +113,7 @@ def verified_group_rules() -> list[Rule]:
 def load_rules(spec: str | Path | None = None, include_refuted: bool = False
                ) -> tuple[list[Rule], int]:
     """Rules from `spec`: None or a shipped library's name (`LIBRARIES`: "starter",
-    "groups" the group merges, "runtime"), a text rule file, a
+    "groups" the group merges and channel padding, "runtime"), a text rule file, a
     JSON/JSONL library, TASO's graph_subst.pb or Tensat's rule files. Rules a verifier
     refuted are left out unless asked; returns the rules and how many were left out."""
     from superopt.substitutions.readers import read_any

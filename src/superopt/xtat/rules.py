@@ -26,7 +26,7 @@ from superopt.substitutions.rule import Rule
 from superopt.substitutions.text import format_rule
 
 STARTER = "starter"
-GROUPS = "groups"  # the group merges (`superopt/rewrite/groups.rules`)
+GROUPS = "groups"  # group merges, depthwise padding (`superopt/rewrite/groups.rules`)
 RUNTIME = "runtime"  # rules against a runtime's slower fused kernels (`runtime.rules`)
 
 

@@ -52,8 +52,8 @@ class Target:
     hardware: str | None = None  # the TPU preset (simulator targets)
     device: str = "cpu"  # the runtime's device (real targets)
     # The rule libraries its rewrite passes use unless told (`--rules`): onnxruntime's
-    # blocked convolutions want groups of 16 channels, so its targets add the group merges,
-    # and its fused residual-add + layer norm is slower than the two ops (`runtime`).
+    # blocked convolutions want groups of 16 channels and depthwise convs on a multiple of 4,
+    # so its targets add the group merges and the channel padding (`groups`), and its fused residual-add + layer norm is slower than the two ops (`runtime`).
     rules: tuple[str, ...] = (STARTER,)
 
     @property
