@@ -137,3 +137,17 @@ def test_random_feeds_check_the_memory_of_what_they_draw_only() -> None:
         random_feeds(g, seed=0, include_weights=True)
     with pytest.raises(MemoryLimitError):
         interpret(g, {"x": feeds["x"]})  # running it needs the weight
+
+
+@pytest.mark.parametrize("init", [None, "fan_in", "positive"])
+def test_drawn_floats_are_values_a_float32_tensor_holds(init: str | None) -> None:
+    # A model's weights are float32 data: a draw that float32 could not hold would make
+    # a rewrite that stores its folded weights as float32 look inexact.
+    b = GraphBuilder("draws")
+    x = b.input("x", (3, 8))
+    w = b.weight("w", (8, 5), **({"init": init} if init else {}))
+    g = b.build([b.matmul(x, w)])
+    for v in random_feeds(g, seed=4, include_weights=True).values():
+        assert v.dtype == np.float64
+        assert np.array_equal(v, v.astype(np.float32))
+        assert len(np.unique(v)) == v.size  # still random, not collapsed

@@ -102,6 +102,11 @@ def _check_shape(node: Node, value: np.ndarray, graph: Graph) -> None:
                         f"{node.type}, fed shape {list(value.shape)}")
 
 
+def _float32_exact(x: np.ndarray) -> np.ndarray:
+    """`x` rounded to the nearest float32 values, kept as float64."""
+    return x.astype(np.float32).astype(np.float64)
+
+
 class ReferenceSemantics(Semantics):
     name = "reference"
 
@@ -123,10 +128,14 @@ class ReferenceSemantics(Semantics):
             return np.ones(t.shape)
         if init == "zeros":
             return np.zeros(t.shape)
+        # Values a float32 tensor holds exactly: a model's weights are float32 data, and a
+        # rewrite whose folded weights are stored as float32 (a concatenation, a transpose)
+        # then keeps them bit for bit, so a value check sees the rewrite, not the rounding
+        # of 64-bit draws (t5_small_encoder's merged matmuls read 1.8e-5 apart before).
         if init == "positive":
-            return rng.uniform(0.5, 1.5, size=t.shape)
+            return _float32_exact(rng.uniform(0.5, 1.5, size=t.shape))
         scale = math.sqrt(2.0 / fan_in(t.shape)) if init == "fan_in" else 1.0
-        return rng.standard_normal(t.shape) * scale
+        return _float32_exact(rng.standard_normal(t.shape) * scale)
 
 
 class ModPSemantics(Semantics):
