@@ -305,3 +305,25 @@ def test_a_merged_matmul_folded_to_float32_keeps_the_values_bit_for_bit() -> Non
                                   for v in folded.weights.values())
     check = check_values(g, folded, rtol=1e-15)
     assert check.ok and check.max_rel_err == 0.0, check.summary()
+
+
+def test_an_exact_fold_keeps_the_interpreters_values() -> None:
+    # A batch norm folded into a conv: stored, the folded kernel is float32; `exact`
+    # keeps what the interpreter computed, so the fold itself is checked without the
+    # storage's rounding.
+    b = GraphBuilder("conv_bn")
+    x = b.input("x", (1, 3, 6, 6))
+    y = b.conv2d(x, b.weight("w", (4, 3, 3, 3)), padding="same")
+    y = b.batch_norm(y, b.weight("s", (4,), init="positive"), b.weight("c", (4,)),
+                     b.weight("m", (4,)), b.weight("v", (4,), init="positive"))
+    g = b.build([y])
+    m = Matcher([r for r in starter_rules() if r.name == "fold_conv_bn"])
+    rewritten = apply_sites(g, m.match(g).sites, m).graph
+    stored = fold_weights(rewritten).graph
+    exact = fold_weights(rewritten, exact=True).graph
+    assert set(stored.weights) == set(exact.weights) and stored.weights
+    for name, w in exact.weights.items():
+        assert w.dtype == np.float64 and stored.weights[name].dtype == np.float32
+        np.testing.assert_array_equal(w.astype(np.float32), stored.weights[name])
+    assert check_values(g, exact, rtol=1e-12).ok
+    assert not check_values(g, stored, rtol=1e-12).ok  # the float32 rounding shows

@@ -41,6 +41,22 @@ def test_optimize_prints_rules_costs_check_and_timing(conv_bn: Path, tmp_path: P
                if n.attr("name").startswith("folded."))
 
 
+def test_values_are_judged_on_the_fold_at_full_precision(conv_bn: Path, tmp_path: Path,
+                                                         capsys) -> None:
+    # The folded batch norms are stored as float32 weights; the verdict is on the same fold
+    # at the interpreter's precision (exact up to reassociation), and the float32 graph's
+    # own difference, its storage's rounding, is reported beside it.
+    res = tmp_path / "res.json"
+    code = main(["optimize", str(conv_bn), "--cost", "flops", "--budget", "4", "--repeats",
+                 "0", "--json", str(res)])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "with the folded weights stored as float32: max relative error" in text
+    figures = json.loads(res.read_text())
+    assert figures["applied"] == {"fold_conv_bn": 3} and figures["values"] == "equal"
+    assert figures["max_rel_err"] < 1e-12 < figures["max_rel_err_float32"] < 1e-5
+
+
 def test_optimize_with_a_rule_file_and_bad_input(conv_bn: Path, tmp_path: Path, capsys) -> None:
     rules = tmp_path / "mine.rules"
     rules.write_text("fuse: (relu (conv2d ?s ?p ?d ?g none ?x ?w)) => "

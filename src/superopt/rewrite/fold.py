@@ -113,10 +113,13 @@ def _evaluate(graph: Graph, values: list[Value], seed: int) -> dict[Value, np.nd
 
 def fold_weights(graph: Graph, *, evaluate: bool = True, materialize: bool = True,
                  seed: int = 0, prefix: str = "folded",
-                 skip: frozenset[bytes] = frozenset()) -> FoldResult:
+                 skip: frozenset[bytes] = frozenset(), exact: bool = False) -> FoldResult:
     """Replace weight-only computations by weights (see the module docstring). Values of
     nodes whose structural hash is in `skip` stay computed (a tuner folds only what its
-    rewrites created, so the default program stays the default compiler's)."""
+    rewrites created, so the default program stays the default compiler's). The folded
+    data is stored in each weight's dtype (float32 for f32); `exact` keeps it as the
+    reference interpreter computed it (float64), for a value check that tells the fold's
+    arithmetic from the rounding of its storage."""
     frontier = foldable_values(graph)
     if skip:
         hashes = graph.node_hashes
@@ -161,7 +164,8 @@ def fold_weights(graph: Graph, *, evaluate: bool = True, materialize: bool = Tru
             t = node.types[v.index]
             arr = None
             if v in data:
-                arr = np.asarray(data[v], dtype=t.dtype.numpy).reshape(t.shape)
+                arr = np.asarray(data[v], dtype=None if exact and t.dtype.is_float
+                                 else t.dtype.numpy).reshape(t.shape)
             out[v.index] = b.weight(new_names[v], t.shape, t.dtype, data=arr,
                                     init="normal")
         return tuple(out)
