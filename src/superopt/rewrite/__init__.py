@@ -34,8 +34,7 @@ STARTER_VERIFIED = Path(__file__).with_name("starter_verified.json")
 
 
 # Rules that pay where a runtime's kernels want wider groups or more channels
-# (`groups.rules`), and the
-# library `superopt verify groups.rules --save` wrote of them.
+# (`groups.rules`), and the library `superopt verify groups.rules --save` wrote of them.
 GROUPS = Path(__file__).with_name("groups.rules")
 GROUPS_VERIFIED = Path(__file__).with_name("groups_verified.json")
 # Rules that pay where a runtime's fused kernel is slower than its parts, or where the
