@@ -203,3 +203,19 @@ def test_linear_rejects_weights_and_biases_that_do_not_fit(w: tuple, bias: tuple
     b = GraphBuilder()
     with pytest.raises(ShapeError, match=f"linear.*{problem}"):
         b.linear(b.input("x", (3, 4)), b.input("w", w), b.input("b", bias))
+
+
+@pytest.mark.parametrize("op", ["sigmoid", "silu"])
+def test_logistic_references_reach_their_limits_without_overflow_warnings(op: str) -> None:
+    # e^-x overflows below about -709; the quotient is the exact limit, and numpy's
+    # warning about it would print on every value check of a model with large activations.
+    import warnings
+
+    from superopt.ir.opdef import get_op
+
+    x = np.array([-1000.0, -20.0, 0.0, 20.0, 1000.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (y,) = get_op(op).reference((x,), {})
+    sig = np.array([0.0, 1.0 / (1.0 + np.exp(20.0)), 0.5, 1.0 / (1.0 + np.exp(-20.0)), 1.0])
+    np.testing.assert_allclose(y, sig if op == "sigmoid" else x * sig, rtol=1e-15, atol=0)

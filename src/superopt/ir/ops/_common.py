@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from superopt.ir.errors import ShapeError
 from superopt.ir.opdef import AttrSpec
 from superopt.ir.types import DType, TensorType
@@ -86,3 +88,11 @@ def pair(v: int | tuple[int, ...]) -> tuple[int, int]:
     if isinstance(v, int):
         return (v, v)
     return (int(v[0]), int(v[1]))
+
+
+def logistic(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + e^-x). Below about -709 e^-x overflows to inf and the quotient is the
+    exact limit 0; numpy's overflow warning about it is silenced, since a model with large
+    activations (efficientnet_b0 on drawn weights) would print it on every check."""
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))

@@ -15,7 +15,7 @@ from superopt.ir.opdef import (
     OpDef,
     register_op,
 )
-from superopt.ir.ops._common import expect_float
+from superopt.ir.ops._common import expect_float, logistic
 from superopt.ir.types import TensorType
 
 
@@ -44,7 +44,7 @@ RELU = register_op(OpDef(
 
 SIGMOID = register_op(OpDef(
     name="sigmoid", num_inputs=1, shape=_unary_shape("sigmoid"),
-    reference=lambda xs, a: (1.0 / (1.0 + np.exp(-xs[0])),), traits=_TR))
+    reference=lambda xs, a: (logistic(xs[0]),), traits=_TR))
 
 TANH = register_op(OpDef(
     name="tanh", num_inputs=1, shape=_unary_shape("tanh"),

@@ -14,6 +14,7 @@ from superopt.ir.ops._common import (
     expect_min_rank,
     expect_rank,
     expect_same_dtype,
+    logistic,
     padding_attr,
     pair_attr,
 )
@@ -26,7 +27,7 @@ def apply_activation(x: np.ndarray, activation: str) -> np.ndarray:
     if activation == "relu":
         return np.maximum(x, 0.0)
     if activation == "sigmoid":
-        return 1.0 / (1.0 + np.exp(-x))
+        return logistic(x)
     if activation == "tanh":
         return np.tanh(x)
     raise ValueError(f"unknown activation {activation!r}")
