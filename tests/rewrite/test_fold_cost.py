@@ -327,3 +327,12 @@ def test_an_exact_fold_keeps_the_interpreters_values() -> None:
         np.testing.assert_array_equal(w.astype(np.float32), stored.weights[name])
     assert check_values(g, exact, rtol=1e-12).ok
     assert not check_values(g, stored, rtol=1e-12).ok  # the float32 rounding shows
+    # The exact fold cast to the weights' dtypes is the stored fold, without evaluating
+    # again; the input's own weights are left as they were.
+    from superopt.rewrite.fold import stored as cast
+
+    again = cast(exact, rewritten)
+    assert set(again.weights) == set(stored.weights)
+    for name, w in again.weights.items():
+        assert w.dtype == stored.weights[name].dtype
+        np.testing.assert_array_equal(w, stored.weights[name])

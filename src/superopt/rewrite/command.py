@@ -29,7 +29,7 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
     from superopt.rewrite import Matcher, create_cost, fold_weights, load_rules, optimize
     from superopt.rewrite.check import time_side_by_side
     from superopt.rewrite.cost import OrtOpCost, TorchOpCost
-    from superopt.rewrite.fold import runtime_ops
+    from superopt.rewrite.fold import runtime_ops, stored
 
     if args.budget < 1:
         raise IRError(f"--budget must be >= 1, found {args.budget}")
@@ -81,8 +81,11 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
         args.repeats = 0
     # Folding constant weights takes seconds on a large model: an interrupted run saves
     # the search's graph as it is (same values; optimizing it again folds it).
-    final = result.graph if args.no_fold or stopped else \
-        fold_weights(result.graph, seed=args.seed).graph
+    # Folded once at the interpreter's precision (what the value check judges), then
+    # stored in the weights' dtypes (what is saved and timed).
+    exact = result.graph if args.no_fold or stopped else \
+        fold_weights(result.graph, seed=args.seed, exact=True).graph
+    final = exact if exact is result.graph else stored(exact, result.graph)
     applied = result.applied
     table = Table(title=f"rules applied to {graph.name}")
     for col in ("rule", "sites in input", "applied"):
@@ -139,7 +142,7 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
         console.print("[yellow]values not checked[/]: the run was interrupted"
                       + (f"; `superopt run {args.out}` checks them" if args.out else ""))
     elif not args.no_check:
-        ok = _check_values(console, graph, result.graph, final, args.seed, figures)
+        ok = _check_values(console, graph, exact, final, args.seed, figures)
     if args.repeats > 0:
         with console.status(f"timing both graphs on torch (cpu), {args.repeats} runs each"):
             timing = time_side_by_side([graph, final], repeats=args.repeats,
@@ -182,7 +185,7 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
     from superopt.rewrite import fold_weights
     from superopt.rewrite.check import time_side_by_side
     from superopt.rewrite.eqsat import EqsatOptions, eqsat_optimize
-    from superopt.rewrite.fold import runtime_ops
+    from superopt.rewrite.fold import runtime_ops, stored
 
     opts = EqsatOptions(extraction=args.extraction, node_limit=args.node_limit,
                         iter_limit=args.iter_limit,
@@ -202,8 +205,9 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
         # and unfolded within the interrupt's grace, as the backtracking search's is.
         allow_finish(5)
         args.repeats = 0
-    final = res.graph if args.no_fold or stopped else \
-        fold_weights(res.graph, seed=args.seed).graph
+    exact = res.graph if args.no_fold or stopped else \
+        fold_weights(res.graph, seed=args.seed, exact=True).graph
+    final = exact if exact is res.graph else stored(exact, res.graph)
     table = Table(title=f"rules in the e-graph of {graph.name}")
     table.add_column("rule")
     table.add_column("unions made", justify="right")
@@ -251,7 +255,7 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
         console.print("[yellow]values not checked[/]: the run was interrupted"
                       + (f"; `superopt run {args.out}` checks them" if args.out else ""))
     elif not args.no_check:
-        ok = _check_values(console, graph, res.graph, final, args.seed, figures)
+        ok = _check_values(console, graph, exact, final, args.seed, figures)
     if args.repeats > 0:
         with console.status(f"timing both graphs on torch (cpu), {args.repeats} runs each"):
             timing = time_side_by_side([graph, final], repeats=args.repeats,
@@ -280,30 +284,27 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
     return 0 if ok else 1
 
 
-def _check_values(console: Any, graph: Any, rewritten: Any, final: Any, seed: int,
+def _check_values(console: Any, graph: Any, exact: Any, final: Any, seed: int,
                   figures: dict[str, Any]) -> bool:
     """The optimized graph's values against the input's (reference interpreter), printed
-    and recorded in `figures`; True when they agree. `final` is `rewritten` with its
-    weight-only parts folded into float32 weights, whose rounding a model with large
-    activations amplifies (efficientnet_b0's folded batch norms on drawn weights: 1.2e-4
-    at the output) without the rewrite or the fold being any less exact: the verdict is
-    on the fold kept at the interpreter's precision, and the float32 graph's own
-    difference is printed and recorded beside it."""
-    from superopt.rewrite import fold_weights
+    and recorded in `figures`; True when they agree. `exact` has its weight-only parts
+    folded at the interpreter's precision, `final` the same stored as float32, whose
+    rounding a model with large activations amplifies (efficientnet_b0's folded batch
+    norms on drawn weights: 1.2e-4 at the output) without the rewrite or the fold being
+    any less exact: the verdict is on `exact`, and `final`'s own difference is printed
+    and recorded beside it."""
     from superopt.rewrite.check import check_values
 
     with console.status("checking values with the reference interpreter"):
-        exact = rewritten if final is rewritten else \
-            fold_weights(rewritten, seed=seed, exact=True).graph
         check = check_values(graph, exact, seed=seed)
-        stored = check_values(graph, final, seed=seed) if final is not rewritten else None
+        kept = check_values(graph, final, seed=seed) if final is not exact else None
     console.print(("[green]" if check.ok else "[red]") + check.summary() + "[/]", markup=True)
     figures["max_rel_err"] = check.max_rel_err
     figures["values"] = "equal" if check.ok else "differ"
-    if stored is not None:
+    if kept is not None:
         console.print(f"with the folded weights stored as float32: max relative error "
-                      f"{stored.max_rel_err:.2e}")
-        figures["max_rel_err_float32"] = stored.max_rel_err
+                      f"{kept.max_rel_err:.2e}")
+        figures["max_rel_err_float32"] = kept.max_rel_err
     return check.ok
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import numpy as np
@@ -173,3 +173,16 @@ def fold_weights(graph: Graph, *, evaluate: bool = True, materialize: bool = Tru
     result = transform(graph, rule)
     origin: Origin = result.origin
     return FoldResult(result.graph, origin, folded=len(frontier), kept=kept)
+
+def stored(exact: Graph, source: Graph) -> Graph:
+    """`exact`, a `fold_weights(source, exact=True)` graph, with the data it folded cast to
+    each weight's dtype: the graph `fold_weights(source)` gives, without evaluating the
+    weight-only parts a second time (a value check wants both)."""
+    dtypes = {n.attr("name"): n.type.dtype.numpy for n in exact.weight_nodes}
+    weights = {name: (arr if name in source.weights else
+                      np.asarray(arr, dtype=dtypes[name]))
+               for name, arr in exact.weights.items()}
+    for arr in weights.values():
+        arr.setflags(write=False)
+    return replace(exact, weights=MappingProxyType(weights))
+
