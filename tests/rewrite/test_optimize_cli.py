@@ -79,3 +79,41 @@ def test_optimize_with_the_per_op_simulated_cost(conv_bn: Path, tmp_path: Path,
     assert "simop (TPU v4 simulator, each op alone)" in capsys.readouterr().out
     figures = json.loads(res.read_text())
     assert figures["cost_after"] <= figures["cost_before"] and figures["max_rel_err"] < 1e-5
+
+
+@pytest.mark.parametrize("search", ["backtracking", "eqsat"])
+@pytest.mark.parametrize("step", ["fold", "check", "timing"])
+def test_ctrl_c_after_the_search_saves_its_graph_and_says_130(
+        conv_bn: Path, tmp_path: Path, monkeypatch, capsys, step: str, search: str) -> None:
+    # Ctrl-C while the searched graph is folded, checked or timed: the search's work is
+    # finished, so it is saved (unchecked unless the check had ended) and the exit
+    # status says the run did not finish.
+    import superopt.rewrite
+    import superopt.rewrite.check
+    from superopt.rewrite.check import check_values
+
+    def ctrl_c(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    target = {"fold": (superopt.rewrite, "fold_weights"),
+              "check": (superopt.rewrite.check, "check_values"),
+              "timing": (superopt.rewrite.check, "time_side_by_side")}[step]
+    monkeypatch.setattr(*target, ctrl_c)
+    out, res = tmp_path / "opt.json", tmp_path / "res.json"
+    code = main(["optimize", str(conv_bn), "--cost", "flops", "--budget", "4", "--search",
+                 search, "--repeats", "2", "--warmup", "0", "--out", str(out),
+                 "--json", str(res)])
+    assert code == 130
+    figures = json.loads(res.read_text())
+    assert figures["saved"] == str(out) and "torch_before_s" not in figures
+    assert figures["values"] == ("equal" if step == "timing" else "not checked (interrupted)")
+    assert ("max_rel_err" in figures) == (step == "timing")
+    saved = load(out)
+    assert figures["applied"] == {"fold_conv_bn": 3}  # the search's work is in it
+    assert saved.structural_hash != load(conv_bn).structural_hash
+    folded = any(n.attr("name").startswith("folded.") for n in saved.weight_nodes)
+    assert folded == (step != "fold")
+    monkeypatch.undo()
+    assert check_values(load(conv_bn), saved).ok  # and it computes the model
+    if step != "timing":
+        assert "values not checked" in capsys.readouterr().out

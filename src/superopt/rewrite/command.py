@@ -14,7 +14,8 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from superopt.ir.files import atomic_write_text
 
@@ -26,10 +27,10 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
 
     from superopt.ir.analysis import human
     from superopt.ir.errors import IRError
-    from superopt.rewrite import Matcher, create_cost, fold_weights, load_rules, optimize
+    from superopt.rewrite import Matcher, create_cost, load_rules, optimize
     from superopt.rewrite.check import time_side_by_side
     from superopt.rewrite.cost import OrtOpCost, TorchOpCost
-    from superopt.rewrite.fold import runtime_ops, stored
+    from superopt.rewrite.fold import runtime_ops
 
     if args.budget < 1:
         raise IRError(f"--budget must be >= 1, found {args.budget}")
@@ -78,14 +79,7 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
         # the 2 s promise of Ctrl-C, so the graph is saved unchecked (and unfolded), and
         # said to be.
         allow_finish(5)
-        args.repeats = 0
-    # Folding constant weights takes seconds on a large model: an interrupted run saves
-    # the search's graph as it is (same values; optimizing it again folds it).
-    # Folded once at the interpreter's precision (what the value check judges), then
-    # stored in the weights' dtypes (what is saved and timed).
-    exact = result.graph if args.no_fold or stopped else \
-        fold_weights(result.graph, seed=args.seed, exact=True).graph
-    final = exact if exact is result.graph else stored(exact, result.graph)
+    exact, final, stopped = _fold(result.graph, args, stopped)
     applied = result.applied
     table = Table(title=f"rules applied to {graph.name}")
     for col in ("rule", "sites in input", "applied"):
@@ -136,18 +130,14 @@ def run(args: argparse.Namespace, console: Any, load: Any) -> int:
         "applied": dict(applied), "sites_in_input": dict(result.initial_sites),
         "search_s": result.seconds, "expanded": result.expanded, "stopped": result.stopped,
     }
-    ok = True
-    if stopped:
-        figures["values"] = "not checked (interrupted)"
-        console.print("[yellow]values not checked[/]: the run was interrupted"
-                      + (f"; `superopt run {args.out}` checks them" if args.out else ""))
-    elif not args.no_check:
-        ok = _check_values(console, graph, exact, final, args.seed, figures)
-    if args.repeats > 0:
+    ok, stopped = _values(console, graph, exact, final, args, figures, stopped)
+    timing = None
+    if args.repeats > 0 and not stopped:
         with console.status(f"timing both graphs on torch (cpu), {args.repeats} runs each"):
-            timing = time_side_by_side([graph, final], repeats=args.repeats,
-                                       warmup=args.warmup, threads=threads,
-                                       seed=args.seed)
+            timing, stopped = _unless_interrupted(lambda: time_side_by_side(
+                [graph, final], repeats=args.repeats, warmup=args.warmup, threads=threads,
+                seed=args.seed))
+    if args.repeats > 0 and timing is not None:
         before, after = timing.medians
         lo, hi = timing.ratio_ci()
         console.print(f"torch cpu ({timing.threads} threads), median of {args.repeats}: "
@@ -182,10 +172,9 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
     output as the backtracking search."""
     from rich.table import Table
 
-    from superopt.rewrite import fold_weights
     from superopt.rewrite.check import time_side_by_side
     from superopt.rewrite.eqsat import EqsatOptions, eqsat_optimize
-    from superopt.rewrite.fold import runtime_ops, stored
+    from superopt.rewrite.fold import runtime_ops
 
     opts = EqsatOptions(extraction=args.extraction, node_limit=args.node_limit,
                         iter_limit=args.iter_limit,
@@ -194,7 +183,7 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
                         refine_patience=args.refine_patience,
                         refine_share=args.refine_share, refine_min=args.refine_min,
                         workers=args.workers)
-    from superopt.interrupts import allow_finish
+    from superopt.interrupts import allow_finish, interrupted
 
     with console.status(f"equality saturation on {graph.name}, then {args.extraction} "
                         "extraction"):
@@ -204,10 +193,7 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
         # Ctrl-C during the local moves: their best graph is finished work, saved unchecked
         # and unfolded within the interrupt's grace, as the backtracking search's is.
         allow_finish(5)
-        args.repeats = 0
-    exact = res.graph if args.no_fold or stopped else \
-        fold_weights(res.graph, seed=args.seed, exact=True).graph
-    final = exact if exact is res.graph else stored(exact, res.graph)
+    exact, final, stopped = _fold(res.graph, args, stopped)
     table = Table(title=f"rules in the e-graph of {graph.name}")
     table.add_column("rule")
     table.add_column("unions made", justify="right")
@@ -249,18 +235,14 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
         "saturate_s": res.saturate_s, "extract_s": res.extract_s, "kept_input": res.kept_input,
         "refine_moves": res.refine_moves, "refine_ends": list(res.refine_ends),
     }
-    ok = True
-    if stopped:
-        figures["values"] = "not checked (interrupted)"
-        console.print("[yellow]values not checked[/]: the run was interrupted"
-                      + (f"; `superopt run {args.out}` checks them" if args.out else ""))
-    elif not args.no_check:
-        ok = _check_values(console, graph, exact, final, args.seed, figures)
-    if args.repeats > 0:
+    ok, stopped = _values(console, graph, exact, final, args, figures, stopped)
+    timing = None
+    if args.repeats > 0 and not stopped:
         with console.status(f"timing both graphs on torch (cpu), {args.repeats} runs each"):
-            timing = time_side_by_side([graph, final], repeats=args.repeats,
-                                       warmup=args.warmup, threads=args.threads or None,
-                                       seed=args.seed)
+            timing, stopped = _unless_interrupted(lambda: time_side_by_side(
+                [graph, final], repeats=args.repeats, warmup=args.warmup,
+                threads=args.threads or None, seed=args.seed))
+    if args.repeats > 0 and timing is not None:
         before, after = timing.medians
         console.print(f"torch cpu ({timing.threads} threads), median of {args.repeats}: "
                       f"{before * 1e3:.2f} ms -> {after * 1e3:.2f} ms "
@@ -278,10 +260,63 @@ def _run_eqsat(args: argparse.Namespace, console: Any, graph: Any, matcher: Any,
     if args.json:
         atomic_write_text(args.json, json.dumps(figures, indent=1) + "\n")
         console.print(f"wrote {args.json}")
-    if stopped:
+    if stopped or interrupted():
         print("superopt: interrupted", file=sys.stderr)
         return 130  # saved, but the run did not finish: a script must not read it as done
     return 0 if ok else 1
+
+
+T = TypeVar("T")
+
+
+def _unless_interrupted(work: Callable[[], T]) -> tuple[T | None, bool]:
+    """`work()` and False, or None and True when Ctrl-C lands during it: what the run
+    finished before (the search's graph) is then saved unchecked, within the interrupt's
+    grace, as an interrupted search's is."""
+    from superopt.interrupts import allow_finish
+
+    try:
+        return work(), False
+    except KeyboardInterrupt:
+        allow_finish(5)
+        return None, True
+
+
+def _fold(graph: Any, args: argparse.Namespace, stopped: bool) -> tuple[Any, Any, bool]:
+    """The searched graph's weight-only parts folded once at the interpreter's precision
+    (`exact`, what the value check judges), then stored in the weights' dtypes (`final`,
+    what is saved and timed), and whether the run is stopped. Folding takes seconds on a
+    large model, so a stopped run (before or during the fold) keeps the graph as the
+    search left it: the same values, and optimizing it again folds it."""
+    from superopt.rewrite import fold_weights
+    from superopt.rewrite.fold import stored
+
+    if not (args.no_fold or stopped):
+        exact, stopped = _unless_interrupted(
+            lambda: fold_weights(graph, seed=args.seed, exact=True).graph)
+        if exact is not None:
+            return exact, stored(exact, graph), False
+    if stopped:
+        args.repeats = 0
+    return graph, graph, stopped
+
+
+def _values(console: Any, graph: Any, exact: Any, final: Any, args: argparse.Namespace,
+            figures: dict[str, Any], stopped: bool) -> tuple[bool, bool]:
+    """Whether the values agree (`_check_values`; True when not checked) and whether the
+    run is stopped (Ctrl-C during the check leaves them unchecked)."""
+    ok = True
+    if not (stopped or args.no_check):
+        got, stopped = _unless_interrupted(
+            lambda: _check_values(console, graph, exact, final, args.seed, figures))
+        ok = True if got is None else got
+    if stopped:
+        figures["values"] = "not checked (interrupted)"
+        for k in ("max_rel_err", "max_rel_err_float32"):
+            figures.pop(k, None)
+        console.print("[yellow]values not checked[/]: the run was interrupted"
+                      + (f"; `superopt run {args.out}` checks them" if args.out else ""))
+    return ok, stopped
 
 
 def _check_values(console: Any, graph: Any, exact: Any, final: Any, seed: int,
