@@ -65,7 +65,8 @@ def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> di
 
     spec = {"model": str(_source(model, batch, args)), "batch": batch, "target": "cpu",
             "threads": args.threads, "op_cost": args.op_cost, "cost_db": str(args.cost_db),
-            "rounds": args.rounds, "plan_budget": args.plan_budget}
+            "rounds": args.rounds, "plan_budget": args.plan_budget,
+            "stop_early": not args.full_rounds}
     t0 = time.perf_counter()
     session = open_session(spec)
     settings = {"budget": args.budget, "schedule": "joint", "seed": 0,
@@ -102,6 +103,8 @@ def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> di
             "final": runner.final.__dict__ if runner.final else None,  # type: ignore[union-attr]
             "noise": runner.noise.__dict__ if runner.noise else None,  # type: ignore[union-attr]
             "screened": hook.screened(),  # type: ignore[attr-defined]
+            # Rounds each paired measurement of this process ran (fewer: stopped early).
+            "measure_rounds": [p.rounds for p in runner.log],  # type: ignore[union-attr]
             "tune_wall_s": time.perf_counter() - t0}
 
 
@@ -165,6 +168,7 @@ def run_row(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> 
     row = {"model": model, "batch": batch, "nodes": len(session.graph),
            "measurements": result.evaluations, "measured_now": result.measured,
            "replayed": result.replayed, "screened": got["screened"],
+           "measure_rounds": got["measure_rounds"],
            "stopped": result.stopped, "applied": got["applied"],
            "kept": bool(got["final"] and got["final"]["kept"]),
            "tuner_final": got["final"], "tuner_noise": got["noise"],
@@ -325,6 +329,8 @@ def main() -> None:
                     help="seconds of tuning per row before it stops and picks")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=10, help="paired rounds per measurement")
+    ap.add_argument("--full-rounds", action="store_true",
+                    help="every measurement runs all its rounds (no early stop)")
     ap.add_argument("--bench-rounds", type=int, default=20,
                     help="paired rounds of the side-by-side onnxruntime timing")
     ap.add_argument("--torch-rounds", type=int, default=10,
@@ -381,7 +387,8 @@ def main() -> None:
         return
     settings = {"models": models, "batches": batches, "budget": args.budget,
                 "row_limit_s": args.row_limit, "threads": args.threads,
-                "rounds": args.rounds, "bench_rounds": args.bench_rounds,
+                "rounds": args.rounds, "stop_early": not args.full_rounds,
+                "bench_rounds": args.bench_rounds,
                 "torch_rounds": args.torch_rounds, "plan_budget": args.plan_budget,
                 "op_cost": args.op_cost,
                 **({"exporter": args.exporter} if args.hf else {}),

@@ -704,6 +704,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=10,
                    help="cpu/cuda: paired rounds per measurement against the incumbent "
                         "(default 10; the final comparison runs twice as many)")
+    p.add_argument("--full-rounds", action="store_true",
+                   help="real targets: run every round of every measurement (by default "
+                        "one ends once its rounds so far leave the candidate no way to be "
+                        "measured faster)")
     p.add_argument("--op-cost", choices=("onnxruntime", "torch", "flops"), default=None,
                    help="real targets: the per-op cost that prices the plan's search and "
                         "screens proposals before they are measured: onnxruntime or torch "

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from superopt.ir.graph import Graph, GraphBuilder
-from superopt.rewrite.check import SideBySide
+from superopt.rewrite.check import SideBySide, StopRule
 
 
 def dense_branches(n: int = 4, width: int = 32, rows: int = 8) -> Graph:
@@ -34,11 +34,20 @@ class FakeTimer:
         self.sigma = sigma
         self.rng = np.random.default_rng(seed)
         self.calls: list[tuple[str, ...]] = []
+        self.rounds_run: list[int] = []  # per call: rounds before the stop rule ended it
 
-    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int) -> SideBySide:
+    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int,
+                 stop: StopRule | None = None) -> SideBySide:
         self.calls.append(tuple(g.structural_hash for g in graphs))
-        times = tuple(tuple(float(self.cost(g) * np.exp(self.sigma * self.rng.standard_normal()))
-                            for _ in range(rounds)) for g in graphs)
+        runs: list[list[float]] = [[] for _ in graphs]
+        for r in range(rounds):
+            for k, g in enumerate(graphs):
+                runs[k].append(float(self.cost(g) * np.exp(self.sigma
+                                                           * self.rng.standard_normal())))
+            if stop is not None and r + 1 < rounds and stop(runs):
+                break
+        times = tuple(tuple(t) for t in runs)
+        self.rounds_run.append(len(runs[0]) if runs else 0)
         return SideBySide(tuple(float(np.median(t)) for t in times),
                           tuple(min(t) for t in times), times, "cpu", 1)
 

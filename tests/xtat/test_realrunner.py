@@ -11,7 +11,7 @@ import pytest
 
 from superopt.ir.graph import Graph
 from superopt.rewrite.check import SideBySide
-from superopt.xtat.realrunner import OrtTimer, RealRunner, verdict
+from superopt.xtat.realrunner import ROUNDS, OrtTimer, RealRunner, cannot_be_faster, verdict
 from superopt.xtat.records import RecordsDB
 from superopt.xtat.screen import screening
 from superopt.xtat.session import Session, open_session, rewritten_graph
@@ -469,3 +469,88 @@ def test_superopts_export_of_a_kept_input_is_the_result_only_when_faster_than_th
         assert result.speedup == pytest.approx(1.25, rel=0.05)
     else:
         assert result.speedup == 1.0
+
+
+def _verdict_of(inc: Sequence[float], cand: Sequence[float], inc2: Sequence[float]) -> str:
+    """What `RealRunner.measure` decides from these rounds (incumbent, candidate,
+    incumbent again)."""
+    t = SideBySide((float(np.median(inc)), float(np.median(cand)), float(np.median(inc2))),
+                   (min(inc), min(cand), min(inc2)), (tuple(inc), tuple(cand), tuple(inc2)),
+                   "cpu", 1)
+    return verdict(t.ratio(0, 1), t.ratio_ci(0, 1), t.ratio_ci(0, 2))
+
+
+def test_an_early_stop_never_ends_a_measurement_that_would_have_said_faster() -> None:
+    # Rounds drawn for candidates from 10% slower to 10% faster under light to heavy
+    # noise: wherever the stop rule fires on the first k rounds, the verdict on all ten
+    # (judged by `verdict` itself, not by the rule) is not faster.
+    rng = np.random.default_rng(7)
+    fired = faster = 0
+    for trial in range(600):
+        speedup = (0.9, 0.97, 1.0, 1.02, 1.05, 1.1)[trial % 6]
+        sigma = (0.005, 0.02, 0.08)[trial % 3]
+        inc, cand, inc2 = ([float(np.exp(sigma * rng.standard_normal())) / s
+                            for _ in range(ROUNDS)] for s in (1.0, speedup, 1.0))
+        slower = np.cumsum([a <= b for a, b in zip(inc, cand, strict=True)])
+        stops = [k for k in range(1, ROUNDS) if cannot_be_faster(int(slower[k - 1]), ROUNDS)]
+        v = _verdict_of(inc, cand, inc2)
+        faster += v == "faster"
+        if stops:
+            fired += 1
+            assert v != "faster", (trial, stops[0])
+    assert fired > 100 and faster > 100  # both cases are common in this draw
+
+
+def test_the_stop_rule_waits_while_the_rest_could_still_say_faster() -> None:
+    # Two rounds the incumbent's way and eight 5% faster: the measurement says faster,
+    # so no rule may stop at two; at four such rounds no arrangement of ten says faster.
+    inc = [1.0] * ROUNDS
+    cand = [1.01, 1.01] + [1.0 / 1.05] * (ROUNDS - 2)
+    assert _verdict_of(inc, cand, [1.0, 1.001] * (ROUNDS // 2)) == "faster"
+    assert not cannot_be_faster(2, ROUNDS)
+    assert cannot_be_faster(4, ROUNDS)
+    for at in range(ROUNDS - 3):  # the four slower rounds anywhere, the rest 20% faster
+        cand = [1.0 / 1.2] * ROUNDS
+        cand[at:at + 4] = [1.02] * 4
+        assert _verdict_of(inc, cand, [1.0, 1.001] * (ROUNDS // 2)) != "faster"
+
+
+def _measured(cost: Callable[[Graph], float], stop_early: bool) -> tuple[RealRunner, FakeTimer]:
+    timer = FakeTimer(cost, sigma=0.01)
+    session = open_session({"model": "dense", "target": "cpu", "op_cost": "flops",
+                            "stop_early": stop_early}, dense_branches(4), timer=timer)
+    runner = session.runner
+    assert isinstance(runner, RealRunner) and runner.settings()["stop_early"] is stop_early
+    _tune(session, 12, screen=False)
+    return runner, timer
+
+
+def test_a_slower_candidate_is_measured_in_fewer_rounds_and_a_faster_one_in_all() -> None:
+    base = node_count(dense_branches(4))
+
+    def more_ops_faster(g: Graph) -> float:  # every rewrite here removes ops: all slower
+        return 2 * base - node_count(g)
+
+    runner, timer = _measured(more_ops_faster, stop_early=True)
+    slower = [p for p in runner.log if p.verdict == "slower"]
+    assert slower and all(p.rounds < runner.rounds for p in slower)
+    assert 4 in timer.rounds_run  # the rule's first chance
+    runner, _ = _measured(more_ops_faster, stop_early=False)
+    assert runner.log and all(p.rounds == runner.rounds for p in runner.log)
+    runner, _ = _measured(node_count, stop_early=True)  # every rewrite faster
+    gained = [p for p in runner.log if p.verdict == "faster"]
+    assert gained and all(p.rounds == runner.rounds for p in gained)
+
+
+def test_interleave_asks_the_stop_rule_after_every_round() -> None:
+    from superopt.rewrite.check import interleave
+
+    seen: list[int] = []
+
+    def stop(times: Sequence[Sequence[float]]) -> bool:
+        seen.append(len(times[0]))
+        return len(times[0]) == 3
+
+    t = interleave([lambda: None, lambda: None], 10, 1, stop=stop)
+    assert seen == [1, 2, 3] and len(t.times[0]) == len(t.times[1]) == 3
+    assert len(interleave([lambda: None], 5, 0, stop=lambda _: False).times[0]) == 5

@@ -22,6 +22,10 @@ from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph
 from superopt.ir.interpret import interpret, random_feeds
 
+# Asked after every round with the seconds so far (one list per run, a value per round):
+# True ends the loop early, when the rounds left could no longer change what it decides.
+StopRule = Callable[[Sequence[Sequence[float]]], bool]
+
 
 @dataclass(frozen=True)
 class ValueCheck:
@@ -123,9 +127,11 @@ class SideBySide:
 
 def time_side_by_side(graphs: Sequence[Graph], feeds: Mapping[str, Any] | None = None,
                       repeats: int = 10, warmup: int = 2, device: str = "cpu",
-                      seed: int = 0, threads: int | None = None) -> SideBySide:
+                      seed: int = 0, threads: int | None = None,
+                      stop: StopRule | None = None) -> SideBySide:
     """Time each graph on the torch backend (float32), interleaving the runs. `threads`
-    sets torch's intra-op threads for the measurement (restored afterwards)."""
+    sets torch's intra-op threads for the measurement (restored afterwards); `stop` as
+    `interleave` takes it."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if repeats < 1 or warmup < 0:
         raise IRError(f"timing needs repeats >= 1 and warmup >= 0, found {repeats}, {warmup}")
@@ -135,13 +141,13 @@ def time_side_by_side(graphs: Sequence[Graph], feeds: Mapping[str, Any] | None =
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _interleaved(graphs, feeds, repeats, warmup, device, seed)
+        return _interleaved(graphs, feeds, repeats, warmup, device, seed, stop)
     finally:
         torch.set_num_threads(saved)
 
 
 def _interleaved(graphs: Sequence[Graph], feeds: Mapping[str, Any] | None, repeats: int,
-                 warmup: int, device: str, seed: int) -> SideBySide:
+                 warmup: int, device: str, seed: int, stop: StopRule | None) -> SideBySide:
     import torch
 
     from superopt.backends import torch as tb
@@ -161,14 +167,16 @@ def _interleaved(graphs: Sequence[Graph], feeds: Mapping[str, Any] | None, repea
         return call
 
     return interleave([run(k) for k in range(len(programs))], repeats, warmup, device,
-                      torch.get_num_threads())
+                      torch.get_num_threads(), stop)
 
 
 def interleave(runs: Sequence[Callable[[], object]], repeats: int, warmup: int,
-               device: str = "cpu", threads: int = 1) -> SideBySide:
+               device: str = "cpu", threads: int = 1,
+               stop: StopRule | None = None) -> SideBySide:
     """Time each of `runs` (any callables: a lowered graph, an onnxruntime session, a
     compiled module) in paired rounds: every round runs each once, in alternating order,
-    so the runs of a round share the machine's load at that moment."""
+    so the runs of a round share the machine's load at that moment. `stop`, asked after
+    each round, may end the loop before `repeats` rounds."""
     def once(k: int) -> float:
         start = time.perf_counter()
         out = runs[k]()
@@ -184,5 +192,7 @@ def interleave(runs: Sequence[Callable[[], object]], repeats: int, warmup: int,
         order = range(len(runs)) if r % 2 == 0 else reversed(range(len(runs)))
         for k in order:
             times[k].append(once(k))
+        if stop is not None and r + 1 < repeats and stop(times):
+            break
     return SideBySide(tuple(statistics.median(t) for t in times), tuple(min(t) for t in times),
                       tuple(tuple(t) for t in times), device, threads)

@@ -134,7 +134,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if target.real:
         spec |= {"target": target.name, "threads": args.threads, "op_cost": args.op_cost,
                  "cost_db": args.cost_db or op_costs_beside(args.db), "rounds": args.rounds,
-                 "seed": args.seed}
+                 "stop_early": not args.full_rounds, "seed": args.seed}
     with console.status(f"loading {args.model} and building the default candidate"):
         session = open_session(spec)
     settings = {"passes": list(passes), "schedule": args.schedule, "strategy": args.strategy,

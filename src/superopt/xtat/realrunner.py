@@ -14,6 +14,12 @@ never replaces the incumbent. The first measurement, the input against itself af
 thrown-away warm-up pass, sets the scale (the input's time) and is kept as the run's
 noise model.
 
+A measurement ends before its last round once the rounds so far leave the candidate no
+way to be measured faster (`cannot_be_faster`: at 10 rounds, once 4 went the incumbent's
+way), since a candidate that is not faster changes nothing but its place among the
+finalists; a clearly slower candidate costs 4 rounds instead of 10. `stop_early=False`
+(`tune --full-rounds`) runs every round.
+
 The final pick (`pick`) is one more paired comparison with more rounds, the input, the
 best measured candidate and the input again (the A/A control) in each round: the tuned
 graph is kept only when it is faster by the same rule, so the result is never slower
@@ -47,7 +53,7 @@ import numpy as np
 from superopt.ir.graph import Graph
 from superopt.ir.memory import SMALL_BYTES, MemoryLimitError, available_bytes, human_bytes
 from superopt.ir.types import ORT_DTYPES
-from superopt.rewrite.check import SideBySide, interleave
+from superopt.rewrite.check import SideBySide, StopRule, interleave
 from superopt.xtat.stage import Candidate
 
 if TYPE_CHECKING:
@@ -61,9 +67,11 @@ LEVEL = 0.95  # confidence of every interval
 
 
 class Timer(Protocol):
-    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int) -> SideBySide:
+    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int,
+                 stop: StopRule | None = None) -> SideBySide:
         """Seconds per run of each graph, in paired alternating rounds (a graph listed
-        twice runs as two sessions)."""
+        twice runs as two sessions); `stop`, asked after each round, may end the rounds
+        early (`superopt.rewrite.check.interleave`)."""
 
 
 class TorchTimer:
@@ -76,11 +84,12 @@ class TorchTimer:
         self.device, self.threads, self.seed = device, threads, seed
         self.shared_slots = 0  # every slot is a program of its own (the report reads it)
 
-    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int) -> SideBySide:
+    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int,
+                 stop: StopRule | None = None) -> SideBySide:
         from superopt.rewrite.check import time_side_by_side
 
         return time_side_by_side(graphs, repeats=rounds, warmup=warmup, device=self.device,
-                                 seed=self.seed, threads=self.threads)
+                                 seed=self.seed, threads=self.threads, stop=stop)
 
     def clear(self) -> None:
         """Nothing is cached (the benchmarks call this between rows)."""
@@ -249,7 +258,8 @@ class OrtTimer:
         """The graph's outputs in onnxruntime on the timer's inputs (value checks)."""
         return list(self._session(graph, 0)())  # type: ignore[call-overload]
 
-    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int) -> SideBySide:
+    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int,
+                 stop: StopRule | None = None) -> SideBySide:
         seen: dict[str, int] = {}
         keys = []
         for g in graphs:
@@ -267,7 +277,7 @@ class OrtTimer:
             runs = [self._session(g, 0, firsts) for g in graphs]
             self.shared_slots += len(keys) - len(set(firsts))
         device = "cuda" if "CUDAExecutionProvider" in self.providers else "cpu"
-        return interleave(runs, rounds, warmup, device, self.threads)
+        return interleave(runs, rounds, warmup, device, self.threads, stop)
 
 
 @dataclass(frozen=True)
@@ -292,6 +302,7 @@ class Paired:
     aa_ci: tuple[float, float]
     verdict: str  # "faster", "slower" or "noise"
     reported_s: float
+    rounds: int = ROUNDS  # rounds run: fewer when the rest could not have made it faster
 
 
 @dataclass(frozen=True)
@@ -327,6 +338,27 @@ def verdict(ratio: float, ci: tuple[float, float], aa_ci: tuple[float, float]) -
     return "noise"
 
 
+def cannot_be_faster(slower: int, rounds: int, level: float = LEVEL) -> bool:
+    """Whether a measurement of `rounds` paired rounds, `slower` of which have already
+    gone the incumbent's way (the candidate no faster within the round), can no longer
+    say faster however the rest go (`verdict` asks the bootstrap interval of the median
+    ratio to lie above 1).
+
+    Even if every other round favours the candidate, a `slower / rounds` share of its
+    rounds do not, and a resampled median is at most 1 whenever more than half of its
+    draws are such rounds: the interval's bottom is at or below 1 once that happens in
+    more than (1 - level) / 2 of the resamples. Asked for twice that share, so the
+    bootstrap's own sampling (2,000 resamples) cannot tip it: at 10 rounds, 4 slower
+    rounds give 16.6%, 3 give 4.7% (not enough to stop)."""
+    if rounds < 1 or slower < 1:
+        return False
+    need = rounds // 2 + 1
+    p = min(1.0, slower / rounds)
+    tail = sum(math.comb(rounds, k) * p ** k * (1.0 - p) ** (rounds - k)
+               for k in range(need, rounds + 1))
+    return tail >= 2.0 * (1.0 - level) / 2.0
+
+
 def _pair(t: SideBySide, i: int, j: int) -> tuple[float, tuple[float, float]]:
     return t.ratio(i, j), t.ratio_ci(i, j, level=LEVEL)
 
@@ -356,11 +388,15 @@ class RealRunner:
 
     def __init__(self, graph_of: Callable[[Candidate], Graph], timer: Timer,
                  rounds: int = ROUNDS, warmup: int = WARMUP,
-                 final_rounds: int = FINAL_ROUNDS, confirm: bool = True) -> None:
+                 final_rounds: int = FINAL_ROUNDS, confirm: bool = True,
+                 stop_early: bool = True) -> None:
         self.graph_of = graph_of
         self.timer = timer
         self.rounds, self.warmup, self.final_rounds = rounds, warmup, final_rounds
         self.confirm = confirm  # a final comparison that says faster is run again
+        # A candidate's measurement ends once it can no longer say faster
+        # (`cannot_be_faster`): a second or more of a large model's time per round.
+        self.stop_early = stop_early
         self.ctx: TuneContext | None = None
         self.db: RecordsDB | None = None
         self.noise: Noise | None = None
@@ -383,11 +419,20 @@ class RealRunner:
 
     def settings(self) -> dict[str, Any]:
         return {"rounds": self.rounds, "warmup": self.warmup,
-                "final_rounds": self.final_rounds, "level": LEVEL, "confirm": self.confirm}
+                "final_rounds": self.final_rounds, "level": LEVEL, "confirm": self.confirm,
+                "stop_early": self.stop_early}
 
-    def _time(self, graphs: Sequence[Graph], rounds: int) -> SideBySide:
+    def _time(self, graphs: Sequence[Graph], rounds: int,
+              stop: StopRule | None = None) -> SideBySide:
         self.timed += 1
-        return self.timer(graphs, rounds, self.warmup)
+        if stop is None:  # timers written before early stops need not take one
+            return self.timer(graphs, rounds, self.warmup)
+        return self.timer(graphs, rounds, self.warmup, stop=stop)
+
+    def _hopeless(self, times: Sequence[Sequence[float]]) -> bool:
+        """The stop rule of `measure`'s loop (incumbent, candidate, incumbent again)."""
+        slower = sum(1 for a, b in zip(times[0], times[1], strict=False) if a <= b)
+        return cannot_be_faster(slower, self.rounds)
 
     def calibrate(self, graph: Graph) -> Noise:
         """The A/A control of the input graph (once per run)."""
@@ -417,12 +462,14 @@ class RealRunner:
             return inc_s  # the same program: nothing to time, and never an improvement
         # The incumbent twice: the A/A control of this very loop, since a shared machine's
         # load changes between measurements more than within one.
-        t = self._time([inc_graph, graph, inc_graph], self.rounds)
+        t = self._time([inc_graph, graph, inc_graph], self.rounds,
+                       self._hopeless if self.stop_early else None)
         ratio, ci = _pair(t, 0, 1)
         aa, aa_ci = _pair(t, 0, 2)
         v = verdict(ratio, ci, aa_ci)
         reported = inc_s / ratio if v == "faster" else max(inc_s, inc_s / ratio)
-        self.log.append(Paired(candidate.key, ctx.best.key, ratio, ci, aa, aa_ci, v, reported))
+        self.log.append(Paired(candidate.key, ctx.best.key, ratio, ci, aa, aa_ci, v, reported,
+                               len(t.times[0])))
         return reported
 
     def pick(self, default: Candidate, ranked: Sequence[Candidate]) -> tuple[Candidate, float]:
@@ -527,4 +574,5 @@ class RealRunner:
 
 
 __all__ = ["FINAL_ROUNDS", "LEVEL", "ROUNDS", "WARMUP", "Final", "Noise", "OrtTimer",
-           "Paired", "RealRunner", "Timer", "TorchTimer", "verdict", "weight_bytes"]
+           "Paired", "RealRunner", "Timer", "TorchTimer", "cannot_be_faster", "verdict",
+           "weight_bytes"]

@@ -263,7 +263,8 @@ def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: li
 
     runner = RealRunner(graph_of, timer, int(spec.get("rounds") or ROUNDS),
                         int(spec.get("warmup", WARMUP)),
-                        int(spec.get("final_rounds") or FINAL_ROUNDS))
+                        int(spec.get("final_rounds") or FINAL_ROUNDS),
+                        stop_early=bool(spec.get("stop_early", True)))
     return Session(spec, graph, None, pipeline, runner, pipeline.initial(graph), rules,
                    target, OpCostPredictor(cost, graph_of))
 
