@@ -40,6 +40,9 @@ def test_existing_run_needs_resume_and_same_settings(tmp_path: Path) -> None:
         RecordsDB(p, W, S)
     with pytest.raises(RecordsError, match="other settings"):
         RecordsDB(p, W, {"budget": 11, "seed": 0}, resume=True)
+    # Each difference says what the file holds and what this run asks for.
+    with pytest.raises(RecordsError, match=r"\(seed=0 there, unset now\); resume"):
+        RecordsDB(p, W, {k: v for k, v in S.items() if k != "seed"}, resume=True)
     RecordsDB(p, W, S, resume=True).close()
 
 

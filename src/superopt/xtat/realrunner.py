@@ -418,9 +418,11 @@ class RealRunner:
                                    got["rounds"])
 
     def settings(self) -> dict[str, Any]:
+        # Early stops are named only when on: records made before them ran every round,
+        # and resume with --full-rounds.
         return {"rounds": self.rounds, "warmup": self.warmup,
                 "final_rounds": self.final_rounds, "level": LEVEL, "confirm": self.confirm,
-                "stop_early": self.stop_early}
+                **({"stop_early": True} if self.stop_early else {})}
 
     def _time(self, graphs: Sequence[Graph], rounds: int,
               stop: StopRule | None = None) -> SideBySide:

@@ -147,8 +147,13 @@ class RecordsDB:
             if resume and settings is not None and self.settings != dict(settings):
                 diff = sorted(k for k in set(self.settings) | set(settings)
                               if self.settings.get(k) != settings.get(k))
+                def was(k: str) -> str:
+                    have = (repr(self.settings[k]) if k in self.settings else "unset")
+                    now = repr(settings[k]) if k in settings else "unset"
+                    return f"{k}={have} there, {now} now"
+
                 raise RecordsError(f"{self.path}: was made with other settings "
-                                   f"({', '.join(f'{k}={self.settings.get(k)!r}' for k in diff)}); "
+                                   f"({'; '.join(was(k) for k in diff)}); "
                                    "resume with the same ones")
             if not n and settings is not None:
                 with self.conn:
