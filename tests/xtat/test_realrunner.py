@@ -555,3 +555,30 @@ def test_interleave_asks_the_stop_rule_after_every_round() -> None:
     t = interleave([lambda: None, lambda: None], 10, 1, stop=stop)
     assert seen == [1, 2, 3] and len(t.times[0]) == len(t.times[1]) == 3
     assert len(interleave([lambda: None], 5, 0, stop=lambda _: False).times[0]) == 5
+
+
+def test_the_report_says_which_measurements_ended_early() -> None:
+    import argparse
+    import io
+
+    from rich.console import Console
+
+    from superopt.xtat.realcommand import report
+
+    base = node_count(dense_branches(4))
+    timer = FakeTimer(lambda g: 2 * base - node_count(g), sigma=0.01)
+    session = _session(timer)
+    _, result = _tune(session, 12, screen=False)
+    runner = session.runner
+    assert isinstance(runner, RealRunner)
+    out = io.StringIO()
+    _, summary, _ = report(session, result, argparse.Namespace(no_check=True, seed=0),
+                           Console(file=out, width=400))
+    # The timer's own count of the rounds each paired measurement ran (three graphs,
+    # the incumbent first and last; not the A/A calibration's two graphs, nor the final
+    # comparison's 20 rounds).
+    measured = [n for c, n in zip(timer.calls, timer.rounds_run, strict=True)
+                if len(c) == 3 and c[0] == c[2] != c[1] and n <= runner.rounds]
+    assert sorted(summary["rounds_run"]) == sorted(measured)
+    early = [r for r in measured if r < runner.rounds]
+    assert early and f"{len(early)} of {len(measured)} ended early" in out.getvalue()

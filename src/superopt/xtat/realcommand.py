@@ -63,6 +63,17 @@ def applied_summary(applied: list[str], shown: int = 6) -> str:
     return f"{len(applied)}: {text}"
 
 
+def _early(runner: RealRunner) -> str:
+    """How many of this process's paired measurements ended early, and the rounds run."""
+    stopped = [p.rounds for p in runner.log if p.rounds < runner.rounds]
+    if not stopped:
+        return ""
+    ran = sum(p.rounds for p in runner.log)
+    return (f"; {len(stopped)} of {len(runner.log)} ended early, once the candidate could "
+            f"no longer be measured faster ({ran} of {len(runner.log) * runner.rounds} "
+            "rounds run)")
+
+
 def report(session: Session, result: TuneResult, args: argparse.Namespace,
            console: Console) -> tuple[bool, dict[str, Any], Graph]:
     """Print the final comparison and check the values; (values ok, the JSON summary,
@@ -116,7 +127,7 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
     rows += [("rewrites applied", applied_summary(applied)),
              ("measurements", f"{result.evaluations} ({result.measured} measured now, "
                               f"{result.replayed} from the records); {screened} proposals "
-                              "screened out by the op-cost model"),
+                              "screened out by the op-cost model" + _early(runner)),
              ("phases", ", ".join(f"{n} {k}" for n, k in result.phases)),
              ("wall time", f"{result.wall_s:.1f} s"), ("stopped", result.stopped)]
     for k, v in rows:
@@ -135,6 +146,7 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
         "export_vs_file": export.__dict__ if export else None,
         "evaluations": result.evaluations, "measured": result.measured,
         "replayed": result.replayed, "screened": screened, "wall_s": result.wall_s,
+        "rounds_run": [p.rounds for p in runner.log],
         "stopped": result.stopped, "phases": [list(p) for p in result.phases],
         "applied": applied, "candidate": json.loads(best.json),
         "certificate": certificate(session.rules.rules, applied)}
