@@ -582,3 +582,23 @@ def test_the_report_says_which_measurements_ended_early() -> None:
     assert sorted(summary["rounds_run"]) == sorted(measured)
     early = [r for r in measured if r < runner.rounds]
     assert early and f"{len(early)} of {len(measured)} ended early" in out.getvalue()
+
+
+def test_onnxruntime_warms_up_only_the_sessions_it_just_made() -> None:
+    pytest.importorskip("onnxruntime")
+    timer = OrtTimer(threads=1)
+    inc, first, second = dense_branches(2), dense_branches(3), dense_branches(4)
+    timer([inc, first, inc], 3, 2)
+    runs: dict[tuple[str, int], int] = {}
+    for key, run in list(timer._sessions.items()):
+        def counted(run: Callable[[], object] = run, key: tuple[str, int] = key) -> object:
+            runs[key] = runs.get(key, 0) + 1
+            return run()
+        timer._sessions[key] = counted
+    made = timer.exported
+    t = timer([inc, second, inc], 3, 2)
+    assert len(t.times[0]) == len(t.times[1]) == 3
+    h = inc.structural_hash
+    # The incumbent's two sessions ran their rounds only; the new one was made and warmed.
+    assert runs == {(h, 0): 3, (h, 1): 3}
+    assert timer.exported == made + 1 and not timer._cold

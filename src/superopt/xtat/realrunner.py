@@ -64,6 +64,7 @@ ROUNDS = 10  # paired rounds per measurement
 WARMUP = 2  # runs of each session before the rounds (allocator, first-call setup)
 FINAL_ROUNDS = 20  # the final comparison's rounds: it decides what the user gets
 LEVEL = 0.95  # confidence of every interval
+SETTLE_ROUNDS = 3  # the thrown-away pass before the A/A control (`RealRunner.calibrate`)
 
 
 class Timer(Protocol):
@@ -131,6 +132,10 @@ class OrtTimer:
 
         self.inline_bytes = EXTERNAL_DATA_ABOVE
         self._sessions: OrderedDict[tuple[str, int], Callable[[], object]] = OrderedDict()
+        # Sessions made but not yet warmed up: a call warms only these. A cached session
+        # has run before, and warming the incumbent's two again before every measurement
+        # cost 4 of a measurement's 36 runs (ResNeXt-50 at batch 16: 1.4 s each).
+        self._cold: set[tuple[str, int]] = set()
         # Graphs (by structural hash) that run as an ONNX file of their own instead of
         # their export: the user's model, when `tune` was given an .onnx file (`use_file`).
         self.files: dict[str, Path] = {}
@@ -183,6 +188,7 @@ class OrtTimer:
         """Drop every cached session (their memory goes back when nothing else holds
         them)."""
         self._sessions.clear()
+        self._cold.clear()
         gc.collect()
 
     def _room(self, graph: Graph, pinned: Collection[tuple[str, int]]) -> bool:
@@ -250,6 +256,7 @@ class OrtTimer:
             return sess.run(None, mine)
 
         self._sessions[key] = run
+        self._cold.add(key)
         while len(self._sessions) > self.KEEP:
             self._sessions.popitem(last=False)
         return run
@@ -276,8 +283,14 @@ class OrtTimer:
                 raise
             runs = [self._session(g, 0, firsts) for g in graphs]
             self.shared_slots += len(keys) - len(set(firsts))
+            keys = firsts
+        for key, run in zip(keys, runs, strict=True):
+            if key in self._cold:  # a new session: allocator and first-call setup
+                for _ in range(warmup):
+                    run()
+                self._cold.discard(key)
         device = "cuda" if "CUDAExecutionProvider" in self.providers else "cpu"
-        return interleave(runs, rounds, warmup, device, self.threads, stop)
+        return interleave(runs, rounds, 0, device, self.threads, stop)
 
 
 @dataclass(frozen=True)
@@ -441,8 +454,10 @@ class RealRunner:
         if self.noise is None:
             # Thrown away: fresh sessions' first runs pay for page faults and allocator
             # growth (bert_small b1: an A/A interval of [0.80, 1.91] and twice the input's
-            # later time when this pass was kept).
-            self._time([graph, graph], self.rounds)
+            # later time when this pass was kept). A few runs past the warm-up settle
+            # that; a full pass cost a large model 14 more runs (ResNeXt-50 at batch 16:
+            # 20 s of a 240 s benchmark row).
+            self._time([graph, graph], min(self.rounds, SETTLE_ROUNDS))
             t = self._time([graph, graph], self.rounds)
             aa, aa_ci = _pair(t, 0, 1)
             self.noise = Noise(t.medians[0], aa, aa_ci, self.rounds)
