@@ -602,3 +602,25 @@ def test_onnxruntime_warms_up_only_the_sessions_it_just_made() -> None:
     # The incumbent's two sessions ran their rounds only; the new one was made and warmed.
     assert runs == {(h, 0): 3, (h, 1): 3}
     assert timer.exported == made + 1 and not timer._cold
+
+
+class _OneProgram(FakeTimer):
+    """Every graph is one program to the runtime, as a folded batch norm and the one
+    onnxruntime folds itself are: only the structural hashes differ."""
+
+    def same_program(self, a: Graph, b: Graph) -> bool:
+        return True
+
+
+def test_a_candidate_the_runtime_runs_as_the_incumbents_program_is_not_timed() -> None:
+    timer = _OneProgram(node_count, sigma=0.01)  # the op counts would say faster
+    session = _session(timer)
+    _, result = _tune(session, 12, screen=False)
+    assert result.evaluations > 1
+    assert all(c == (session.graph.structural_hash,) * 2 for c in timer.calls)  # A/A only
+    assert result.best is session.default and not session.runner.log
+    # A timer that cannot tell (no same_program) times them, and finds them faster.
+    timer = FakeTimer(node_count, sigma=0.01)
+    session = _session(timer)
+    _, result = _tune(session, 12, screen=False)
+    assert result.best is not session.default

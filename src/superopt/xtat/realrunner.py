@@ -20,6 +20,11 @@ way), since a candidate that is not faster changes nothing but its place among t
 finalists; a clearly slower candidate costs 4 rounds instead of 10. `stop_early=False`
 (`tune --full-rounds`) runs every round.
 
+A candidate onnxruntime turns into the incumbent's program (its own optimizer folds the
+same batch norm, fuses the same bias, folds the same scale: `OrtTimer.same_program`,
+`superopt.xtat.ortprogram`) is not timed at all: it is the incumbent, as a candidate with
+the incumbent's graph is.
+
 The final pick (`pick`) is one more paired comparison with more rounds, the input, the
 best measured candidate and the input again (the A/A control) in each round: the tuned
 graph is kept only when it is faster by the same rule, so the result is never slower
@@ -136,6 +141,10 @@ class OrtTimer:
         # has run before, and warming the incumbent's two again before every measurement
         # cost 4 of a measurement's 36 runs (ResNeXt-50 at batch 16: 1.4 s each).
         self._cold: set[tuple[str, int]] = set()
+        # By structural hash: the digest of the program onnxruntime made of the graph
+        # (`superopt.xtat.ortprogram`), None where it was not saved.
+        self._digests: dict[str, str | None] = {}
+        self.same_programs = 0  # comparisons `same_program` answered without timing
         # Graphs (by structural hash) that run as an ONNX file of their own instead of
         # their export: the user's model, when `tune` was given an .onnx file (`use_file`).
         self.files: dict[str, Path] = {}
@@ -168,6 +177,7 @@ class OrtTimer:
                     for d, want in zip(dims, n.type.shape, strict=True)):
                 return False
         self.files[graph.structural_hash] = Path(path)
+        self._digests.pop(graph.structural_hash, None)  # the file's program is another
         self._sessions = OrderedDict((k, v) for k, v in self._sessions.items()
                                      if k[0] != graph.structural_hash)
         return True
@@ -244,7 +254,18 @@ class OrtTimer:
             folder = tempfile.TemporaryDirectory(prefix="superopt_ort_")
             source = str(export.write_model(model, Path(folder.name) / "model.onnx", 0))
         del model
-        sess = ort.InferenceSession(source, opts, providers=self.providers)
+        if folder is None and slot >= 0 and weight_bytes(graph) <= self.inline_bytes:
+            # The program onnxruntime makes of the graph, digested as the session is made
+            # (`same_program`); a model too large for one message is not saved again.
+            import tempfile
+
+            from superopt.xtat.ortprogram import program_digest
+
+            with tempfile.TemporaryDirectory(prefix="superopt_ort_") as scratch:
+                sess, digest = program_digest(opts, source, self.providers, scratch)
+            self._digests[graph.structural_hash] = digest
+        else:
+            sess = ort.InferenceSession(source, opts, providers=self.providers)
         feeds = random_feeds(graph, seed=self.seed)
         # The reference draws float64; the model's inputs have their own types.
         mine = {i.name: np.asarray(feeds[i.name], dtype=ORT_DTYPES.get(i.type, None))
@@ -260,6 +281,20 @@ class OrtTimer:
         while len(self._sessions) > self.KEEP:
             self._sessions.popitem(last=False)
         return run
+
+    def same_program(self, a: Graph, b: Graph) -> bool:
+        """Whether onnxruntime makes one program of both graphs: the same kernels on the
+        same shapes after its own graph optimizations (`superopt.xtat.ortprogram`), so
+        that timing one against the other measures only noise. Makes a session of each
+        graph that has none (the measurement that follows uses it)."""
+        digests = []
+        for g in (a, b):
+            if g.structural_hash not in self._digests:
+                self._session(g, 0, [(a.structural_hash, 0), (b.structural_hash, 0)])
+            digests.append(self._digests.get(g.structural_hash))
+        same = digests[0] is not None and digests[0] == digests[1]
+        self.same_programs += same
+        return same
 
     def outputs(self, graph: Graph) -> list[np.ndarray]:
         """The graph's outputs in onnxruntime on the timer's inputs (value checks)."""
@@ -444,6 +479,12 @@ class RealRunner:
             return self.timer(graphs, rounds, self.warmup)
         return self.timer(graphs, rounds, self.warmup, stop=stop)
 
+    def _same(self, a: Graph, b: Graph) -> bool:
+        """The timer says the runtime makes one program of both (`OrtTimer.same_program`;
+        a timer that cannot tell says no)."""
+        same = getattr(self.timer, "same_program", None)
+        return bool(same is not None and same(a, b))
+
     def _hopeless(self, times: Sequence[Sequence[float]]) -> bool:
         """The stop rule of `measure`'s loop (incumbent, candidate, incumbent again)."""
         slower = sum(1 for a, b in zip(times[0], times[1], strict=False) if a <= b)
@@ -475,7 +516,7 @@ class RealRunner:
         self.calibrate(self.graph_of(ctx.default))
         inc_graph = self.graph_of(ctx.best)
         inc_s = ctx.best_time
-        if graph.structural_hash == inc_graph.structural_hash:
+        if graph.structural_hash == inc_graph.structural_hash or self._same(inc_graph, graph):
             return inc_s  # the same program: nothing to time, and never an improvement
         # The incumbent twice: the A/A control of this very loop, since a shared machine's
         # load changes between measurements more than within one.
@@ -493,8 +534,9 @@ class RealRunner:
         """The final comparison (module docstring): `ranked` are the finalists, fastest
         measured first; the first whose graph differs from the input's is compared."""
         base = self.graph_of(default)
-        best = next((c for c in ranked
-                     if self.graph_of(c).structural_hash != base.structural_hash), None)
+        best = next((c for c in ranked if self.graph_of(c).structural_hash
+                     != base.structural_hash and not self._same(base, self.graph_of(c))),
+                    None)
         noise = self.calibrate(base)
         if best is None:
             return default, self._export_or_file(base, noise.input_s)
