@@ -79,3 +79,23 @@ def test_onnxruntime_makes_one_program_of_a_batch_norm_folded_by_hand_or_by_itse
     assert timer.same_program(graph, folded)
     assert not timer.same_program(graph, other)
     assert timer.same_programs == 1
+
+
+def test_a_program_that_cannot_be_saved_still_gives_a_session_and_no_digest(
+        tmp_path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from superopt.xtat.ortprogram import program_digest
+
+    model = helper.make_model(_model(), opset_imports=[helper.make_opsetid("", 17)])
+    source = model.SerializeToString()
+    sess, digest = program_digest(ort.SessionOptions(), source, ["CPUExecutionProvider"],
+                                  str(tmp_path / "gone"))  # no such folder to save in
+    assert digest is None
+    out = sess.run(None, {"x": np.ones((2, 4), np.float32)})[0]
+    assert np.allclose(out, 5.0)  # ones @ ones(4, 4) = 4, kept by the leaky relu, plus x
+    sess, digest = program_digest(ort.SessionOptions(), source, ["CPUExecutionProvider"],
+                                  str(tmp_path))
+    assert digest is not None and not list(tmp_path.iterdir())  # read, then removed
+    with pytest.raises(Exception, match="(?i)protobuf|parse|invalid"):
+        program_digest(ort.SessionOptions(), b"not a model", ["CPUExecutionProvider"],
+                       str(tmp_path))

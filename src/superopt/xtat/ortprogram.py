@@ -109,10 +109,17 @@ def program_digest(session_options: Any, source: bytes | str, providers: list[st
         "session.optimized_model_external_initializers_file_name", "weights.bin")
     session_options.add_session_config_entry(
         "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
-    sess = ort.InferenceSession(source, session_options, providers=providers)
+    try:
+        sess = ort.InferenceSession(source, session_options, providers=providers)
+    except Exception:
+        # The model could not be saved (a provider's compiled nodes, a folder that went
+        # away): made again without saving, the digest unknown. A model onnxruntime
+        # cannot load fails again here, with its own error.
+        session_options.optimized_model_filepath = ""
+        return ort.InferenceSession(source, session_options, providers=providers), None
     try:
         digest = model_digest(path)
-    except (OSError, ValueError):  # not written (an execution provider that cannot)
+    except (OSError, ValueError):  # not written
         digest = None
     finally:
         for name in os.listdir(folder):
