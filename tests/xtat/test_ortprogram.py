@@ -61,20 +61,17 @@ def test_onnxruntime_makes_one_program_of_a_batch_norm_folded_by_hand_or_by_itse
     from superopt.rewrite import Matcher, starter_rules
     from superopt.rewrite.apply import apply_site
     from superopt.xtat.realrunner import OrtTimer
+    from xtat.plan_cases import conv_bn
 
     b = GraphBuilder("convbn")
-    x = b.input("x", (1, 8, 10, 10))
-    y = b.conv2d(x, b.weight("w", (8, 8, 3, 3)), padding="same")
-    y = b.batch_norm(y, b.weight("s", (8,), init="positive"), b.weight("b", (8,)),
-                     b.weight("m", (8,)), b.weight("v", (8,), init="positive"))
-    graph = b.build([b.relu(y)])
+    graph = b.build([b.relu(conv_bn(b))])
     matcher = Matcher(starter_rules())
     sites = matcher.match(graph).by_rule()["fold_conv_bn"]
     folded = apply_site(graph, sites[0], matcher).graph
     assert folded.structural_hash != graph.structural_hash
     b = GraphBuilder("conv")  # another program: no batch norm, a wider conv
-    x = b.input("x", (1, 8, 10, 10))
-    other = b.build([b.relu(b.conv2d(x, b.weight("w", (16, 8, 3, 3)), padding="same"))])
+    x = b.input("u", (8, 32, 14, 14))
+    other = b.build([b.relu(b.conv2d(x, b.weight("w", (64, 32, 3, 3)), padding="same"))])
     timer = OrtTimer(threads=1)
     assert timer.same_program(graph, folded)
     assert not timer.same_program(graph, other)
