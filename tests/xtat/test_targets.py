@@ -61,6 +61,7 @@ def _torch_cuda() -> bool:
     (["tune", "resnet18", "--target", "tpu"], "unknown target 'tpu'"),
     (["tune", "resnet18", "--target", "cpu", "--workers", "2"], "--workers needs a simulator"),
     (["tune", "resnet18", "--target", "cpu", "--hardware", "v3"], "names a TPU preset"),
+    (["tune", "resnet18", "--full-rounds"], "--full-rounds is for real targets"),
     pytest.param(["tune", "resnet18", "--target", "cuda"], "no CUDA device here",
                  marks=pytest.mark.skipif(_cuda(), reason="a CUDA device is here")),
     pytest.param(["tune", "resnet18", "--target", "torch-cuda"], "torch sees no CUDA device",

@@ -107,6 +107,9 @@ def validate_args(args: argparse.Namespace) -> None:
                     raise IRError(f"--{flag.replace('_', '-')} needs a simulator target; "
                                   f"--target {target.name} measures in {target.measures} "
                                   "on this machine")
+        elif getattr(args, "full_rounds", False):
+            raise IRError("--full-rounds is for real targets (--target cpu, cuda, torch-cpu, "
+                          "torch-cuda): the simulator times each candidate once, exactly")
         check_device(target)
 
 
@@ -134,7 +137,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if target.real:
         spec |= {"target": target.name, "threads": args.threads, "op_cost": args.op_cost,
                  "cost_db": args.cost_db or op_costs_beside(args.db), "rounds": args.rounds,
-                 "stop_early": not args.full_rounds, "seed": args.seed}
+                 "stop_early": not getattr(args, "full_rounds", False), "seed": args.seed}
     with console.status(f"loading {args.model} and building the default candidate"):
         session = open_session(spec)
     settings = {"passes": list(passes), "schedule": args.schedule, "strategy": args.strategy,
