@@ -187,8 +187,8 @@ def test_tune_cpu_tells_ctrl_c_from_its_row_limit(monkeypatch, tmp_path) -> None
 
     tune_cpu = _module("tune_cpu")
     args = argparse.Namespace(threads=1, op_cost="flops", cost_db=tmp_path / "c.jsonl",
-                              rounds=1, plan_budget=0, budget=4, row_limit=0.0,
-                              workdir=tmp_path)
+                              rounds=1, full_rounds=False, plan_budget=0, budget=4,
+                              row_limit=0.0, workdir=tmp_path)
     got = tune_cpu._tune("squeezenet", 1, args, Path(tmp_path))  # the limit: a row
     assert got["tuned"] is not None
     monkeypatch.setattr(Tuner, "run", lambda self, *a, **k: SimpleNamespace(
