@@ -106,7 +106,7 @@ def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> di
             # Rounds each paired measurement of this process ran (fewer: stopped early).
             "measure_rounds": [p.rounds for p in runner.log],  # type: ignore[union-attr]
             # Proposals onnxruntime runs as the incumbent's program: not timed.
-            "same_program": getattr(runner.timer, "same_programs", 0),  # type: ignore[union-attr]
+            "same_program": runner.not_timed,  # type: ignore[union-attr]
             "tune_wall_s": time.perf_counter() - t0}
 
 

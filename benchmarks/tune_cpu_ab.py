@@ -11,7 +11,7 @@ the plan's search and the others not), and reads each run's records database bac
 - measurements recorded within the row limit, and the wall time each took (the
   calibration, the input's A/A control, apart);
 - the rounds each paired measurement ran (where the tree records them) and how many
-  comparisons were not timed because onnxruntime runs them as the incumbent's program;
+  measurements ran none, onnxruntime running them as the incumbent's program;
 - what the tuner kept and its final comparison.
 
 Prints a table and writes JSON (`--out`). `--report` rebuilds both from the runs already
@@ -72,13 +72,17 @@ def _read(label: str, tree: str, args: argparse.Namespace) -> dict[str, Any]:
     calib = steps[0][2]
     rest = [w for _, phase, w, _ in steps[1:]]
     final = row.get("tuner_final") or {}
+    rounds = row.get("measure_rounds")
     return {
         "label": label, "tree": tree, "measurements": row["measurements"],
         "calibration_s": calib,
         "measurement_s_mean": sum(rest) / len(rest) if rest else None,
         "measured_span_s": steps[-1][3] - first,
         "phases": [phase for _, phase, _, _ in steps],
-        "rounds_run": row.get("measure_rounds"), "same_program": row.get("same_program"),
+        "rounds_run": rounds,
+        # Measurements after the input's that ran no rounds: the incumbent's program
+        # (or graph), counted from the records rather than a counter of the code tree.
+        "not_timed": row["measured_now"] - 1 - len(rounds) if rounds is not None else None,
         "tune_wall_s": row["tune_wall_s"], "kept": row["kept"], "applied": row["applied"],
         "tuner_final": {k: final.get(k) for k in ("speedup", "ci", "aa", "aa_ci")},
         "input_ms": row["onnxruntime"]["original_ms"],
@@ -123,7 +127,7 @@ def main() -> None:
         text = f"{sum(rounds)}/{10 * len(rounds)}" if rounds else "all"
         mean = r["measurement_s_mean"]
         print(f"{r['label']:8s} {r['measurements']:4d} {r['calibration_s']:8.1f} "
-              f"{(mean or 0):7.1f} {text:>12s} {r['same_program'] or 0!s:>4s} "
+              f"{(mean or 0):7.1f} {text:>12s} {'-' if r['not_timed'] is None else r['not_timed']!s:>4s} "
               f"{r['kept']!s:>5s} {r['tuner_final']['speedup'] or 1:7.3f} "
               f"{r['input_ms']:9.1f}")
     args.out.write_text(json.dumps({

@@ -66,7 +66,7 @@ def applied_summary(applied: list[str], shown: int = 6) -> str:
 def _early(runner: RealRunner) -> str:
     """How many of this process's comparisons were not timed (the same program) or
     ended early, and the rounds run."""
-    same = getattr(runner.timer, "same_programs", 0)
+    same = runner.not_timed
     text = (f"; {same} not timed: onnxruntime runs them as the incumbent's program"
             if same else "")
     stopped = [p.rounds for p in runner.log if p.rounds < runner.rounds]
@@ -151,7 +151,7 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
         "evaluations": result.evaluations, "measured": result.measured,
         "replayed": result.replayed, "screened": screened, "wall_s": result.wall_s,
         "rounds_run": [p.rounds for p in runner.log],
-        "same_program": getattr(runner.timer, "same_programs", 0),
+        "same_program": runner.not_timed,
         "stopped": result.stopped, "phases": [list(p) for p in result.phases],
         "applied": applied, "candidate": json.loads(best.json),
         "certificate": certificate(session.rules.rules, applied)}

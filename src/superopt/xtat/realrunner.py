@@ -144,7 +144,6 @@ class OrtTimer:
         # By structural hash: the digest of the program onnxruntime made of the graph
         # (`superopt.xtat.ortprogram`), None where it was not saved.
         self._digests: dict[str, str | None] = {}
-        self.same_programs = 0  # comparisons `same_program` answered without timing
         # Graphs (by structural hash) that run as an ONNX file of their own instead of
         # their export: the user's model, when `tune` was given an .onnx file (`use_file`).
         self.files: dict[str, Path] = {}
@@ -292,9 +291,7 @@ class OrtTimer:
             if g.structural_hash not in self._digests:
                 self._session(g, 0, [(a.structural_hash, 0), (b.structural_hash, 0)])
             digests.append(self._digests.get(g.structural_hash))
-        same = digests[0] is not None and digests[0] == digests[1]
-        self.same_programs += same
-        return same
+        return digests[0] is not None and digests[0] == digests[1]
 
     def outputs(self, graph: Graph) -> list[np.ndarray]:
         """The graph's outputs in onnxruntime on the timer's inputs (value checks)."""
@@ -454,6 +451,7 @@ class RealRunner:
         self.export: Final | None = None
         self.log: list[Paired] = []  # this process's paired measurements
         self.timed = 0  # paired comparisons run (A/A and final included)
+        self.not_timed = 0  # candidates measured as the incumbent's program, untimed
 
     def bind(self, ctx: TuneContext, db: RecordsDB | None) -> None:
         """Measure against `ctx`'s incumbent; keep the noise model and the final
@@ -516,8 +514,11 @@ class RealRunner:
         self.calibrate(self.graph_of(ctx.default))
         inc_graph = self.graph_of(ctx.best)
         inc_s = ctx.best_time
-        if graph.structural_hash == inc_graph.structural_hash or self._same(inc_graph, graph):
+        if graph.structural_hash == inc_graph.structural_hash:
             return inc_s  # the same program: nothing to time, and never an improvement
+        if self._same(inc_graph, graph):
+            self.not_timed += 1
+            return inc_s
         # The incumbent twice: the A/A control of this very loop, since a shared machine's
         # load changes between measurements more than within one.
         t = self._time([inc_graph, graph, inc_graph], self.rounds,
