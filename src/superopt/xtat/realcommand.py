@@ -63,7 +63,7 @@ def applied_summary(applied: list[str], shown: int = 6) -> str:
     return f"{len(applied)}: {text}"
 
 
-def _early(runner: RealRunner) -> str:
+def _rounds_saved(runner: RealRunner) -> str:
     """How many of this process's comparisons were not timed (the same program) or
     ended early, and the rounds run."""
     same = runner.not_timed
@@ -131,7 +131,7 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
     rows += [("rewrites applied", applied_summary(applied)),
              ("measurements", f"{result.evaluations} ({result.measured} measured now, "
                               f"{result.replayed} from the records); {screened} proposals "
-                              "screened out by the op-cost model" + _early(runner)),
+                              "screened out by the op-cost model" + _rounds_saved(runner)),
              ("phases", ", ".join(f"{n} {k}" for n, k in result.phases)),
              ("wall time", f"{result.wall_s:.1f} s"), ("stopped", result.stopped)]
     for k, v in rows:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import gc
 import math
+import tempfile
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -248,16 +249,12 @@ class OrtTimer:
             # Protobuf refuses a message over 2 GiB (Llama-3.2-1B's weights are 5 GB):
             # such a model is loaded from a file with its weights beside it. The folder
             # lives as long as the session.
-            import tempfile
-
             folder = tempfile.TemporaryDirectory(prefix="superopt_ort_")
             source = str(export.write_model(model, Path(folder.name) / "model.onnx", 0))
         del model
         if folder is None and slot >= 0 and weight_bytes(graph) <= self.inline_bytes:
             # The program onnxruntime makes of the graph, digested as the session is made
             # (`same_program`); a model too large for one message is not saved again.
-            import tempfile
-
             from superopt.xtat.ortprogram import program_digest
 
             with tempfile.TemporaryDirectory(prefix="superopt_ort_") as scratch:
@@ -535,9 +532,12 @@ class RealRunner:
         """The final comparison (module docstring): `ranked` are the finalists, fastest
         measured first; the first whose graph differs from the input's is compared."""
         base = self.graph_of(default)
-        best = next((c for c in ranked if self.graph_of(c).structural_hash
-                     != base.structural_hash and not self._same(base, self.graph_of(c))),
-                    None)
+
+        def differs(c: Candidate) -> bool:  # another graph, and another program
+            g = self.graph_of(c)
+            return g.structural_hash != base.structural_hash and not self._same(base, g)
+
+        best = next((c for c in ranked if differs(c)), None)
         noise = self.calibrate(base)
         if best is None:
             return default, self._export_or_file(base, noise.input_s)
