@@ -376,8 +376,17 @@ def main() -> None:
             models = [f"hf:{n}" for n in published_families(args.hf)]
         except ValueError as e:
             ap.error(f"--hf: {e}")
+    else:
+        from superopt.zoo import MODELS as ZOO
+
+        unknown = [m for m in models if m not in ZOO]
+        if unknown:
+            ap.error(f"--models: unknown {', '.join(map(repr, unknown))}; known: "
+                     f"{', '.join(ZOO)}")
     batches = [int(b) for b in args.batches.split(",")]
     if args.summarize:
+        if not args.out.is_file():
+            ap.error(f"--summarize: {args.out}: no such results file")
         data = json.loads(args.out.read_text())
         summarize(data)
         args.out.write_text(json.dumps(data, indent=1) + "\n")

@@ -49,7 +49,18 @@ def _run(label: str, tree: Path, args: argparse.Namespace) -> None:
            str(args.batch), "--budget", str(args.budget), "--row-limit", str(args.row_limit),
            "--bench-rounds", str(args.bench_rounds), "--torch-rounds", "1",
            "--workdir", str(work), "--cost-db", str(costs), "--out", str(work / "row.json")]
-    subprocess.run(cmd, cwd=tree, env=env, check=True)
+    proc = subprocess.Popen(cmd, cwd=tree, env=env)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:  # Ctrl-C reached the row too: it stops and exits 130
+        code = proc.wait()
+    if code == 130 or code < 0:
+        # The finished runs stay in --workdir (--report reads them); this one's records
+        # too, but a rerun starts the row afresh for a like-for-like comparison.
+        print(f"tune_cpu_ab.py: interrupted in tree {label!r}", file=sys.stderr)
+        raise SystemExit(130)
+    if code:
+        raise SystemExit(f"tune_cpu_ab.py: tree {label!r} ({tree}): tune_cpu.py exited {code}")
 
 
 def _commit(tree: Path) -> str:
@@ -64,7 +75,14 @@ def _commit(tree: Path) -> str:
 
 def _read(label: str, tree: str, args: argparse.Namespace) -> dict[str, Any]:
     work = args.workdir / label
-    row = json.loads((work / "row.json").read_text())["rows"][0]
+    path = work / "row.json"
+    if not path.is_file():
+        raise SystemExit(f"tune_cpu_ab.py: {path}: no run of tree {label!r} here")
+    data = json.loads(path.read_text())
+    if not data.get("rows"):
+        why = "; ".join(data.get("failed", {}).values()) or "the row did not finish"
+        raise SystemExit(f"tune_cpu_ab.py: {path}: no row ({why})")
+    row = data["rows"][0]
     db = sqlite3.connect(work / f"{args.model}_b{args.batch}.sqlite")
     steps = db.execute("SELECT step, phase, wall_s, at FROM measurements ORDER BY step").fetchall()
     db.close()
