@@ -638,3 +638,131 @@ def test_a_candidate_the_runtime_runs_as_the_incumbents_program_is_not_timed() -
     session = _session(timer)
     _, result = _tune(session, 12, screen=False)
     assert result.best is not session.default
+
+
+def _rounds(rng: np.random.Generator, rounds: int, speedup: float, sigma: float,
+            aa_sigma: float) -> SideBySide:
+    """The input, the pick (`speedup` faster) and the input again, each run with
+    log-normal noise; the second input session's own (`aa_sigma`) widens the A/A
+    interval."""
+    sig = (sigma, sigma, aa_sigma)
+    base = (1e-3, 1e-3 / speedup, 1e-3)
+    times = tuple(tuple(float(b * np.exp(s * rng.standard_normal())) for _ in range(rounds))
+                  for b, s in zip(base, sig, strict=True))
+    return SideBySide(tuple(float(np.median(t)) for t in times), tuple(min(t) for t in times),
+                      times, "cpu", 1)
+
+
+def _runner(extend: bool) -> RealRunner:
+    runner = _session(FakeTimer(node_count)).runner
+    assert isinstance(runner, RealRunner)
+    runner.extend = extend
+    return runner
+
+
+def test_an_unsettled_final_comparison_runs_as_many_rounds_again_and_is_judged_on_both(
+        ) -> None:
+    from superopt.xtat.realrunner import unsettled
+
+    # A pick 4% faster, the first 20 rounds unsettled: its interval above 1, its ratio
+    # inside an A/A interval a noisy second input session made wide.
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        first = _rounds(rng, 20, 1.04, 0.01, 0.06)
+        off = _runner(extend=False)._confirmed("c", "final", lambda f=first: f)
+        if unsettled(off):
+            break
+    else:
+        pytest.fail("no seed gave an unsettled first comparison")
+    assert not off.kept and not off.extended  # without the extension: the input kept
+    later = iter([first, _rounds(rng, 20, 1.04, 0.01, 0.01), _rounds(rng, 20, 1.04, 0.01,
+                                                                        0.01)])
+    runner = _runner(extend=True)
+    made: list[int] = []
+
+    def run() -> SideBySide:
+        made.append(1)
+        return next(later)
+
+    final = runner._confirmed("c", "final", run)
+    assert len(made) == 3  # the first, as many rounds again, then the fresh sessions
+    assert final.extended and final.kept and final.rounds == 60
+    assert final.again is not None and final.again["first"]["ci"][0] > 1.0
+    # Judged on the pooled rounds by the same rule as any comparison.
+    assert final.ci[0] > 1.0 and final.speedup > final.aa_ci[1]
+
+
+def test_the_extension_keeps_a_pick_no_faster_at_most_as_often_as_the_level_allows() -> None:
+    # Equal graphs, 400 final comparisons: a kept one is a false gain. A kept pick needs
+    # two 95% intervals above 1, the first comparison's (pooled) and the fresh sessions'
+    # own, each one-sided 2.5% for an equal graph: far under 1% of the draws together.
+    kept = extended = 0
+    for seed in range(400):
+        rng = np.random.default_rng(seed)
+        final = _runner(extend=True)._confirmed(
+            "c", "final", lambda rng=rng: _rounds(rng, 20, 1.0, 0.02, 0.02))
+        kept += final.kept
+        extended += final.extended
+    # The case arose more often than the bound: keeping every extended pick would fail.
+    assert extended > 0.01 * 400
+    assert kept <= 0.01 * 400
+
+
+def test_a_run_killed_during_the_extension_resumes_it_and_never_extends_twice(
+        tmp_path: Path) -> None:
+    from superopt.xtat.realrunner import unsettled
+
+    session = _session(FakeTimer(node_count, sigma=0.01))
+    runner = session.runner
+    assert isinstance(runner, RealRunner)
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        first = _rounds(rng, 20, 1.04, 0.01, 0.06)
+        if unsettled(_runner(extend=False)._confirmed("c", "final", lambda f=first: f)):
+            break
+    more = _rounds(rng, 20, 1.04, 0.01, 0.01)
+    path = tmp_path / "r.sqlite"
+    with RecordsDB(path, session.workload, {}) as db:
+        runner.db = db
+        calls = iter([lambda: first, _killed])
+        with pytest.raises(KeyboardInterrupt):  # killed as the extension starts
+            runner._confirmed("c", "final", lambda: next(calls)())
+    made: list[str] = []
+
+    def run() -> SideBySide:
+        made.append("timed")
+        return more
+
+    with RecordsDB(path, session.workload, {}, resume=True) as db:
+        runner.db = db
+        with pytest.raises(KeyboardInterrupt):  # the extension ran; killed before fresh
+            calls = iter([run, _killed])
+            runner._confirmed("c", "final", lambda: next(calls)())
+    assert made == ["timed"]
+    with RecordsDB(path, session.workload, {}, resume=True) as db:
+        runner.db = db
+        final = runner._confirmed("c", "final", run)
+    assert made == ["timed", "timed"]  # the fresh sessions only: no second extension
+    assert final.extended and final.rounds == 60
+
+
+def test_the_report_says_when_the_first_comparison_was_extended() -> None:
+    import argparse
+    import io
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from superopt.xtat.realcommand import report
+
+    session = _session(FakeTimer(node_count, sigma=0.01))
+    _, result = _tune(session, 6)
+    runner = session.runner
+    assert isinstance(runner, RealRunner) and runner.final is not None
+    for extended in (False, True):
+        runner.final = replace(runner.final, extended=extended)
+        out = io.StringIO()
+        _, summary, _ = report(session, result, argparse.Namespace(no_check=True, seed=0),
+                               Console(file=out, width=400))
+        said = f"unsettled at {runner.final_rounds} rounds" in out.getvalue()
+        assert said == extended and summary["final"]["extended"] == extended

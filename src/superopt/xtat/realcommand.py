@@ -110,6 +110,9 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
             ("A/A control, 95% CI", f"{final.aa:.4f}x [{final.aa_ci[0]:.4f}, "
                                     f"{final.aa_ci[1]:.4f}]"
              + (" (one session run twice: two did not fit in memory)" if one_session else "")),
+            *([("first comparison", f"unsettled at {runner.final_rounds} rounds (its "
+                "interval above 1, its ratio inside the A/A interval): ran as many again "
+                "in the same sessions, judged on both")] if final.extended else []),
             *([("each comparison (the figures above pool both)",
                 _again(final.again))] if final.again is not None else []),
             ("result", ("the tuned graph (measurably faster)" if final.kept else

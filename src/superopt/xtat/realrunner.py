@@ -36,8 +36,13 @@ again in fresh sessions (`confirm`), and the tuned graph is kept only when the f
 sessions' interval lies above 1 too and the rounds of both, pooled, say faster (not that
 the fresh ones alone clear their own A/A band: bert_small's flattened norms, 1.06x in the
 first, measured 1.036x [1.020, 1.054] in the second beside an A/A interval up to 1.045 on a
-machine timing on both cores). The noise model and the final comparison go to the
-records database's meta table as they are made, so a resumed run repeats neither.
+machine timing on both cores). A first comparison whose interval lies above 1 but whose
+ratio stays inside its A/A interval is unsettled, neither faster nor noise on its rounds
+(BERT-base at batch 16: 1.043x [1.017, 1.075] beside an A/A top of 1.045, the input
+kept): it runs as many rounds again in the same sessions (`extend`), which narrows both
+intervals, and is judged on all of them pooled. The noise model and the final comparison
+go to the records database's meta table as they are made, so a resumed run repeats
+neither.
 
 The timer is injected (`Timer`: graphs -> `SideBySide`); `OrtTimer` is onnxruntime's,
 tests pass a fake one.
@@ -364,6 +369,9 @@ class Final:
     # (`RealRunner._confirmed`): the figures above are then both pooled, and this holds
     # each one's ("first", "fresh": speedup, ci, aa, aa_ci, input_s, tuned_s); else None.
     again: dict[str, Any] | None = None
+    # The first comparison was unsettled (`unsettled`) and ran as many rounds again in
+    # the same sessions; its figures (and `rounds`) pool both.
+    extended: bool = False
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Final:
@@ -378,6 +386,13 @@ def verdict(ratio: float, ci: tuple[float, float], aa_ci: tuple[float, float]) -
     if ci[1] < 1.0 and ratio < aa_ci[0]:
         return "slower"
     return "noise"
+
+
+def unsettled(f: Final) -> bool:
+    """A comparison whose interval lies above 1 but whose ratio does not clear the A/A
+    interval's top: more rounds narrow both intervals and may settle it either way
+    (BERT-base at batch 16: 1.043x [1.017, 1.075] beside an A/A top of 1.045)."""
+    return not f.kept and f.ci[0] > 1.0 and f.speedup <= f.aa_ci[1]
 
 
 def cannot_be_faster(slower: int, rounds: int, level: float = LEVEL) -> bool:
@@ -414,6 +429,20 @@ def _final_of(candidate: str, t: SideBySide, rounds: int) -> Final:
                  verdict(speedup, ci, aa_ci) == "faster")
 
 
+Rounds = tuple[tuple[float, ...], ...]  # per graph, each round's time
+
+
+def _side(times: Rounds, like: SideBySide) -> SideBySide:
+    """The comparison of the rounds `times`, on `like`'s device and threads."""
+    return SideBySide(tuple(float(np.median(x)) for x in times), tuple(min(x) for x in times),
+                      times, like.device, like.threads)
+
+
+def _pooled(times: Rounds, t: SideBySide) -> SideBySide:
+    """The rounds `times` and `t`'s, as one comparison."""
+    return _side(tuple(a + b for a, b in zip(times, t.times, strict=True)), t)
+
+
 def _figures(f: Final) -> dict[str, Any]:
     """One comparison's figures, as `Final.again` keeps them."""
     return {"speedup": f.speedup, "ci": list(f.ci), "aa": f.aa, "aa_ci": list(f.aa_ci),
@@ -431,11 +460,13 @@ class RealRunner:
     def __init__(self, graph_of: Callable[[Candidate], Graph], timer: Timer,
                  rounds: int = ROUNDS, warmup: int = WARMUP,
                  final_rounds: int = FINAL_ROUNDS, confirm: bool = True,
-                 stop_early: bool = True) -> None:
+                 stop_early: bool = True, extend: bool = True) -> None:
         self.graph_of = graph_of
         self.timer = timer
         self.rounds, self.warmup, self.final_rounds = rounds, warmup, final_rounds
         self.confirm = confirm  # a final comparison that says faster is run again
+        # An unsettled final comparison (`unsettled`) runs as many rounds again, pooled.
+        self.extend = extend
         # A candidate's measurement ends once it can no longer say faster
         # (`cannot_be_faster`): a second or more of a large model's time per round.
         self.stop_early = stop_early
@@ -567,9 +598,11 @@ class RealRunner:
         when it says faster, the same again in fresh sessions (module docstring). Kept
         when the fresh sessions' own interval lies above 1 and the rounds of both, pooled,
         say faster by `verdict`; the Final's figures are then the pooled ones, each
-        comparison's in `again`. The first is kept in the records (meta `KEY_first`, with
-        its rounds) before the second runs, so a run killed between them repeats
-        neither."""
+        comparison's in `again`. A first comparison that is unsettled (`unsettled`: its
+        interval above 1, its ratio inside the A/A band) runs as many rounds again in the
+        same sessions first, and is judged on both pooled (`extend`). The first is kept in
+        the records (meta `KEY_first`, with its rounds) before anything else runs, so a
+        run killed between them repeats none."""
         got = self.db.get_meta(f"{key}_first") if self.db is not None else None
         if got is not None and got["candidate"] == candidate:
             first_t = tuple(tuple(x) for x in got.pop("times"))
@@ -577,22 +610,32 @@ class RealRunner:
         else:
             t = run()
             first_t = t.times
-            first = _final_of(candidate, t, self.final_rounds)
-            if self.db is not None:
-                self.db.put_meta(f"{key}_first", {**asdict(first), "times": first_t})
+            first = self._first(candidate, key, first_t, t, extended=False)
+        if self.extend and unsettled(first) and not first.extended:
+            more = run()
+            first_t = _pooled(first_t, more).times
+            first = self._first(candidate, key, first_t, more, extended=True)
         if not (first.kept and self.confirm):
             return first
         clear = getattr(self.timer, "clear", None)
         if clear is not None:
             clear()  # fresh sessions of every graph
         fresh = run()
-        times = tuple(a + b for a, b in zip(first_t, fresh.times, strict=True))
-        pooled = SideBySide(tuple(float(np.median(t)) for t in times),
-                            tuple(min(t) for t in times), times, fresh.device, fresh.threads)
-        both = _final_of(candidate, pooled, 2 * self.final_rounds)
+        both = _final_of(candidate, _pooled(first_t, fresh),
+                         len(first_t[0]) + len(fresh.times[0]))
         again = _final_of(candidate, fresh, self.final_rounds)
-        return replace(both, kept=both.kept and again.ci[0] > 1.0,
+        return replace(both, kept=both.kept and again.ci[0] > 1.0, extended=first.extended,
                        again={"first": _figures(first), "fresh": _figures(again)})
+
+    def _first(self, candidate: str, key: str, times: Rounds, last: SideBySide,
+               extended: bool) -> Final:
+        """The first comparison of `_confirmed` from its rounds `times` (`last`: its last
+        timing), kept in the records with them."""
+        first = replace(_final_of(candidate, _side(times, last), len(times[0])),
+                        extended=extended)
+        if self.db is not None:
+            self.db.put_meta(f"{key}_first", {**asdict(first), "times": times})
+        return first
 
     def _export_or_file(self, base: Graph, input_s: float) -> float:
         """The input is the result. When it ran as the user's file, superopt's export of
@@ -634,5 +677,5 @@ class RealRunner:
 
 
 __all__ = ["FINAL_ROUNDS", "LEVEL", "ROUNDS", "WARMUP", "Final", "Noise", "OrtTimer",
-           "Paired", "RealRunner", "Timer", "TorchTimer", "cannot_be_faster", "verdict",
-           "weight_bytes"]
+           "Paired", "RealRunner", "Timer", "TorchTimer", "cannot_be_faster", "unsettled",
+           "verdict", "weight_bytes"]
