@@ -176,3 +176,51 @@ def test_intervals_and_cells() -> None:
     assert intervals((2, 5), 7) == [(0, 2), (2, 5), (5, 7)]
     assert len(cell_regions(((1,), (), (2, 3)), (3, 2, 4))) == 2 * 1 * 3
     assert empty_grid((3, 4)) == ((), ())
+
+
+@pytest.mark.parametrize("op", [op for op in SUPPORTED if TABLE.get(op).relabel])
+def test_a_relabelling_op_outputs_its_inputs_elements_each_once(op: str) -> None:
+    # `BoxRule.relabel` (PET counts a run of such ops as one): the output holds exactly
+    # the input's elements, rearranged; checked on distinct values from the op cases.
+    @SETTINGS
+    @given(OP_CASES[op]())
+    def check(graph: Graph) -> None:
+        node = next(n for n in graph.nodes if n.op == op)
+        (src,) = node.inputs
+        t = graph.type_of(src)
+        x = np.arange(t.size, dtype=np.float64).reshape(t.shape)
+        (y,) = get_op(op).reference((x,), node.a)
+        assert sorted(np.asarray(y).reshape(-1).tolist()) == list(range(t.size))
+
+    check()
+
+
+@pytest.mark.parametrize("op", [op for op in SUPPORTED if TABLE.get(op).kernel])
+def test_a_compute_kernel_is_a_contraction_of_two_inputs(op: str) -> None:
+    # `BoxRule.kernel`: the corrector's kernels are contractions, linear in each of two
+    # inputs (data and weights) and summing over a reduction set: doubling either input
+    # doubles the output, and the output is not an element-wise product.
+    @SETTINGS
+    @given(OP_CASES[op]())
+    def check(graph: Graph) -> None:
+        graph = without_activations(graph)
+        node = next(n for n in graph.nodes if n.op == op)
+        assert len(get_op(op).linear_in) >= 2
+        rng = np.random.default_rng(0)
+        xs = tuple(rng.standard_normal(graph.type_of(v).shape) for v in node.inputs)
+        (y,) = get_op(op).reference(xs, node.a)
+        for i in get_op(op).linear_in[:2]:
+            scaled = tuple(2 * x if k == i else x for k, x in enumerate(xs))
+            (y2,) = get_op(op).reference(scaled, node.a)
+            np.testing.assert_allclose(y2, 2 * np.asarray(y), rtol=1e-9, atol=1e-9)
+
+    check()
+
+
+def test_the_tables_kernels_and_relabels_are_pets() -> None:
+    # PET's op counting and its correction kernels (Wang et al., OSDI'21): convolutions
+    # and matrix products are the kernels; reshapes and transposes relabel.
+    kernels = {op for op in SUPPORTED if TABLE.get(op).kernel}
+    assert {"conv2d", "matmul"} <= kernels
+    assert {"reshape", "transpose"} <= {op for op in SUPPORTED if TABLE.get(op).relabel}
+    assert not kernels & {op for op in SUPPORTED if get_op(op).has("elementwise")}

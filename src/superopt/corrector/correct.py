@@ -24,7 +24,7 @@ from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, GraphBuilder, Value
 from superopt.ir.kernels import resolve_pads
 from superopt.ir.passes import copy_node
-from superopt.mutants.boxes import Region, slice_region
+from superopt.mutants.boxes import Region, is_kernel, slice_region
 from superopt.mutants.boxtest import BoxReport, box_test
 
 
@@ -114,7 +114,7 @@ def _cone(b: GraphBuilder, v: Value) -> list[Value]:
             continue
         seen.add(u.node)
         node = b.nodes[u.node]
-        if node.op in ("conv2d", "matmul"):
+        if is_kernel(node.op):
             out.append(u)
         stack.extend(node.inputs)
     return out
@@ -135,7 +135,7 @@ def _replay(b: GraphBuilder, v: Value, replaced: dict[Value, Value],
 
 
 def _main_kernels(mutant: Graph) -> list[int]:
-    return [n.id for n in mutant.nodes if n.op in ("conv2d", "matmul")]
+    return [n.id for n in mutant.nodes if is_kernel(n.op)]
 
 
 def _copy_graph(b: GraphBuilder, graph: Graph, sources: dict[str, Value],
@@ -334,5 +334,5 @@ def cost(graph: Graph) -> Cost:
         if n.op == "reshape":
             continue  # a bitcast of a contiguous tensor
         traffic += sum(t.nbytes for t in ins) + sum(t.nbytes for t in n.types)
-        kernels += n.op in ("conv2d", "matmul")
+        kernels += is_kernel(n.op)
     return Cost(flops, traffic, kernels)

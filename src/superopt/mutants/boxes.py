@@ -72,9 +72,27 @@ class BoxRule:
     cuts: CutRule
     points: PointRule | None = None  # None only for sources (the evaluator draws them)
     restrict: RestrictRule | None = None  # None: compute in full, then slice
+    # A compute kernel in PET's sense (a contraction: convolution, matrix product): the
+    # corrector's correction kernels and a mutant's cost count these.
+    kernel: bool = False
+    # Only relabels the elements of its input (a reshape, a transpose): PET counts a run
+    # of such ops as one op.
+    relabel: bool = False
+
 
 
 TABLE: RuleTable[BoxRule] = RuleTable("boxes")
+
+
+def is_kernel(op: str) -> bool:
+    """Whether `op` is a compute kernel (`BoxRule.kernel`); False for an op the table
+    does not support."""
+    return TABLE.supports(op) and TABLE.get(op).kernel
+
+
+def relabels(op: str) -> bool:
+    """Whether `op` only relabels its input's elements (`BoxRule.relabel`)."""
+    return TABLE.supports(op) and TABLE.get(op).relabel
 
 
 # ---- grids and regions --------------------------------------------------------------
@@ -287,7 +305,7 @@ def _conv_restrict(b: GraphBuilder, n: Node, ins: tuple[TensorType, ...], k: int
                                (0, x1 - x0)))
 
 
-TABLE.register("conv2d", BoxRule(_conv_cuts, _conv_points, _conv_restrict))
+TABLE.register("conv2d", BoxRule(_conv_cuts, _conv_points, _conv_restrict, kernel=True))
 
 
 def _pool_cuts(n: Node, ins: tuple[TensorType, ...], grids: tuple[Grid, ...]) -> tuple[Grid, ...]:
@@ -411,7 +429,8 @@ def _matmul_restrict(b: GraphBuilder, n: Node, ins: tuple[TensorType, ...], k: i
     return y
 
 
-TABLE.register("matmul", BoxRule(_matmul_cuts, _matmul_points, _matmul_restrict))
+TABLE.register("matmul", BoxRule(_matmul_cuts, _matmul_points, _matmul_restrict,
+                                  kernel=True))
 
 
 # ---- element-wise --------------------------------------------------------------------
@@ -518,7 +537,8 @@ def _transpose_restrict(b: GraphBuilder, n: Node, ins: tuple[TensorType, ...], k
     return b.transpose(sub(0, tuple(src)), perm=perm)  # type: ignore[return-value]
 
 
-TABLE.register("transpose", BoxRule(_transpose_cuts, _transpose_points, _transpose_restrict))
+TABLE.register("transpose", BoxRule(_transpose_cuts, _transpose_points, _transpose_restrict,
+                                     relabel=True))
 
 
 def _expand_points(n: Node, ins: tuple[TensorType, ...], k: int, flat: np.ndarray) -> PointPlan:
@@ -663,7 +683,8 @@ def _reshape_restrict(b: GraphBuilder, n: Node, ins: tuple[TensorType, ...], k: 
     return y  # type: ignore[return-value]
 
 
-TABLE.register("reshape", BoxRule(_reshape_cuts, _identity_points, _reshape_restrict))
+TABLE.register("reshape", BoxRule(_reshape_cuts, _identity_points, _reshape_restrict,
+                                   relabel=True))
 
 
 def _concat_cuts(n: Node, ins: tuple[TensorType, ...], grids: tuple[Grid, ...]

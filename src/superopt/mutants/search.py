@@ -28,7 +28,7 @@ from superopt.corrector.correct import (
 from superopt.corrector.export import to_rule
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph
-from superopt.mutants.boxes import BoxError
+from superopt.mutants.boxes import BoxError, is_kernel
 from superopt.mutants.boxtest import box_test, screen
 from superopt.mutants.families import Mutant, family_mutants
 from superopt.mutants.generator import SearchStats, dfs_mutants
@@ -144,7 +144,7 @@ class SubprogramResult:
 
     def describe(self) -> str:
         ops = [n.op for n in self.sub.graph.nodes if not n.is_named_source]
-        first = next((n for n in self.sub.graph.nodes if n.op in ("conv2d", "matmul")), None)
+        first = next((n for n in self.sub.graph.nodes if is_kernel(n.op)), None)
         shape = ""
         if first is not None:
             shape = "x".join(str(d) for d in self.sub.graph.type_of(first.outputs[0]).shape)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, GraphBuilder, Node, Value
 from superopt.ir.opdef import CONSTANT, SOURCE, get_op
-from superopt.mutants.boxes import TABLE
+from superopt.mutants.boxes import TABLE, relabels
 from superopt.mutants.degrees import BoxError, check_multilinear
 
 COMPUTE = ("conv2d", "matmul", "pool2d_avg")
@@ -64,7 +64,7 @@ def eligible(node: Node) -> bool:
 
 
 def _rt(node: Node) -> bool:
-    return node.op in ("reshape", "transpose")
+    return relabels(node.op)
 
 
 def count_ops(nodes: Iterable[Node]) -> int:
