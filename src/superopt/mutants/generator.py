@@ -44,6 +44,7 @@ from superopt.ir.graph import Graph, GraphBuilder, Value
 from superopt.ir.kernels import resolve_pads
 from superopt.ir.opdef import MOVEMENT, NONLINEAR, get_op
 from superopt.mutants.boxes import TABLE as BOX_RULES
+from superopt.mutants.boxes import is_kernel, relabels
 from superopt.mutants.degrees import Degrees, Monomial, check_multilinear, op_degrees
 from superopt.mutants.families import Mutant
 from superopt.mutants.rebuild import fold
@@ -110,7 +111,7 @@ class _Search:
         # of their channel dims), never biases.
         self.movable: dict[str, tuple[int, ...] | None] = {}
         for n in original.nodes:
-            if n.op in ("conv2d", "matmul"):
+            if is_kernel(n.op):
                 w = original.node(n.inputs[1].node)
                 if w.op == "weight":
                     self.movable[w.attr("name")] = (0, 1) if n.op == "conv2d" else None
@@ -478,7 +479,7 @@ def describe(graph: Graph) -> str:
     for n in graph.nodes:
         if n.is_named_source:
             continue
-        name = "rt" if n.op in ("reshape", "transpose") else n.op
+        name = "rt" if relabels(n.op) else n.op
         if name == "rt" and parts and parts[-1] == "rt":
             continue
         parts.append(name)

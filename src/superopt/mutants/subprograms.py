@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from superopt.ir.errors import IRError
 from superopt.ir.graph import Graph, GraphBuilder, Node, Value
 from superopt.ir.opdef import CONSTANT, SOURCE, get_op
-from superopt.mutants.boxes import TABLE, relabels
+from superopt.mutants.boxes import TABLE, is_kernel, relabels
 from superopt.mutants.degrees import BoxError, check_multilinear
 
 COMPUTE = ("conv2d", "matmul", "pool2d_avg")
@@ -231,7 +231,7 @@ def _reach(model: Graph) -> dict[int, set[int]]:
 def merge_groups(model: Graph, max_ops: int) -> list[list[int]]:
     """Groups of independent compute ops that can run as one: ops reading the same input,
     and pairs of independent ops with identical shapes and attributes."""
-    compute = [n for n in model.nodes if eligible(n) and n.op in ("conv2d", "matmul")]
+    compute = [n for n in model.nodes if eligible(n) and is_kernel(n.op)]
     reach = _reach(model)
     groups: list[list[int]] = []
     by_input: dict[tuple[str, Value], list[int]] = {}
