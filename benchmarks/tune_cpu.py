@@ -105,6 +105,8 @@ def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> di
             "screened": hook.screened(),  # type: ignore[attr-defined]
             # Rounds each paired measurement of this process ran (fewer: stopped early).
             "measure_rounds": [p.rounds for p in runner.log],  # type: ignore[union-attr]
+            # Of those, unsettled after their rounds and run as many again (pooled).
+            "measure_extended": sum(p.extended for p in runner.log),  # type: ignore[union-attr]
             # Proposals onnxruntime runs as the incumbent's program: not timed.
             "same_program": runner.not_timed,  # type: ignore[union-attr]
             "tune_wall_s": time.perf_counter() - t0}
@@ -171,6 +173,7 @@ def run_row(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> 
            "measurements": result.evaluations, "measured_now": result.measured,
            "replayed": result.replayed, "screened": got["screened"],
            "measure_rounds": got["measure_rounds"], "same_program": got["same_program"],
+           "measure_extended": got["measure_extended"],
            "stopped": result.stopped, "applied": got["applied"],
            "kept": bool(got["final"] and got["final"]["kept"]),
            "tuner_final": got["final"], "tuner_noise": got["noise"],

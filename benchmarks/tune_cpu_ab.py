@@ -98,6 +98,7 @@ def _read(label: str, tree: str, args: argparse.Namespace) -> dict[str, Any]:
         "measured_span_s": steps[-1][3] - first,
         "phases": [phase for _, phase, _, _ in steps],
         "rounds_run": rounds,
+        "extended": row.get("measure_extended"),  # None: a tree before the extension
         # Measurements after the input's that ran no rounds: the incumbent's program
         # (or graph), counted from the records rather than a counter of the code tree.
         "not_timed": row["measured_now"] - 1 - len(rounds) if rounds is not None else None,

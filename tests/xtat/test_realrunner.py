@@ -766,3 +766,59 @@ def test_the_report_says_when_the_first_comparison_was_extended() -> None:
                                Console(file=out, width=400))
         said = f"unsettled at {runner.final_rounds} rounds" in out.getvalue()
         assert said == extended and summary["final"]["extended"] == extended
+
+
+class _WideFirst(FakeTimer):
+    """Every rewrite runs 4% faster than the input; in the first timing of each graph
+    triple the incumbent's second session runs every other round 8% fast (an A/A
+    interval up to 1.08: a session effect), in a second timing of the same graphs not."""
+
+    def __init__(self, input_hash: str) -> None:
+        self.timings: dict[tuple[str, ...], int] = {}
+        super().__init__(lambda g: 1e-3 if g.structural_hash == input_hash else 1e-3 / 1.04,
+                         sigma=0.004)
+
+    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int,
+                 stop: object = None) -> SideBySide:
+        key = tuple(g.structural_hash for g in graphs)
+        self.timings[key] = self.timings.get(key, 0) + 1
+        wide = len(graphs) == 3 and self.timings[key] == 1
+        times = tuple(tuple(float(self.cost(g) * np.exp(self.sigma * self.rng.standard_normal())
+                                  / (1.08 if wide and k == 2 and r % 2 else 1.0))
+                            for r in range(rounds)) for k, g in enumerate(graphs))
+        self.calls.append(key)
+        return SideBySide(tuple(float(np.median(t)) for t in times),
+                          tuple(min(t) for t in times), times, "cpu", 1)
+
+
+def test_an_unsettled_measurement_runs_as_many_rounds_again_and_may_then_say_faster(
+        ) -> None:
+    logs = {}
+    for extend in (False, True):
+        graph = dense_branches(4)
+        session = _session(_WideFirst(graph.structural_hash), graph)
+        runner = session.runner
+        assert isinstance(runner, RealRunner)
+        runner.extend = extend
+        _tune(session, 6, screen=False)
+        logs[extend] = runner.log
+    # Without the extension the wide A/A band leaves every 4% gain as noise.
+    assert logs[False] and all(p.verdict == "noise" and p.ci[0] > 1.0 for p in logs[False])
+    first = logs[True][0]
+    assert first.extended and first.rounds == 2 * ROUNDS and first.verdict == "faster"
+    assert all(p.extended == (p.rounds > ROUNDS) for p in logs[True])
+
+
+def test_the_report_counts_extended_measurements_and_their_planned_rounds() -> None:
+    from superopt.xtat.realcommand import _rounds_saved
+    from superopt.xtat.realrunner import Paired
+
+    runner = _runner(extend=True)
+    aa = (0.99, 1.01)
+    runner.log = [Paired("a", "i", 1.03, (1.01, 1.05), 1.0, aa, "faster", 1.0, 20, True),
+                  Paired("b", "i", 0.97, (0.95, 0.99), 1.0, aa, "slower", 1.0, 14, True),
+                  Paired("c", "i", 0.9, (0.85, 0.95), 1.0, aa, "slower", 1.0, 4)]
+    text = _rounds_saved(runner)
+    assert f"2 unsettled after {ROUNDS} rounds" in text
+    # b's second pass and c ended early: 38 of the 2 x 2 x 10 + 10 planned.
+    assert "2 of 3 ended early" in text and f"38 of {5 * ROUNDS} rounds run" in text

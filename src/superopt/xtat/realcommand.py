@@ -64,18 +64,23 @@ def applied_summary(applied: list[str], shown: int = 6) -> str:
 
 
 def _rounds_saved(runner: RealRunner) -> str:
-    """How many of this process's comparisons were not timed (the same program) or
-    ended early, and the rounds run."""
+    """How many of this process's comparisons were not timed (the same program), were
+    unsettled and ran as many rounds again, or ended early, and the rounds run."""
     same = runner.not_timed
     text = (f"; {same} not timed: onnxruntime runs them as the incumbent's program"
             if same else "")
-    stopped = [p.rounds for p in runner.log if p.rounds < runner.rounds]
+    longer = sum(p.extended for p in runner.log)
+    if longer:
+        text += (f"; {longer} unsettled after {runner.rounds} rounds (interval above 1, "
+                 "ratio inside the A/A interval) ran as many again")
+    planned = [runner.rounds * (2 if p.extended else 1) for p in runner.log]
+    stopped = sum(p.rounds < n for p, n in zip(runner.log, planned, strict=True))
     if not stopped:
         return text
     ran = sum(p.rounds for p in runner.log)
-    return text + (f"; {len(stopped)} of {len(runner.log)} ended early, once the candidate "
-                   f"could no longer be measured faster ({ran} of "
-                   f"{len(runner.log) * runner.rounds} rounds run)")
+    return text + (f"; {stopped} of {len(runner.log)} ended early, once the candidate "
+                   f"could no longer be measured faster ({ran} of {sum(planned)} rounds "
+                   "run)")
 
 
 def report(session: Session, result: TuneResult, args: argparse.Namespace,
@@ -154,6 +159,7 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
         "evaluations": result.evaluations, "measured": result.measured,
         "replayed": result.replayed, "screened": screened, "wall_s": result.wall_s,
         "rounds_run": [p.rounds for p in runner.log],
+        "extended": sum(p.extended for p in runner.log),
         "same_program": runner.not_timed,
         "stopped": result.stopped, "phases": [list(p) for p in result.phases],
         "applied": applied, "candidate": json.loads(best.json),

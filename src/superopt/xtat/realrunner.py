@@ -350,6 +350,7 @@ class Paired:
     verdict: str  # "faster", "slower" or "noise"
     reported_s: float
     rounds: int = ROUNDS  # rounds run: fewer when the rest could not have made it faster
+    extended: bool = False  # unsettled after its rounds, it ran as many again (pooled)
 
 
 @dataclass(frozen=True)
@@ -392,7 +393,11 @@ def unsettled(f: Final) -> bool:
     """A comparison whose interval lies above 1 but whose ratio does not clear the A/A
     interval's top: more rounds narrow both intervals and may settle it either way
     (BERT-base at batch 16: 1.043x [1.017, 1.075] beside an A/A top of 1.045)."""
-    return not f.kept and f.ci[0] > 1.0 and f.speedup <= f.aa_ci[1]
+    return not f.kept and _unsettled(f.speedup, f.ci, f.aa_ci)
+
+
+def _unsettled(ratio: float, ci: tuple[float, float], aa_ci: tuple[float, float]) -> bool:
+    return ci[0] > 1.0 and ratio <= aa_ci[1]
 
 
 def cannot_be_faster(slower: int, rounds: int, level: float = LEVEL) -> bool:
@@ -465,7 +470,8 @@ class RealRunner:
         self.timer = timer
         self.rounds, self.warmup, self.final_rounds = rounds, warmup, final_rounds
         self.confirm = confirm  # a final comparison that says faster is run again
-        # An unsettled final comparison (`unsettled`) runs as many rounds again, pooled.
+        # An unsettled measurement or final comparison (`unsettled`) runs as many rounds
+        # again, pooled.
         self.extend = extend
         # A candidate's measurement ends once it can no longer say faster
         # (`cannot_be_faster`): a second or more of a large model's time per round.
@@ -549,14 +555,20 @@ class RealRunner:
             return inc_s
         # The incumbent twice: the A/A control of this very loop, since a shared machine's
         # load changes between measurements more than within one.
-        t = self._time([inc_graph, graph, inc_graph], self.rounds,
-                       self._hopeless if self.stop_early else None)
+        graphs = [inc_graph, graph, inc_graph]
+        stop = self._hopeless if self.stop_early else None
+        t = self._time(graphs, self.rounds, stop)
         ratio, ci = _pair(t, 0, 1)
         aa, aa_ci = _pair(t, 0, 2)
+        extended = self.extend and _unsettled(ratio, ci, aa_ci)
+        if extended:  # as the final comparison does (`unsettled`), on the pooled rounds
+            t = _pooled(t.times, self._time(graphs, self.rounds, stop))
+            ratio, ci = _pair(t, 0, 1)
+            aa, aa_ci = _pair(t, 0, 2)
         v = verdict(ratio, ci, aa_ci)
         reported = inc_s / ratio if v == "faster" else max(inc_s, inc_s / ratio)
         self.log.append(Paired(candidate.key, ctx.best.key, ratio, ci, aa, aa_ci, v, reported,
-                               len(t.times[0])))
+                               len(t.times[0]), extended))
         return reported
 
     def pick(self, default: Candidate, ranked: Sequence[Candidate]) -> tuple[Candidate, float]:
