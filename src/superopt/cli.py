@@ -736,7 +736,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the search strategy (default {DEFAULT_STRATEGY}): " + "; ".join(
                        f"{name} ({what})" for name, what in CATALOGUE.items()))
     p.add_argument("--budget", type=int, default=200,
-                   help="measurements in all, the default candidate included (default 200)")
+                   help="measurements in all, the default candidate included (default 200); "
+                        "on cpu/cuda a candidate onnxruntime runs as the incumbent's program "
+                        "is not timed and does not count (up to 3x the budget of them)")
     p.add_argument("--round", type=int, default=8,
                    help="candidates proposed and measured per round (default 8)")
     p.add_argument("--db", metavar="RUNS.sqlite", default=None,

@@ -240,11 +240,12 @@ def test_resume_measures_nothing_twice_and_keeps_the_noise_model(tmp_path: Path)
     with RecordsDB(path, s2.workload, {}, resume=True) as db:
         tuner, _ = _tune(s2, 9, db, screen=False)
         after = [(m.step, m.candidate, m.runtime) for m in db.measurements()]
-    assert after[:5] == rows and len(after) == 9
-    assert tuner.replayed == 5 and tuner.measured == 4
+    # Nine count against the budget; candidates with the incumbent's graph are free.
+    assert after[:5] == rows and tuner.spent == 9 and len(after) == 9 + len(tuner.free)
+    assert tuner.replayed == 5 and tuner.measured == len(after) - 5
     aa = (s2.graph.structural_hash,) * 2
     assert aa not in second.calls  # the A/A control was read back, not run again
-    assert len({c for _, c, _ in after}) == 9  # no candidate measured twice
+    assert len({c for _, c, _ in after}) == len(after)  # no candidate measured twice
 
 
 def test_onnxruntime_times_a_graph_and_its_own_aa_control() -> None:
@@ -822,3 +823,64 @@ def test_the_report_counts_extended_measurements_and_their_planned_rounds() -> N
     assert f"2 unsettled after {ROUNDS} rounds" in text
     # b's second pass and c ended early: 38 of the 2 x 2 x 10 + 10 planned.
     assert "2 of 3 ended early" in text and f"38 of {5 * ROUNDS} rounds run" in text
+
+
+class _HalfSame(FakeTimer):
+    """About half the graphs (by their hash) are the incumbent's program to the runtime."""
+
+    def same_program(self, a: Graph, b: Graph) -> bool:
+        return int(b.structural_hash[:2], 16) % 2 == 0
+
+
+def test_untimed_candidates_do_not_count_against_the_budget(tmp_path: Path) -> None:
+    timer = _HalfSame(node_count, sigma=0.01)
+    session = _session(timer, plan_budget=0)
+    runner = session.runner
+    assert isinstance(runner, RealRunner)
+    with RecordsDB(tmp_path / "r.sqlite", session.workload, {}) as db:
+        tuner, result = _tune(session, 6, db, screen=False)
+        steps = {m.step: m.candidate for m in db.measurements()}
+        kept = db.get_meta("untimed")
+    # Each free step is one the runner did not time; the budget counts the others.
+    assert tuner.free and {steps[s] for s in tuner.free} <= runner._untimed
+    assert sorted(tuner.free) == kept  # in the records, for a resume
+    assert tuner.step - len(tuner.free) == tuner.spent == 6
+    assert result.evaluations == tuner.step == len(steps) > 6
+    # A runtime that runs every graph as the input's program: the cap bounds the run.
+    session = _session(_OneProgram(node_count, sigma=0.01))
+    tuner, result = _tune(session, 4, screen=False)
+    assert len(tuner.free) <= 3 * 4 and result.evaluations <= 4 + len(tuner.free)
+
+
+class _KilledAt(_HalfSame):
+    """Ctrl-C as its `at`-th timing starts (the tuner stops, keeping its records)."""
+
+    def __init__(self, at: int, seed: int) -> None:
+        super().__init__(node_count, sigma=0.01, seed=seed)
+        self.at = at
+
+    def __call__(self, graphs: Sequence[Graph], rounds: int, warmup: int,
+                 stop: object = None) -> SideBySide:
+        if len(self.calls) + 1 == self.at:
+            self.calls.append(())  # once: the final comparison after it runs
+            raise KeyboardInterrupt
+        return super().__call__(graphs, rounds, warmup, stop)  # type: ignore[arg-type]
+
+
+def test_a_resumed_run_replays_the_free_steps_and_measures_nothing_twice(
+        tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    s1 = _session(_KilledAt(4, seed=1), plan_budget=0)  # the 2 A/A timings, then 1 more
+    with RecordsDB(path, s1.workload, {}) as db:
+        first, result = _tune(s1, 8, db, screen=False)
+        rows = [(m.step, m.candidate, m.runtime) for m in db.measurements()]
+    assert result.stopped == "interrupted" and first.free and first.spent < 8
+    s2 = _session(_KilledAt(0, seed=2), plan_budget=0)  # the same timer, never killed
+    with RecordsDB(path, s2.workload, {}, resume=True) as db:
+        again, _ = _tune(s2, 8, db, screen=False)
+        after = [(m.step, m.candidate, m.runtime) for m in db.measurements()]
+        kept = db.get_meta("untimed")
+    # Every step read back (the free ones free again), the budget then spent in full.
+    assert after[:len(rows)] == rows and again.replayed == len(rows)
+    assert first.free <= again.free and sorted(again.free) == kept and again.spent == 8
+    assert len({c for _, c, _ in after}) == len(after)  # no candidate measured twice

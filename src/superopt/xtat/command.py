@@ -231,7 +231,9 @@ def _search(session: Session, phases: list[Phase], args: argparse.Namespace,
         t.add_column("value", justify="right")
         best = tuner.ctx.best_time
         t.add_row("phase", phase)
-        t.add_row("evaluations", f"{tuner.step} / {args.budget}"
+        free = tuner.step - tuner.spent
+        t.add_row("evaluations", f"{tuner.spent} / {args.budget}"
+                  + (f" (+{free} not timed)" if free else "")
                   + (f" ({tuner.replayed} from the records)" if tuner.replayed else ""))
         t.add_row("best measured", _fmt(best))
         base = tuner.times.get(tuner.ctx.default.key, math.nan) if session.real \

@@ -486,6 +486,7 @@ class RealRunner:
         self.log: list[Paired] = []  # this process's paired measurements
         self.timed = 0  # paired comparisons run (A/A and final included)
         self.not_timed = 0  # candidates measured as the incumbent's program, untimed
+        self._untimed: set[str] = set()  # keys of candidates measured without timing
 
     def bind(self, ctx: TuneContext, db: RecordsDB | None) -> None:
         """Measure against `ctx`'s incumbent; keep the noise model and the final
@@ -549,9 +550,11 @@ class RealRunner:
         inc_graph = self.graph_of(ctx.best)
         inc_s = ctx.best_time
         if graph.structural_hash == inc_graph.structural_hash:
+            self._untimed.add(candidate.key)
             return inc_s  # the same program: nothing to time, and never an improvement
         if self._same(inc_graph, graph):
             self.not_timed += 1
+            self._untimed.add(candidate.key)
             return inc_s
         # The incumbent twice: the A/A control of this very loop, since a shared machine's
         # load changes between measurements more than within one.
@@ -570,6 +573,11 @@ class RealRunner:
         self.log.append(Paired(candidate.key, ctx.best.key, ratio, ci, aa, aa_ci, v, reported,
                                len(t.times[0]), extended))
         return reported
+
+    def untimed(self, candidate: Candidate) -> bool:
+        """Whether this process measured `candidate` without timing it (the incumbent's
+        graph or program): the tuner does not count it against the budget."""
+        return candidate.key in self._untimed
 
     def pick(self, default: Candidate, ranked: Sequence[Candidate]) -> tuple[Candidate, float]:
         """The final comparison (module docstring): `ranked` are the finalists, fastest

@@ -57,7 +57,10 @@ share of the budget:
 Without the rewrite passes `joint` and `rewrite_first` are the same: XTAT-only's K,
 layout + fusion, K. Budgets count measurements (distinct candidates); the default
 candidate is measurement 0, so the tuned result is never worse than the default
-compiler's. A phase that finishes early leaves its budget to the next. Candidates proposed
+compiler's. A candidate the runner did not time (on a real target, one the runtime runs
+as the incumbent's program: `RealRunner.untimed`) is recorded but does not count, up to
+`FREE_PER_BUDGET` times the budget of them: on resnext50 b1, 8-11 of a budget of 16
+went to batch-norm folds onnxruntime makes itself. A phase that finishes early leaves its budget to the next. Candidates proposed
 again are not measured again. Budget left at the end of the schedule goes to the
 schedule again, from the best candidate so far (with a cost model ranking the proposals,
 `wrap`, the kernel phases then offer the model's next-ranked options), until a whole
@@ -98,6 +101,9 @@ KERNEL_PASSES = ("tiling", "flags")
 PASS_NAMES = GRAPH_PASSES + KERNEL_PASSES
 SCHEDULES = ("joint", "plan_last", "rewrite_first", "sequential", "custom")
 FINALISTS = 5
+# Candidates a run may record untimed without counting them against its budget, per unit
+# of budget (each still costs a graph build and, on a real target, a session).
+FREE_PER_BUDGET = 3
 
 
 TILE_TOP_K = 12  # tiles tried per kernel, in the analytical model's order (TileSites)
@@ -292,6 +298,10 @@ class Tuner:
         if callable(bind):
             bind(self.ctx, db)
         self.times: dict[str, float] = {}
+        # Steps the runner did not time, free of the budget (kept in the records' meta so a
+        # resumed run replays the same limits).
+        self.free: set[int] = set(db.get_meta("untimed") or ()) if db is not None else set()
+        self.free_cap = 0  # set by `run` from its budget
         self.step = 0
         self.measured = 0
         self.replayed = 0
@@ -301,6 +311,24 @@ class Tuner:
         self.strategy = ""
 
     # -- measuring ------------------------------------------------------------------------
+
+    @property
+    def spent(self) -> int:
+        """Measurements that count against the budget: every step but the free ones."""
+        return self._spent_before(self.step)
+
+    def _spent_before(self, step: int) -> int:
+        # A resumed run knows the free steps ahead of it too (from the records).
+        return step - sum(1 for s in self.free if s < step)
+
+    def _free(self, cand: Candidate, step: int) -> None:
+        """Step `step` (just measured) is free when the runner did not time it."""
+        untimed = getattr(self.runner, "untimed", None)
+        if untimed is None or len(self.free) >= self.free_cap or not untimed(cand):
+            return
+        self.free.add(step)
+        if self.db is not None:
+            self.db.put_meta("untimed", sorted(self.free))
 
     def _record(self, cand: Candidate, t: float) -> None:
         self.step += 1
@@ -321,15 +349,19 @@ class Tuner:
 
     def evaluate(self, cands: Sequence[Candidate], limit: int) -> tuple[list[Candidate],
                                                                         list[float]]:
-        """Measure `cands` in order until `limit` measurements in all (repeats are free);
-        the new ones as one batch (through the executor when there is one)."""
+        """Measure `cands` in order until `limit` measurements count against the budget
+        (repeats and untimed candidates are free); the new ones as one batch (through the
+        executor when there is one)."""
         done: list[Candidate] = []
         fresh: list[tuple[Candidate, int]] = []  # (candidate, step) to measure
         planned: dict[str, None] = {}
         step = self.step
+        # Which of this batch's candidates are free is known once they are measured: a
+        # batch plans each as counted (so a resumed run, which knows, plans the same).
+        spent = self.spent
         for c in cands:
             if c.key not in self.times and c.key not in planned:
-                if step >= limit:
+                if spent + len(planned) >= limit:
                     break
                 planned[c.key] = None
                 rec = self.recorded.get(step)
@@ -363,6 +395,7 @@ class Tuner:
                         self.db.add(self.step, c.key, c.json, t, sd, self.strategy,
                                     self.phase, wall)
                     self.measured += 1
+                    self._free(c, self.step)
                 self._record(c, t)
             times.append(t)
         return done, times
@@ -374,6 +407,7 @@ class Tuner:
             raise IRError(f"--budget must be >= 1, found {budget}")
         start = time.perf_counter()
         stopped = "budget"
+        self.free_cap = FREE_PER_BUDGET * budget
         per_phase: list[tuple[str, int]] = []
         first = cycle = 0
         self.phase, self.strategy = "default", "default"
@@ -382,24 +416,24 @@ class Tuner:
             while True:
                 cycle_start = self.step
                 for k, ph in enumerate(phases):
-                    remaining = budget - self.step
+                    remaining = budget - self.spent
                     if remaining <= 0:
                         break
                     shares = sum(p.share for p in phases[k:])
-                    limit = self.step + (remaining if k == len(phases) - 1
-                                         else max(1, round(remaining * ph.share / shares)))
+                    limit = self.spent + (remaining if k == len(phases) - 1
+                                          else max(1, round(remaining * ph.share / shares)))
                     self.phase, self.strategy = ph.name, ph.strategy
                     first = self.step
                     strat = create(ph.strategy, **(self.strategy_opts | dict(ph.options)))
                     if self.wrap is not None:
                         strat = self.wrap(strat, ph)
-                    strat.start(self.ctx, ph.passes, limit - self.step)
+                    strat.start(self.ctx, ph.passes, limit - self.spent)
                     idle = 0
                     # Patience only when a later phase can use the budget left.
                     wait = None if ph.patience is None or k == len(phases) - 1 else max(
-                        8, round(ph.patience * (limit - first)))
-                    best_at, best = self.step, self.ctx.best_time
-                    while self.step < limit:
+                        8, round(ph.patience * (limit - self.spent)))
+                    best_at, best = self.spent, self.ctx.best_time
+                    while self.spent < limit:
                         cands = strat.ask(self.batch)
                         if not cands:
                             break
@@ -412,8 +446,8 @@ class Tuner:
                         if idle > 200:  # only repeats for a long while: the space is exhausted
                             break
                         if self.ctx.best_time < best:
-                            best_at, best = self.step, self.ctx.best_time
-                        elif wait is not None and self.step - best_at >= wait:
+                            best_at, best = self.spent, self.ctx.best_time
+                        elif wait is not None and self.spent - best_at >= wait:
                             break
                     if not cycle or self.step > first:  # a repeat that measured something
                         per_phase.append((ph.name, self.step - first))
@@ -421,7 +455,7 @@ class Tuner:
                 # Budget left after the schedule goes to it again, from the best so far
                 # (with a cost model the kernel phases then offer the model's next-ranked
                 # options); until a whole pass measures nothing new.
-                if self.step >= budget or self.step == cycle_start:
+                if self.spent >= budget or self.step == cycle_start:
                     break
         except KeyboardInterrupt:
             stopped = "interrupted"
