@@ -884,3 +884,12 @@ def test_a_resumed_run_replays_the_free_steps_and_measures_nothing_twice(
     assert after[:len(rows)] == rows and again.replayed == len(rows)
     assert first.free <= again.free and sorted(again.free) == kept and again.spent == 8
     assert len({c for _, c, _ in after}) == len(after)  # no candidate measured twice
+
+
+def test_a_search_that_runs_out_of_candidates_says_so_rather_than_budget() -> None:
+    session = _session(FakeTimer(node_count, sigma=0.01), plan_budget=0)
+    tuner, result = _tune(session, 500, screen=False)
+    assert tuner.spent < 500 and result.stopped == "no new candidates"
+    session = _session(FakeTimer(node_count, sigma=0.01), plan_budget=0)
+    tuner, result = _tune(session, 3, screen=False)
+    assert tuner.spent == 3 and result.stopped == "budget"

@@ -457,6 +457,8 @@ class Tuner:
                 # options); until a whole pass measures nothing new.
                 if self.spent >= budget or self.step == cycle_start:
                     break
+            if self.spent < budget:  # a whole pass measured nothing new: the space is done
+                stopped = "no new candidates"
         except KeyboardInterrupt:
             stopped = "interrupted"
             if self.phase != "default" and (not per_phase or per_phase[-1][0] != self.phase):
