@@ -80,7 +80,6 @@ class BoxRule:
     relabel: bool = False
 
 
-
 TABLE: RuleTable[BoxRule] = RuleTable("boxes")
 
 

@@ -60,11 +60,12 @@ candidate is measurement 0, so the tuned result is never worse than the default
 compiler's. A candidate the runner did not time (on a real target, one the runtime runs
 as the incumbent's program: `RealRunner.untimed`) is recorded but does not count, up to
 `FREE_PER_BUDGET` times the budget of them: on resnext50 b1, 8-11 of a budget of 16
-went to batch-norm folds onnxruntime makes itself. A phase that finishes early leaves its budget to the next. Candidates proposed
-again are not measured again. Budget left at the end of the schedule goes to the
-schedule again, from the best candidate so far (with a cost model ranking the proposals,
-`wrap`, the kernel phases then offer the model's next-ranked options), until a whole
-pass measures nothing new.
+went to batch-norm folds onnxruntime makes itself. A phase that finishes early leaves
+its budget to the next. Candidates proposed again are not measured again. Budget left at
+the end of the schedule goes to the schedule again, from the best candidate so far (with
+a cost model ranking the proposals, `wrap`, the kernel phases then offer the model's
+next-ranked options), until a whole pass measures nothing new (the run then reports
+"no new candidates" rather than "budget").
 
 Every measurement goes to the records database as it arrives. A resumed run replays the
 search from the same seed and reads the recorded measurements in order instead of
