@@ -100,6 +100,13 @@ class SideBySide:
     device: str
     threads: int
 
+    @classmethod
+    def of(cls, times: Sequence[Sequence[float]], device: str, threads: int) -> SideBySide:
+        """The comparison of per-graph round times `times` (medians and minima derived)."""
+        rounds = tuple(tuple(float(x) for x in t) for t in times)
+        return cls(tuple(statistics.median(t) for t in rounds), tuple(min(t) for t in rounds),
+                   rounds, device, threads)
+
     def ratio(self, i: int = 0, j: int = 1) -> float:
         """How many times faster graph j runs than graph i: the median over rounds of
         time_i / time_j within a round (the two runs of a round are adjacent, so they
@@ -194,5 +201,4 @@ def interleave(runs: Sequence[Callable[[], object]], repeats: int, warmup: int,
             times[k].append(once(k))
         if stop is not None and r + 1 < repeats and stop(times):
             break
-    return SideBySide(tuple(statistics.median(t) for t in times), tuple(min(t) for t in times),
-                      tuple(tuple(t) for t in times), device, threads)
+    return SideBySide.of(times, device, threads)

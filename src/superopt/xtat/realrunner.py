@@ -393,10 +393,11 @@ def unsettled(f: Final) -> bool:
     """A comparison whose interval lies above 1 but whose ratio does not clear the A/A
     interval's top: more rounds narrow both intervals and may settle it either way
     (BERT-base at batch 16: 1.043x [1.017, 1.075] beside an A/A top of 1.045)."""
-    return not f.kept and _unsettled(f.speedup, f.ci, f.aa_ci)
+    return _unsettled(f.speedup, f.ci, f.aa_ci)
 
 
 def _unsettled(ratio: float, ci: tuple[float, float], aa_ci: tuple[float, float]) -> bool:
+    # `verdict` says noise here (faster needs the ratio above the A/A top), never faster.
     return ci[0] > 1.0 and ratio <= aa_ci[1]
 
 
@@ -437,15 +438,10 @@ def _final_of(candidate: str, t: SideBySide, rounds: int) -> Final:
 Rounds = tuple[tuple[float, ...], ...]  # per graph, each round's time
 
 
-def _side(times: Rounds, like: SideBySide) -> SideBySide:
-    """The comparison of the rounds `times`, on `like`'s device and threads."""
-    return SideBySide(tuple(float(np.median(x)) for x in times), tuple(min(x) for x in times),
-                      times, like.device, like.threads)
-
-
 def _pooled(times: Rounds, t: SideBySide) -> SideBySide:
     """The rounds `times` and `t`'s, as one comparison."""
-    return _side(tuple(a + b for a, b in zip(times, t.times, strict=True)), t)
+    return SideBySide.of([a + b for a, b in zip(times, t.times, strict=True)], t.device,
+                         t.threads)
 
 
 def _figures(f: Final) -> dict[str, Any]:
@@ -651,8 +647,8 @@ class RealRunner:
                extended: bool) -> Final:
         """The first comparison of `_confirmed` from its rounds `times` (`last`: its last
         timing), kept in the records with them."""
-        first = replace(_final_of(candidate, _side(times, last), len(times[0])),
-                        extended=extended)
+        first = replace(_final_of(candidate, SideBySide.of(times, last.device, last.threads),
+                                  len(times[0])), extended=extended)
         if self.db is not None:
             self.db.put_meta(f"{key}_first", {**asdict(first), "times": times})
         return first
