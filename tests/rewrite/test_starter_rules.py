@@ -176,6 +176,22 @@ CASES: dict[str, list[Case]] = {
     # rank-2 product with the softmax over the first axis.
     "scale_softmax_product": [({"x": T((2, 3, 7, 7)), "v": T((2, 3, 7, 4))}, {"a": 3}),
                               ({"x": T((5, 4)), "v": T((4, 3))}, {"a": 0})],
+    # SqueezeNet's fire module output (two expansions side by side) read by a 1x1 squeeze
+    # conv with its bias, and by a strided, padded 3x3 conv; the pool between them.
+    "split_conv_concat_bias": [({"x": T((1, 4, 5, 5)), "y": T((1, 3, 5, 5)),
+                                 "w": T((2, 7, 1, 1)), "b": T((2, 1, 1))},
+                                {"s": (1, 1), "p": "valid", "d": (1, 1)}),
+                               ({"x": T((2, 2, 6, 7)), "y": T((2, 5, 6, 7)),
+                                 "w": T((3, 7, 3, 3)), "b": T((3, 1, 1))},
+                                {"s": (2, 1), "p": (1, 1, 0, 1), "d": (1, 1)})],
+    "split_conv_concat": [({"x": T((1, 4, 5, 5)), "y": T((1, 3, 5, 5)), "w": T((2, 7, 1, 1))},
+                           {"s": (1, 1), "p": "valid", "d": (1, 1)}),
+                          ({"x": T((2, 2, 6, 7)), "y": T((2, 1, 6, 7)), "w": T((3, 3, 3, 2))},
+                           {"s": (1, 2), "p": "same", "d": (2, 1)})],
+    "maxpool_through_concat": [({"x": T((1, 4, 7, 7)), "y": T((1, 3, 7, 7))},
+                                {"k": (3, 3), "s": (2, 2), "p": "valid", "a": "none"}),
+                               ({"x": T((2, 2, 6, 5)), "y": T((2, 1, 6, 5))},
+                                {"k": (2, 3), "s": (1, 2), "p": (0, 1, 1, 1), "a": "relu"})],
     # VGG's first block at two sizes: a 3-channel image, and 2 channels in, 3 out, batch 2.
     "fold_vgg_block": [({"x": T((1, 3, 4, 6)), "w1": T((4, 3, 3, 3)), "b1": T((4, 1, 1)),
                           "w2": T((4, 4, 3, 3)), "b2": T((4, 1, 1))}, {}),

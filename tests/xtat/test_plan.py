@@ -15,7 +15,7 @@ import itertools
 
 import pytest
 
-from superopt.ir.graph import Graph, GraphBuilder
+from superopt.ir.graph import Graph, GraphBuilder, Value
 from superopt.rewrite import Matcher, create_cost, optimize
 from superopt.rewrite.check import check_values
 from superopt.substitutions.rule import Rule
@@ -482,3 +482,57 @@ def test_both_searches_offer_the_eqsat_plan_beside_backtrackings() -> None:
     stage = default.stages[0]
     assert plan.alternatives(stage, site, bt.option)[0] == eq.option
     assert plan.alternatives(stage, site, eq.option)[0] == bt.option
+
+
+def _fires(pool: bool) -> Graph:
+    """Two SqueezeNet fire modules: a 1x1 and a 3x3 expansion side by side (a channel
+    concat) read by the next module's squeeze conv with its bias, through a max pool or
+    directly."""
+    b = GraphBuilder("fires")
+    x = b.input("x", (1, 8, 12, 12))
+
+    def conv(v: Value, name: str, cin: int, cout: int, k: int) -> Value:
+        y = b.op("conv2d", v, b.weight(f"w{name}", (cout, cin, k, k)), padding="same")
+        return b.op("relu", b.op("ewadd", y, b.weight(f"b{name}", (cout, 1, 1))))
+
+    def fire(v: Value, name: str, cin: int) -> Value:
+        s = conv(v, f"{name}s", cin, 4, 1)
+        return b.op("concat", conv(s, f"{name}e1", 4, 8, 1), conv(s, f"{name}e3", 4, 8, 3),
+                    axis=1)
+
+    h = fire(x, "f1", 8)
+    if pool:
+        h = b.op("pool2d_max", h, kernel=(3, 3), stride=(2, 2))
+    return b.build(fire(h, "f2", 16))
+
+
+def test_runtime_rules_together_are_one_more_variant() -> None:
+    # A max pool between a concat and the conv that reads it: the runtime library's conv
+    # split finds the concat only once the pool has moved above it, so only the variant
+    # with all of its rules, in order, computes the module without a concat. (The input's
+    # variants: whether the plan itself moves the pool depends on the cost.)
+    pipe = make_pipeline(Simulator("v4"), rules=["runtime"])
+    graph = _fires(pool=True)
+    plan = pipe.passes[pipe.index("plan")]
+    variants = {v.option: v for v in plan._with_whole(graph, None)}
+    # Alone, the conv split finds no concat to split; the pool moves and the copy stays.
+    assert [w.added for w in variants.values() if len(w.added) == 1] == \
+        [("maxpool_through_concat",)]
+    v = variants["input+maxpool_through_concat+split_conv_concat_bias"]
+    assert v.added == ("maxpool_through_concat", "split_conv_concat_bias")
+    assert len(variants) == 2
+    # Only the last concat (the output) is left; the pool moved alone leaves both.
+    assert _ops(graph, "concat") == 2 and _ops(v.graph, "concat") == 1
+    assert all(_ops(w.graph, "concat") == 2 for w in variants.values() if len(w.added) == 1)
+    assert _ops(v.graph, "conv2d") == _ops(graph, "conv2d") + 1
+    check = check_values(graph, v.graph)
+    assert check.ok, check.summary()
+
+
+def test_one_runtime_rule_alone_gets_no_second_variant() -> None:
+    # Without the pool the conv split with its bias takes every site; the plain split,
+    # after it, finds none left: no variant of the two together.
+    pipe = make_pipeline(Simulator("v4"), rules=["runtime"])
+    plan = pipe.passes[pipe.index("plan")]
+    added = sorted(v.added for v in plan._with_whole(_fires(pool=False), None))
+    assert added == [("split_conv_concat",), ("split_conv_concat_bias",)]
