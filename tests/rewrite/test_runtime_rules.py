@@ -135,3 +135,48 @@ def test_unknown_library_name_is_one_clear_error() -> None:
 
     with pytest.raises(IRError, match="no shipped rule library 'bogus'"):
         library_rules("bogus")
+
+
+def _fire_modules(pool: bool):
+    """Two of SqueezeNet's fire modules (16-channel squeeze, two 32-channel expansions
+    side by side, each conv with its bias and relu), the second's squeeze reading the
+    first's concat directly or through a max pool."""
+    b = GraphBuilder("fires")
+    x = b.input("x", (1, 32, 14, 14))
+
+    def conv(v, name: str, cin: int, cout: int, k: int):
+        y = b.op("conv2d", v, b.weight(f"w{name}", (cout, cin, k, k)), padding="same")
+        return b.op("relu", b.op("ewadd", y, b.weight(f"b{name}", (cout, 1, 1))))
+
+    def fire(v, name: str, cin: int):
+        s = conv(v, f"{name}s", cin, 16, 1)
+        return b.op("concat", conv(s, f"{name}e1", 16, 32, 1),
+                    conv(s, f"{name}e3", 16, 32, 3), axis=1)
+
+    h = fire(x, "f1", 32)
+    if pool:
+        h = b.op("pool2d_max", h, kernel=(3, 3), stride=(2, 2))
+    return b.build(conv(fire(h, "f2", 64), "out", 64, 16, 1))
+
+
+@pytest.mark.parametrize("pool", [False, True], ids=["direct", "through_a_pool"])
+def test_conv_over_a_concat_runs_without_the_copy(tmp_path: Path, pool: bool) -> None:
+    g = _fire_modules(pool)
+    before = _ops_after_optimization(g, tmp_path, "before")
+    assert before.count("Concat") == 2
+    m = Matcher(library_rules("runtime"))
+    new = g
+    for rule in ("maxpool_through_concat", "split_conv_concat_bias"):
+        sites = m.match(new, [rule]).sites
+        # Both concats are read by a conv (the first through the pool, once it has moved)
+        assert len(sites) == ((1 if pool else 0) if rule == "maxpool_through_concat" else 2)
+        if sites:
+            new = apply_sites(new, sites, m).graph
+    after = _ops_after_optimization(new, tmp_path, "after")
+    # No copy left, and no add of its own: the bias rides on the first conv and the sum
+    # (with the relu after it) on the second.
+    assert "Concat" not in after
+    assert "Add" not in after and "Sum" not in after
+    feeds = random_feeds(g, seed=4)
+    for a, b in zip(interpret(g, feeds), interpret(new, feeds), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-9 * max(1.0, np.abs(a).max()))
