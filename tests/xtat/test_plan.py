@@ -529,9 +529,10 @@ def test_runtime_rules_together_are_one_more_variant() -> None:
     assert check.ok, check.summary()
 
 
-def test_one_runtime_rule_alone_gets_no_second_variant() -> None:
-    # Without the pool the conv split with its bias takes every site; the plain split,
-    # after it, finds none left: no variant of the two together.
+def test_no_variant_together_where_one_rule_takes_every_site() -> None:
+    # Without the pool both conv splits apply alone, each at both concats; together the
+    # one with the bias takes every site and the plain one finds none left: the variant
+    # together would be the first one's again.
     pipe = make_pipeline(Simulator("v4"), rules=["runtime"])
     plan = pipe.passes[pipe.index("plan")]
     added = sorted(v.added for v in plan._with_whole(_fires(pool=False), None))

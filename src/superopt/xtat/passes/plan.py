@@ -43,9 +43,10 @@ residual add and layer norm runs 3-6x slower than the two ops, and a reshape bet
 keeps it from fusing, which a per-op cost prices as a small loss). One site at a time,
 their gain is within a measurement's noise (0.2-1% per BERT layer norm). So the site also
 offers the plan with each such rule applied at every site it matches (`<plan>+<rule>`;
-`input+<rule>` where the search found no plan), and with all of them (`<plan>+<r1>+<r2>`,
-in the library's order, where two or more apply: one can open sites for the next), right
-after the plan TASO's cost prices lowest, for the measurement to judge.
+`input+<rule>` where the search found no plan), and with all of them in the library's
+order (`<plan>+<r1>+<r2>`, where two or more apply: one can open sites for the next, a max
+pool moved above a concat letting the conv after it read the concat), right after the
+plan TASO's cost prices lowest, for the measurement to judge.
 
 The plan may instead be searched by equality saturation (`search="eqsat"`, `tune
 --plan-search eqsat`: one extracted graph, no path, so no variants by rule group), or both
@@ -360,7 +361,8 @@ class RewritePlan(TunablePass):
     def _with_whole(self, graph: Graph, p: Plan | None) -> list[Plan]:
         """The plan (or, without one, the input) with each rule a measurement must judge
         whole (`superopt.rewrite.measured_whole`) applied at every site it matches there,
-        one variant per rule and one with them all; none when no plan search is configured."""
+        one variant per rule and one with them all; none when no plan search is
+        configured."""
         from superopt.rewrite import measured_whole
 
         if self.cost_factory is None or self.budget <= 0:
@@ -368,36 +370,48 @@ class RewritePlan(TunablePass):
         base, origin = (p.graph, p.origin) if p is not None else (graph, identity_origin(graph))
         whole = [r.name for r in self.matcher.rules
                  if measured_whole(r) and (p is None or r.name not in p.rules)]
-        alone = [(rule,) for rule in whole]
-        # All of them together as well, in the library's order, each at every site of the
-        # graph the ones before it left: one rule can open sites for the next (a max pool
-        # moved above a concat lets the conv after it read the concat), which no variant
-        # of one rule alone measures.
-        together = [tuple(whole)] if len(whole) > 1 else []
+        found = [self._everywhere(base, origin, (rule,)) for rule in whole]
+        # All of them together too, in the library's order, each at every site of the graph
+        # the ones before it left, where two or more apply: one rule can open sites for the
+        # next (a max pool moved above a concat lets the conv after it read the concat),
+        # and gains that add up are measured at once, not site by site in the rewrite phase
+        # (bert_base b16: the flattened norms and the scaled probabilities together ran
+        # faster than either alone).
+        if len(whole) > 1:
+            got = self._everywhere(base, origin, tuple(whole))
+            if len(set(got[2])) > 1:
+                found.append(got)
         out = []
         before: float | None = p.cost_before if p is not None else None
-        for rules in alone + together:
-            g, got_origin, applied = base, origin, []
-            for rule in rules:
-                sites = self.matcher.match(g, [rule]).sites
-                res = apply_sites(g, sites, self.matcher, check=False) if sites else None
-                if res is None or not res.applied:
-                    continue
-                g, got_origin = res.graph, compose(got_origin, res.origin)
-                applied += [rule] * len(res.applied)
-            used = tuple(dict.fromkeys(applied))
-            if not used or (len(rules) > 1 and len(used) < 2):
-                continue  # nothing applied, or the same as one rule alone
+        for g, got_origin, applied in found:
+            if not applied:
+                continue
             if self._cost is None:
                 assert self.cost_factory is not None  # checked above
                 self._cost = self.cost_factory()
             cost = self._cost.cost  # type: ignore[attr-defined]
             if before is None:
                 before = cost(graph)  # priced once, for every variant of the input
+            used = tuple(dict.fromkeys(applied))
             out.append(Plan(f"{p.option if p is not None else 'input'}+{'+'.join(used)}", g,
                             got_origin, (*(p.rules if p is not None else ()), *applied),
                             before, cost(g), 0, 0.0, (), (), "", used))
         return out
+
+    def _everywhere(self, graph: Graph, origin: Origin, rules: tuple[str, ...]
+                    ) -> tuple[Graph, Origin, list[str]]:
+        """`graph` with each of `rules` in turn applied at every site it matches in the
+        graph the ones before it left: the graph, its origin, and one entry per rewrite
+        applied."""
+        applied: list[str] = []
+        for rule in rules:
+            sites = self.matcher.match(graph, [rule]).sites
+            res = apply_sites(graph, sites, self.matcher, check=False) if sites else None
+            if res is None or not res.applied:
+                continue
+            graph, origin = res.graph, compose(origin, res.origin)
+            applied += [rule] * len(res.applied)
+        return graph, origin, applied
 
     def source(self, rule: str) -> str:
         """The rule source a rule comes from: PET's mutants (a family) or the library."""
