@@ -374,9 +374,7 @@ class RewritePlan(TunablePass):
         # All of them together too, in the library's order, each at every site of the graph
         # the ones before it left, where two or more apply: one rule can open sites for the
         # next (a max pool moved above a concat lets the conv after it read the concat),
-        # and gains that add up are measured at once, not site by site in the rewrite phase
-        # (bert_base b16: the flattened norms and the scaled probabilities together ran
-        # faster than either alone).
+        # and gains that add up are measured at once, not site by site in the rewrite phase.
         if len(whole) > 1:
             got = self._everywhere(base, origin, tuple(whole))
             if len(set(got[2])) > 1:
