@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -323,3 +324,30 @@ def test_workers_rebuild_an_eqsat_plan_from_the_drivers_searches(
     [(key, t)] = remote.measure_task((spec, [(cand.json, 0)]))
     assert key == cand.key and t > 0
     cache.close()
+
+
+def test_replay_of_a_file_from_other_search_code_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Recorded, then replayed by "another version": the code digest differs, so every kept
+    # search misses and the plan is searched again; here the new search finds nothing,
+    # and the recorded best (which holds a plan) no longer rebuilds.
+    db = tmp_path / "r.sqlite"
+    assert main(["tune", "squeezenet", "--budget", "12", "--db", str(db), "--no-check"]) == 0
+    import superopt.xtat.plancache as plancache
+
+    def nothing(graph: Graph, *args: object, **kwargs: object) -> object:
+        """A search that finds no rewrite."""
+        return SimpleNamespace(steps=[], cost_after=1.0, cost_before=1.0, graph=graph,
+                               origin=None, evaluated=0, seconds=0.0, stopped="budget")
+
+    capsys.readouterr()
+    js = tmp_path / "best.json"
+    assert main(["tune", "--replay", str(db), "--json", str(js)]) == 0
+    assert json.loads(js.read_text())["candidate"]["plan"]  # the best holds a plan
+    monkeypatch.setattr(plancache, "code_digest", lambda: "another version")
+    monkeypatch.setattr(superopt.rewrite, "optimize", nothing)
+    assert main(["tune", "--replay", str(db)]) != 0
+    err = capsys.readouterr().err
+    assert "does not rebuild" in err and "another version of superopt's search code" in err
+    assert len(err.strip().splitlines()) == 1

@@ -545,6 +545,16 @@ def replay(args: argparse.Namespace, console: Console) -> int:
     assert plans is not None
     try:
         return _replayed(args, console, session, w, best, config, count)
+    except RecordsError as e:
+        # The searches' keys hold the digest of the search code and rules: a file recorded
+        # by another version of them is searched again, and a real target's per-op costs
+        # are timed again, so the plan found can differ from the one measured.
+        if plans.misses and len(plans):
+            raise RecordsError(
+                f"{e}; the plan searches the file keeps ({len(plans)}) were made by another "
+                "version of superopt's search code or rules, so the plan was searched again: "
+                "replay with the version that recorded it") from None
+        raise
     finally:
         plans.close()
 
