@@ -893,3 +893,31 @@ def test_a_search_that_runs_out_of_candidates_says_so_rather_than_budget() -> No
     session = _session(FakeTimer(node_count, sigma=0.01), plan_budget=0)
     tuner, result = _tune(session, 3, screen=False)
     assert tuner.spent == 3 and result.stopped == "budget"
+
+
+def test_ties_go_to_the_final_comparison_by_their_ratio_and_a_resume_ranks_the_same(
+        tmp_path: Path) -> None:
+    # Every graph costs the same: no candidate is faster, and each one measured ahead of
+    # the input (ratio >= 1) reports the input's time: they tie. The final comparison
+    # takes the one measured furthest ahead, not the first measured.
+    path = tmp_path / "r.sqlite"
+    session = _session(FakeTimer(lambda g: 1e-3, sigma=0.03, seed=3), plan_budget=0)
+    runner = session.runner
+    assert isinstance(runner, RealRunner)
+    with RecordsDB(path, session.workload, {}) as db:
+        tuner, result = _tune(session, 8, db, screen=False)
+        steps = [(m.candidate, m.runtime) for m in db.measurements()]
+    assert result.best is session.default  # nothing was faster
+    ratio = {p.candidate: p.ratio for p in runner.log}
+    ties = [k for k, t in steps[1:] if t == steps[0][1] and k in ratio]
+    assert len(ties) >= 2
+    best = max(ties, key=ratio.__getitem__)
+    assert best != ties[0]  # the case needs the first tie not to be the best ratio
+    assert runner.final is not None and runner.final.candidate == best
+    # The ratios are in the records: a runner bound to them later ranks the same.
+    later = _session(FakeTimer(lambda g: 1e-3, seed=4), plan_budget=0).runner
+    assert isinstance(later, RealRunner)
+    with RecordsDB(path, session.workload, {}, resume=True) as db:
+        later.bind(tuner.ctx, db)
+    assert [later.promise(e[3]) for e in tuner.finalists] == \
+        [runner.promise(e[3]) for e in tuner.finalists]

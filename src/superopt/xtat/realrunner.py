@@ -25,6 +25,11 @@ same batch norm, fuses the same bias, folds the same scale: `OrtTimer.same_progr
 `superopt.xtat.ortprogram`) is not timed at all: it is the incumbent, as a candidate with
 the incumbent's graph is.
 
+Candidates that are not faster all report the incumbent's time (or more), so many tie;
+among ties the finalists are ranked by their paired ratio over the incumbent they were
+measured against (`promise`, kept in the records' meta `ratios` so a resumed run ranks
+the same), not by which came first: squeezenet b1 tied its input on 8 of 15 candidates.
+
 The final pick (`pick`) is one more paired comparison with more rounds, the input, the
 best measured candidate and the input again (the A/A control) in each round: the tuned
 graph is kept only when it is faster by the same rule, so the result is never slower
@@ -483,6 +488,7 @@ class RealRunner:
         self.timed = 0  # paired comparisons run (A/A and final included)
         self.not_timed = 0  # candidates measured as the incumbent's program, untimed
         self._untimed: set[str] = set()  # keys of candidates measured without timing
+        self._ratios: dict[str, float] = {}  # candidate key -> its paired ratio (`promise`)
 
     def bind(self, ctx: TuneContext, db: RecordsDB | None) -> None:
         """Measure against `ctx`'s incumbent; keep the noise model and the final
@@ -493,6 +499,7 @@ class RealRunner:
             if got is not None:
                 self.noise = Noise(got["input_s"], got["aa"], tuple(got["aa_ci"]),
                                    got["rounds"])
+            self._ratios = dict(db.get_meta("ratios") or {})
 
     def settings(self) -> dict[str, Any]:
         # Early stops are named only when on: records made before them ran every round,
@@ -568,7 +575,16 @@ class RealRunner:
         reported = inc_s / ratio if v == "faster" else max(inc_s, inc_s / ratio)
         self.log.append(Paired(candidate.key, ctx.best.key, ratio, ci, aa, aa_ci, v, reported,
                                len(t.times[0]), extended))
+        self._ratios[candidate.key] = ratio
+        if self.db is not None:
+            self.db.put_meta("ratios", self._ratios)
         return reported
+
+    def promise(self, candidate: Candidate) -> float:
+        """How far ahead of its incumbent `candidate` measured: its paired ratio (1.0 for
+        the input and for candidates not timed), the tuner's tie-break among finalists
+        that report the same time (module docstring)."""
+        return self._ratios.get(candidate.key, 1.0)
 
     def untimed(self, candidate: Candidate) -> bool:
         """Whether this process measured `candidate` without timing it (the incumbent's

@@ -307,7 +307,8 @@ class Tuner:
         self.measured = 0
         self.replayed = 0
         self.history: list[Point] = []
-        self.finalists: list[tuple[float, int, Candidate]] = []  # max-heap by -time
+        # A heap of (-time, promise, -step, candidate): the worst finalist on top.
+        self.finalists: list[tuple[float, float, int, Candidate]] = []
         self.phase = ""
         self.strategy = ""
 
@@ -342,10 +343,14 @@ class Tuner:
                     self.ctx.kernel_times[(key, f.tiles[key], f.flags[key])] = kt
         self.ctx.observe(cand, t)
         self.history.append(Point(self.step - 1, t, self.ctx.best_time, self.phase))
-        entry = (-t, -(self.step - 1), cand)
+        # Equal times (a real runner reports every candidate that is not faster at the
+        # incumbent's) are ranked by the runner's `promise` where it has one, then by
+        # which came first.
+        promise = getattr(self.runner, "promise", None)
+        entry = (-t, promise(cand) if callable(promise) else 0.0, -(self.step - 1), cand)
         if len(self.finalists) < FINALISTS:
             heapq.heappush(self.finalists, entry)
-        elif entry[:2] > self.finalists[0][:2]:
+        elif entry[:3] > self.finalists[0][:3]:
             heapq.heapreplace(self.finalists, entry)
 
     def evaluate(self, cands: Sequence[Candidate], limit: int) -> tuple[list[Candidate],
@@ -475,9 +480,9 @@ class Tuner:
         with the default, given the finalists fastest measured first."""
         choose = getattr(self.runner, "pick", None)
         if callable(choose):
-            ranked = [c for _, _, c in sorted(self.finalists, key=lambda e: (-e[0], -e[1]))]
+            ranked = [e[3] for e in sorted(self.finalists, key=lambda e: (-e[0], -e[1], -e[2]))]
             return choose(self.ctx.default, ranked)
-        pool = [c for _, _, c in self.finalists] + [self.ctx.default]
+        pool = [e[3] for e in self.finalists] + [self.ctx.default]
         scored = sorted(((self.runner.time(c), i, c) for i, c in enumerate(pool)),
                         key=lambda e: (e[0], e[1]))
         return scored[0][2], scored[0][0]
