@@ -180,3 +180,33 @@ def test_conv_over_a_concat_runs_without_the_copy(tmp_path: Path, pool: bool) ->
     feeds = random_feeds(g, seed=4)
     for a, b in zip(interpret(g, feeds), interpret(new, feeds), strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-9 * max(1.0, np.abs(a).max()))
+
+
+# Near misses of the concat rules, each false: the weight's halves swapped, the bias added
+# to both convs, a relu fused into each conv (a relu of the sum is not the sum of relus),
+# one half pooled by averaging.
+FALSE_CONCAT_RULES = [
+    "swapped_split: (conv2d ?s ?p ?d 1 none (concat 1 ?x ?y) ?w) => (ewadd (conv2d ?s ?p ?d 1 "
+    "none ?x (split.1 1 {[dim(?y,1), dim(?x,1)]} ?w)) (conv2d ?s ?p ?d 1 none ?y (split.0 1 "
+    "{[dim(?y,1), dim(?x,1)]} ?w)))",
+    "bias_twice: (ewadd (conv2d ?s ?p ?d 1 none (concat 1 ?x ?y) ?w) ?b) => (ewadd (ewadd "
+    "(conv2d ?s ?p ?d 1 none ?x (split.0 1 {[dim(?x,1), dim(?y,1)]} ?w)) ?b) (ewadd (conv2d "
+    "?s ?p ?d 1 none ?y (split.1 1 {[dim(?x,1), dim(?y,1)]} ?w)) ?b))",
+    "relu_split: (conv2d ?s ?p ?d 1 relu (concat 1 ?x ?y) ?w) => (ewadd (conv2d ?s ?p ?d 1 "
+    "relu ?x (split.0 1 {[dim(?x,1), dim(?y,1)]} ?w)) (conv2d ?s ?p ?d 1 relu ?y (split.1 1 "
+    "{[dim(?x,1), dim(?y,1)]} ?w)))",
+    "avg_through: (pool2d_max ?k ?s ?p ?a (concat 1 ?x ?y)) => (concat 1 (pool2d_avg ?k ?s ?p "
+    "?a true ?x) (pool2d_max ?k ?s ?p ?a ?y))",
+]
+
+
+def test_the_concat_rules_are_proved_and_their_near_misses_refuted() -> None:
+    from superopt.substitutions import parse_rule
+    from superopt.verifier.axioms import builtin_axioms
+    from superopt.verifier.prover import PROVED, REFUTED, VerifyOptions, verify_rules
+
+    true = [r for r in library_rules("runtime") if "concat" in r.name]
+    assert len(true) == 3
+    false = [parse_rule(t) for t in FALSE_CONCAT_RULES]
+    got = verify_rules([*true, *false], builtin_axioms(), VerifyOptions(timeout_s=10))
+    assert [g.state for g in got] == [PROVED] * 3 + [REFUTED] * 4, [g.reason for g in got]
