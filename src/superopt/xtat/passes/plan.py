@@ -376,9 +376,9 @@ class RewritePlan(TunablePass):
         # next (a max pool moved above a concat lets the conv after it read the concat),
         # and gains that add up are measured at once, not site by site in the rewrite phase.
         if len(whole) > 1:
-            got = self._everywhere(base, origin, tuple(whole))
-            if len(set(got[2])) > 1:
-                found.append(got)
+            g, got_origin, applied = self._everywhere(base, origin, tuple(whole))
+            if len(set(applied)) > 1:
+                found.append((g, got_origin, applied))
         out = []
         before: float | None = p.cost_before if p is not None else None
         for g, got_origin, applied in found:
