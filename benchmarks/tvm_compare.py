@@ -38,11 +38,13 @@ Run pinned to one core with one TVM thread (the cells record the CPU and the pin
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -106,6 +108,9 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
         work = Path(tempfile.mkdtemp(prefix=f"ms_{kernel.name}_"))
         try:
             secs = tk.tune_metaschedule(kernel, budget, seed, work, ev)
+            programs = {"workload": (work / "database_workload.json").read_text().splitlines(),
+                        "records": (work / "database_tuning_record.json").read_text()
+                        .splitlines()}
         finally:
             shutil.rmtree(work, ignore_errors=True)
     else:
@@ -119,6 +124,7 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
             screen = MsScreen(sp, seed=seed)
         trials = tk.search(sp, strategy, seed, budget, measure, opts=opts, screen=screen)
         secs = [t.seconds for t in trials]
+        programs = {"configs": [t.config for t in trials]}
         best = min(trials, key=lambda t: t.seconds)
         steps = [e.split(":", 1)[0] for e in measure.errors]
         extra = {"space": space, "strategy": strategy, "options": opts,
@@ -137,24 +143,135 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
            "affinity": sorted(os.sched_getaffinity(0)),
            "tvm_num_threads": os.environ.get("TVM_NUM_THREADS"), **extra}
     cells.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1))
-    tmp.replace(path)
+    # The programs first: a cell file without its programs is one from before they
+    # were kept, never one killed between the two writes.
+    write_atomic(programs_path(path), gzip.compress(json.dumps(programs).encode()))
+    write_atomic(path, json.dumps(out, indent=1).encode())
     return out
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def programs_path(cell: Path) -> Path:
+    """Where a cell keeps every trial's program: our tuners' configurations, or
+    MetaSchedule's database (its workload and tuning-record lines), gzipped."""
+    return cell.with_name(cell.stem + ".programs.json.gz")
+
+
+def retimed_path(cell: Path) -> Path:
+    return cell.with_name(cell.stem + ".retimed.json")
 
 
 Key = tuple[str, str, int, str]  # kernel, tuner, seed, space ("" for MetaSchedule)
 
 
-def load_cells(cells: Path) -> dict[Key, dict[int, list[float]]]:
-    """(kernel, tuner, seed, space) -> budget -> trial times (inf for failed trials)."""
+def load_cells(cells: Path, retimed: bool = False) -> dict[Key, dict[int, list[float]]]:
+    """(kernel, tuner, seed, space) -> budget -> trial times (inf for failed trials).
+    With `retimed`, only the cells re-timed in full (`retime`), each trial's time its
+    ratio to the kernel's reference times the median of every reference timing of that
+    kernel in the cells' re-timings (one scale per kernel, so tuners compare as the
+    ratios do)."""
     out: dict[Key, dict[int, list[float]]] = {}
+    loaded = []
     for p in sorted(cells.glob("*.json")):
+        if p.name.endswith(".retimed.json"):
+            continue
         c = json.loads(p.read_text())
         secs = [math.inf if s is None else float(s) for s in c["seconds"]]
+        if retimed:
+            r = retimed_path(p)
+            if not r.exists():
+                continue
+            got = json.loads(r.read_text())
+            if len(got["ratios"]) < len(secs):  # unfinished: not a whole run
+                continue
+            secs = [math.inf if x is None else float(x) for x in got["ratios"]]
+            loaded.append((c["kernel"], secs, got["reference_s"]))
         space = "" if c["tuner"] == "metaschedule" else c.get("space", "knobs")
         out.setdefault((c["kernel"], c["tuner"], c["seed"], space), {})[c["budget"]] = secs
+    if retimed:
+        refs: dict[str, list[float]] = {}
+        for kernel, _, reference_s in loaded:
+            refs.setdefault(kernel, []).extend(reference_s)
+        for kernel, secs, _ in loaded:
+            scale = statistics.median(refs[kernel])
+            secs[:] = [x * scale for x in secs]
     return out
+
+
+def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
+           log: Any = print) -> None:
+    """Re-time every trial of the cells of `kernels` (and `tuners`) that keep their
+    programs (`superopt.xtat.tvm_retime`): each rebuilt, timed in `rounds` rounds
+    alternating with the kernel's reference program (MetaSchedule's space's default
+    schedule), its figure the median ratio. Written to the cell's `.retimed.json` every
+    16 trials, so a killed re-timing goes on where it stopped."""
+    from superopt.xtat import tvm_kernels as tk
+    from superopt.xtat.tvm_msspace import MsSpace
+    from superopt.xtat.tvm_retime import Retimer, ms_record_modules
+
+    for k in kernels:
+        todo = []
+        for p in sorted(cells.glob(f"{k.name}__*.json")):
+            if p.name.endswith(".retimed.json") or not programs_path(p).exists():
+                continue
+            c = json.loads(p.read_text())
+            done = json.loads(retimed_path(p).read_text()) if retimed_path(p).exists() \
+                else None
+            if c["tuner"] in tuners and (done is None or
+                                         len(done["ratios"]) < len(c["seconds"])):
+                todo.append((p, c, done))
+        if not todo:
+            continue
+        ms_space = MsSpace(k)
+        retimer = Retimer(tk.TvmMeasure(ms_space, tk.Evaluator()),
+                          ms_space.schedule(ms_space.complete({})), rounds)
+        spaces = {"ms": ms_space}
+        for p, c, done in todo:
+            start = time.perf_counter()
+            programs = json.loads(gzip.decompress(programs_path(p).read_bytes()))
+            if c["tuner"] == "metaschedule":
+                mods: list[Any] = ms_record_modules(programs["workload"], programs["records"])
+            else:
+                sp = spaces.setdefault(c.get("space", "knobs"),
+                                       make_space(k, c.get("space", "knobs")))
+                mods = [_config_module(sp, cfg) for cfg in programs["configs"]]
+            if len(mods) != len(c["seconds"]):
+                raise ValueError(f"{programs_path(p)}: {len(mods)} programs for "
+                                 f"{len(c['seconds'])} trials")
+            ratios = list(done["ratios"]) if done else []
+            reference_s = list(done["reference_s"]) if done else []
+            wall = done["wall_s"] if done else 0.0
+            retimer.reference_s = reference_s
+            for i in range(len(ratios), len(mods)):
+                failed = c["seconds"][i] is None  # failed when tuned: stays failed
+                x = math.inf if failed else retimer.ratio(mods[i])
+                ratios.append(None if math.isinf(x) else round(x, 6))
+                if (i + 1) % 16 == 0 or i + 1 == len(mods):
+                    write_atomic(retimed_path(p), json.dumps({
+                        "kernel": k.name, "tuner": c["tuner"], "seed": c["seed"],
+                        "budget": c["budget"], "rounds": rounds, "ratios": ratios,
+                        "reference_s": reference_s,
+                        "reference": "MetaSchedule's space, default decisions (MsSpace)",
+                        "evaluator": vars(tk.Evaluator()),
+                        "affinity": sorted(os.sched_getaffinity(0)),
+                        "wall_s": round(wall + time.perf_counter() - start, 1)},
+                        indent=1).encode())
+            log(f"{p.name}: re-timed {len(ratios)} trials in "
+                f"{time.perf_counter() - start:.0f} s")
+
+
+def _config_module(space: Any, config: dict[str, Any]) -> Any | None:
+    """The scheduled module of a trial's recorded (canonical, JSON) configuration."""
+    choices = {key: tuple(v) if isinstance(v, list) else v for key, v in config.items()}
+    try:
+        return space.schedule(space.complete(choices))
+    except Exception:  # did not schedule when tuned either: a failed trial
+        return None
 
 
 def at_budget(runs: dict[int, list[float]], budget: int) -> tuple[list[float], str] | None:
@@ -167,10 +284,10 @@ def at_budget(runs: dict[int, list[float]], budget: int) -> tuple[list[float], s
     return None
 
 
-def report(cells: Path) -> dict:
+def report(cells: Path, retimed: bool = False) -> dict:
     from superopt.xtat import tvm_kernels as tk
 
-    data = load_cells(cells)
+    data = load_cells(cells, retimed)
     kernels = []
     goal_rows: dict[str, dict[int, dict[str, bool]]] = {}
     # Ratios to MetaSchedule's trials, per kernel-seed pair: guided's (per space and
@@ -270,6 +387,11 @@ def report(cells: Path) -> dict:
             "goal_rule": "per space: guided's trials to reach MetaSchedule's best (same "
                          "seed, same budget) <= 0.5x MetaSchedule's trials to that best, on "
                          "every seed run, on >= 3 of 4 kernels",
+            "measure": "re-timed after the runs: every trial's program rebuilt and timed in "
+                       "rounds alternating with the kernel's reference program, its time the "
+                       "median ratio times the median reference time (cells re-timed in "
+                       "full only)" if retimed else
+                       "each trial as measured when its tuner ran it",
             "kernels": kernels, "goal": goal}
 
 
@@ -348,6 +470,7 @@ def print_table(res: dict) -> None:
                     print(f"  {sp} space, budget {b}, seed {r['seed']}: trials to "
                           f"{r['target_gflops']} GFLOP/s (the least of our bests): "
                           + ", ".join(f"{t} {n}" for t, n in r["trials"].items()))
+    print(f"\nmeasure: {res['measure']}")
     print("\ngoal (guided <= 0.5x MetaSchedule's trials on >= 3 of 4 kernels):")
     for sp, per in res["goal"].items():
         for b, g in per.items():
@@ -369,13 +492,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cells", type=Path, default=ROOT / "results" / "tvm_compare_cells")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "tvm_compare.json")
     ap.add_argument("--report", action="store_true", help="only rebuild the report")
+    ap.add_argument("--retime", action="store_true",
+                    help="no tuning: re-time every trial of the cells (of --kernels and "
+                         "--tuners) that keep their programs, paired with a reference "
+                         "program, then report on those figures")
+    ap.add_argument("--retime-rounds", type=int, default=3,
+                    help="paired rounds per re-timed trial")
+    ap.add_argument("--retimed", action="store_true",
+                    help="report on the re-timed figures (the cells re-timed in full)")
     a = ap.parse_args(argv)
+    if a.retime_rounds < 1:
+        ap.error(f"--retime-rounds must be at least 1, not {a.retime_rounds}")
     os.environ.setdefault("TVM_NUM_THREADS", "1")
     from superopt.xtat import tvm_kernels as tk
 
-    if not a.report:
-        names = [n for n in a.kernels.split(",") if n]
-        kernels = [k for k in tk.KERNELS if not names or k.name in names]
+    names = [n for n in a.kernels.split(",") if n]
+    unknown = sorted(set(names) - {k.name for k in tk.KERNELS})
+    if unknown:
+        ap.error(f"--kernels: unknown kernel {unknown[0]!r} (known: "
+                 f"{', '.join(k.name for k in tk.KERNELS)})")
+    kernels = [k for k in tk.KERNELS if not names or k.name in names]
+    if a.retime:
+        retime(a.cells, kernels, a.retime_rounds, set(a.tuners.split(",")))
+    elif not a.report:
         for budget in (int(b) for b in a.budgets.split(",")):
             for seed in (int(s) for s in a.seeds.split(",")):
                 for k in kernels:
@@ -391,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"{len(c['seconds'])} trials, best {best:.2f} GFLOP/s, "
                               f"{'cached' if done else f'{time.perf_counter() - t0:.0f} s'}",
                               flush=True)
-    res = report(a.cells)
+    res = report(a.cells, retimed=a.retime or a.retimed)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1) + "\n")
     print_table(res)

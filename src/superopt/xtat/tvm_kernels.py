@@ -491,25 +491,21 @@ class TvmMeasure:
         `check`, compare its values to numpy's (`start`: when scheduling began, for
         `build_s`)."""
         import tvm
-        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
         start = time.perf_counter() if start is None else start
         try:
-            timed = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-            lib = tvm.tirx.build(timed, target=self.target)
+            lib, timed = self.build(mod)
             # Without the layout rewrite the kernel reads its weight in a layout our
             # inputs are not in: the values are checked on the module as scheduled.
-            exact = lib if _same(timed, mod) else tvm.tirx.build(mod, target=self.target)
+            exact = lib if not self.check or _same(timed, mod) else tvm.tirx.build(
+                mod, target=self.target)
         except Exception as e:  # a schedule TVM rejects is an invalid trial, not a crash
             self.errors.append(f"build: {type(e).__name__}: {str(e)[:200]}")
             return math.inf
         finally:
             self.build_s += time.perf_counter() - start
-        ev = self.evaluator
         try:
-            f = lib.time_evaluator("main", self.dev, number=ev.number, repeat=ev.repeat,
-                                   min_repeat_ms=ev.min_repeat_ms)
-            secs = float(np.mean(f(*self.args).results))
+            secs = self.run(lib)
             if self.check:
                 exact["main"](*self.args)
                 got = self.args[-1].numpy().astype(np.float64)
@@ -521,6 +517,24 @@ class TvmMeasure:
             self.errors.append(f"run: {type(e).__name__}: {str(e)[:200]}")
             return math.inf
         return secs
+
+    def build(self, mod: Any) -> tuple[Any, Any]:
+        """The library MetaSchedule's `LocalBuilder` would build from `mod` (its
+        weight-layout rewrite block removed) and the module it was built from (raises
+        when TVM rejects it)."""
+        import tvm
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+        timed = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+        return tvm.tirx.build(timed, target=self.target), timed
+
+    def run(self, lib: Any) -> float:
+        """One timing of a built library, as MetaSchedule's runner times a trial (mean
+        seconds per run over the evaluator's repeats)."""
+        ev = self.evaluator
+        f = lib.time_evaluator("main", self.dev, number=ev.number, repeat=ev.repeat,
+                               min_repeat_ms=ev.min_repeat_ms)
+        return float(np.mean(f(*self.args).results))
 
 
 def _same(a: Any, b: Any) -> bool:
