@@ -5,7 +5,6 @@ where TVM is not installed)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -25,6 +24,7 @@ from superopt.xtat.tvm_kernels import (
     trials_to,
 )
 from xtat.knob_cases import knob_cost
+from xtat.tvm_bench import load_bench
 
 MATMUL = Kernel("t_matmul", "test", "matmul", (32, 64, 48))
 CONV = Kernel("t_conv", "test", "conv2d", (8, 10, 10, 16, 3, 3, 1, 1))
@@ -149,11 +149,7 @@ def test_read_ms_records_in_file_order(tmp_path: Path) -> None:
 
 
 def _bench():
-    path = Path(__file__).parents[2] / "benchmarks" / "tvm_compare.py"
-    spec = importlib.util.spec_from_file_location("tvm_compare_bench", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench()
 
 
 def test_report_ratios_and_prefixes(tmp_path: Path) -> None:
@@ -476,3 +472,35 @@ def test_report_counts_metaschedule_against_its_other_seeds(tmp_path: Path) -> N
     goal = res["goal"]["ms"]["256"]
     assert goal["pairs_guided_le_0.5"] == [1, 2]
     assert goal["pairs_ms_vs_own_other_seeds_le_0.5"] == [1, 2]
+
+
+@pytest.mark.slow  # three of MetaSchedule's spaces built (about 30 s each here)
+def test_ms_records_replay_and_a_killed_retiming_resumes(ms_spaces: dict,
+                                                          tmp_path: Path) -> None:
+    """A MetaSchedule record replays to the program it measured, and `--retime` of a
+    cell whose re-timing was cut short keeps what it had and times only the rest."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from superopt.xtat.tvm_kernels import _same, host_target
+    from superopt.xtat.tvm_retime import ms_record_modules
+
+    space = ms_spaces[MATMUL.name]
+    sch = space.postprocessed(space.complete({}))
+    workload = ms.database.Workload(space.workload)
+    record = ms.database.TuningRecord(sch.trace, workload, [1e-3], host_target())
+    mods = ms_record_modules([json.dumps(workload.as_json())],
+                             [json.dumps([0, record.as_json()]), ""])
+    assert len(mods) == 1 and _same(mods[0], sch.mod)
+
+    bench = _bench()
+    cell = bench.run_cell(MATMUL, "guided", 0, 3, tmp_path, "ms")
+    path = bench.cell_path(tmp_path, MATMUL.name, "guided", 0, 3, "ms")
+    assert bench.programs_path(path).exists()
+    # Killed after one trial: a marker ratio that a fresh re-timing would not give.
+    bench.retimed_path(path).write_text(json.dumps(
+        {"ratios": [7.0], "reference_s": [0.5], "wall_s": 1.0}))
+    bench.retime(tmp_path, [MATMUL], 1, {"guided"}, log=lambda _: None)
+    got = json.loads(bench.retimed_path(path).read_text())
+    assert got["ratios"][0] == 7.0 and len(got["ratios"]) == len(cell["seconds"]) == 3
+    assert got["reference_s"][0] == 0.5 and len(got["reference_s"]) >= 2
+    assert all(r is not None and 0 < r < 100 for r in got["ratios"][1:])

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from superopt.xtat.tvm_kernels import TvmMeasure
@@ -65,12 +65,15 @@ class Retimer:
     module of the same kernel), alternating which of the two runs first; a module's
     figure is the median of its time over the reference's time in each round. Every
     reference timing is kept (`reference_s`): their median puts the ratios back in
-    seconds."""
+    seconds. `key` names a module's content for the cache (default: TVM's structural
+    hash)."""
 
-    def __init__(self, measure: TvmMeasure, reference: Any, rounds: int = 3) -> None:
+    def __init__(self, measure: TvmMeasure, reference: Any, rounds: int = 3,
+                 key: Callable[[Any], int] | None = None) -> None:
         if rounds < 1:
             raise ValueError(f"rounds must be at least 1, not {rounds}")
         self.measure, self.rounds = measure, rounds
+        self._key = key or _structural_hash
         self._ref_lib = measure.build(reference)[0]
         self.reference_s: list[float] = []
         self._cache: dict[int, float] = {}  # by structural hash of the module
@@ -80,9 +83,7 @@ class Retimer:
         None or does not build or run."""
         if mod is None:
             return math.inf
-        import tvm_ffi
-
-        key = int(tvm_ffi.structural_hash(mod))
+        key = self._key(mod)
         if key in self._cache:
             return self._cache[key]
         try:
@@ -102,6 +103,12 @@ class Retimer:
             value = math.inf
         self._cache[key] = value
         return value
+
+
+def _structural_hash(mod: Any) -> int:
+    import tvm_ffi
+
+    return int(tvm_ffi.structural_hash(mod))
 
 
 __all__ = ["Retimer", "ms_record_modules"]

@@ -1,0 +1,150 @@
+"""Re-timing trials against a reference (`superopt.xtat.tvm_retime`) with a fake measure
+(no TVM needed), and the benchmark's report on re-timed cells."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from superopt.xtat.tvm_kernels import KERNELS
+from superopt.xtat.tvm_retime import Retimer
+from xtat.tvm_bench import load_bench
+
+
+class RegimeMeasure:
+    """Programs are names with a base time; the machine is in a slow regime (1.6x) on
+    some rounds of two calls, as this machine is for seconds at a time. Every call is
+    logged."""
+
+    def __init__(self, base: dict[str, float], slow_pairs: set[int]) -> None:
+        self.base, self.slow_pairs = base, slow_pairs
+        self.calls: list[str] = []
+        self.builds: list[str] = []
+
+    def build(self, mod: str) -> tuple[str, str]:
+        if mod not in self.base:
+            raise RuntimeError(f"cannot build {mod}")
+        self.builds.append(mod)
+        return mod, mod
+
+    def run(self, lib: str) -> float:
+        pair = len(self.calls) // 2
+        self.calls.append(lib)
+        return self.base[lib] * (1.6 if pair in self.slow_pairs else 1.0)
+
+
+def _retimer(m: RegimeMeasure, rounds: int = 3) -> Retimer:
+    return Retimer(m, "ref", rounds, key=lambda mod: hash(mod))  # type: ignore[arg-type]
+
+
+def test_a_slow_regime_drops_out_of_the_paired_ratio() -> None:
+    # Pairs of calls 1, 2 and 4 are slow: timing the reference three times and then the
+    # program three times would read "fast" at 0.64 of the reference, not 0.4.
+    m = RegimeMeasure({"ref": 10.0, "fast": 4.0, "slow": 30.0}, slow_pairs={1, 2, 4})
+    r = _retimer(m)
+    assert r.ratio("fast") == pytest.approx(0.4)
+    assert r.ratio("slow") == pytest.approx(3.0)
+    # The regime was there: the reference itself read 10 and 16.
+    assert min(r.reference_s) == pytest.approx(10.0)
+    assert max(r.reference_s) == pytest.approx(16.0)
+    assert len(r.reference_s) == 6  # one per round, both programs
+
+
+def test_rounds_alternate_which_program_runs_first() -> None:
+    m = RegimeMeasure({"ref": 1.0, "a": 2.0}, slow_pairs=set())
+    _retimer(m, rounds=4).ratio("a")
+    assert m.calls == ["ref", "a", "a", "ref", "ref", "a", "a", "ref"]
+
+
+def test_a_program_is_retimed_once_and_failures_are_infinite() -> None:
+    m = RegimeMeasure({"ref": 1.0, "a": 2.0}, slow_pairs=set())
+    r = _retimer(m, rounds=1)
+    assert r.ratio("a") == r.ratio("a") == pytest.approx(2.0)
+    assert m.builds == ["ref", "a"]  # the reference, then "a" once
+    assert r.ratio("unbuildable") == math.inf
+    assert r.ratio(None) == math.inf
+
+
+def test_rounds_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        _retimer(RegimeMeasure({"ref": 1.0}, set()), rounds=0)
+
+
+def _bench() -> Any:
+    return load_bench()
+
+
+def test_report_on_retimed_cells(tmp_path: Path) -> None:
+    bench = _bench()
+    k = KERNELS[0]
+
+    def cell(tuner: str, secs: list[float], ratios: list[float | None] | None,
+             refs: list[float], seed: int = 0) -> None:
+        p = bench.cell_path(tmp_path, k.name, tuner, seed, 256, "ms")
+        p.write_text(json.dumps({"kernel": k.name, "tuner": tuner, "seed": seed,
+                                 "budget": 256, "space": "ms", "seconds": secs}))
+        if ratios is not None:
+            bench.retimed_path(p).write_text(json.dumps(
+                {"ratios": ratios, "reference_s": refs}))
+
+    # As measured: MetaSchedule's best (0.5, a quiet moment) at trial 100; guided's
+    # trials all read 0.6 or slower, so it never reaches it.
+    ms = [1.0] * 256
+    ms[99] = 0.5
+    ours = [2.0] * 256
+    ours[29] = 0.6
+    # Re-timed: the same programs against the reference. MetaSchedule's trial 100 is
+    # 0.3 of the reference, guided's trial 30 is 0.25 of it: it reaches the target.
+    ms_ratios: list[float | None] = [0.5] * 256
+    ms_ratios[99] = 0.3
+    ours_ratios: list[float | None] = [1.0] * 256
+    ours_ratios[29] = 0.25
+    ours_ratios[5] = None  # failed as rebuilt
+    cell("metaschedule", ms, ms_ratios, [2.0, 2.0])
+    cell("guided", ours, ours_ratios, [4.0])
+    # Another seed's re-timing is unfinished: not reported, but raw it is.
+    cell("guided", ours, [0.1] * 10, [1.0], seed=1)
+
+    raw = bench.report(tmp_path)
+    retimed = bench.report(tmp_path, retimed=True)
+    row = {r["tuner"]: r for r in raw["kernels"][0]["budgets"]["256"] if r["seed"] == 0}
+    assert row["guided"]["trials_to_ms_best"] is None
+    row = {(r["tuner"], r["seed"]): r for r in retimed["kernels"][0]["budgets"]["256"]}
+    assert ("guided", 1) not in row
+    assert row[("guided", 0)]["trials_to_ms_best"] == 30
+    assert row[("guided", 0)]["ratio_vs_ms"] == 0.3
+    # One scale for the kernel: the median of every reference timing (2, 2, 4) = 2 s.
+    assert row[("metaschedule", 0)]["best_gflops"] == pytest.approx(
+        k.flops / (0.3 * 2.0) / 1e9, rel=1e-3)
+    assert row[("guided", 0)]["best_gflops"] == pytest.approx(
+        k.flops / (0.25 * 2.0) / 1e9, rel=1e-3)
+    assert retimed["measure"].startswith("re-timed")
+    assert raw["measure"].startswith("each trial as measured")
+
+
+def test_cells_keep_their_programs_beside_them(tmp_path: Path) -> None:
+    bench = _bench()
+    cell = bench.cell_path(tmp_path, "k", "guided", 0, 256, "ms")
+    assert bench.programs_path(cell).name == "k__guided__ms__s0__b256.programs.json.gz"
+    assert bench.retimed_path(cell).name == "k__guided__ms__s0__b256.retimed.json"
+    # Neither is read as a cell.
+    cell.write_text(json.dumps({"kernel": "k", "tuner": "guided", "seed": 0,
+                                "budget": 256, "space": "ms", "seconds": [1.0]}))
+    bench.retimed_path(cell).write_text(json.dumps({"ratios": [1.0], "reference_s": [1.0]}))
+    assert list(bench.load_cells(tmp_path)) == [("k", "guided", 0, "ms")]
+
+
+def test_unknown_kernel_and_bad_rounds_are_one_line_errors(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _bench()
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--report", "--kernels", "nosuch", "--cells", str(tmp_path)])
+    assert e.value.code == 2
+    assert "unknown kernel 'nosuch'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--retime", "--retime-rounds", "0", "--cells", str(tmp_path)])
+    assert "--retime-rounds must be at least 1" in capsys.readouterr().err
