@@ -30,6 +30,14 @@ MetaSchedule run at the same budget; "-" when it never does) and their ratio to
 MetaSchedule's. The goal (issue 45), per space: guided reaches MetaSchedule's best in
 <= 0.5x its trials on >= 3 of the 4 kernels (at a budget, on every seed run).
 
+Each cell also keeps every trial's program beside it (`.programs.json.gz`: our tuners'
+configurations, MetaSchedule's database). `--retime` rebuilds them after the runs and
+times each in rounds alternating with the kernel's reference program
+(`superopt.xtat.tvm_retime`), into `.retimed.json` beside the cell; `--retimed` reports
+on those figures. As measured during the search, one library's time moves by up to 1.6x
+within seconds on this shared machine, so which tuner reaches the other's best first
+depends on when each was measured; the re-timed figures compare the programs found.
+
 Run pinned to one core with one TVM thread (the cells record the CPU and the pinning):
 `TVM_NUM_THREADS=1 taskset -c 0 .venv/bin/python benchmarks/tvm_compare.py --budgets 256
 --seeds 0 --space ms`; `--report` only rebuilds the table and JSON from the cells.
