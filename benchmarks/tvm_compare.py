@@ -232,6 +232,9 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
                 else None
             if c["tuner"] in tuners and (done is None or
                                          len(done["ratios"]) < len(c["seconds"])):
+                if done is not None and done.get("rounds", rounds) != rounds:
+                    raise ValueError(f"{retimed_path(p)}: begun with {done['rounds']} "
+                                     f"rounds a trial, not {rounds}: go on with those")
                 todo.append((p, c, done))
         if not todo:
             continue
@@ -521,7 +524,11 @@ def main(argv: list[str] | None = None) -> int:
                  f"{', '.join(k.name for k in tk.KERNELS)})")
     kernels = [k for k in tk.KERNELS if not names or k.name in names]
     if a.retime:
-        retime(a.cells, kernels, a.retime_rounds, set(a.tuners.split(",")))
+        try:
+            retime(a.cells, kernels, a.retime_rounds, set(a.tuners.split(",")))
+        except ValueError as e:  # a cell's programs or re-timing that do not fit it
+            print(f"tvm_compare.py: {e}", file=sys.stderr)
+            return 2
     elif not a.report:
         for budget in (int(b) for b in a.budgets.split(",")):
             for seed in (int(s) for s in a.seeds.split(",")):

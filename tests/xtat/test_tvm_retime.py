@@ -148,3 +148,20 @@ def test_unknown_kernel_and_bad_rounds_are_one_line_errors(
     with pytest.raises(SystemExit):
         bench.main(["--retime", "--retime-rounds", "0", "--cells", str(tmp_path)])
     assert "--retime-rounds must be at least 1" in capsys.readouterr().err
+
+
+def test_a_retiming_goes_on_only_with_its_own_rounds(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _bench()
+    k = KERNELS[0]
+    cell = bench.cell_path(tmp_path, k.name, "guided", 0, 256, "ms")
+    cell.write_text(json.dumps({"kernel": k.name, "tuner": "guided", "seed": 0,
+                                "budget": 256, "space": "ms", "seconds": [1.0, 2.0]}))
+    bench.programs_path(cell).write_bytes(b"")  # never read: the check comes first
+    bench.retimed_path(cell).write_text(json.dumps(
+        {"ratios": [1.0], "reference_s": [1.0], "rounds": 5}))
+    code = bench.main(["--retime", "--retime-rounds", "3", "--kernels", k.name,
+                       "--cells", str(tmp_path), "--out", str(tmp_path / "r.json")])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert "begun with 5 rounds" in err and len(err.splitlines()) == 1
