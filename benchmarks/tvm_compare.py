@@ -181,8 +181,10 @@ def load_cells(cells: Path, retimed: bool = False) -> dict[Key, dict[int, list[f
     """(kernel, tuner, seed, space) -> budget -> trial times (inf for failed trials).
     With `retimed`, only the cells re-timed in full (`retime`), each trial's time its
     ratio to the kernel's reference times the median of every reference timing of that
-    kernel in the cells' re-timings (one scale per kernel, so tuners compare as the
-    ratios do)."""
+    kernel in the same re-timing session (one process: the reference's own speed moves
+    between processes, up to 1.3x here on the 1x1 convolution, more than a fast
+    program's does, so ratios from two processes are not on one scale). Cells re-timed
+    in one session compare as their ratios do."""
     out: dict[Key, dict[int, list[float]]] = {}
     loaded = []
     for p in sorted(cells.glob("*.json")):
@@ -198,15 +200,15 @@ def load_cells(cells: Path, retimed: bool = False) -> dict[Key, dict[int, list[f
             if len(got["ratios"]) < len(secs):  # unfinished: not a whole run
                 continue
             secs = [math.inf if x is None else float(x) for x in got["ratios"]]
-            loaded.append((c["kernel"], secs, got["reference_s"]))
+            loaded.append(((c["kernel"], got.get("session", "")), secs, got["reference_s"]))
         space = "" if c["tuner"] == "metaschedule" else c.get("space", "knobs")
         out.setdefault((c["kernel"], c["tuner"], c["seed"], space), {})[c["budget"]] = secs
     if retimed:
-        refs: dict[str, list[float]] = {}
-        for kernel, _, reference_s in loaded:
-            refs.setdefault(kernel, []).extend(reference_s)
-        for kernel, secs, _ in loaded:
-            scale = statistics.median(refs[kernel])
+        refs: dict[tuple[str, str], list[float]] = {}
+        for group, _, reference_s in loaded:
+            refs.setdefault(group, []).extend(reference_s)
+        for group, secs, _ in loaded:
+            scale = statistics.median(refs[group])
             secs[:] = [x * scale for x in secs]
     return out
 
@@ -222,6 +224,8 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
     from superopt.xtat.tvm_msspace import MsSpace
     from superopt.xtat.tvm_retime import Retimer, ms_record_modules
 
+    # One process, one session: its reference timings put its ratios in seconds.
+    session = f"{platform.node()}:{os.getpid()}:{int(time.time())}"
     for k in kernels:
         todo = []
         for p in sorted(cells.glob(f"{k.name}__*.json")):
@@ -266,6 +270,8 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
                     write_atomic(retimed_path(p), json.dumps({
                         "kernel": k.name, "tuner": c["tuner"], "seed": c["seed"],
                         "budget": c["budget"], "rounds": rounds, "ratios": ratios,
+                        # a resumed re-timing keeps its first session's name
+                        "session": done.get("session", session) if done else session,
                         "reference_s": reference_s,
                         "reference": "MetaSchedule's space, default decisions (MsSpace)",
                         "evaluator": vars(tk.Evaluator()),

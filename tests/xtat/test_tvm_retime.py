@@ -83,13 +83,13 @@ def test_report_on_retimed_cells(tmp_path: Path) -> None:
     k = KERNELS[0]
 
     def cell(tuner: str, secs: list[float], ratios: list[float | None] | None,
-             refs: list[float], seed: int = 0) -> None:
+             refs: list[float], seed: int = 0, session: str = "a") -> None:
         p = bench.cell_path(tmp_path, k.name, tuner, seed, 256, "ms")
         p.write_text(json.dumps({"kernel": k.name, "tuner": tuner, "seed": seed,
                                  "budget": 256, "space": "ms", "seconds": secs}))
         if ratios is not None:
             bench.retimed_path(p).write_text(json.dumps(
-                {"ratios": ratios, "reference_s": refs}))
+                {"ratios": ratios, "reference_s": refs, "session": session}))
 
     # As measured: MetaSchedule's best (0.5, a quiet moment) at trial 100; guided's
     # trials all read 0.6 or slower, so it never reaches it.
@@ -108,6 +108,8 @@ def test_report_on_retimed_cells(tmp_path: Path) -> None:
     cell("guided", ours, ours_ratios, [4.0])
     # Another seed's re-timing is unfinished: not reported, but raw it is.
     cell("guided", ours, [0.1] * 10, [1.0], seed=1)
+    # A third seed re-timed in another session (process): its own scale, 10 s.
+    cell("metaschedule", ms, ms_ratios, [10.0], seed=2, session="b")
 
     raw = bench.report(tmp_path)
     retimed = bench.report(tmp_path, retimed=True)
@@ -117,9 +119,12 @@ def test_report_on_retimed_cells(tmp_path: Path) -> None:
     assert ("guided", 1) not in row
     assert row[("guided", 0)]["trials_to_ms_best"] == 30
     assert row[("guided", 0)]["ratio_vs_ms"] == 0.3
-    # One scale for the kernel: the median of every reference timing (2, 2, 4) = 2 s.
+    # One scale per session: the median of its reference timings (2, 2, 4) = 2 s; the
+    # other session's is its own 10 s.
     assert row[("metaschedule", 0)]["best_gflops"] == pytest.approx(
         k.flops / (0.3 * 2.0) / 1e9, rel=1e-3)
+    assert row[("metaschedule", 2)]["best_gflops"] == pytest.approx(
+        k.flops / (0.3 * 10.0) / 1e9, rel=1e-3)
     assert row[("guided", 0)]["best_gflops"] == pytest.approx(
         k.flops / (0.25 * 2.0) / 1e9, rel=1e-3)
     assert retimed["measure"].startswith("re-timed")
