@@ -2,15 +2,16 @@
 
 A trial's time in a tuning run is one measurement taken when the tuner made it. On a
 shared machine one measurement of the same library moves by up to 1.6x within seconds
-(regimes that last several measurements), and MetaSchedule's runner, a separate process,
-reads some programs slower than `TvmMeasure` reads the same program rebuilt here. A
-comparison of "trials to reach the other tuner's best" on those figures is decided by
-which tuner was measured in a quiet moment. Re-timing separates the search from the
-measurement: every trial's program is rebuilt after the run and timed in rounds that
-alternate it with one fixed reference program of the kernel, and its figure is the
-median over the rounds of its time over the reference's time beside it. Both tuners'
-trials are re-timed by the same code, so a slow regime or another process's runner
-scales the two programs of a round alike and drops out of the ratio.
+(regimes that last several measurements), so a comparison of "trials to reach the other
+tuner's best" on those figures is decided partly by which tuner was measured in a quiet
+moment. Re-timing separates the search from the measurement: every trial's program is
+rebuilt after the run and timed in rounds that alternate it with one fixed reference
+program of the kernel, and its figure is the median over the rounds of its time over the
+reference's time beside it. Both tuners' trials (MetaSchedule's were timed by its own
+runner process) are re-timed by the same code in the same process, so a slow regime,
+which scales the two programs of a round alike, drops out of the ratio. Ratios from two
+processes are not on one scale: the reference's own speed can differ between processes
+more than a fast program's does.
 
 - `ms_record_modules`: each record of a MetaSchedule JSON database as the scheduled
   module it measured (its trace replayed with its postprocessing), in file order.
