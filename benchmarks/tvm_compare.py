@@ -259,6 +259,7 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
                 raise ValueError(f"{programs_path(p)}: {len(mods)} programs for "
                                  f"{len(c['seconds'])} trials")
             ratios = list(done["ratios"]) if done else []
+            kept = len(ratios)
             reference_s = list(done["reference_s"]) if done else []
             wall = done["wall_s"] if done else 0.0
             retimer.reference_s = reference_s
@@ -278,8 +279,8 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
                         "affinity": sorted(os.sched_getaffinity(0)),
                         "wall_s": round(wall + time.perf_counter() - start, 1)},
                         indent=1).encode())
-            log(f"{p.name}: re-timed {len(ratios)} trials in "
-                f"{time.perf_counter() - start:.0f} s")
+            log(f"{p.name}: {len(ratios)} trials re-timed ({len(ratios) - kept} now, "
+                f"{kept} kept from before) in {time.perf_counter() - start:.0f} s")
 
 
 def _config_module(space: Any, config: dict[str, Any]) -> Any | None:
@@ -499,6 +500,15 @@ def print_table(res: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("tvm_compare.py: interrupted; finished cells and re-timings (written every 16 "
+              "trials) are kept: run the same command again to go on", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budgets", default="256", help="comma-separated trial budgets")
     ap.add_argument("--seeds", default="0", help="comma-separated seeds")

@@ -170,3 +170,17 @@ def test_a_retiming_goes_on_only_with_its_own_rounds(
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert "begun with 5 rounds" in err and len(err.splitlines()) == 1
+
+
+def test_an_interrupted_retiming_says_what_is_kept(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = _bench()
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "retime", interrupted)
+    assert bench.main(["--retime", "--cells", str(tmp_path)]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tvm_compare.py: interrupted") and len(err.splitlines()) == 1
