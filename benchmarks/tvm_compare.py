@@ -262,6 +262,9 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
             kept = len(ratios)
             reference_s = list(done["reference_s"]) if done else []
             wall = done["wall_s"] if done else 0.0
+            # Where another process went on: its reference may run at another speed, so
+            # a resumed file's ratios come from two processes (said here, not hidden).
+            resumed_at = [*done.get("resumed_at", []), kept] if done else []
             retimer.reference_s = reference_s
             for i in range(len(ratios), len(mods)):
                 failed = c["seconds"][i] is None  # failed when tuned: stays failed
@@ -273,6 +276,7 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
                         "budget": c["budget"], "rounds": rounds, "ratios": ratios,
                         # a resumed re-timing keeps its first session's name
                         "session": done.get("session", session) if done else session,
+                        "resumed_at": resumed_at,
                         "reference_s": reference_s,
                         "reference": "MetaSchedule's space, default decisions (MsSpace)",
                         "evaluator": vars(tk.Evaluator()),

@@ -502,5 +502,6 @@ def test_ms_records_replay_and_a_killed_retiming_resumes(ms_spaces: dict,
     bench.retime(tmp_path, [MATMUL], 1, {"guided"}, log=lambda _: None)
     got = json.loads(bench.retimed_path(path).read_text())
     assert got["ratios"][0] == 7.0 and len(got["ratios"]) == len(cell["seconds"]) == 3
+    assert got["resumed_at"] == [1]
     assert got["reference_s"][0] == 0.5 and len(got["reference_s"]) >= 2
     assert all(r is not None and 0 < r < 100 for r in got["ratios"][1:])
