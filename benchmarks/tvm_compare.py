@@ -248,7 +248,11 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
         spaces = {"ms": ms_space}
         for p, c, done in todo:
             start = time.perf_counter()
-            programs = json.loads(gzip.decompress(programs_path(p).read_bytes()))
+            try:
+                programs = json.loads(gzip.decompress(programs_path(p).read_bytes()))
+            except (OSError, EOFError, ValueError) as e:  # truncated or not gzip/JSON
+                raise ValueError(f"{programs_path(p)}: not a programs file "
+                                 f"({type(e).__name__}: {e})") from None
             if c["tuner"] == "metaschedule":
                 mods: list[Any] = ms_record_modules(programs["workload"], programs["records"])
             else:

@@ -184,3 +184,20 @@ def test_an_interrupted_retiming_says_what_is_kept(
     assert bench.main(["--retime", "--cells", str(tmp_path)]) == 130
     err = capsys.readouterr().err.strip()
     assert err.startswith("tvm_compare.py: interrupted") and len(err.splitlines()) == 1
+
+
+def test_a_corrupt_programs_file_is_a_one_line_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("tvm")  # the check runs after the kernel's space is built
+    bench = _bench()
+    k = KERNELS[2]
+    cell = bench.cell_path(tmp_path, k.name, "guided", 0, 256, "ms")
+    cell.write_text(json.dumps({"kernel": k.name, "tuner": "guided", "seed": 0,
+                                "budget": 256, "space": "ms", "seconds": [1.0]}))
+    bench.programs_path(cell).write_bytes(b"not gzip")
+    code = bench.main(["--retime", "--kernels", k.name, "--cells", str(tmp_path),
+                       "--out", str(tmp_path / "r.json")])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a programs file" in err and len(err.splitlines()) == 1
