@@ -331,3 +331,60 @@ def test_guided_without_a_screen_in_the_context_ignores_its_screen_option() -> N
     a = search(space, "guided", seed=1, budget=30, measure=cost)
     b = search(space, "guided", seed=1, budget=30, measure=cost, opts={"screen": 8})
     assert [t.config for t in a] == [t.config for t in b]
+
+
+def test_guided_init_proposes_random_points_first_then_climbs_from_the_fastest() -> None:
+    """With init=n the first n proposals are whole-space samples (most of them change
+    many sites at once, which no single move does); the next ones are moves of the
+    fastest of them."""
+    from superopt.xtat.context import TuneContext
+    from superopt.xtat.pipeline import Pipeline
+    from superopt.xtat.tvm_kernels import KERNELS, KnobSpace
+
+    space = KnobSpace(KERNELS[0])
+    knob = space.make_pass()
+    pipeline = Pipeline([knob])
+    start = pipeline.initial(space.kernel.graph())
+    ctx = TuneContext(pipeline, start, np.random.default_rng(0))
+    ctx.best, ctx.best_time = start, 1.0
+    g = create("guided", model="none", init=6, changes=1)
+    g.start(ctx, [knob.name], 50)
+    first = g.ask(4) + g.ask(4)  # the second ask has two samples left, then moves
+    assert len(first) == 8
+    sizes = [len(c.config(knob.name).choices) for c in first]
+    assert max(sizes[:6]) >= 3  # a sample sets every site: several differ from default
+    assert all(s <= 1 for s in sizes[6:])  # moves of the start (one site, changes=1)
+    g.tell(first, [5.0, 5.0, 0.5, 5.0, 5.0, 5.0, 5.0, 5.0])
+    fastest = first[2].config(knob.name).choices
+    for cand in g.ask(10):  # each a move of the fastest sample: one site away from it
+        got = cand.config(knob.name).choices
+        keys = set(got) | set(fastest)
+        assert sum(got.get(k) != fastest.get(k) for k in keys) == 1
+
+
+def test_context_sample_draws_every_site_uniformly_and_reproducibly() -> None:
+    from superopt.xtat.context import TuneContext
+    from superopt.xtat.pipeline import Pipeline
+    from superopt.xtat.tvm_kernels import KERNELS, KnobSpace
+
+    space = KnobSpace(KERNELS[0])
+    knob = space.make_pass()
+    pipeline = Pipeline([knob])
+    start = pipeline.initial(space.kernel.graph())
+    sites = knob.sites(start.stages[0]).tunable
+
+    def draws(seed: int) -> list[dict]:
+        ctx = TuneContext(pipeline, start, np.random.default_rng(seed))
+        return [dict(ctx.sample(start, [knob.name]).config(knob.name).choices)
+                for _ in range(300)]
+
+    got = draws(1)
+    assert got == draws(1)  # from the context's generator alone
+    for s in sites:
+        seen = [c.get(s.key, s.default) for c in got]
+        assert all(v in s.options for v in seen)
+        # Uniform over the options: each option's share within 4 standard deviations.
+        n, k = len(seen), len(s.options)
+        for o in s.options:
+            share = sum(v == o for v in seen)
+            assert abs(share - n / k) <= 4 * math.sqrt(n * (1 / k) * (1 - 1 / k)) + 1

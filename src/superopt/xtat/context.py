@@ -90,6 +90,23 @@ class TuneContext:
             out = self.pipeline.with_choice(out, name, site.key, pick, self.store)
         return out
 
+    def sample(self, candidate: Candidate, passes: Sequence[str]) -> Candidate:
+        """`candidate` with every tunable site of `passes` set to a uniformly drawn option
+        (a default among them): a random point of the space, not of the candidate's
+        neighbourhood. Passes are drawn in pipeline order, each on the stage the earlier
+        draws made, so a later pass's sites are those that exist after them."""
+        out = candidate
+        for name in sorted(passes, key=self.pipeline.index):
+            j = self.pipeline.index(name)
+            sites = self.pipeline.passes[j].sites(out.stages[j])
+            picks = {s.key: s.options[int(self.rng.integers(len(s.options)))]
+                     for s in sites.tunable}
+            configs = list(out.configs)
+            configs[j] = PassConfig.of({k: v for k, v in picks.items()
+                                        if v != sites[k].default})
+            out = self.pipeline.build(out, configs, self.store)
+        return out
+
     def draw_site(self, candidate: Candidate, passes: Sequence[str]
                   ) -> tuple[str, Site] | None:
         """A random tunable site of `passes` as `mutate` draws one: a pass first (of those

@@ -36,6 +36,15 @@ unscreened search on MetaSchedule's space (4 kernels, 2 seeds, 256 trials,
 `benchmarks/results/tvm_compare_screen.json`) its best was above the unscreened
 search's on 2 of 8 kernel-seed pairs and below on 6 (docs/benchmarks.md).
 
+With `init` > 0 (default 0) the first `init` proposals are random points of the whole
+space (`TuneContext.sample`: every site of the tuned passes drawn uniformly), and the
+climb goes on from the fastest of them and the start. On MetaSchedule's space a random
+point is a fair schedule (MetaSchedule's own first trials, random samples of it, reached
+0.44-0.91 of its final best within 16 trials on the four kernels of
+`benchmarks/tvm_compare.py`, where the climb from its first sketch's sampled decisions
+reached 0.25-0.57), and the climb from one start seldom leaves that start's sketch. On a
+whole graph's fusion decisions a random point is a poor program, so it stays off there.
+
 A measured candidate faster than the best becomes the best (and its ranking is computed
 afresh). Where the context says which candidates are one program (`TuneContext.identity`:
 MetaSchedule's space, whose other sketches' decisions change nothing), a proposal that is
@@ -292,6 +301,7 @@ class Guided(SearchStrategy):
         "explore": (float, 0.0, 1.0, 0.05),
         "parents": (int, 1, None, 8),
         "generations": (int, 0, None, 2),
+        "init": (int, 0, None, 0),
     }
 
     def __init__(self, **opts: Any) -> None:
@@ -319,6 +329,7 @@ class Guided(SearchStrategy):
         # ask mutates these, not only the best.
         self.elite: list[tuple[float, int, Candidate]] = []
         self._told = 0
+        self._sampled = 0  # random points of the space proposed so far (`init`)
 
     # -- the ranking ----------------------------------------------------------------------
 
@@ -434,6 +445,9 @@ class Guided(SearchStrategy):
         return cand.key if ident is None else ident(cand)
 
     def ask(self, n: int) -> list[Candidate]:
+        if self._sampled < self.o["init"]:
+            out = self._samples(min(n, self.o["init"] - self._sampled))
+            return out + (self.ask(n - len(out)) if len(out) < n else [])
         if self.ctx.screen is not None and self.o["screen"] > 1:
             picked = self._screened(n)
             if picked:
@@ -444,6 +458,20 @@ class Guided(SearchStrategy):
                 cand = self._propose()
                 if self._seen(cand) not in self.proposed:
                     break
+            self.proposed.add(self._seen(cand))
+            out.append(cand)
+        return out
+
+    def _samples(self, n: int) -> list[Candidate]:
+        """`n` random points of the whole space (`TuneContext.sample`), the first `init`
+        proposals: the search then climbs from the fastest of them and the start."""
+        out = []
+        for _ in range(n):
+            for _ in range(8):  # a few tries for a program not proposed before
+                cand = self.ctx.sample(self.ctx.default, self.passes)
+                if self._seen(cand) not in self.proposed:
+                    break
+            self._sampled += 1
             self.proposed.add(self._seen(cand))
             out.append(cand)
         return out
