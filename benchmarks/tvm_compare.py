@@ -220,9 +220,9 @@ def load_cells(cells: Path, retimed: bool = False) -> dict[Key, dict[int, list[f
 
 
 def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
-           log: Any = print) -> None:
-    """Re-time every trial of the cells of `kernels` (and `tuners`) that keep their
-    programs (`superopt.xtat.tvm_retime`): each rebuilt, timed in `rounds` rounds
+           log: Any = print, seeds: set[int] | None = None) -> None:
+    """Re-time every trial of the cells of `kernels` (and `tuners`, and `seeds`: all when
+    None) that keep their programs (`superopt.xtat.tvm_retime`): each rebuilt, timed in `rounds` rounds
     alternating with the kernel's reference program (MetaSchedule's space's default
     schedule), its figure the median ratio. Written to the cell's `.retimed.json` every
     16 trials, so a killed re-timing goes on where it stopped."""
@@ -240,6 +240,8 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
             c = json.loads(p.read_text())
             done = json.loads(retimed_path(p).read_text()) if retimed_path(p).exists() \
                 else None
+            if seeds is not None and c["seed"] not in seeds:
+                continue
             if c["tuner"] in tuners and (done is None or
                                          len(done["ratios"]) < len(c["seconds"])):
                 if done is not None and done.get("rounds", rounds) != rounds:
@@ -525,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budgets", default="256", help="comma-separated trial budgets")
-    ap.add_argument("--seeds", default="0", help="comma-separated seeds")
+    ap.add_argument("--seeds", default=None,
+                    help="comma-separated seeds (tuning: 0; --retime: every seed's cells)")
     ap.add_argument("--kernels", default="", help="comma-separated kernel names (all)")
     ap.add_argument("--tuners", default=",".join(TUNERS))
     ap.add_argument("--space", choices=SPACES, default="ms",
@@ -553,15 +556,20 @@ def _main(argv: list[str] | None) -> int:
         ap.error(f"--kernels: unknown kernel {unknown[0]!r} (known: "
                  f"{', '.join(k.name for k in tk.KERNELS)})")
     kernels = [k for k in tk.KERNELS if not names or k.name in names]
+    try:
+        seeds = [int(s) for s in (a.seeds or "").split(",") if s]
+    except ValueError:
+        ap.error(f"--seeds: not a comma-separated list of integers: {a.seeds!r}")
     if a.retime:
         try:
-            retime(a.cells, kernels, a.retime_rounds, set(a.tuners.split(",")))
+            retime(a.cells, kernels, a.retime_rounds, set(a.tuners.split(",")),
+                   seeds=None if a.seeds is None else set(seeds))
         except ValueError as e:  # a cell's programs or re-timing that do not fit it
             print(f"tvm_compare.py: {e}", file=sys.stderr)
             return 2
     elif not a.report:
         for budget in (int(b) for b in a.budgets.split(",")):
-            for seed in (int(s) for s in a.seeds.split(",")):
+            for seed in seeds or [0]:
                 for k in kernels:
                     for tuner in a.tuners.split(","):
                         t0 = time.perf_counter()

@@ -201,3 +201,29 @@ def test_a_corrupt_programs_file_is_a_one_line_error(
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert "not a programs file" in err and len(err.splitlines()) == 1
+
+
+def test_retime_seeds_picks_the_cells_it_re_times(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--retime --seeds` leaves other seeds' cells alone (so two processes can share
+    one cells folder, a seed each): a seed-0 cell that could not go on (begun with other
+    rounds) stops a re-timing of every seed, not one of seed 1."""
+    bench = _bench()
+    k = KERNELS[0]
+    cell = bench.cell_path(tmp_path, k.name, "guided", 0, 256, "ms")
+    cell.write_text(json.dumps({"kernel": k.name, "tuner": "guided", "seed": 0,
+                                "budget": 256, "space": "ms", "seconds": [1.0, 2.0]}))
+    bench.programs_path(cell).write_bytes(b"")
+    bench.retimed_path(cell).write_text(json.dumps(
+        {"ratios": [1.0], "reference_s": [1.0], "rounds": 5}))
+    args = ["--retime", "--kernels", k.name, "--cells", str(tmp_path),
+            "--out", str(tmp_path / "r.json")]
+    assert bench.main([*args, "--seeds", "1"]) == 0
+    assert json.loads(bench.retimed_path(cell).read_text())["ratios"] == [1.0]
+    assert bench.main(args) == 2
+    assert "begun with 5 rounds" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        bench.main([*args, "--seeds", "0,x"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--seeds: not a comma-separated list of integers" in err[-1]
