@@ -260,12 +260,16 @@ def test_onnxruntime_times_a_graph_and_its_own_aa_control() -> None:
 
 
 def test_a_model_over_the_inline_limit_is_loaded_from_a_file_and_gives_the_same_outputs(
-        ) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Protobuf refuses a message over 2 GiB (llama3_2_1b's 5 GB of weights stopped the
     # CPU benchmark there): over the limit the session loads the model from a file with
     # its weights beside it. Forced here with a limit of 0 bytes.
     pytest.importorskip("onnxruntime")
+    import tempfile
+
     import onnxruntime as ort
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     g = dense_branches(2)
     inline = OrtTimer(threads=1)
@@ -284,6 +288,9 @@ def test_a_model_over_the_inline_limit_is_loaded_from_a_file_and_gives_the_same_
     finally:
         ort.InferenceSession = real
     assert seen == ["bytes", "file"]
+    # The file is gone once the session has read it: a SIGKILL later leaves no copy of
+    # the weights in the temporary folder (5 GB each for Llama-3.2-1B).
+    assert list(tmp_path.iterdir()) == []
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert filed([g], rounds=2, warmup=1).times[0][0] > 0  # the filed session still runs
 

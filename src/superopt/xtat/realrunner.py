@@ -257,9 +257,10 @@ class OrtTimer:
             source = model.SerializeToString()
         else:
             # Protobuf refuses a message over 2 GiB (Llama-3.2-1B's weights are 5 GB):
-            # such a model is loaded from a file with its weights beside it. The folder
-            # lives as long as the session.
-            folder = tempfile.TemporaryDirectory(prefix="superopt_ort_")
+            # such a model is loaded from a file with its weights beside it, removed once
+            # the session has read it (below).
+            folder = tempfile.TemporaryDirectory(prefix="superopt_ort_",
+                                                 ignore_cleanup_errors=True)
             source = str(export.write_model(model, Path(folder.name) / "model.onnx", 0))
         del model
         if folder is None and slot >= 0 and weight_bytes(graph) <= self.inline_bytes:
@@ -272,6 +273,15 @@ class OrtTimer:
             self._digests[graph.structural_hash] = digest
         else:
             sess = ort.InferenceSession(source, opts, providers=self.providers)
+        if folder is not None:
+            # The session holds its weights (read, or mapped: an unlinked file stays
+            # readable while mapped), so the 5 GB copy goes now rather than with the
+            # session: a run killed with SIGKILL, as a long tuning may be, leaves no
+            # folder behind. Where the system refuses to remove a mapped file, the
+            # folder stays with the session as before.
+            folder.cleanup()
+            if not Path(folder.name).exists():
+                folder = None
         feeds = random_feeds(graph, seed=self.seed)
         # The reference draws float64; the model's inputs have their own types.
         mine = {i.name: np.asarray(feeds[i.name], dtype=ORT_DTYPES.get(i.type, None))
