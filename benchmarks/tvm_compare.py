@@ -109,6 +109,7 @@ def make_space(kernel: Any, space: str) -> Any:
 
 def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
              space: str = "knobs") -> dict:
+    from superopt.rewrite.cost import processor_name
     from superopt.xtat import tvm_kernels as tk
 
     path = cell_path(cells, kernel.name, tuner, seed, budget, space)
@@ -153,7 +154,7 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
     out = {"kernel": kernel.name, "tuner": tuner, "seed": seed, "budget": budget,
            "seconds": [None if math.isinf(s) else s for s in secs],
            "wall_s": round(time.perf_counter() - start, 1), "evaluator": vars(ev),
-           "cpu": platform.processor() or platform.machine(),
+           "cpu": processor_name() or platform.machine(),
            "affinity": sorted(os.sched_getaffinity(0)),
            "tvm_num_threads": os.environ.get("TVM_NUM_THREADS"), **extra}
     cells.mkdir(parents=True, exist_ok=True)
@@ -226,6 +227,7 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
     alternating with the kernel's reference program (MetaSchedule's space's default
     schedule), its figure the median ratio. Written to the cell's `.retimed.json` every
     16 trials, so a killed re-timing goes on where it stopped."""
+    from superopt.rewrite.cost import processor_name
     from superopt.xtat import tvm_kernels as tk
     from superopt.xtat.tvm_msspace import MsSpace
     from superopt.xtat.tvm_retime import Retimer, ms_record_modules
@@ -292,6 +294,7 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
                         "reference_s": reference_s,
                         "reference": "MetaSchedule's space, default decisions (MsSpace)",
                         "evaluator": vars(tk.Evaluator()),
+                        "cpu": processor_name() or platform.machine(),
                         "affinity": sorted(os.sched_getaffinity(0)),
                         "wall_s": round(wall + time.perf_counter() - start, 1)},
                         indent=1).encode())

@@ -244,7 +244,7 @@ def last_level_cache_bytes(default: int = 32 << 20) -> int:
     return best or default
 
 
-def _processor_name() -> str:
+def processor_name() -> str:
     """The CPU model (Linux /proc/cpuinfo), else platform.processor()."""
     import platform
 
@@ -359,7 +359,7 @@ class TorchOpCost(MeasuredOpCost):
                 "threads": self.threads or torch.get_num_threads(),
                 "cold_bytes": self.cold_bytes, "samples": self.samples,
                 "min_sample_s": self.min_sample_s, "machine": platform.machine(),
-                "processor": _processor_name()}
+                "processor": processor_name()}
 
     def _time_op(self, op: str, attrs: AttrItems, ins: tuple[TensorType, ...],
                  weights: tuple[bool, ...]) -> float:
@@ -448,7 +448,7 @@ class OrtOpCost(MeasuredOpCost):
         return {"runtime": "onnxruntime", "onnxruntime": onnxruntime.__version__,
                 "providers": self.providers, "threads": self.threads,
                 "samples": self.samples, "min_sample_s": self.min_sample_s,
-                "machine": platform.machine(), "processor": _processor_name()}
+                "machine": platform.machine(), "processor": processor_name()}
 
     def _time_op(self, op: str, attrs: AttrItems, ins: tuple[TensorType, ...],
                  weights: tuple[bool, ...]) -> float:

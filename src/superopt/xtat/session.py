@@ -204,7 +204,7 @@ def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: li
     import platform
 
     from superopt.rewrite import Matcher, create_cost
-    from superopt.rewrite.cost import _processor_name
+    from superopt.rewrite.cost import processor_name
     from superopt.xtat.realrunner import OrtTimer, TorchTimer
     from superopt.xtat.screen import OpCostPredictor
     from superopt.xtat.targets import TORCH
@@ -240,7 +240,7 @@ def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: li
             and Path(model).is_file() and timer.use_file(graph, model)):
         spec["input_file"] = _file_digest(Path(model))
     spec |= {"threads": threads, "op_cost": op_cost, "onnxruntime": version,
-             "machine": f"{target.device}: {_processor_name()} ({platform.machine()}, "
+             "machine": f"{target.device}: {processor_name()} ({platform.machine()}, "
                         f"{os.cpu_count()} cores{device_name})"}
     # Fewer, shorter samples than `optimize --cost torch`: the screen ranks; the paired
     # runs in onnxruntime judge.
