@@ -227,3 +227,43 @@ def test_retime_seeds_picks_the_cells_it_re_times(
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "--seeds: not a comma-separated list of integers" in err[-1]
+
+
+def test_retimed_only_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--retimed` is a report: without `--report` it used to go on to tune every
+    missing cell (MetaSchedule's and each strategy's, minutes each)."""
+    bench = _bench()
+
+    def tuned(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("--retimed ran a tuner")
+
+    monkeypatch.setattr(bench, "run_cell", tuned)
+    assert bench.main(["--retimed", "--kernels", KERNELS[0].name, "--cells", str(tmp_path),
+                       "--out", str(tmp_path / "r.json")]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["measure"].startswith("re-timed")
+
+
+def test_guided_variants_are_judged_by_the_same_rule_apart(tmp_path: Path) -> None:
+    bench = _bench()
+    k = KERNELS[0]
+
+    def cell(tuner: str, secs: list[float]) -> None:
+        p = bench.cell_path(tmp_path, k.name, tuner, 0, 256, "ms")
+        p.write_text(json.dumps({"kernel": k.name, "tuner": tuner, "seed": 0,
+                                 "budget": 256, "space": "ms", "seconds": secs}))
+
+    ms = [1.0] * 256
+    ms[199] = 0.5  # MetaSchedule's best at trial 200
+    cell("metaschedule", ms)
+    late = [1.0] * 256
+    late[149] = 0.5  # reaches it at trial 150: 0.75x
+    cell("guided", late)
+    early = [1.0] * 256
+    early[49] = 0.4  # at trial 50: 0.25x
+    cell("guided_init", early)
+    res = bench.report(tmp_path)
+    assert res["goal"]["ms"]["256"]["pairs_guided_le_0.5"] == [0, 1]
+    variant = res["goal_variants"]["guided_init"]["ms"]["256"]
+    assert variant["pairs_guided_le_0.5"] == [1, 1]
+    assert variant["per_kernel"] == {k.name: True}
+    assert "guided_screened" not in res["goal_variants"]  # no cells, no entry
