@@ -4,9 +4,10 @@ part 5), measured by TVM on this CPU.
 Four kernels of the zoo (`superopt.xtat.tvm_kernels.KERNELS`: two resnet50 convs, two
 bert-base matmuls, batch 1) are tuned by MetaSchedule (`tune_tir`, its evolutionary
 search with its XGBoost model, trials of 64) and by `guided`, `evolution`, `autotvm` and
-`mbo` (and two variants of guided: `guided_plain`, with uniform kernel moves instead of
-near ones, its ablation, and `guided_screened`, with MetaSchedule's cost model picking
-its proposals on the ms space) driving one of
+`mbo` (and three variants of guided: `guided_plain`, with uniform kernel moves instead
+of near ones, its ablation; `guided_screened`, with MetaSchedule's cost model picking
+its proposals on the ms space; `guided_init`, whose first 16 proposals are random points
+of the space) driving one of
 two spaces (`--space`): `ms`, MetaSchedule's own design space
 (`tvm_msspace.MsSpace`: its sketches' sampling decisions as sites), or `knobs`, our
 AutoTVM-like knob space of the kernel's loops (`tvm_kernels.KnobSpace`, at most ~55% of
@@ -28,7 +29,8 @@ Per kernel, budget, seed and space: each tuner's best GFLOP/s; MetaSchedule's tr
 its own best; each of our tuners' trials to reach MetaSchedule's best (the same seed's
 MetaSchedule run at the same budget; "-" when it never does) and their ratio to
 MetaSchedule's. The goal (issue 45), per space: guided reaches MetaSchedule's best in
-<= 0.5x its trials on >= 3 of the 4 kernels (at a budget, on every seed run).
+<= 0.5x its trials on >= 3 of the 4 kernels (at a budget, on every seed run); guided's
+variants are judged by the same rule apart (`goal_variants`).
 
 Each cell also keeps every trial's program beside it (`.programs.json.gz`: our tuners'
 configurations, MetaSchedule's database). `--retime` rebuilds them after the runs and
