@@ -253,8 +253,9 @@ def test_near_options_of_integers_by_rank_and_of_flags_all() -> None:
     assert sorted(near_options(mixed, "a", 1), key=str) == [3, None]
 
 
-def test_guided_kernel_moves_are_near_with_local_one() -> None:
-    """With local=1 each proposal from the start changes a tile to a near option only."""
+def _knob_context(seed: int) -> tuple:
+    """(the knob pass, its default candidate, a context whose best is that candidate)
+    over the first kernel's knob space."""
     from superopt.xtat.context import TuneContext
     from superopt.xtat.pipeline import Pipeline
     from superopt.xtat.tvm_kernels import KERNELS, KnobSpace
@@ -263,8 +264,14 @@ def test_guided_kernel_moves_are_near_with_local_one() -> None:
     knob = space.make_pass()
     pipeline = Pipeline([knob])
     start = pipeline.initial(space.kernel.graph())
-    ctx = TuneContext(pipeline, start, np.random.default_rng(0))
+    ctx = TuneContext(pipeline, start, np.random.default_rng(seed))
     ctx.best, ctx.best_time = start, 1.0
+    return knob, start, ctx
+
+
+def test_guided_kernel_moves_are_near_with_local_one() -> None:
+    """With local=1 each proposal from the start changes a tile to a near option only."""
+    knob, start, ctx = _knob_context(0)
     g = create("guided", model="none", local=1.0, changes=1, near=1)
     g.start(ctx, [knob.name], 50)
     sites = {s.key: s for s in knob.sites(start.stages[0]).tunable}
@@ -337,16 +344,7 @@ def test_guided_init_proposes_random_points_first_then_climbs_from_the_fastest()
     """With init=n the first n proposals are whole-space samples (most of them change
     many sites at once, which no single move does); the next ones are moves of the
     fastest of them."""
-    from superopt.xtat.context import TuneContext
-    from superopt.xtat.pipeline import Pipeline
-    from superopt.xtat.tvm_kernels import KERNELS, KnobSpace
-
-    space = KnobSpace(KERNELS[0])
-    knob = space.make_pass()
-    pipeline = Pipeline([knob])
-    start = pipeline.initial(space.kernel.graph())
-    ctx = TuneContext(pipeline, start, np.random.default_rng(0))
-    ctx.best, ctx.best_time = start, 1.0
+    knob, _, ctx = _knob_context(0)
     g = create("guided", model="none", init=6, changes=1)
     g.start(ctx, [knob.name], 50)
     first = g.ask(4) + g.ask(4)  # the second ask has two samples left, then moves
@@ -363,18 +361,11 @@ def test_guided_init_proposes_random_points_first_then_climbs_from_the_fastest()
 
 
 def test_context_sample_draws_every_site_uniformly_and_reproducibly() -> None:
-    from superopt.xtat.context import TuneContext
-    from superopt.xtat.pipeline import Pipeline
-    from superopt.xtat.tvm_kernels import KERNELS, KnobSpace
-
-    space = KnobSpace(KERNELS[0])
-    knob = space.make_pass()
-    pipeline = Pipeline([knob])
-    start = pipeline.initial(space.kernel.graph())
+    knob, start, _ = _knob_context(0)
     sites = knob.sites(start.stages[0]).tunable
 
     def draws(seed: int) -> list[dict]:
-        ctx = TuneContext(pipeline, start, np.random.default_rng(seed))
+        _, _, ctx = _knob_context(seed)
         return [dict(ctx.sample(start, [knob.name]).config(knob.name).choices)
                 for _ in range(300)]
 
