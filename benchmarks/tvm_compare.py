@@ -243,35 +243,36 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
             if p.name.endswith(".retimed.json") or not programs_path(p).exists():
                 continue
             c = json.loads(p.read_text())
+            if c["tuner"] not in tuners or (seeds is not None and c["seed"] not in seeds):
+                continue
             done = json.loads(retimed_path(p).read_text()) if retimed_path(p).exists() \
                 else None
-            if seeds is not None and c["seed"] not in seeds:
-                continue
-            if c["tuner"] in tuners and (done is None or
-                                         len(done["ratios"]) < len(c["seconds"])):
+            if done is None or len(done["ratios"]) < len(c["seconds"]):
                 if done is not None and done.get("rounds", rounds) != rounds:
                     raise ValueError(f"{retimed_path(p)}: begun with {done['rounds']} "
                                      f"rounds a trial, not {rounds}: go on with those")
-                todo.append((p, c, done))
+                # Read before TVM builds the kernel's space: a bad file fails at once.
+                try:
+                    programs = json.loads(gzip.decompress(programs_path(p).read_bytes()))
+                except (OSError, EOFError, ValueError) as e:  # truncated, not gzip/JSON
+                    raise ValueError(f"{programs_path(p)}: not a programs file "
+                                     f"({type(e).__name__}: {e})") from None
+                todo.append((p, c, done, programs))
         if not todo:
             continue
         ms_space = MsSpace(k)
         retimer = Retimer(tk.TvmMeasure(ms_space, tk.Evaluator()),
                           ms_space.schedule(ms_space.complete({})), rounds)
         spaces = {"ms": ms_space}
-        for p, c, done in todo:
+        for p, c, done, programs in todo:
             start = time.perf_counter()
-            try:
-                programs = json.loads(gzip.decompress(programs_path(p).read_bytes()))
-            except (OSError, EOFError, ValueError) as e:  # truncated or not gzip/JSON
-                raise ValueError(f"{programs_path(p)}: not a programs file "
-                                 f"({type(e).__name__}: {e})") from None
             if c["tuner"] == "metaschedule":
                 mods: list[Any] = ms_record_modules(programs["workload"], programs["records"])
             else:
-                sp = spaces.setdefault(c.get("space", "knobs"),
-                                       make_space(k, c.get("space", "knobs")))
-                mods = [_config_module(sp, cfg) for cfg in programs["configs"]]
+                name = c.get("space", "knobs")
+                if name not in spaces:  # one space per kernel and name: TVM builds it
+                    spaces[name] = make_space(k, name)
+                mods = [_config_module(spaces[name], cfg) for cfg in programs["configs"]]
             if len(mods) != len(c["seconds"]):
                 raise ValueError(f"{programs_path(p)}: {len(mods)} programs for "
                                  f"{len(c['seconds'])} trials")
