@@ -68,7 +68,7 @@ Everything random comes from the context's seeded generator, so a run is reprodu
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -452,29 +452,24 @@ class Guided(SearchStrategy):
             picked = self._screened(n)
             if picked:
                 return picked
-        out = []
-        for _ in range(n):
-            for _ in range(8):  # a few tries for a candidate not proposed before
-                cand = self._propose()
-                if self._seen(cand) not in self.proposed:
-                    break
-            self.proposed.add(self._seen(cand))
-            out.append(cand)
-        return out
+        return [self._fresh(self._propose) for _ in range(n)]
 
     def _samples(self, n: int) -> list[Candidate]:
         """`n` random points of the whole space (`TuneContext.sample`), the first `init`
         proposals: the search then climbs from the fastest of them and the start."""
-        out = []
-        for _ in range(n):
-            for _ in range(8):  # a few tries for a program not proposed before
-                cand = self.ctx.sample(self.ctx.default, self.passes)
-                if self._seen(cand) not in self.proposed:
-                    break
-            self._sampled += 1
-            self.proposed.add(self._seen(cand))
-            out.append(cand)
-        return out
+        self._sampled += n
+        return [self._fresh(lambda: self.ctx.sample(self.ctx.default, self.passes))
+                for _ in range(n)]
+
+    def _fresh(self, draw: Callable[[], Candidate]) -> Candidate:
+        """A proposal from `draw`, drawn again (a few times) while it is a program
+        proposed before; recorded as proposed."""
+        for _ in range(8):
+            cand = draw()
+            if self._seen(cand) not in self.proposed:
+                break
+        self.proposed.add(self._seen(cand))
+        return cand
 
     def _screened(self, n: int) -> list[Candidate]:
         """Up to `n` of `screen` x `n` new proposals, picked by the context's cost model
