@@ -23,6 +23,7 @@ TABLE_MODULES = (
     "superopt.exporters.onnx",
     "superopt.verifier.mutate",
     "superopt.ir.ranges",
+    "superopt.rewrite.batchsplit",
 )
 
 
@@ -34,12 +35,13 @@ def _load_tables() -> None:
 
 def test_expected_tables_are_registered() -> None:
     assert {"modp", "flops", "torch", "tpu_cost", "tpu_layout", "tpu_bounds",
-            "z3", "boxes", "xtat_layout", "onnx", "mutate", "int_ranges"} <= set(TABLES)
+            "z3", "boxes", "xtat_layout", "onnx", "mutate", "int_ranges",
+            "batch_chunk"} <= set(TABLES)
 
 
 @pytest.mark.parametrize("table", ["modp", "flops", "torch", "tpu_cost", "tpu_layout",
                                    "tpu_bounds", "z3", "boxes", "xtat_layout", "onnx",
-                                   "mutate", "int_ranges"])
+                                   "mutate", "int_ranges", "batch_chunk"])
 def test_table_covers_every_op(table: str) -> None:
     t = TABLES[table]
     assert t.missing() == [], f"ops without a {table} rule: {t.missing()}"

@@ -14,7 +14,7 @@ def test_a_target_builds_exactly_the_passes_whose_decision_it_leaves_to_the_tune
     g = dense_branches(2)
     cpu = open_session({"model": "dense", "target": "cpu", "op_cost": "flops"}, g,
                        timer=FakeTimer(node_count))
-    assert cpu.pipeline.names == ("plan", "rewrite") and cpu.sim is None
+    assert cpu.pipeline.names == ("plan", "rewrite", "chunk") and cpu.sim is None
     tpu = open_session({"model": "dense", "hardware": "v3"}, g)
     assert tpu.pipeline.names == ("plan", "rewrite", "layout", "fusion", "tiling", "flags")
     assert tpu.sim is not None and tpu.sim.hw.name == "v3"
@@ -25,11 +25,15 @@ def test_a_target_builds_exactly_the_passes_whose_decision_it_leaves_to_the_tune
 
 def test_tpu_only_passes_on_a_real_target_are_refused() -> None:
     cpu = get_target("cpu")
-    assert tuned_passes(cpu, None) == ("plan", "rewrite")
+    assert tuned_passes(cpu, None) == ("plan", "rewrite", "chunk")
     assert tuned_passes(cpu, ("rewrite",)) == ("rewrite",)
-    with pytest.raises(TargetError, match="cannot tune tiling.*offers plan, rewrite"):
+    with pytest.raises(TargetError, match="cannot tune tiling.*offers plan, rewrite, chunk"):
         tuned_passes(cpu, ("rewrite", "tiling"))
     assert len(tuned_passes(get_target(None), None)) == 6
+    # The simulator does not model what chunking the batch gains (caches between ops).
+    assert "chunk" not in tuned_passes(get_target(None), None)
+    with pytest.raises(TargetError, match="cannot tune chunk"):
+        tuned_passes(get_target("tpu-v4"), ("rewrite", "chunk"))
 
 
 @pytest.mark.parametrize("name, hardware, message", [
@@ -82,7 +86,7 @@ def test_torch_targets_measure_in_torch_and_offer_the_graph_passes() -> None:
 
     g = dense_branches(2)
     s = open_session({"model": "dense", "target": "torch-cpu", "op_cost": "flops"}, g)
-    assert s.pipeline.names == ("plan", "rewrite") and s.sim is None
+    assert s.pipeline.names == ("plan", "rewrite", "chunk") and s.sim is None
     assert isinstance(s.runner.timer, TorchTimer)  # type: ignore[union-attr]
     assert s.spec["onnxruntime"].startswith("torch ") and "torch" in s.workload["onnxruntime"]
     b = GraphBuilder("mm")

@@ -51,15 +51,15 @@ def _fmt(t: float) -> str:
 def _passes(text: str | None) -> tuple[str, ...] | None:
     if text is None:
         return None  # every pass the target offers
-    from superopt.xtat.tuner import PASS_NAMES
+    from superopt.xtat.tuner import ALL_PASSES
 
     names = tuple(p.strip() for p in text.split(",") if p.strip())
     aliases = {"tile": "tiling", "tiles": "tiling", "flag": "flags"}
     names = tuple(aliases.get(n, n) for n in names)
     for n in names:
-        if n not in PASS_NAMES:
+        if n not in ALL_PASSES:
             raise IRError(f"unknown pass {n!r} in --passes: expected some of "
-                          f"{', '.join(PASS_NAMES)}")
+                          f"{', '.join(ALL_PASSES)}")
     if not names:
         raise IRError("--passes names no pass")
     return names

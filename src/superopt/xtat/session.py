@@ -25,6 +25,8 @@ from superopt.ir.graph import Graph
 from superopt.substitutions.text import format_rule
 from superopt.tpu_sim import Simulator
 from superopt.tpu_sim.tiling import DEFAULT_TILING
+from superopt.xtat.passes.base import TunablePass
+from superopt.xtat.passes.chunk import BatchChunks
 from superopt.xtat.passes.fusion import FusionSites
 from superopt.xtat.passes.kernel import FlagSites, TileSites
 from superopt.xtat.passes.layout import LayoutSites
@@ -91,9 +93,16 @@ def applied_rewrites(candidate: Candidate) -> list[str]:
 
 
 def rewritten_graph(pipeline: Pipeline, candidate: Candidate) -> Graph:
-    """The rewritten graph before folding (what the value check compares)."""
+    """The rewritten graph before folding (what the value check compares, and what a real
+    target runs), with its batch in chunks where the pipeline has the chunk pass."""
     j = pipeline.index("rewrite")
-    return pipeline.passes[j].rewritten(candidate.stages[j], candidate.configs[j])
+    graph = pipeline.passes[j].rewritten(candidate.stages[j], candidate.configs[j])
+    if "chunk" in pipeline.names:
+        c = pipeline.index("chunk")
+        chunks = pipeline.passes[c]
+        assert isinstance(chunks, BatchChunks)
+        graph = chunks.chunked(graph, candidate.stages[c], candidate.configs[c])
+    return graph
 
 
 @dataclass
@@ -253,10 +262,14 @@ def _open_real(spec: dict[str, Any], graph: Graph, target: Target, providers: li
     else:
         cost = create_cost("flops")
     plan_budget = int(spec.get("plan_budget", PLAN_BUDGET))
-    pipeline = Pipeline([RewritePlan(matcher, lambda: cost, plan_budget,
-                                     cost_key=f"{op_cost}:{spec['machine']}:{threads}",
-                                     search=spec.get("plan_search") or PLAN_SEARCH),
-                         RewriteSites(matcher)])
+    passes: list[TunablePass] = [
+        RewritePlan(matcher, lambda: cost, plan_budget,
+                    cost_key=f"{op_cost}:{spec['machine']}:{threads}",
+                    search=spec.get("plan_search") or PLAN_SEARCH),
+        RewriteSites(matcher)]
+    if target.offers(BatchChunks):
+        passes.append(BatchChunks())
+    pipeline = Pipeline(passes)
 
     def graph_of(candidate: Candidate) -> Graph:
         return rewritten_graph(pipeline, candidate)

@@ -5,9 +5,11 @@ machines whose onnxruntime has no CUDA provider).
 
 A target says which kinds of decision it lets the tuner make (`Target.controls`); each
 pass says which kind it makes (`TunablePass.controls`, the pass contract). A target offers
-exactly the passes whose kind it lists: the simulator all six; onnxruntime only the graph
-passes (the rewrite plan and the rewrite points), since its own compiler picks layouts,
-fusions and kernels and takes no say in them. Asking a target for a pass it does not
+exactly the passes whose kind it lists: the simulator six of the seven, all but the batch
+chunks;
+onnxruntime and torch only the graph passes (the rewrite plan and the rewrite points) and
+the batch chunks (`passes.chunk`: the batch run in chunks that stay in the CPU's caches),
+since their own compilers pick layouts, fusions and kernels and take no say in them. Asking a target for a pass it does not
 offer is bad input, named in one line.
 
 On a simulator target the tuner's measurements are the simulator's; on a real target they
@@ -23,6 +25,7 @@ from types import MappingProxyType
 from superopt.ir.errors import IRError
 from superopt.tpu_sim.hardware import PRESETS, get_hardware
 from superopt.xtat.passes.base import TunablePass
+from superopt.xtat.passes.chunk import BatchChunks
 from superopt.xtat.passes.fusion import FusionSites
 from superopt.xtat.passes.kernel import FlagSites, TileSites
 from superopt.xtat.passes.layout import LayoutSites
@@ -37,8 +40,8 @@ class TargetError(IRError):
 
 # Every pass type by name, in pipeline order (what `--passes` names).
 PASS_TYPES: MappingProxyType[str, type[TunablePass]] = MappingProxyType({
-    cls.name: cls for cls in (RewritePlan, RewriteSites, LayoutSites, FusionSites, TileSites,
-                              FlagSites)})
+    cls.name: cls for cls in (RewritePlan, RewriteSites, BatchChunks, LayoutSites,
+                              FusionSites, TileSites, FlagSites)})
 
 SIMULATOR, ONNXRUNTIME, TORCH = "simulator", "onnxruntime", "torch"  # how a target measures
 
@@ -68,25 +71,28 @@ class Target:
         return tuple(n for n, cls in PASS_TYPES.items() if self.offers(cls))
 
 
-_EVERYTHING = frozenset(cls.controls for cls in PASS_TYPES.values())
-_GRAPH_ONLY = frozenset({RewritePlan.controls, RewriteSites.controls})
+# The simulator: every pass but the batch chunks (its kernels are tiled for VMEM whatever
+# the batch; what chunking gains on a CPU, operands kept in cache between ops, it does
+# not model). The real targets: the graph, and the batch run in chunks.
+_EVERYTHING = frozenset(cls.controls for cls in PASS_TYPES.values()) - {BatchChunks.controls}
+_GRAPH_ONLY = frozenset({RewritePlan.controls, RewriteSites.controls, BatchChunks.controls})
 
 TARGETS: MappingProxyType[str, Target] = MappingProxyType({
     **{f"tpu-{hw}": Target(f"tpu-{hw}", SIMULATOR, _EVERYTHING,
                            f"simulated TPU {hw} core (rewrites, layouts, fusion, tiles, flags)",
                            hardware=hw) for hw in PRESETS},
     "cpu": Target("cpu", ONNXRUNTIME, _GRAPH_ONLY,
-                  "this machine's CPU, measured in onnxruntime (rewrites only)",
+                  "this machine's CPU, measured in onnxruntime (rewrites, batch chunks)",
                   rules=(STARTER, GROUPS, RUNTIME)),
     "cuda": Target("cuda", ONNXRUNTIME, _GRAPH_ONLY,
-                   "a CUDA GPU, measured in onnxruntime (rewrites only)", device="cuda",
+                   "a CUDA GPU, measured in onnxruntime (rewrites, batch chunks)", device="cuda",
                    rules=(STARTER, GROUPS, RUNTIME)),
     # torch eager picks its kernels per op and fuses nothing: as for onnxruntime, the
     # graph is all the tuner decides.
     "torch-cpu": Target("torch-cpu", TORCH, _GRAPH_ONLY,
-                        "this machine's CPU, measured in torch eager (rewrites only)"),
+                        "this machine's CPU, measured in torch eager (rewrites, batch chunks)"),
     "torch-cuda": Target("torch-cuda", TORCH, _GRAPH_ONLY,
-                         "a CUDA GPU, measured in torch eager (rewrites only)", device="cuda"),
+                         "a CUDA GPU, measured in torch eager (rewrites, batch chunks)", device="cuda"),
 })
 DEFAULT_HARDWARE = "v4"
 

@@ -18,11 +18,12 @@
   changes that kernel's time only (tiles, flags): a profiled run then measures every
   site's option at once (the `parallel` strategy);
 - `controls`: a trait, the kind of decision the pass makes ("graph": which rewrites
-  apply; "layout", "fusion", "tile", "flags": what a compiler decides below the graph).
+  apply; "batch": whether the batch runs in chunks; "layout", "fusion", "tile", "flags":
+  what a compiler decides below the graph).
   A tuning target (`superopt.xtat.targets`) lists the kinds it lets the tuner decide, and
-  offers exactly the passes whose `controls` it lists: the TPU simulator all six,
-  onnxruntime on a CPU or GPU only the graph passes (its own compiler lays out, fuses and
-  picks kernels, and takes no say in them).
+  offers exactly the passes whose `controls` it lists: the TPU simulator all but the
+  batch chunks, onnxruntime on a CPU or GPU only the graph passes and the batch chunks
+  (its own compiler lays out, fuses and picks kernels, and takes no say in them).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class PassResult:
 
 
 class TunablePass(ABC):
-    """Base of the six passes (plan, rewrite, layout, fusion, tiling, flags)."""
+    """Base of the seven passes (plan, rewrite, chunk, layout, fusion, tiling, flags)."""
 
     name: str = "pass"
     per_kernel: bool = False  # see the module docstring
