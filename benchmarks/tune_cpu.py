@@ -98,8 +98,11 @@ def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> di
     runner = session.runner
     from superopt.xtat.session import rewritten_graph
 
+    chunk = (result.best.config("chunk").choices if "chunk" in result.best.names else {})
     return {"session": session, "tuned": rewritten_graph(session.pipeline, result.best),
             "result": result, "applied": applied_rewrites(result.best),
+            # The batch's chunk count in the result (1: whole; `passes.chunk`).
+            "chunks": next(iter(chunk.values()), 1),
             "final": runner.final.__dict__ if runner.final else None,  # type: ignore[union-attr]
             "noise": runner.noise.__dict__ if runner.noise else None,  # type: ignore[union-attr]
             "screened": hook.screened(),  # type: ignore[attr-defined]
@@ -174,7 +177,7 @@ def run_row(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> 
            "replayed": result.replayed, "screened": got["screened"],
            "measure_rounds": got["measure_rounds"], "same_program": got["same_program"],
            "measure_extended": got["measure_extended"],
-           "stopped": result.stopped, "applied": got["applied"],
+           "stopped": result.stopped, "applied": got["applied"], "chunks": got["chunks"],
            "kept": bool(got["final"] and got["final"]["kept"]),
            "tuner_final": got["final"], "tuner_noise": got["noise"],
            "tune_wall_s": got["tune_wall_s"], "row_limit_s": args.row_limit}
@@ -201,6 +204,8 @@ def _line(r: dict[str, Any]) -> str:
             f"{o['ratio']:6.3f} [{o['ci95'][0]:.3f}, {o['ci95'][1]:.3f}] "
             f"{o['aa']:6.3f} [{o['aa_ci95'][0]:.3f}, {o['aa_ci95'][1]:.3f}] "
             f"{r['measurements']:4d} {r['wall_s']:7.1f}")
+    if r.get("chunks", 1) > 1:
+        text += f"  in {r['chunks']} chunks"
     t = r.get("torch_eager")
     if t:
         text += f"  | torch {t['ratio']:.3f} [{t['ci95'][0]:.3f}, {t['ci95'][1]:.3f}]" \

@@ -690,9 +690,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=MODEL_HELP + ", or synthetic:N (a synthetic graph of about N nodes)")
     p.add_argument("--passes", default=None,
                    help="passes to tune, comma-separated (default: all the target offers: "
-                        "plan,rewrite,layout,fusion,tiling,flags on a TPU, plan,rewrite on "
-                        "cpu/cuda; plan: TASO's cost-model search's result as one choice, "
-                        "refined by rewrite)")
+                        "plan,rewrite,layout,fusion,tiling,flags on a TPU, plan,rewrite,chunk "
+                        "on cpu/cuda/torch-*; plan: TASO's cost-model search's result as one "
+                        "choice, refined by rewrite; chunk: the batch run in 2, 4 or 8 "
+                        "chunks)")
     p.add_argument("--target", default=None,
                    help="where the model will run: tpu-v4 (default; the simulator, or the "
                         "--hardware preset), tpu-v3, tpu-v5e, cpu (onnxruntime on this "
