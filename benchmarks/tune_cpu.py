@@ -58,6 +58,7 @@ HF_DYNAMO_RESULTS = HF_RESULTS.with_name("tune_cpu_hf_dynamo.json")
 
 
 def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    from superopt.xtat.passes.chunk import chunk_count
     from superopt.xtat.records import RecordsDB
     from superopt.xtat.screen import screening
     from superopt.xtat.session import applied_rewrites, open_session, use_plan_cache
@@ -98,11 +99,10 @@ def _tune(model: str, batch: int, args: argparse.Namespace, workdir: Path) -> di
     runner = session.runner
     from superopt.xtat.session import rewritten_graph
 
-    chunk = (result.best.config("chunk").choices if "chunk" in result.best.names else {})
     return {"session": session, "tuned": rewritten_graph(session.pipeline, result.best),
             "result": result, "applied": applied_rewrites(result.best),
             # The batch's chunk count in the result (1: whole; `passes.chunk`).
-            "chunks": next(iter(chunk.values()), 1),
+            "chunks": chunk_count(result.best),
             "final": runner.final.__dict__ if runner.final else None,  # type: ignore[union-attr]
             "noise": runner.noise.__dict__ if runner.noise else None,  # type: ignore[union-attr]
             "screened": hook.screened(),  # type: ignore[attr-defined]

@@ -71,6 +71,9 @@ def test_sigkill_and_resume_repeat_no_measurement(tmp_path: Path) -> None:
     assert summary["replayed"] == len(at_kill)
     assert summary["measured"] == len(after) - len(at_kill)
     assert summary["tuned_s"] <= summary["default_s"] and summary["valid"]
+    # The batch (64 rows) is offered in chunks; the summary names the result's count.
+    assert "chunk" in {p for s in summary["phases"] for p in s[0].split("+")}
+    assert summary["chunks"] == next(iter(summary["candidate"]["chunk"].values()), 1)
     rp = tmp_path / "replay.json"
     subprocess.run([sys.executable, "-m", "superopt", "tune", "--replay", str(db), "--json",
                     str(rp)], env=ENV, check=True, capture_output=True)

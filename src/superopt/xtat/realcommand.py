@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from superopt.xtat.passes.chunk import chunk_count
 from superopt.xtat.realrunner import Final, RealRunner
 from superopt.xtat.targets import TORCH
 
@@ -136,7 +137,9 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
                   + (f" (pooled; {_again(export.again)})" if export.again else "")
                   + ": " + ("the export is the result (measurably faster)" if export.kept
                             else "the file is the result"))]
+    chunks = chunk_count(best)
     rows += [("rewrites applied", applied_summary(applied)),
+             ("batch", "whole" if chunks == 1 else f"in {chunks} chunks"),
              ("measurements", f"{result.evaluations} ({result.measured} measured now, "
                               f"{result.replayed} from the records); {screened} proposals "
                               "screened out by the op-cost model" + _rounds_saved(runner)),
@@ -162,7 +165,7 @@ def report(session: Session, result: TuneResult, args: argparse.Namespace,
         "extended": sum(p.extended for p in runner.log),
         "same_program": runner.not_timed,
         "stopped": result.stopped, "phases": [list(p) for p in result.phases],
-        "applied": applied, "candidate": json.loads(best.json),
+        "applied": applied, "chunks": chunks, "candidate": json.loads(best.json),
         "certificate": certificate(session.rules.rules, applied)}
     ok = True
     rewritten = rewritten_graph(session.pipeline, best)

@@ -125,9 +125,10 @@ def tuned_passes(target: Target, requested: Sequence[str] | None) -> tuple[str, 
     for name in requested:
         cls = PASS_TYPES[name]
         if not target.offers(cls):
+            why = (f"which {target.name} decides itself" if target.real else
+                   "which the simulator does not model (real targets: cpu, cuda, torch-*)")
             raise TargetError(f"--target {target.name} cannot tune {name}: that pass decides "
-                              f"{cls.controls}, which {target.name} decides itself; it "
-                              f"offers {', '.join(target.passes())}")
+                              f"{cls.controls}, {why}; it offers {', '.join(target.passes())}")
     return tuple(requested)
 
 

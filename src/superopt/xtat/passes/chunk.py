@@ -19,7 +19,7 @@ from superopt.ir.passes import compose
 from superopt.rewrite.batchsplit import batch_of, chunk_options, describe, split_batch
 from superopt.xtat.passes.base import PassResult, TunablePass
 from superopt.xtat.space import PassConfig, Site
-from superopt.xtat.stage import Stage
+from superopt.xtat.stage import Candidate, Stage
 
 
 class BatchChunks(TunablePass):
@@ -59,4 +59,11 @@ class BatchChunks(TunablePass):
         return graph if k == 1 else split_batch(graph, k).graph
 
 
-__all__ = ["BatchChunks"]
+def chunk_count(candidate: Candidate) -> int:
+    """The batch's chunk count in `candidate` (1: the batch whole, or no chunk pass)."""
+    if BatchChunks.name not in candidate.names:
+        return 1
+    return next(iter(candidate.config(BatchChunks.name).choices.values()), 1)
+
+
+__all__ = ["BatchChunks", "chunk_count"]
