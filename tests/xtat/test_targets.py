@@ -96,7 +96,10 @@ def test_torch_targets_measure_in_torch_and_offer_the_graph_passes() -> None:
     y = b.op("matmul", x, w)
     many = b.build(b.op("matmul", b.op("matmul", b.op("matmul", y, w), w), w))
     t = TorchTimer()([one, many, one], 8, 1)
-    assert t.ratio(0, 1) < 0.6 < 0.7 < t.ratio(0, 2)
+    # Fastest runs, not medians: another process on the same core only adds time (a fresh
+    # clone's tests with both workers pinned to one core once had this graph's median
+    # 6.6x its fastest run).
+    assert t.mins[0] / t.mins[1] < 0.6 < 0.7 < t.mins[0] / t.mins[2] < 1 / 0.7
 
 
 def test_a_real_target_screens_by_op_costs_measured_in_its_own_runtime() -> None:
