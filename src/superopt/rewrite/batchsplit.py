@@ -24,7 +24,7 @@ concatenated equal the op's output on the whole batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -373,11 +373,10 @@ def chunk_options(graph: Graph) -> tuple[int, ...]:
     return tuple(out)
 
 
-def describe(result: ChunkResult | Mapping[str, Any]) -> str:
-    r = result if isinstance(result, Mapping) else {
-        "k": result.k, "chunked_ops": result.chunked_ops, "whole_ops": result.whole_ops}
-    return (f"batch in {r['k']} chunks: {r['chunked_ops']} ops per chunk, "
-            f"{r['whole_ops']} on the whole batch")
+def describe(result: ChunkResult) -> str:
+    """One line for reports: the chunk count and where the ops ran."""
+    return (f"batch in {result.k} chunks: {result.chunked_ops} ops per chunk, "
+            f"{result.whole_ops} on the whole batch")
 
 
 __all__ = ["CHUNK_OPTIONS", "CHUNK_RULES", "ChunkResult", "batch_of", "chunk_options",
