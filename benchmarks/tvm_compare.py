@@ -71,13 +71,22 @@ ROOT = Path(__file__).resolve().parent
 # (`init=16`), the climb starting from the fastest: MetaSchedule's own first trials,
 # random samples of its space, reach 0.44-0.91 of its final best in 16 trials where
 # guided's climb from the default reached 0.25-0.57 (the re-timed 256-trial cells).
+# `guided_prior` is guided_init whose 16 random points are the best-scored of 256 by
+# MetaSchedule's cost model pre-trained on the other three kernels' measured schedules
+# (leave-one-kernel-out, `prior_examples`); `guided_prior_screened` also screens its climb
+# with that model (`screen=8`), refitted on the run's own measurements as it goes.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "guided_plain": ("guided", {"local": 0.0}),
     "guided_screened": ("guided", {"screen": 8}),
-    "guided_init": ("guided", {"init": 16})}
+    "guided_init": ("guided", {"init": 16}),
+    "guided_prior": ("guided", {"init": 16, "screen_init": 16}),
+    "guided_prior_screened": ("guided", {"init": 16, "screen_init": 16, "screen": 8})}
+# The variants whose cost model is pre-trained on other kernels' cells; their own cells
+# never feed a prior, so a prior depends on the committed cells only.
+PRIOR = ("guided_prior", "guided_prior_screened")
 GUIDED = ("guided", *(n for n, (base, _) in VARIANTS.items() if base == "guided"))
-OURS = ("guided", "guided_init", "guided_screened", "guided_plain", "evolution", "autotvm",
-        "mbo")
+OURS = ("guided", "guided_init", "guided_prior", "guided_prior_screened", "guided_screened",
+        "guided_plain", "evolution", "autotvm", "mbo")
 TUNERS = ("metaschedule", *OURS)
 SPACES = ("ms", "knobs")
 BUDGETS = (64, 256, 1000)
@@ -136,16 +145,23 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
         measure = tk.TvmMeasure(sp, ev)
         strategy, opts = VARIANTS.get(tuner, (tuner, {}))
         screen = None
-        if space == "ms" and opts.get("screen", 1) > 1:  # a strategy asks for the model
+        # a strategy asks for the model
+        if space == "ms" and max(opts.get("screen", 1), opts.get("screen_init", 1)) > 1:
             from superopt.xtat.tvm_msspace import MsScreen
 
             screen = MsScreen(sp, seed=seed)
+            if tuner in PRIOR:
+                t0 = time.perf_counter()
+                examples = prior_examples(kernel)
+                extra["prior"] = {sp_.kernel.name: len(cf) for sp_, cf, _ in examples}
+                extra["prior_read"] = screen.pretrain(examples)
+                extra["prior_s"] = round(time.perf_counter() - t0, 1)
         trials = tk.search(sp, strategy, seed, budget, measure, opts=opts, screen=screen)
         secs = [t.seconds for t in trials]
         programs = {"configs": [t.config for t in trials]}
         best = min(trials, key=lambda t: t.seconds)
         steps = [e.split(":", 1)[0] for e in measure.errors]
-        extra = {"space": space, "strategy": strategy, "options": opts,
+        extra |= {"space": space, "strategy": strategy, "options": opts,
                  "best_config": best.config, "errors": len(measure.errors),
                  # schedule: failed to replay or postprocess (MetaSchedule's search drops
                  # such a candidate unmeasured; here it is a failed trial)
@@ -165,6 +181,38 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
     # were kept, never one killed between the two writes.
     write_atomic(programs_path(path), gzip.compress(json.dumps(programs).encode()))
     write_atomic(path, json.dumps(out, indent=1).encode())
+    return out
+
+
+def prior_examples(kernel: Any, root: Path = ROOT / "results") -> list[tuple[Any, list, list]]:
+    """The other kernels' measured schedules on MetaSchedule's space, for a cost model
+    pre-trained leave-one-kernel-out: every cell of our tuners with its programs under
+    `root`'s `tvm_compare*_cells` folders (the pre-trained variants' own cells excepted),
+    per kernel (its `MsSpace`, configurations, seconds), one schedule once with the median
+    of its measurements. Empty when no other kernel has cells."""
+    from superopt.xtat import tvm_kernels as tk
+    from superopt.xtat.tvm_msspace import MsSpace
+
+    times: dict[str, dict[str, list[float]]] = {}
+    for p in sorted(root.glob("tvm_compare*_cells/*__ms__*.json")):
+        if p.name.endswith(".retimed.json") or not programs_path(p).exists():
+            continue
+        c = json.loads(p.read_text())
+        if c["kernel"] == kernel.name or c["tuner"] in PRIOR:
+            continue
+        configs = json.loads(gzip.decompress(programs_path(p).read_bytes()))["configs"]
+        per = times.setdefault(c["kernel"], {})
+        for config, t in zip(configs, c["seconds"], strict=True):
+            if t is not None:
+                per.setdefault(json.dumps(config, sort_keys=True), []).append(t)
+    out = []
+    for k in tk.KERNELS:
+        if k.name in times:
+            keys = sorted(times[k.name])
+            configs = [{key: tuple(v) if isinstance(v, list) else v
+                        for key, v in json.loads(j).items()} for j in keys]
+            out.append((MsSpace(k), configs,
+                        [statistics.median(times[k.name][j]) for j in keys]))
     return out
 
 

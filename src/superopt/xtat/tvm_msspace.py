@@ -237,7 +237,11 @@ class MsScreen:
     random scores from numpy's global generator, which would make a run irreproducible).
     A candidate whose schedule fails to replay or postprocess scores -inf: it cannot run.
     The schedules of the last `predict` are kept for `update` (the measured candidates
-    are among them); any other is rebuilt."""
+    are among them); any other is rebuilt.
+
+    `pretrain` fits the model on other kernels' measured schedules before the run (a
+    cost model carried across workloads, as TenSet-style pre-training does): it then
+    scores from the first proposal, with no warm-up."""
 
     def __init__(self, space: MsSpace, warmup: int = 16, seed: int = 0) -> None:
         from tvm.s_tir import meta_schedule as ms
@@ -248,7 +252,37 @@ class MsScreen:
             num_warmup_samples=0, verbose_eval=0)
         self.args = ms.arg_info.ArgInfo.from_prim_func(space.workload["main"])
         self.seen = 0
+        self.prior = 0  # schedules of other kernels the model was pre-trained on
         self._last: dict[str, Any] = {}  # candidate key -> MeasureCandidate or None
+
+    def pretrain(self, examples: Sequence[tuple[MsSpace, Sequence[dict[str, Choice]],
+                                                Sequence[float]]]) -> int:
+        """Fit the model on other kernels' measurements first: per kernel its space and
+        its schedules' configurations with their measured seconds. Each kernel is its
+        own group of MetaSchedule's model (whose target is the group's best time over
+        each time), so kernels of different speeds train one model. A configuration that
+        does not schedule in its space, or a failed run, is skipped. Returns the number
+        of schedules read."""
+        from tvm.s_tir import meta_schedule as ms
+
+        read = 0
+        for space, configs, seconds in examples:
+            args = ms.arg_info.ArgInfo.from_prim_func(space.workload["main"])
+            cands, results = [], []
+            for config, t in zip(configs, seconds, strict=True):
+                if not math.isfinite(t):
+                    continue
+                try:
+                    sch = space.postprocessed(space.complete(config))
+                except Exception:  # not a schedule of this space (any more)
+                    continue
+                cands.append(ms.MeasureCandidate(sch, args))
+                results.append(ms.runner.RunnerResult(run_secs=[float(t)], error_msg=None))
+            if cands:
+                self.model.update(space.context, cands, results)
+                read += len(cands)
+        self.prior += read
+        return read
 
     def _measure_candidate(self, cand: Candidate) -> Any:
         """The candidate's postprocessed schedule as MetaSchedule's `MeasureCandidate`
@@ -269,7 +303,7 @@ class MsScreen:
         self._last = {c.key: m for c, m in zip(candidates, built, strict=True)}
         out = np.full(len(built), -np.inf)
         ok = [i for i, m in enumerate(built) if m is not None]
-        if ok and self.model.booster is not None and self.seen >= self.warmup:
+        if ok and self.model.booster is not None and (self.prior or self.seen >= self.warmup):
             out[ok] = self.model.predict(self.space.context, [built[i] for i in ok])
         else:
             out[ok] = 0.0

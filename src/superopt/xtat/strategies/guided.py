@@ -38,7 +38,10 @@ search's on 2 of 8 kernel-seed pairs and below on 6 (docs/benchmarks.md).
 
 With `init` > 0 (default 0) the first `init` proposals are random points of the whole
 space (`TuneContext.sample`: every site of the tuned passes drawn uniformly), and the
-climb goes on from the fastest of them and the start. On MetaSchedule's space a random
+climb goes on from the fastest of them and the start; with `screen_init` > 1 and a
+context's cost model (one pre-trained on other kernels' measurements:
+`tvm_msspace.MsScreen.pretrain`) they are the best-scored of `screen_init` times as
+many random points. On MetaSchedule's space a random
 point is a fair schedule (MetaSchedule's own first trials, random samples of it, reached
 0.44-0.91 of its final best within 16 trials on the four kernels of
 `benchmarks/tvm_compare.py`, where the climb from its first sketch's sampled decisions
@@ -302,6 +305,7 @@ class Guided(SearchStrategy):
         "parents": (int, 1, None, 8),
         "generations": (int, 0, None, 2),
         "init": (int, 0, None, 0),
+        "screen_init": (int, 1, None, 1),
     }
 
     def __init__(self, **opts: Any) -> None:
@@ -456,10 +460,34 @@ class Guided(SearchStrategy):
 
     def _samples(self, n: int) -> list[Candidate]:
         """`n` random points of the whole space (`TuneContext.sample`), the first `init`
-        proposals: the search then climbs from the fastest of them and the start."""
+        proposals: the search then climbs from the fastest of them and the start. With
+        `screen_init` > 1 and a context's cost model, `screen_init` x `n` new points are
+        drawn and the `n` it scores best are proposed."""
         self._sampled += n
-        return [self._fresh(lambda: self.ctx.sample(self.ctx.default, self.passes))
-                for _ in range(n)]
+
+        def draw() -> Candidate:
+            return self.ctx.sample(self.ctx.default, self.passes)
+
+        screen, many = self.ctx.screen, n * self.o["screen_init"]
+        if screen is not None and many > n:
+            pool: list[Candidate] = []
+            seen: set[str] = set()
+            for _ in range(4 * many):  # bounded: a small space runs out of new points
+                if len(pool) >= many:
+                    break
+                cand = draw()
+                ident = self._seen(cand)
+                if ident not in self.proposed and ident not in seen:
+                    seen.add(ident)
+                    pool.append(cand)
+            scores = np.asarray(screen.predict(pool), dtype=float) if pool else np.zeros(0)
+            best = [pool[i] for i in np.argsort(-scores, kind="stable")[:n]
+                    if np.isfinite(scores[i])]
+            for cand in best:
+                self.proposed.add(self._seen(cand))
+            if best:
+                return best
+        return [self._fresh(draw) for _ in range(n)]
 
     def _fresh(self, draw: Callable[[], Candidate]) -> Candidate:
         """A proposal from `draw`, drawn again (a few times) while it is a program
