@@ -443,6 +443,51 @@ def test_ms_screen_scores_schedules_after_warmup_and_fails_what_cannot_run(
     assert spearmanr(after[:-1], [-t for t in times]).statistic > 0.5
 
 
+def test_ms_screen_pretrained_on_another_kernel_scores_from_the_first_proposal(
+        ms_spaces: dict) -> None:
+    """A model fitted on one matmul's measurements ranks another matmul's schedules
+    before any of them is measured (no warm-up), by the trend it was fitted on."""
+    from scipy.stats import spearmanr
+
+    from superopt.xtat.pipeline import Pipeline
+    from superopt.xtat.space import PassConfig
+    from superopt.xtat.store import ConfigStore
+    from superopt.xtat.tvm_msspace import SKETCH, MsScreen, MsSpace
+
+    def first_tile(space: MsSpace):
+        return next(s for s in space.sites if s.key.startswith("s0.")
+                    and s.key.endswith("SamplePerfectTile"))
+
+    def cost(space: MsSpace, config: dict) -> float:  # best with an innermost 8
+        return 1.0 + abs(math.log2(config[first_tile(space).key][-1]) - 3.0)
+
+    def configs(space: MsSpace, seed: int) -> list[dict]:
+        tile = first_tile(space)
+        rng = np.random.default_rng(seed)
+        out = [space.complete({}) | {SKETCH: 0, tile.key: o} for o in tile.options]
+        return out + [space.random(rng) | {SKETCH: 0} for _ in range(24)]
+
+    seen = ms_spaces[MATMUL.name]
+    train = configs(seen, 0)
+    space_bad = seen.complete({}) | {first_tile(seen).key: (7,)}  # wrong arity
+    other = MsSpace(Kernel("t_matmul2", "test", "matmul", (64, 32, 64)))
+    screen = MsScreen(other, warmup=16)
+    read = screen.pretrain([(seen, [*train, space_bad],
+                             [*(cost(seen, c) for c in train), 1.0])])
+    assert read == len(train) and screen.prior == read  # the bad configuration skipped
+    pipeline = Pipeline([other.make_pass()])
+    start = pipeline.initial(other.kernel.graph())
+    store = ConfigStore()
+    test = configs(other, 1)
+    cands = [pipeline.build(start, [PassConfig.of(
+        {k: v for k, v in c.items() if v != other.by_key[k].default})], store) for c in test]
+    scores = screen.predict(cands)  # nothing of this kernel measured yet
+    assert np.isfinite(scores).all() and len(set(scores.tolist())) > 1
+    assert spearmanr(scores, [-cost(other, c) for c in test]).statistic > 0.5
+    untrained = MsScreen(other, warmup=16).predict(cands[:3])
+    assert untrained.tolist() == [0.0, 0.0, 0.0]  # without a prior: warm-up first
+
+
 def test_report_counts_metaschedule_against_its_other_seeds(tmp_path: Path) -> None:
     """The A/A control: each MetaSchedule seed's trials to another seed's best, as a
     ratio of that seed's own trials to it."""
