@@ -4,10 +4,12 @@ part 5), measured by TVM on this CPU.
 Four kernels of the zoo (`superopt.xtat.tvm_kernels.KERNELS`: two resnet50 convs, two
 bert-base matmuls, batch 1) are tuned by MetaSchedule (`tune_tir`, its evolutionary
 search with its XGBoost model, trials of 64) and by `guided`, `evolution`, `autotvm` and
-`mbo` (and three variants of guided: `guided_plain`, with uniform kernel moves instead
+`mbo` (and variants of guided: `guided_plain`, with uniform kernel moves instead
 of near ones, its ablation; `guided_screened`, with MetaSchedule's cost model picking
 its proposals on the ms space; `guided_init`, whose first 16 proposals are random points
-of the space) driving one of
+of the space; `guided_prior`, whose 16 random points are the best-scored of 256 by
+MetaSchedule's cost model pre-trained on the other three kernels' committed cells, and
+`guided_prior_screened`, which screens its climb with that model too) driving one of
 two spaces (`--space`): `ms`, MetaSchedule's own design space
 (`tvm_msspace.MsSpace`: its sketches' sampling decisions as sites), or `knobs`, our
 AutoTVM-like knob space of the kernel's loops (`tvm_kernels.KnobSpace`, at most ~55% of
@@ -235,14 +237,19 @@ def retimed_path(cell: Path) -> Path:
 Key = tuple[str, str, int, str]  # kernel, tuner, seed, space ("" for MetaSchedule)
 
 
-def load_cells(cells: Path, retimed: bool = False) -> dict[Key, dict[int, list[float]]]:
+def load_cells(cells: Path, retimed: bool = False,
+               refined: bool = False) -> dict[Key, dict[int, list[float]]]:
     """(kernel, tuner, seed, space) -> budget -> trial times (inf for failed trials).
     With `retimed`, only the cells re-timed in full (`retime`), each trial's time its
     ratio to the kernel's reference times the median of every reference timing of that
     kernel in the same re-timing session (one process: the reference's own speed moves
     between processes, up to 1.3x here on the 1x1 convolution, more than a fast
     program's does, so ratios from two processes are not on one scale). Cells re-timed
-    in one session compare as their ratios do."""
+    in one session compare as their ratios do. With `refined` (implies `retimed`), only
+    the cells refined (`refine`): a refined trial's time is its refined ratio on the
+    refining session's scale, any other trial's is inf (it was further from every cell's
+    best than the window, so it is no cell's best and reaches none)."""
+    retimed = retimed or refined
     out: dict[Key, dict[int, list[float]]] = {}
     loaded = []
     for p in sorted(cells.glob("*.json")):
@@ -258,7 +265,17 @@ def load_cells(cells: Path, retimed: bool = False) -> dict[Key, dict[int, list[f
             if len(got["ratios"]) < len(secs):  # unfinished: not a whole run
                 continue
             secs = [math.inf if x is None else float(x) for x in got["ratios"]]
-            loaded.append(((c["kernel"], got.get("session", "")), secs, got["reference_s"]))
+            if refined:
+                fine = got.get("refined")
+                if fine is None:
+                    continue
+                secs = [math.inf] * len(secs)
+                for i, x in fine["ratios"].items():
+                    secs[int(i)] = math.inf if x is None else float(x)
+                loaded.append(((c["kernel"], fine["session"]), secs, fine["reference_s"]))
+            else:
+                loaded.append(((c["kernel"], got.get("session", "")), secs,
+                               got["reference_s"]))
         space = "" if c["tuner"] == "metaschedule" else c.get("space", "knobs")
         out.setdefault((c["kernel"], c["tuner"], c["seed"], space), {})[c["budget"]] = secs
     if retimed:
@@ -281,7 +298,7 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
     from superopt.rewrite.cost import processor_name
     from superopt.xtat import tvm_kernels as tk
     from superopt.xtat.tvm_msspace import MsSpace
-    from superopt.xtat.tvm_retime import Retimer, ms_record_modules
+    from superopt.xtat.tvm_retime import Retimer
 
     # One process, one session: its reference timings put its ratios in seconds.
     session = f"{platform.node()}:{os.getpid()}:{int(time.time())}"
@@ -314,13 +331,7 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
         spaces = {"ms": ms_space}
         for p, c, done, programs in todo:
             start = time.perf_counter()
-            if c["tuner"] == "metaschedule":
-                mods: list[Any] = ms_record_modules(programs["workload"], programs["records"])
-            else:
-                name = c.get("space", "knobs")
-                if name not in spaces:  # one space per kernel and name: TVM builds it
-                    spaces[name] = make_space(k, name)
-                mods = [_config_module(spaces[name], cfg) for cfg in programs["configs"]]
+            mods = _cell_modules(k, c, programs, spaces)
             if len(mods) != len(c["seconds"]):
                 raise ValueError(f"{programs_path(p)}: {len(mods)} programs for "
                                  f"{len(c['seconds'])} trials")
@@ -354,6 +365,83 @@ def retime(cells: Path, kernels: list[Any], rounds: int, tuners: set[str],
                 f"{kept} kept from before) in {time.perf_counter() - start:.0f} s")
 
 
+def _cell_modules(kernel: Any, cell: dict, programs: dict, spaces: dict) -> list[Any]:
+    """Every trial's scheduled module of a cell from its kept programs (`spaces`: the
+    kernel's spaces by name, built on first use)."""
+    from superopt.xtat.tvm_retime import ms_record_modules
+
+    if cell["tuner"] == "metaschedule":
+        return ms_record_modules(programs["workload"], programs["records"])
+    name = cell.get("space", "knobs")
+    if name not in spaces:  # one space per kernel and name: TVM builds it
+        spaces[name] = make_space(kernel, name)
+    return [_config_module(spaces[name], cfg) for cfg in programs["configs"]]
+
+
+def refine(cells: Path, kernels: list[Any], tuners: set[str], window: float, rounds: int,
+           log: Any = print, seeds: set[int] | None = None) -> None:
+    """Re-time again, with `rounds` paired rounds each, every trial near the top of the
+    re-timed cells of each kernel and seed (of `tuners`): those whose re-timed ratio is
+    within `window` of the slowest of the cells' bests (so every cell's best and every
+    trial that could reach one is refined). One process, one session for them all, so
+    the refined ratios of a kernel and seed are on one scale. Written into each cell's
+    `.retimed.json` under `refined` every 16 trials (a killed refine goes on)."""
+    from superopt.xtat import tvm_kernels as tk
+    from superopt.xtat.tvm_msspace import MsSpace
+    from superopt.xtat.tvm_retime import Retimer
+
+    session = f"{platform.node()}:{os.getpid()}:{int(time.time())}"
+    for k in kernels:
+        groups: dict[int, list[tuple[Path, dict, dict]]] = {}
+        for p in sorted(cells.glob(f"{k.name}__*.json")):
+            if p.name.endswith(".retimed.json") or not retimed_path(p).exists():
+                continue
+            c = json.loads(p.read_text())
+            got = json.loads(retimed_path(p).read_text())
+            if c["tuner"] not in tuners or (seeds is not None and c["seed"] not in seeds):
+                continue
+            if len(got["ratios"]) < len(c["seconds"]):
+                raise ValueError(f"{retimed_path(p)}: re-timed in part only "
+                                 f"({len(got['ratios'])} of {len(c['seconds'])} trials): "
+                                 f"finish it with --retime first")
+            groups.setdefault(c["seed"], []).append((p, c, got))
+        if not groups:
+            continue
+        ms_space = MsSpace(k)
+        retimer = Retimer(tk.TvmMeasure(ms_space, tk.Evaluator()),
+                          ms_space.schedule(ms_space.complete({})), rounds)
+        spaces: dict[str, Any] = {"ms": ms_space}
+        for seed in sorted(groups):
+            group = groups[seed]
+            bests = [min((x for x in got["ratios"] if x is not None), default=math.inf)
+                     for _, _, got in group]
+            limit = max(bests) * (1.0 + window)
+            for p, c, got in group:
+                start = time.perf_counter()
+                fine = got.get("refined") or {
+                    "rounds": rounds, "window": window, "limit": limit, "session": session,
+                    "ratios": {}, "reference_s": []}
+                if fine["rounds"] != rounds:
+                    raise ValueError(f"{retimed_path(p)}: refined with {fine['rounds']} "
+                                     f"rounds a trial, not {rounds}: go on with those")
+                todo = [i for i, x in enumerate(got["ratios"])
+                        if x is not None and x <= fine["limit"] and str(i) not in
+                        fine["ratios"]]
+                if not todo:
+                    continue
+                programs = json.loads(gzip.decompress(programs_path(p).read_bytes()))
+                mods = _cell_modules(k, c, programs, spaces)
+                retimer.reference_s = fine["reference_s"]
+                for n, i in enumerate(todo, 1):
+                    x = retimer.refine(mods[i], rounds)
+                    fine["ratios"][str(i)] = None if math.isinf(x) else round(x, 6)
+                    if n % 16 == 0 or n == len(todo):
+                        got["refined"] = fine
+                        write_atomic(retimed_path(p), json.dumps(got, indent=1).encode())
+                log(f"{p.name}: {len(todo)} trials refined ({rounds} rounds each) in "
+                    f"{time.perf_counter() - start:.0f} s")
+
+
 def _config_module(space: Any, config: dict[str, Any]) -> Any | None:
     """The scheduled module of a trial's recorded (canonical, JSON) configuration."""
     choices = {key: tuple(v) if isinstance(v, list) else v for key, v in config.items()}
@@ -373,10 +461,10 @@ def at_budget(runs: dict[int, list[float]], budget: int) -> tuple[list[float], s
     return None
 
 
-def report(cells: Path, retimed: bool = False) -> dict:
+def report(cells: Path, retimed: bool = False, refined: bool = False) -> dict:
     from superopt.xtat import tvm_kernels as tk
 
-    data = load_cells(cells, retimed)
+    data = load_cells(cells, retimed, refined)
     kernels = []
     goal_rows: dict[str, dict[int, dict[str, bool]]] = {}
     # Ratios to MetaSchedule's trials, per kernel-seed pair: guided's (per space and
@@ -480,7 +568,11 @@ def report(cells: Path, retimed: bool = False) -> dict:
             "goal_rule": "per space: guided's trials to reach MetaSchedule's best (same "
                          "seed, same budget) <= 0.5x MetaSchedule's trials to that best, on "
                          "every seed run, on >= 3 of 4 kernels",
-            "measure": "re-timed after the runs: every trial's program rebuilt and timed in "
+            "measure": "refined: the re-timed trials within the window of the slowest of "
+                       "the cells' bests re-timed again with more rounds, in one session per "
+                       "kernel; the other trials count as never reaching a best" if refined
+                       else
+                       "re-timed after the runs: every trial's program rebuilt and timed in "
                        "rounds alternating with the kernel's reference program, its time the "
                        "median ratio times the median reference time (cells re-timed in "
                        "full only)" if retimed else
@@ -610,7 +702,21 @@ def _main(argv: list[str] | None) -> int:
     ap.add_argument("--retimed", action="store_true",
                     help="only the report, on the re-timed figures (the cells re-timed in "
                          "full); like --report, it runs nothing")
+    ap.add_argument("--refine", action="store_true",
+                    help="no tuning: re-time again, with --refine-rounds rounds each, the "
+                         "re-timed trials within --refine-window of the slowest of the "
+                         "cells' bests (per kernel and seed), then report on those figures")
+    ap.add_argument("--refine-window", type=float, default=0.2,
+                    help="refine the trials within this fraction above the slowest best")
+    ap.add_argument("--refine-rounds", type=int, default=9,
+                    help="paired rounds per refined trial")
+    ap.add_argument("--refined", action="store_true",
+                    help="only the report, on the refined figures (like --report)")
     a = ap.parse_args(argv)
+    if a.refine_rounds < 1:
+        ap.error(f"--refine-rounds must be at least 1, not {a.refine_rounds}")
+    if not 0.0 <= a.refine_window <= 10.0:
+        ap.error(f"--refine-window must be within [0, 10], not {a.refine_window}")
     if a.retime_rounds < 1:
         ap.error(f"--retime-rounds must be at least 1, not {a.retime_rounds}")
     os.environ.setdefault("TVM_NUM_THREADS", "1")
@@ -633,7 +739,14 @@ def _main(argv: list[str] | None) -> int:
         except ValueError as e:  # a cell's programs or re-timing that do not fit it
             print(f"tvm_compare.py: {e}", file=sys.stderr)
             return 2
-    elif not (a.report or a.retimed):  # a report on re-timings tunes nothing new
+    elif a.refine:
+        try:
+            refine(a.cells, kernels, set(a.tuners.split(",")), a.refine_window,
+                   a.refine_rounds, seeds=None if a.seeds is None else set(seeds))
+        except ValueError as e:  # a re-timing unfinished, or begun with other rounds
+            print(f"tvm_compare.py: {e}", file=sys.stderr)
+            return 2
+    elif not (a.report or a.retimed or a.refined):  # a report tunes nothing new
         for budget in (int(b) for b in a.budgets.split(",")):
             for seed in seeds or [0]:
                 for k in kernels:
@@ -649,7 +762,8 @@ def _main(argv: list[str] | None) -> int:
                               f"{len(c['seconds'])} trials, best {best:.2f} GFLOP/s, "
                               f"{'cached' if done else f'{time.perf_counter() - t0:.0f} s'}",
                               flush=True)
-    res = report(a.cells, retimed=a.retime or a.retimed)
+    res = report(a.cells, retimed=a.retime or a.retimed,
+                 refined=a.refine or a.refined)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1) + "\n")
     print_table(res)

@@ -550,3 +550,51 @@ def test_ms_records_replay_and_a_killed_retiming_resumes(ms_spaces: dict,
     assert got["resumed_at"] == [1]
     assert got["reference_s"][0] == 0.5 and len(got["reference_s"]) >= 2
     assert all(r is not None and 0 < r < 100 for r in got["ratios"][1:])
+    # Refined: every trial within the window re-timed again (a large window: all three);
+    # a refine cut short goes on with the trials it had not done.
+    bench.refine(tmp_path, [MATMUL], {"guided"}, 100.0, 1, log=lambda _: None)
+    got = json.loads(bench.retimed_path(path).read_text())
+    fine = got["refined"]
+    assert sorted(fine["ratios"]) == ["0", "1", "2"] and fine["rounds"] == 1
+    assert got["ratios"][0] == 7.0  # the first re-timing is kept as it was
+    del fine["ratios"]["2"]
+    fine["ratios"]["0"] = 3.0  # a marker a new refine would not give
+    bench.retimed_path(path).write_text(json.dumps(got))
+    bench.refine(tmp_path, [MATMUL], {"guided"}, 100.0, 1, log=lambda _: None)
+    again = json.loads(bench.retimed_path(path).read_text())["refined"]["ratios"]
+    assert again["0"] == 3.0 and sorted(again) == ["0", "1", "2"]
+
+
+def test_refined_report_reads_the_refined_ratios_and_drops_the_rest(tmp_path: Path) -> None:
+    """On refined figures MetaSchedule's lucky first re-timing no longer sets the target;
+    a trial not refined reaches nothing."""
+    bench = _bench()
+    k = KERNELS[0]
+
+    def cell(tuner: str, ratios: list[float], refined: dict[int, float]) -> None:
+        p = bench.cell_path(tmp_path, k.name, tuner, 0, 256, "ms")
+        p.write_text(json.dumps({"kernel": k.name, "tuner": tuner, "seed": 0,
+                                 "budget": 256, "space": "ms", "seconds": [1.0] * 256}))
+        bench.retimed_path(p).write_text(json.dumps({
+            "ratios": ratios, "reference_s": [1.0], "session": "a",
+            "refined": {"rounds": 9, "window": 0.2, "limit": 0.6, "session": "b",
+                        "reference_s": [2.0],
+                        "ratios": {str(i): x for i, x in refined.items()}}}))
+
+    ms, g = [1.0] * 256, [1.0] * 256
+    ms[99], ms[199] = 0.5, 0.4  # first re-timing: its best 0.4 at trial 200 (lucky)
+    g[39], g[59] = 0.45, 0.5
+    cell("metaschedule", ms, {99: 0.5, 199: 0.52})  # refined: its best is trial 100
+    cell("guided", g, {39: 0.49, 59: 0.5})
+    fine = bench.report(tmp_path, refined=True)
+    rows = next(e for e in fine["kernels"] if e["kernel"] == k.name)["budgets"]["256"]
+    msr = next(r for r in rows if r["tuner"] == "metaschedule")
+    gr = next(r for r in rows if r["tuner"] == "guided")
+    assert msr["trials_to_own_best"] == 100
+    assert gr["trials_to_ms_best"] == 40 and gr["ratio_vs_ms"] == 0.4
+    # The refined scale: ratio x the refining session's reference (2.0 s).
+    assert math.isclose(msr["best_gflops"], k.flops / (0.5 * 2.0) / 1e9, rel_tol=1e-3)
+    coarse = bench.report(tmp_path, retimed=True)
+    rows = next(e for e in coarse["kernels"] if e["kernel"] == k.name)["budgets"]["256"]
+    assert next(r for r in rows if r["tuner"] == "metaschedule")["trials_to_own_best"] == 200
+    assert next(r for r in rows if r["tuner"] == "guided")["trials_to_ms_best"] is None
