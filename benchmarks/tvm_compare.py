@@ -186,6 +186,10 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
     return out
 
 
+class PriorError(ValueError):
+    """A cell of a pre-trained model's corpus that does not read."""
+
+
 def prior_examples(kernel: Any, root: Path = ROOT / "results") -> list[tuple[Any, list, list]]:
     """The other kernels' measured schedules on MetaSchedule's space, for a cost model
     pre-trained leave-one-kernel-out: every cell of our tuners with its programs under
@@ -202,7 +206,11 @@ def prior_examples(kernel: Any, root: Path = ROOT / "results") -> list[tuple[Any
         c = json.loads(p.read_text())
         if c["kernel"] == kernel.name or c["tuner"] in PRIOR:
             continue
-        configs = json.loads(gzip.decompress(programs_path(p).read_bytes()))["configs"]
+        try:
+            configs = json.loads(gzip.decompress(programs_path(p).read_bytes()))["configs"]
+        except (OSError, EOFError, ValueError, KeyError) as e:  # truncated, not gzip/JSON
+            raise PriorError(f"{programs_path(p)}: not a programs file of our tuners "
+                             f"({type(e).__name__}: {e})") from None
         per = times.setdefault(c["kernel"], {})
         for config, t in zip(configs, c["seconds"], strict=True):
             if t is not None:
@@ -754,7 +762,11 @@ def _main(argv: list[str] | None) -> int:
                         t0 = time.perf_counter()
                         done = done_path(a.cells, k.name, tuner, seed, budget,
                                          a.space) is not None
-                        c = run_cell(k, tuner, seed, budget, a.cells, a.space)
+                        try:
+                            c = run_cell(k, tuner, seed, budget, a.cells, a.space)
+                        except PriorError as e:  # a prior's cell that does not read
+                            print(f"tvm_compare.py: {e}", file=sys.stderr)
+                            return 2
                         secs = [s for s in c["seconds"] if s is not None]
                         best = k.flops / min(secs) / 1e9 if secs else 0.0
                         where = "" if tuner == "metaschedule" else f" ({a.space})"
