@@ -684,7 +684,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        print("tvm_compare.py: interrupted; finished cells and re-timings (written every 16 "
+        print("tvm_compare.py: interrupted; finished cells, re-timings and refinements (written every 16 "
               "trials) are kept: run the same command again to go on", file=sys.stderr)
         return 130
 
