@@ -85,12 +85,25 @@ class Retimer:
         if mod is None:
             return math.inf
         key = self._key(mod)
-        if key in self._cache:
-            return self._cache[key]
+        if key not in self._cache:
+            self._cache[key] = self._paired(mod, self.rounds)
+        return self._cache[key]
+
+    def refine(self, mod: Any | None, rounds: int) -> float:
+        """`mod`'s ratio from `rounds` new paired rounds (the cache is neither read nor
+        written): a second, finer look at a program whose first figure is near the top,
+        where the max over hundreds of three-round figures favours a lucky one."""
+        if rounds < 1:
+            raise ValueError(f"rounds must be at least 1, not {rounds}")
+        return math.inf if mod is None else self._paired(mod, rounds)
+
+    def _paired(self, mod: Any, rounds: int) -> float:
+        """The median over `rounds` rounds of `mod`'s time over the reference's, the two
+        run in alternating order; inf when `mod` does not build or run."""
         try:
             lib = self.measure.build(mod)[0]
             ratios = []
-            for r in range(self.rounds):
+            for r in range(rounds):
                 if r % 2 == 0:
                     ref = self.measure.run(self._ref_lib)
                     got = self.measure.run(lib)
@@ -99,31 +112,9 @@ class Retimer:
                     ref = self.measure.run(self._ref_lib)
                 self.reference_s.append(ref)
                 ratios.append(got / ref)
-            value = statistics.median(ratios)
+            return statistics.median(ratios)
         except Exception:  # the program as rebuilt here fails: no figure for it
-            value = math.inf
-        self._cache[key] = value
-        return value
-
-
-    def refine(self, mod: Any | None, rounds: int) -> float:
-        """`mod`'s ratio from `rounds` new paired rounds (nothing cached is read or
-        written): a second, finer look at a program whose first figure is near the top,
-        where the max over hundreds of three-round figures favours a lucky one."""
-        if mod is None:
             return math.inf
-        if rounds < 1:
-            raise ValueError(f"rounds must be at least 1, not {rounds}")
-        saved, self.rounds = self.rounds, rounds
-        key = self._key(mod)
-        cached = self._cache.pop(key, None)
-        try:
-            return self.ratio(mod)
-        finally:
-            self.rounds = saved
-            self._cache.pop(key, None)
-            if cached is not None:
-                self._cache[key] = cached
 
 
 def _structural_hash(mod: Any) -> int:
