@@ -193,7 +193,8 @@ class PriorError(ValueError):
 def prior_examples(kernel: Any, root: Path = ROOT / "results") -> list[tuple[Any, list, list]]:
     """The other kernels' measured schedules on MetaSchedule's space, for a cost model
     pre-trained leave-one-kernel-out: every cell of our tuners with its programs under
-    `root`'s `tvm_compare*_cells` folders (the pre-trained variants' own cells excepted),
+    `root`'s `tvm_compare*_cells` folders (the pre-trained variants' own cells excepted;
+    the compared kernels' and the corpus kernels' `tvm_kernels.CORPUS`, tuned only for this),
     per kernel (its `MsSpace`, configurations, seconds), one schedule once with the median
     of its measurements. Empty when no other kernel has cells."""
     from superopt.xtat import tvm_kernels as tk
@@ -216,7 +217,7 @@ def prior_examples(kernel: Any, root: Path = ROOT / "results") -> list[tuple[Any
             if t is not None:
                 per.setdefault(json.dumps(config, sort_keys=True), []).append(t)
     out = []
-    for k in tk.KERNELS:
+    for k in (*tk.KERNELS, *tk.CORPUS):
         if k.name in times:
             keys = sorted(times[k.name])
             configs = [{key: tuple(v) if isinstance(v, list) else v
@@ -731,11 +732,13 @@ def _main(argv: list[str] | None) -> int:
     from superopt.xtat import tvm_kernels as tk
 
     names = [n for n in a.kernels.split(",") if n]
-    unknown = sorted(set(names) - {k.name for k in tk.KERNELS})
+    # The corpus kernels are tuned only when named (a prior's training data).
+    known = (*tk.KERNELS, *tk.CORPUS)
+    unknown = sorted(set(names) - {k.name for k in known})
     if unknown:
         ap.error(f"--kernels: unknown kernel {unknown[0]!r} (known: "
-                 f"{', '.join(k.name for k in tk.KERNELS)})")
-    kernels = [k for k in tk.KERNELS if not names or k.name in names]
+                 f"{', '.join(k.name for k in known)})")
+    kernels = [k for k in known if k.name in names] if names else list(tk.KERNELS)
     try:
         seeds = [int(s) for s in (a.seeds or "").split(",") if s]
     except ValueError:
