@@ -273,3 +273,53 @@ def test_guided_variants_are_judged_by_the_same_rule_apart(tmp_path: Path) -> No
     assert variant["pairs_guided_le_0.5"] == [1, 1]
     assert variant["per_kernel"] == {k.name: True}
     assert "guided_screened" not in res["goal_variants"]  # no cells, no entry
+
+
+def test_a_prior_reads_the_corpus_kernels_and_leaves_the_held_out_one_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pre-trained model's corpus: the compared kernels but the held-out one, and the
+    corpus kernels (`CORPUS`, never compared); the pre-trained variants' own cells never
+    feed it, and a schedule measured in two cells is one example at the median time."""
+    import gzip
+
+    import superopt.xtat.tvm_msspace as msspace
+    from superopt.xtat.tvm_kernels import CORPUS
+
+    monkeypatch.setattr(msspace, "MsSpace", lambda k: ("space", k.name))
+    bench = _bench()
+    held, other, extra = KERNELS[1], KERNELS[0], CORPUS[0]
+    assert extra.name not in {k.name for k in KERNELS}
+
+    def cell(folder: str, kernel: str, tuner: str, seed: int,
+             configs: list[dict], secs: list[float | None]) -> None:
+        path = bench.cell_path(tmp_path / folder, kernel, tuner, seed, 256, "ms")
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({"kernel": kernel, "tuner": tuner, "seed": seed,
+                                    "budget": 256, "space": "ms", "seconds": secs}))
+        bench.programs_path(path).write_bytes(
+            gzip.compress(json.dumps({"configs": configs}).encode()))
+
+    a, b = {"sketch": 0, "t": [1, 2]}, {"sketch": 1}
+    cell("tvm_compare_cells", other.name, "guided", 0, [a, b], [1.0, None])
+    cell("tvm_compare_x_cells", other.name, "evolution", 0, [a], [3.0])
+    cell("tvm_compare_corpus_cells", extra.name, "guided_init", 0, [b], [2.0])
+    cell("tvm_compare_cells", held.name, "guided", 0, [a], [5.0])
+    cell("tvm_compare_cells", other.name, "guided_prior", 0, [b], [9.0])
+    cell("elsewhere", extra.name, "guided", 1, [a], [7.0])  # not a cells folder
+    got = {sp[1]: (configs, secs) for sp, configs, secs in
+           bench.prior_examples(held, tmp_path)}
+    assert got == {other.name: ([{"sketch": 0, "t": (1, 2)}], [2.0]),
+                   extra.name: ([{"sketch": 1}], [2.0])}
+
+
+def test_corpus_kernels_are_tuned_when_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from superopt.xtat.tvm_kernels import CORPUS
+
+    bench = _bench()
+    code = bench.main(["--retime", "--kernels", CORPUS[0].name, "--cells", str(tmp_path),
+                       "--out", str(tmp_path / "r.json")])
+    assert code == 0
+    # The report is over the compared kernels only: a corpus kernel is no row.
+    rows = json.loads((tmp_path / "r.json").read_text())["kernels"]
+    assert {r["kernel"] for r in rows} == {k.name for k in KERNELS}
