@@ -76,19 +76,32 @@ ROOT = Path(__file__).resolve().parent
 # `guided_prior` is guided_init whose 16 random points are the best-scored of 256 by
 # MetaSchedule's cost model pre-trained on the other three kernels' measured schedules
 # (leave-one-kernel-out, `prior_examples`); `guided_prior_screened` also screens its climb
-# with that model (`screen=8`), refitted on the run's own measurements as it goes.
+# with that model (`screen=8`), refitted on the run's own measurements as it goes;
+# `guided_prior_frozen` screens its climb with the pre-trained model as it is (never
+# refitted); `guided_prior_wide` is guided_prior whose model also reads the corpus
+# kernels' cells (`tvm_kernels.CORPUS`: five more kernels of the two models, tuned only
+# for this).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "guided_plain": ("guided", {"local": 0.0}),
     "guided_screened": ("guided", {"screen": 8}),
     "guided_init": ("guided", {"init": 16}),
     "guided_prior": ("guided", {"init": 16, "screen_init": 16}),
-    "guided_prior_screened": ("guided", {"init": 16, "screen_init": 16, "screen": 8})}
-# The variants whose cost model is pre-trained on other kernels' cells; their own cells
-# never feed a prior, so a prior depends on the committed cells only.
-PRIOR = ("guided_prior", "guided_prior_screened")
+    "guided_prior_screened": ("guided", {"init": 16, "screen_init": 16, "screen": 8}),
+    "guided_prior_frozen": ("guided", {"init": 16, "screen_init": 16, "screen": 8}),
+    "guided_prior_wide": ("guided", {"init": 16, "screen_init": 16})}
+# The variants whose cost model is pre-trained on other kernels' cells, with what their
+# model reads and does: `corpus`, the corpus kernels' cells too; `learn`, refitted on the
+# run's measurements. Their own cells never feed a prior, so a prior depends on the
+# committed cells of the other tuners only.
+PRIOR: dict[str, dict[str, bool]] = {
+    "guided_prior": {"corpus": False, "learn": True},
+    "guided_prior_screened": {"corpus": False, "learn": True},
+    "guided_prior_frozen": {"corpus": False, "learn": False},
+    "guided_prior_wide": {"corpus": True, "learn": True}}
 GUIDED = ("guided", *(n for n, (base, _) in VARIANTS.items() if base == "guided"))
-OURS = ("guided", "guided_init", "guided_prior", "guided_prior_screened", "guided_screened",
-        "guided_plain", "evolution", "autotvm", "mbo")
+OURS = ("guided", "guided_init", "guided_prior", "guided_prior_screened",
+        "guided_prior_frozen", "guided_prior_wide", "guided_screened", "guided_plain",
+        "evolution", "autotvm", "mbo")
 TUNERS = ("metaschedule", *OURS)
 SPACES = ("ms", "knobs")
 BUDGETS = (64, 256, 1000)
@@ -151,10 +164,11 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
         if space == "ms" and max(opts.get("screen", 1), opts.get("screen_init", 1)) > 1:
             from superopt.xtat.tvm_msspace import MsScreen
 
-            screen = MsScreen(sp, seed=seed)
-            if tuner in PRIOR:
+            prior = PRIOR.get(tuner)
+            screen = MsScreen(sp, seed=seed, learn=prior is None or prior["learn"])
+            if prior is not None:
                 t0 = time.perf_counter()
-                examples = prior_examples(kernel)
+                examples = prior_examples(kernel, corpus=prior["corpus"])
                 extra["prior"] = {sp_.kernel.name: len(cf) for sp_, cf, _ in examples}
                 extra["prior_read"] = screen.pretrain(examples)
                 extra["prior_s"] = round(time.perf_counter() - t0, 1)
@@ -190,22 +204,25 @@ class PriorError(ValueError):
     """A cell of a pre-trained model's corpus that does not read."""
 
 
-def prior_examples(kernel: Any, root: Path = ROOT / "results") -> list[tuple[Any, list, list]]:
+def prior_examples(kernel: Any, root: Path = ROOT / "results",
+                   corpus: bool = True) -> list[tuple[Any, list, list]]:
     """The other kernels' measured schedules on MetaSchedule's space, for a cost model
     pre-trained leave-one-kernel-out: every cell of our tuners with its programs under
     `root`'s `tvm_compare*_cells` folders (the pre-trained variants' own cells excepted;
-    the compared kernels' and the corpus kernels' `tvm_kernels.CORPUS`, tuned only for this),
+    the compared kernels', and with `corpus` the corpus kernels' `tvm_kernels.CORPUS`),
     per kernel (its `MsSpace`, configurations, seconds), one schedule once with the median
     of its measurements. Empty when no other kernel has cells."""
     from superopt.xtat import tvm_kernels as tk
     from superopt.xtat.tvm_msspace import MsSpace
 
+    compared = {k.name for k in tk.KERNELS}
     times: dict[str, dict[str, list[float]]] = {}
     for p in sorted(root.glob("tvm_compare*_cells/*__ms__*.json")):
         if p.name.endswith(".retimed.json") or not programs_path(p).exists():
             continue
         c = json.loads(p.read_text())
-        if c["kernel"] == kernel.name or c["tuner"] in PRIOR:
+        if (c["kernel"] == kernel.name or c["tuner"] in PRIOR
+                or not (corpus or c["kernel"] in compared)):
             continue
         try:
             configs = json.loads(gzip.decompress(programs_path(p).read_bytes()))["configs"]
@@ -217,7 +234,7 @@ def prior_examples(kernel: Any, root: Path = ROOT / "results") -> list[tuple[Any
             if t is not None:
                 per.setdefault(json.dumps(config, sort_keys=True), []).append(t)
     out = []
-    for k in (*tk.KERNELS, *tk.CORPUS):
+    for k in (*tk.KERNELS, *(tk.CORPUS if corpus else ())):
         if k.name in times:
             keys = sorted(times[k.name])
             configs = [{key: tuple(v) if isinstance(v, list) else v

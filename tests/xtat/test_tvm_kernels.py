@@ -486,6 +486,15 @@ def test_ms_screen_pretrained_on_another_kernel_scores_from_the_first_proposal(
     assert spearmanr(scores, [-cost(other, c) for c in test]).statistic > 0.5
     untrained = MsScreen(other, warmup=16).predict(cands[:3])
     assert untrained.tolist() == [0.0, 0.0, 0.0]  # without a prior: warm-up first
+    # The run's measurements, the prior's trend reversed: a frozen screen (learn=False)
+    # keeps the pre-trained scores, a learning one is refitted on them.
+    reversed_times = [1.0 / cost(other, c) for c in test]
+    for learn in (False, True):
+        s2 = MsScreen(other, warmup=16, learn=learn)
+        s2.pretrain([(seen, train, [cost(seen, c) for c in train])])
+        before = s2.predict(cands)
+        s2.update(cands, reversed_times)
+        assert (s2.predict(cands).tolist() == before.tolist()) is not learn
 
 
 def test_report_counts_metaschedule_against_its_other_seeds(tmp_path: Path) -> None:

@@ -310,6 +310,8 @@ def test_a_prior_reads_the_corpus_kernels_and_leaves_the_held_out_one_out(
            bench.prior_examples(held, tmp_path)}
     assert got == {other.name: ([{"sketch": 0, "t": (1, 2)}], [2.0]),
                    extra.name: ([{"sketch": 1}], [2.0])}
+    narrow = bench.prior_examples(held, tmp_path, corpus=False)
+    assert [sp[1] for sp, _, _ in narrow] == [other.name]
 
 
 def test_corpus_kernels_are_tuned_when_named(

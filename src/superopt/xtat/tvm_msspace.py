@@ -241,12 +241,15 @@ class MsScreen:
 
     `pretrain` fits the model on other kernels' measured schedules before the run (a
     cost model carried across workloads, as TenSet-style pre-training does): it then
-    scores from the first proposal, with no warm-up."""
+    scores from the first proposal, with no warm-up. With `learn` False, `update` keeps
+    nothing: the model stays the pre-trained one (the run's own few measurements of a
+    kernel are one group against the prior's thousands, and a refit moves every score)."""
 
-    def __init__(self, space: MsSpace, warmup: int = 16, seed: int = 0) -> None:
+    def __init__(self, space: MsSpace, warmup: int = 16, seed: int = 0,
+                 learn: bool = True) -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        self.space, self.warmup = space, warmup
+        self.space, self.warmup, self.learn = space, warmup, learn
         self.model = ms.cost_model.XGBModel(
             config=ms.cost_model.xgb_model.XGBConfig(seed=seed, nthread=1),
             num_warmup_samples=0, verbose_eval=0)
@@ -312,6 +315,8 @@ class MsScreen:
     def update(self, candidates: Sequence[Candidate], times: Sequence[float]) -> None:
         from tvm.s_tir import meta_schedule as ms
 
+        if not self.learn:
+            return
         cands, results = [], []
         for c, t in zip(candidates, times, strict=True):
             m = self._measure_candidate(c)
