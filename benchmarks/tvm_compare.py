@@ -8,8 +8,11 @@ search with its XGBoost model, trials of 64) and by `guided`, `evolution`, `auto
 of near ones, its ablation; `guided_screened`, with MetaSchedule's cost model picking
 its proposals on the ms space; `guided_init`, whose first 16 proposals are random points
 of the space; `guided_prior`, whose 16 random points are the best-scored of 256 by
-MetaSchedule's cost model pre-trained on the other three kernels' committed cells, and
-`guided_prior_screened`, which screens its climb with that model too) driving one of
+MetaSchedule's cost model pre-trained on the other three kernels' committed cells,
+`guided_prior_screened`, which screens its climb with that model too, refitted as it
+goes, `guided_prior_frozen`, the same never refitted, and `guided_prior_wide`, whose
+model also reads the cells of `tvm_kernels.CORPUS`, five more kernels of the two models
+tuned only for this: `--kernels` names them) driving one of
 two spaces (`--space`): `ms`, MetaSchedule's own design space
 (`tvm_msspace.MsSpace`: its sketches' sampling decisions as sites), or `knobs`, our
 AutoTVM-like knob space of the kernel's loops (`tvm_kernels.KnobSpace`, at most ~55% of
