@@ -325,3 +325,33 @@ def test_corpus_kernels_are_tuned_when_named(
     # The report is over the compared kernels only: a corpus kernel is no row.
     rows = json.loads((tmp_path / "r.json").read_text())["kernels"]
     assert {r["kernel"] for r in rows} == {k.name for k in KERNELS}
+
+
+def test_prior_check_corpora_pick_the_kernels_they_name() -> None:
+    """`benchmarks/tvm_prior_check.py`'s four corpora: the compared kernels or all, of
+    any op or of the held-out kernel's."""
+    import importlib.util
+
+    from superopt.xtat.tvm_kernels import CORPUS
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "tvm_prior_check.py"
+    spec = importlib.util.spec_from_file_location("tvm_prior_check_bench", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    class Space:
+        def __init__(self, kernel: Any) -> None:
+            self.kernel = kernel
+
+    held = KERNELS[1]  # a conv
+    examples = [(Space(k), [], []) for k in (KERNELS[0], KERNELS[2], *CORPUS)]
+
+    def names(corpus: str) -> set[str]:
+        return {e[0].kernel.name for e in mod.corpus(examples, held, corpus)}
+
+    assert names("kernels") == {KERNELS[0].name, KERNELS[2].name}
+    assert names("wide") == {KERNELS[0].name, KERNELS[2].name, *(k.name for k in CORPUS)}
+    assert names("same_op") == {KERNELS[0].name}
+    assert names("same_op_wide") == {KERNELS[0].name,
+                                     *(k.name for k in CORPUS if k.op == "conv2d")}

@@ -1,0 +1,119 @@
+"""Benchmark: how well a cost model pre-trained on other kernels ranks a held-out kernel's
+schedules, per training corpus, before any of that kernel is measured (issue 45, part 5).
+
+For each kernel of `tvm_kernels.KERNELS`, MetaSchedule's XGBoost model (`MsScreen`) is
+pre-trained leave-one-kernel-out on the committed cells of our tuners
+(`tvm_compare.prior_examples`) with one of four corpora:
+
+- `kernels`: the other three compared kernels (what `guided_prior` reads);
+- `wide`: those and the corpus kernels (`tvm_kernels.CORPUS`; `guided_prior_wide`);
+- `same_op`, `same_op_wide`: the same two, only the kernels of the held-out one's op.
+
+It then scores the held-out kernel's own measured schedules (every schedule of our tuners'
+cells of that kernel, its median time), which no model saw. Reported: the Spearman rank
+correlation of score and speed, and, over 300 draws of 64 of those schedules (seeded),
+the median and 10th percentile of the best of the model's top 8 over the best of the 64
+(1.0: the model's top 8 held the fastest). No trial is run: this reads committed cells.
+
+`OMP_WAIT_POLICY=PASSIVE TVM_NUM_THREADS=1 .venv/bin/python benchmarks/tvm_prior_check.py`
+writes `benchmarks/results/tvm_prior_check.json` (about 10 minutes on one core).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import tvm_compare as tc  # the benchmark beside this one
+
+CORPORA = ("kernels", "wide", "same_op", "same_op_wide")
+
+
+def corpus(examples: list, kernel: Any, name: str) -> list:
+    from superopt.xtat import tvm_kernels as tk
+
+    extra = {k.name for k in tk.CORPUS}
+    out = [e for e in examples if name.endswith("wide") or e[0].kernel.name not in extra]
+    return [e for e in out if e[0].kernel.op == kernel.op] if name.startswith("same") else out
+
+
+def check(kernel: Any, name: str, root: Path, draws: int = 300) -> dict[str, Any]:
+    import numpy as np
+    from scipy.stats import spearmanr
+    from tvm.s_tir import meta_schedule as ms
+
+    from superopt.xtat import tvm_kernels as tk
+    from superopt.xtat.tvm_msspace import MsScreen
+
+    # The held-out kernel's schedules: read as another kernel's prior would read them.
+    other = next(k for k in tk.KERNELS if k.name != kernel.name)
+    space, configs, secs = next(e for e in tc.prior_examples(other, root)
+                                if e[0].kernel.name == kernel.name)
+    screen = MsScreen(space, seed=0)
+    read = screen.pretrain(corpus(tc.prior_examples(kernel, root), kernel, name))
+    args = ms.arg_info.ArgInfo.from_prim_func(space.workload["main"])
+    cands, times = [], []
+    for config, t in zip(configs, secs, strict=True):
+        try:
+            sch = space.postprocessed(space.complete(config))
+        except Exception:  # not a schedule of this space (any more)
+            continue
+        cands.append(ms.MeasureCandidate(sch, args))
+        times.append(t)
+    pred = np.asarray(screen.model.predict(space.context, cands), dtype=float)
+    t = np.asarray(times)
+    rng = random.Random(0)
+    regret = []
+    for _ in range(draws):
+        idx = rng.sample(range(len(t)), 64)
+        top = sorted(idx, key=lambda i: -pred[i])[:8]
+        regret.append(float(t[idx].min() / t[top].min()))
+    return {"kernel": kernel.name, "corpus": name, "trained_on": read,
+            "scored": len(t), "spearman": round(float(spearmanr(pred, -t).statistic), 3),
+            "top8_of_64_median": round(statistics.median(regret), 3),
+            "top8_of_64_p10": round(float(np.quantile(regret, 0.1)), 3)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpora", default=",".join(CORPORA))
+    ap.add_argument("--root", type=Path, default=tc.ROOT / "results",
+                    help="the folder holding the tvm_compare*_cells folders")
+    ap.add_argument("--out", type=Path,
+                    default=tc.ROOT / "results" / "tvm_prior_check.json")
+    a = ap.parse_args(argv)
+    names = [n for n in a.corpora.split(",") if n]
+    bad = sorted(set(names) - set(CORPORA))
+    if bad:
+        ap.error(f"--corpora: unknown corpus {bad[0]!r} (known: {', '.join(CORPORA)})")
+    from superopt.xtat import tvm_kernels as tk
+
+    rows = []
+    print(f"{'kernel':28} {'corpus':13} {'trained':>7} {'scored':>6} {'rho':>6} "
+          f"{'top8/64':>7} {'p10':>6}")
+    for k in tk.KERNELS:
+        for n in names:
+            try:
+                r = check(k, n, a.root)
+            except (StopIteration, tc.PriorError) as e:
+                print(f"tvm_prior_check.py: {k.name}: no committed cells to read "
+                      f"({e or 'none of this kernel'})", file=sys.stderr)
+                return 2
+            rows.append(r)
+            print(f"{k.name:28} {n:13} {r['trained_on']:7d} {r['scored']:6d} "
+                  f"{r['spearman']:6.3f} {r['top8_of_64_median']:7.3f} "
+                  f"{r['top8_of_64_p10']:6.3f}", flush=True)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps({"rows": rows, "draws": 300}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
