@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import statistics
 import sys
 from pathlib import Path
@@ -95,6 +96,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--corpora: unknown corpus {bad[0]!r} (known: {', '.join(CORPORA)})")
     from superopt.xtat import tvm_kernels as tk
 
+    # Ctrl-C is taken between checks: inside one, TVM's calls turn it into an error
+    # that a schedule which does not build is skipped for, and the check would go on.
+    stop: list[int] = []
+
+    def interrupted(signum: int, frame: Any) -> None:
+        stop.append(signum)
+        print("tvm_prior_check.py: stopping after the current check", file=sys.stderr,
+              flush=True)
+
+    signal.signal(signal.SIGINT, interrupted)
     rows = []
     print(f"{'kernel':28} {'corpus':13} {'trained':>7} {'scored':>6} {'rho':>6} "
           f"{'top8/64':>7} {'p10':>6}")
@@ -102,14 +113,22 @@ def main(argv: list[str] | None = None) -> int:
         for n in names:
             try:
                 r = check(k, n, a.root)
-            except (StopIteration, tc.PriorError) as e:
-                print(f"tvm_prior_check.py: {k.name}: no committed cells to read "
-                      f"({e or 'none of this kernel'})", file=sys.stderr)
+            except StopIteration:
+                print(f"tvm_prior_check.py: {a.root}: no cells of {k.name} in its "
+                      "tvm_compare*_cells folders", file=sys.stderr)
+                return 2
+            except tc.PriorError as e:
+                print(f"tvm_prior_check.py: {e}", file=sys.stderr)
                 return 2
             rows.append(r)
             print(f"{k.name:28} {n:13} {r['trained_on']:7d} {r['scored']:6d} "
                   f"{r['spearman']:6.3f} {r['top8_of_64_median']:7.3f} "
                   f"{r['top8_of_64_p10']:6.3f}", flush=True)
+            if stop:  # nothing written: a partial table is no result
+                print(f"tvm_prior_check.py: interrupted after {len(rows)} of "
+                      f"{len(names) * len(tk.KERNELS)} checks; {a.out} not written",
+                      file=sys.stderr)
+                return 130
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"rows": rows, "draws": 300}, indent=1) + "\n")
     return 0
