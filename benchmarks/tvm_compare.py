@@ -63,6 +63,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,11 +97,17 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 # model reads and does: `corpus`, the corpus kernels' cells too; `learn`, refitted on the
 # run's measurements. Their own cells never feed a prior, so a prior depends on the
 # committed cells of the other tuners only.
-PRIOR: dict[str, dict[str, bool]] = {
-    "guided_prior": {"corpus": False, "learn": True},
-    "guided_prior_screened": {"corpus": False, "learn": True},
-    "guided_prior_frozen": {"corpus": False, "learn": False},
-    "guided_prior_wide": {"corpus": True, "learn": True}}
+@dataclass(frozen=True)
+class Prior:
+    corpus: bool = False
+    learn: bool = True
+
+
+PRIOR: dict[str, Prior] = {
+    "guided_prior": Prior(),
+    "guided_prior_screened": Prior(),
+    "guided_prior_frozen": Prior(learn=False),
+    "guided_prior_wide": Prior(corpus=True)}
 GUIDED = ("guided", *(n for n, (base, _) in VARIANTS.items() if base == "guided"))
 OURS = ("guided", "guided_init", "guided_prior", "guided_prior_screened",
         "guided_prior_frozen", "guided_prior_wide", "guided_screened", "guided_plain",
@@ -168,10 +175,10 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
             from superopt.xtat.tvm_msspace import MsScreen
 
             prior = PRIOR.get(tuner)
-            screen = MsScreen(sp, seed=seed, learn=prior is None or prior["learn"])
+            screen = MsScreen(sp, seed=seed, learn=prior is None or prior.learn)
             if prior is not None:
                 t0 = time.perf_counter()
-                examples = prior_examples(kernel, corpus=prior["corpus"])
+                examples = prior_examples(kernel, corpus=prior.corpus)
                 extra["prior"] = {sp_.kernel.name: len(cf) for sp_, cf, _ in examples}
                 extra["prior_read"] = screen.pretrain(examples)
                 extra["prior_s"] = round(time.perf_counter() - t0, 1)
