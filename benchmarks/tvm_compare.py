@@ -214,14 +214,15 @@ class PriorError(ValueError):
     """A cell of a pre-trained model's corpus that does not read."""
 
 
-def prior_examples(kernel: Any, root: Path = ROOT / "results",
-                   corpus: bool = True) -> list[tuple[Any, list, list]]:
+def prior_examples(kernel: Any, root: Path = ROOT / "results", corpus: bool = True,
+                   held_in: bool = False) -> list[tuple[Any, list, list]]:
     """The other kernels' measured schedules on MetaSchedule's space, for a cost model
     pre-trained leave-one-kernel-out: every cell of our tuners with its programs under
     `root`'s `tvm_compare*_cells` folders (the pre-trained variants' own cells excepted;
     the compared kernels', and with `corpus` the corpus kernels' `tvm_kernels.CORPUS`),
     per kernel (its `MsSpace`, configurations, seconds), one schedule once with the median
-    of its measurements. Empty when no other kernel has cells."""
+    of its measurements. Empty when no other kernel has cells. With `held_in`, `kernel`'s
+    own cells are read too (to score a prior on them, never to train one)."""
     from superopt.xtat import tvm_kernels as tk
     from superopt.xtat.tvm_msspace import MsSpace
 
@@ -231,7 +232,7 @@ def prior_examples(kernel: Any, root: Path = ROOT / "results",
         if p.name.endswith(".retimed.json") or not programs_path(p).exists():
             continue
         c = json.loads(p.read_text())
-        if (c["kernel"] == kernel.name or c["tuner"] in PRIOR
+        if ((c["kernel"] == kernel.name and not held_in) or c["tuner"] in PRIOR
                 or not (corpus or c["kernel"] in compared)):
             continue
         try:

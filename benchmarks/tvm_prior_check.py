@@ -45,20 +45,19 @@ def corpus(examples: list, kernel: Any, name: str) -> list:
     return [e for e in out if e[0].kernel.op == kernel.op] if name.startswith("same") else out
 
 
-def check(kernel: Any, name: str, root: Path, draws: int = 300) -> dict[str, Any]:
+def check(kernel: Any, names: list[str], root: Path, draws: int = 300) -> list[dict[str, Any]]:
+    """One row per corpus in `names` for the held-out `kernel`: the cells are read and
+    its schedules built once, each corpus then pre-trains a model of its own."""
     import numpy as np
     from scipy.stats import spearmanr
     from tvm.s_tir import meta_schedule as ms
 
-    from superopt.xtat import tvm_kernels as tk
     from superopt.xtat.tvm_msspace import MsScreen
 
-    # The held-out kernel's schedules: read as another kernel's prior would read them.
-    other = next(k for k in tk.KERNELS if k.name != kernel.name)
-    space, configs, secs = next(e for e in tc.prior_examples(other, root)
-                                if e[0].kernel.name == kernel.name)
-    screen = MsScreen(space, seed=0)
-    read = screen.pretrain(corpus(tc.prior_examples(kernel, root), kernel, name))
+    # One read of the cells: the held-out kernel's own schedules, and the others'.
+    everything = tc.prior_examples(kernel, root, held_in=True)
+    space, configs, secs = next(e for e in everything if e[0].kernel.name == kernel.name)
+    examples = [e for e in everything if e[0].kernel.name != kernel.name]
     args = ms.arg_info.ArgInfo.from_prim_func(space.workload["main"])
     cands, times = [], []
     for config, t in zip(configs, secs, strict=True):
@@ -68,18 +67,24 @@ def check(kernel: Any, name: str, root: Path, draws: int = 300) -> dict[str, Any
             continue
         cands.append(ms.MeasureCandidate(sch, args))
         times.append(t)
-    pred = np.asarray(screen.model.predict(space.context, cands), dtype=float)
     t = np.asarray(times)
-    rng = random.Random(0)
-    regret = []
-    for _ in range(draws):
-        idx = rng.sample(range(len(t)), 64)
-        top = sorted(idx, key=lambda i: -pred[i])[:8]
-        regret.append(float(t[idx].min() / t[top].min()))
-    return {"kernel": kernel.name, "corpus": name, "trained_on": read,
-            "scored": len(t), "spearman": round(float(spearmanr(pred, -t).statistic), 3),
-            "top8_of_64_median": round(statistics.median(regret), 3),
-            "top8_of_64_p10": round(float(np.quantile(regret, 0.1)), 3)}
+    rows = []
+    for name in names:
+        screen = MsScreen(space, seed=0)
+        read = screen.pretrain(corpus(examples, kernel, name))
+        pred = np.asarray(screen.model.predict(space.context, cands), dtype=float)
+        rng = random.Random(0)
+        regret = []
+        for _ in range(draws):
+            idx = rng.sample(range(len(t)), 64)
+            top = sorted(idx, key=lambda i: -pred[i])[:8]
+            regret.append(float(t[idx].min() / t[top].min()))
+        rows.append({"kernel": kernel.name, "corpus": name, "trained_on": read,
+                     "scored": len(t),
+                     "spearman": round(float(spearmanr(pred, -t).statistic), 3),
+                     "top8_of_64_median": round(statistics.median(regret), 3),
+                     "top8_of_64_p10": round(float(np.quantile(regret, 0.1)), 3)})
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,13 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--corpora: unknown corpus {bad[0]!r} (known: {', '.join(CORPORA)})")
     from superopt.xtat import tvm_kernels as tk
 
-    # Ctrl-C is taken between checks: inside one, TVM's calls turn it into an error
+    # Ctrl-C is taken between kernels: inside one, TVM's calls turn it into an error
     # that a schedule which does not build is skipped for, and the check would go on.
     stop: list[int] = []
 
     def interrupted(signum: int, frame: Any) -> None:
         stop.append(signum)
-        print("tvm_prior_check.py: stopping after the current check", file=sys.stderr,
+        print("tvm_prior_check.py: stopping after the current kernel", file=sys.stderr,
               flush=True)
 
     signal.signal(signal.SIGINT, interrupted)
@@ -110,25 +115,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'kernel':28} {'corpus':13} {'trained':>7} {'scored':>6} {'rho':>6} "
           f"{'top8/64':>7} {'p10':>6}")
     for k in tk.KERNELS:
-        for n in names:
-            try:
-                r = check(k, n, a.root)
-            except StopIteration:
-                print(f"tvm_prior_check.py: {a.root}: no cells of {k.name} in its "
-                      "tvm_compare*_cells folders", file=sys.stderr)
-                return 2
-            except tc.PriorError as e:
-                print(f"tvm_prior_check.py: {e}", file=sys.stderr)
-                return 2
-            rows.append(r)
-            print(f"{k.name:28} {n:13} {r['trained_on']:7d} {r['scored']:6d} "
+        try:
+            got = check(k, names, a.root)
+        except StopIteration:
+            print(f"tvm_prior_check.py: {a.root}: no cells of {k.name} in its "
+                  "tvm_compare*_cells folders", file=sys.stderr)
+            return 2
+        except tc.PriorError as e:
+            print(f"tvm_prior_check.py: {e}", file=sys.stderr)
+            return 2
+        rows += got
+        for r in got:
+            print(f"{k.name:28} {r['corpus']:13} {r['trained_on']:7d} {r['scored']:6d} "
                   f"{r['spearman']:6.3f} {r['top8_of_64_median']:7.3f} "
                   f"{r['top8_of_64_p10']:6.3f}", flush=True)
-            if stop:  # nothing written: a partial table is no result
-                print(f"tvm_prior_check.py: interrupted after {len(rows)} of "
-                      f"{len(names) * len(tk.KERNELS)} checks; {a.out} not written",
-                      file=sys.stderr)
-                return 130
+        if stop:  # nothing written: a partial table is no result
+            print(f"tvm_prior_check.py: interrupted after {len(rows)} of "
+                  f"{len(names) * len(tk.KERNELS)} checks; {a.out} not written",
+                  file=sys.stderr)
+            return 130
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"rows": rows, "draws": 300}, indent=1) + "\n")
     return 0

@@ -312,6 +312,9 @@ def test_a_prior_reads_the_corpus_kernels_and_leaves_the_held_out_one_out(
                    extra.name: ([{"sketch": 1}], [2.0])}
     narrow = bench.prior_examples(held, tmp_path, corpus=False)
     assert [sp[1] for sp, _, _ in narrow] == [other.name]
+    scored = {sp[1]: secs for sp, _, secs in
+              bench.prior_examples(held, tmp_path, held_in=True)}
+    assert scored[held.name] == [5.0] and set(scored) == {held.name, *got}
 
 
 def test_corpus_kernels_are_tuned_when_named(
