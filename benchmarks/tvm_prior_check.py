@@ -50,24 +50,15 @@ def check(kernel: Any, names: list[str], root: Path, draws: int = 300) -> list[d
     its schedules built once, each corpus then pre-trains a model of its own."""
     import numpy as np
     from scipy.stats import spearmanr
-    from tvm.s_tir import meta_schedule as ms
 
-    from superopt.xtat.tvm_msspace import MsScreen
+    from superopt.xtat.tvm_msspace import MsScreen, measure_candidates
 
     # One read of the cells: the held-out kernel's own schedules, and the others'.
     everything = tc.prior_examples(kernel, root, held_in=True)
     space, configs, secs = next(e for e in everything if e[0].kernel.name == kernel.name)
     examples = [e for e in everything if e[0].kernel.name != kernel.name]
-    args = ms.arg_info.ArgInfo.from_prim_func(space.workload["main"])
-    cands, times = [], []
-    for config, t in zip(configs, secs, strict=True):
-        try:
-            sch = space.postprocessed(space.complete(config))
-        except Exception:  # not a schedule of this space (any more)
-            continue
-        cands.append(ms.MeasureCandidate(sch, args))
-        times.append(t)
-    t = np.asarray(times)
+    cands, kept = measure_candidates(space, configs)
+    t = np.asarray([secs[i] for i in kept])
     rows = []
     for name in names:
         screen = MsScreen(space, seed=0)

@@ -452,7 +452,7 @@ def test_ms_screen_pretrained_on_another_kernel_scores_from_the_first_proposal(
     from superopt.xtat.pipeline import Pipeline
     from superopt.xtat.space import PassConfig
     from superopt.xtat.store import ConfigStore
-    from superopt.xtat.tvm_msspace import SKETCH, MsScreen, MsSpace
+    from superopt.xtat.tvm_msspace import SKETCH, MsScreen, MsSpace, measure_candidates
 
     def first_tile(space: MsSpace):
         return next(s for s in space.sites if s.key.startswith("s0.")
@@ -472,9 +472,15 @@ def test_ms_screen_pretrained_on_another_kernel_scores_from_the_first_proposal(
     space_bad = seen.complete({}) | {first_tile(seen).key: (7,)}  # wrong arity
     other = MsSpace(Kernel("t_matmul2", "test", "matmul", (64, 32, 64)))
     screen = MsScreen(other, warmup=16)
-    read = screen.pretrain([(seen, [*train, space_bad],
-                             [*(cost(seen, c) for c in train), 1.0])])
-    assert read == len(train) and screen.prior == read  # the bad configuration skipped
+    # The bad configuration in the middle, with a time of its own: it is skipped, and the
+    # times after it stay with their configurations.
+    half = len(train) // 2
+    read = screen.pretrain([(seen, [*train[:half], space_bad, *train[half:]],
+                             [*(cost(seen, c) for c in train[:half]), 0.01,
+                              *(cost(seen, c) for c in train[half:])])])
+    assert read == len(train) and screen.prior == read
+    cands_seen, kept = measure_candidates(seen, [*train[:half], space_bad, *train[half:]])
+    assert len(cands_seen) == len(train) and half not in kept and kept[-1] == len(train)
     pipeline = Pipeline([other.make_pass()])
     start = pipeline.initial(other.kernel.graph())
     store = ConfigStore()
@@ -484,6 +490,9 @@ def test_ms_screen_pretrained_on_another_kernel_scores_from_the_first_proposal(
     scores = screen.predict(cands)  # nothing of this kernel measured yet
     assert np.isfinite(scores).all() and len(set(scores.tolist())) > 1
     assert spearmanr(scores, [-cost(other, c) for c in test]).statistic > 0.5
+    clean = MsScreen(other, warmup=16)
+    clean.pretrain([(seen, train, [cost(seen, c) for c in train])])
+    assert clean.predict(cands).tolist() == scores.tolist()
     untrained = MsScreen(other, warmup=16).predict(cands[:3])
     assert untrained.tolist() == [0.0, 0.0, 0.0]  # without a prior: warm-up first
     # The run's measurements, the prior's trend reversed: a frozen screen (learn=False)

@@ -230,6 +230,25 @@ class MsSpace(SiteSpace):
         return self.postprocessed(config).mod
 
 
+def measure_candidates(space: MsSpace, configs: Sequence[dict[str, Choice]]
+                       ) -> tuple[list[Any], list[int]]:
+    """MetaSchedule's `MeasureCandidate` of each configuration's postprocessed schedule in
+    `space`, with the indices of the configurations kept: one that does not schedule in
+    the space (any more) is left out."""
+    from tvm.s_tir import meta_schedule as ms
+
+    args = ms.arg_info.ArgInfo.from_prim_func(space.workload["main"])
+    cands, kept = [], []
+    for i, config in enumerate(configs):
+        try:
+            sch = space.postprocessed(space.complete(config))
+        except Exception:  # not a schedule of this space (any more)
+            continue
+        cands.append(ms.MeasureCandidate(sch, args))
+        kept.append(i)
+    return cands, kept
+
+
 class MsScreen:
     """A `TuneContext.screen` over an `MsSpace`: MetaSchedule's XGBoost cost model on its
     per-store features, fitted on the measurements `update` is given (module docstring).
@@ -270,17 +289,10 @@ class MsScreen:
 
         read = 0
         for space, configs, seconds in examples:
-            args = ms.arg_info.ArgInfo.from_prim_func(space.workload["main"])
-            cands, results = [], []
-            for config, t in zip(configs, seconds, strict=True):
-                if not math.isfinite(t):
-                    continue
-                try:
-                    sch = space.postprocessed(space.complete(config))
-                except Exception:  # not a schedule of this space (any more)
-                    continue
-                cands.append(ms.MeasureCandidate(sch, args))
-                results.append(ms.runner.RunnerResult(run_secs=[float(t)], error_msg=None))
+            finite = [(c, t) for c, t in zip(configs, seconds, strict=True) if math.isfinite(t)]
+            cands, kept = measure_candidates(space, [c for c, _ in finite])
+            results = [ms.runner.RunnerResult(run_secs=[float(finite[i][1])], error_msg=None)
+                       for i in kept]
             if cands:
                 self.model.update(space.context, cands, results)
                 read += len(cands)
