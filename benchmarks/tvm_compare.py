@@ -12,7 +12,9 @@ MetaSchedule's cost model pre-trained on the other three kernels' committed cell
 `guided_prior_screened`, which screens its climb with that model too, refitted as it
 goes, `guided_prior_frozen`, the same never refitted, and `guided_prior_wide`, whose
 model also reads the cells of `tvm_kernels.CORPUS`, five more kernels of the two models
-tuned only for this: `--kernels` names them) driving one of
+tuned only for this: `--kernels` names them; `guided_prior_restart`, guided_prior_wide
+whose climb starts again from 16 new screened points after 32 trials without getting
+faster) driving one of
 two spaces (`--space`): `ms`, MetaSchedule's own design space
 (`tvm_msspace.MsSpace`: its sketches' sampling decisions as sites), or `knobs`, our
 AutoTVM-like knob space of the kernel's loops (`tvm_kernels.KnobSpace`, at most ~55% of
@@ -84,7 +86,9 @@ ROOT = Path(__file__).resolve().parent
 # `guided_prior_frozen` screens its climb with the pre-trained model as it is (never
 # refitted); `guided_prior_wide` is guided_prior whose model also reads the corpus
 # kernels' cells (`tvm_kernels.CORPUS`: five more kernels of the two models, tuned only
-# for this).
+# for this); `guided_prior_restart` is guided_prior_wide whose climb starts again
+# (`restart=32`) from 16 new screened points when 32 trials in a row did not make it
+# faster (guided's docstring says why).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "guided_plain": ("guided", {"local": 0.0}),
     "guided_screened": ("guided", {"screen": 8}),
@@ -92,7 +96,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "guided_prior": ("guided", {"init": 16, "screen_init": 16}),
     "guided_prior_screened": ("guided", {"init": 16, "screen_init": 16, "screen": 8}),
     "guided_prior_frozen": ("guided", {"init": 16, "screen_init": 16, "screen": 8}),
-    "guided_prior_wide": ("guided", {"init": 16, "screen_init": 16})}
+    "guided_prior_wide": ("guided", {"init": 16, "screen_init": 16}),
+    "guided_prior_restart": ("guided", {"init": 16, "screen_init": 16, "restart": 32})}
 # The variants whose cost model is pre-trained on other kernels' cells, with what their
 # model reads and does: `corpus`, the corpus kernels' cells too; `learn`, refitted on the
 # run's measurements. Their own cells never feed a prior, so a prior depends on the
@@ -107,10 +112,12 @@ PRIOR: dict[str, Prior] = {
     "guided_prior": Prior(),
     "guided_prior_screened": Prior(),
     "guided_prior_frozen": Prior(learn=False),
-    "guided_prior_wide": Prior(corpus=True)}
+    "guided_prior_wide": Prior(corpus=True),
+    "guided_prior_restart": Prior(corpus=True)}
 GUIDED = ("guided", *(n for n, (base, _) in VARIANTS.items() if base == "guided"))
 OURS = ("guided", "guided_init", "guided_prior", "guided_prior_screened",
-        "guided_prior_frozen", "guided_prior_wide", "guided_screened", "guided_plain",
+        "guided_prior_frozen", "guided_prior_wide", "guided_prior_restart",
+        "guided_screened", "guided_plain",
         "evolution", "autotvm", "mbo")
 TUNERS = ("metaschedule", *OURS)
 SPACES = ("ms", "knobs")

@@ -126,6 +126,7 @@ def test_guided_is_reproducible_by_seed(tiny_model: str) -> None:
     ({"spread": "x"}, "'spread' must be a number"),
     ({"beta": 1}, "unknown option 'beta'"),
     ({"model": 3}, "'model' must be text"),
+    ({"restart": -1}, "'restart' must be"),
 ])
 def test_bad_options_are_one_line_errors(opts: dict, words: str) -> None:
     with pytest.raises(StrategyOptionError) as e:
@@ -358,6 +359,43 @@ def test_guided_init_proposes_random_points_first_then_climbs_from_the_fastest()
         got = cand.config(knob.name).choices
         keys = set(got) | set(fastest)
         assert sum(got.get(k) != fastest.get(k) for k in keys) == 1
+
+
+def test_guided_restart_climbs_from_new_points_after_stale_proposals() -> None:
+    """With restart=r, after r measured moves in a row that are not faster, the next
+    proposals are `init` new random points, and the climb goes on from the fastest of
+    them even when it is slower than the best so far. The random points themselves do
+    not count as stale moves."""
+    knob, _, ctx = _knob_context(0)
+    g = create("guided", model="none", init=4, changes=1, restart=3)
+    g.start(ctx, [knob.name], 60)
+
+    def away(cand, ref: dict) -> int:
+        got = cand.config(knob.name).choices
+        return sum(got.get(k) != ref.get(k) for k in set(got) | set(ref))
+
+    first = g.ask(4)
+    g.tell(first, [5.0, 5.0, 0.5, 5.0])  # three samples slower than the fastest
+    fastest = first[2].config(knob.name).choices
+    for _ in range(3):  # a climb from the fastest sample; three moves not faster
+        move, = g.ask(1)
+        assert away(move, fastest) == 1 and g.restarts == 0
+        g.tell([move], [0.9])
+    again = g.ask(4)
+    assert g.restarts == 1
+    assert max(len(c.config(knob.name).choices) for c in again) >= 3  # samples, not moves
+    g.tell(again, [9.0, 8.0, 7.0, 9.0])  # all slower than the run's best (0.5)
+    start = again[2].config(knob.name).choices
+    for cand in g.ask(6):  # the new climb: moves of its own fastest point
+        assert away(cand, start) == 1
+    plain = create("guided", model="none", init=4, changes=1)
+    plain.start(_knob_context(0)[2], [knob.name], 60)
+    samples = plain.ask(4)
+    plain.tell(samples, [5.0, 5.0, 0.5, 5.0])
+    for _ in range(5):  # off by default: the climb never leaves its start
+        move, = plain.ask(1)
+        assert away(move, samples[2].config(knob.name).choices) == 1
+        plain.tell([move], [0.9])
 
 
 def test_context_sample_draws_every_site_uniformly_and_reproducibly() -> None:
