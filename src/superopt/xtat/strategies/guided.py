@@ -57,7 +57,9 @@ a pre-trained start (`benchmarks/tvm_compare.py`'s `guided_prior_wide`, seeds 4-
 best was ahead of MetaSchedule's at trials 16 and 64 on 8 of 8 kernel-seed pairs, then
 improved by under 5% from trial 64 to 192 on 5 of 8, while MetaSchedule's evolutionary
 search, which keeps a population, caught up. The random points a climb starts from are
-not counted as its proposals.
+not counted as its proposals. It stays off by default: with `restart=32` the same runs
+were within 0.5x of MetaSchedule's trials to its best on 5 of 6 re-timed pairs against
+6 of 6 without it, and their best was lower on 4 of 6 (docs/benchmarks.md).
 
 A measured candidate faster than the best becomes the best (and its ranking is computed
 afresh). Where the context says which candidates are one program (`TuneContext.identity`:
