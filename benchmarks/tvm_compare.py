@@ -774,6 +774,14 @@ def _main(argv: list[str] | None) -> int:
         ap.error(f"--kernels: unknown kernel {unknown[0]!r} (known: "
                  f"{', '.join(k.name for k in known)})")
     kernels = [k for k in known if k.name in names] if names else list(tk.KERNELS)
+    bad = sorted(set(t for t in a.tuners.split(",") if t) - set(TUNERS))
+    if bad:
+        ap.error(f"--tuners: unknown tuner {bad[0]!r} (known: {', '.join(TUNERS)})")
+    # Only a tuning run makes the folder; any other mode reads cells that must be there
+    # (an empty report would look like one on cells that measured nothing).
+    reads = a.report or a.retimed or a.refined or a.retime or a.refine
+    if reads and not a.cells.is_dir():
+        ap.error(f"--cells: no such folder {a.cells}")
     try:
         seeds = [int(s) for s in (a.seeds or "").split(",") if s]
     except ValueError:

@@ -153,6 +153,14 @@ def test_unknown_kernel_and_bad_rounds_are_one_line_errors(
     with pytest.raises(SystemExit):
         bench.main(["--retime", "--retime-rounds", "0", "--cells", str(tmp_path)])
     assert "--retime-rounds must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--report", "--tuners", "metaschedule,nosuch", "--cells", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown tuner 'nosuch'" in err and "guided_prior_restart" in err
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--report", "--cells", str(tmp_path / "none")])
+    assert e.value.code == 2 and "no such folder" in capsys.readouterr().err
 
 
 def test_a_retiming_goes_on_only_with_its_own_rounds(
