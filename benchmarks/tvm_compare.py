@@ -716,13 +716,35 @@ def print_table(res: dict) -> None:
                   "own other seeds (A/A) {}/{}".format(*g["pairs_ms_vs_own_other_seeds_le_0.5"]))
 
 
+INTERRUPTED = ("tvm_compare.py: interrupted; finished cells, re-timings and refinements "
+               "(written every 16 trials) are kept: run the same command again to go on")
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    from superopt.interrupts import exit_fast
+
+    def stop(signum: int, frame: Any) -> None:
+        # Ends the process here: a KeyboardInterrupt raised inside TVM's calls comes
+        # back as TVM's own error, which a trial's build takes for an invalid schedule,
+        # and the run would go on and keep that trial as failed. Every file is written
+        # whole (write_atomic), so what is on disk is what was finished.
+        print(INTERRUPTED, file=sys.stderr)
+        exit_fast(130)
+
+    try:
+        previous = signal.signal(signal.SIGINT, stop)
+    except ValueError:  # not the main thread: Python's own KeyboardInterrupt then
+        previous = None
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        print("tvm_compare.py: interrupted; finished cells, re-timings and refinements (written every 16 "
-              "trials) are kept: run the same command again to go on", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _main(argv: list[str] | None) -> int:
