@@ -705,9 +705,13 @@ def test_the_extension_keeps_a_pick_no_faster_at_most_as_often_as_the_level_allo
     # two 95% intervals above 1, the first comparison's (pooled) and the fresh sessions'
     # own, each one-sided 2.5% for an equal graph: far under 1% of the draws together.
     kept = extended = 0
+    # One runner for all draws (a session per draw re-read the rule library 400 times:
+    # 30 s of the test). Without records a comparison keeps nothing between calls.
+    runner = _runner(extend=True)
+    assert runner.db is None
     for seed in range(400):
         rng = np.random.default_rng(seed)
-        final = _runner(extend=True)._confirmed(
+        final = runner._confirmed(
             "c", "final", lambda rng=rng: _rounds(rng, 20, 1.0, 0.02, 0.02))
         kept += final.kept
         extended += final.extended
