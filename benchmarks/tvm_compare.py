@@ -14,7 +14,8 @@ goes, `guided_prior_frozen`, the same never refitted, and `guided_prior_wide`, w
 model also reads the cells of `tvm_kernels.CORPUS`, five more kernels of the two models
 tuned only for this: `--kernels` names them; `guided_prior_restart`, guided_prior_wide
 whose climb starts again from 16 new screened points after 32 trials without getting
-faster) driving one of
+faster; `guided_prior_late`, guided_prior_wide whose climb is screened by that model,
+refitted as it goes, once 24 trials in a row did not make it faster) driving one of
 two spaces (`--space`): `ms`, MetaSchedule's own design space
 (`tvm_msspace.MsSpace`: its sketches' sampling decisions as sites), or `knobs`, our
 AutoTVM-like knob space of the kernel's loops (`tvm_kernels.KnobSpace`, at most ~55% of
@@ -88,7 +89,9 @@ ROOT = Path(__file__).resolve().parent
 # kernels' cells (`tvm_kernels.CORPUS`: five more kernels of the two models, tuned only
 # for this); `guided_prior_restart` is guided_prior_wide whose climb starts again
 # (`restart=32`) from 16 new screened points when 32 trials in a row did not make it
-# faster (guided's docstring says why).
+# faster (guided's docstring says why); `guided_prior_late` is guided_prior_wide whose
+# proposals are screened (16 scored a proposal, refitted model) from the first time 24
+# trials in a row did not make it faster (`screen_after`).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "guided_plain": ("guided", {"local": 0.0}),
     "guided_screened": ("guided", {"screen": 8}),
@@ -97,7 +100,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "guided_prior_screened": ("guided", {"init": 16, "screen_init": 16, "screen": 8}),
     "guided_prior_frozen": ("guided", {"init": 16, "screen_init": 16, "screen": 8}),
     "guided_prior_wide": ("guided", {"init": 16, "screen_init": 16}),
-    "guided_prior_restart": ("guided", {"init": 16, "screen_init": 16, "restart": 32})}
+    "guided_prior_restart": ("guided", {"init": 16, "screen_init": 16, "restart": 32}),
+    "guided_prior_late": ("guided", {"init": 16, "screen_init": 16, "screen": 16,
+                                     "screen_after": 24})}
 # The variants whose cost model is pre-trained on other kernels' cells, with what their
 # model reads and does: `corpus`, the corpus kernels' cells too; `learn`, refitted on the
 # run's measurements. Their own cells never feed a prior, so a prior depends on the
@@ -113,7 +118,8 @@ PRIOR: dict[str, Prior] = {
     "guided_prior_screened": Prior(),
     "guided_prior_frozen": Prior(learn=False),
     "guided_prior_wide": Prior(corpus=True),
-    "guided_prior_restart": Prior(corpus=True)}
+    "guided_prior_restart": Prior(corpus=True),
+    "guided_prior_late": Prior(corpus=True)}
 GUIDED = ("guided", *(n for n, (base, _) in VARIANTS.items() if base == "guided"))
 # Every variant is one of ours: listed once, in VARIANTS.
 OURS = ("guided", *VARIANTS, "evolution", "autotvm", "mbo")

@@ -331,6 +331,47 @@ def test_guided_screen_picks_what_the_model_scores_best_and_hears_every_measurem
     assert [t.config for t in again] == [t.config for t in screened]
 
 
+def test_guided_screen_after_turns_the_screen_on_once_the_climb_stalls() -> None:
+    """With screen_after=s the proposals are the unscreened climb's (the screen scores
+    nothing) until s measured proposals in a row were not faster; from then on every
+    ask is screened, also after the climb gets faster again."""
+    from superopt.xtat.context import TuneContext
+    from superopt.xtat.pipeline import Pipeline
+    from superopt.xtat.tvm_kernels import KERNELS, KnobSpace
+
+    space = KnobSpace(KERNELS[0])
+    cost = knob_cost(space, space.random(np.random.default_rng(4)))
+
+    def strategy(opts: dict) -> tuple:
+        knob = space.make_pass()
+        pipeline = Pipeline([knob])
+        start = pipeline.initial(space.kernel.graph())
+        screen = _OracleScreen(space, cost)
+        ctx = TuneContext(pipeline, start, np.random.default_rng(0), screen=screen)
+        ctx.best, ctx.best_time = start, 1.0
+        g = create("guided", model="none", changes=1, **opts)
+        g.start(ctx, [knob.name], 60)
+        return g, screen
+
+    g, screen = strategy({"screen": 4, "screen_after": 3})
+    plain, _ = strategy({})
+    first, same = g.ask(2), plain.ask(2)
+    assert screen.asked == 0 and [c.key for c in first] == [c.key for c in same]
+    g.tell(first, [0.5, 2.0])  # faster, then one stale proposal
+    more = g.ask(2)
+    assert screen.asked == 0 and not g.late
+    g.tell(more, [2.0, 2.0])  # three in a row not faster
+    assert g.late
+    g.tell(g.ask(2), [0.1, 0.2])
+    assert screen.asked >= 4 * 2  # screened: four scored per proposal handed out
+    asked = screen.asked
+    g.ask(2)  # faster again, and still screened
+    assert screen.asked > asked
+    eager, eager_screen = strategy({"screen": 4})  # screen_after=0: from the first ask
+    eager.ask(2)
+    assert eager_screen.asked >= 8
+
+
 def test_guided_without_a_screen_in_the_context_ignores_its_screen_option() -> None:
     from superopt.xtat.tvm_kernels import KERNELS, KnobSpace, search
 

@@ -61,6 +61,16 @@ not counted as its proposals. It stays off by default: with `restart=32` the sam
 were within 0.5x of MetaSchedule's trials to its best on 5 of 6 re-timed pairs against
 6 of 6 without it, and their best was lower on 4 of 6 (docs/benchmarks.md).
 
+With `screen_after` > 0 (default 0: the screen, when on, screens from the first
+proposal) the screen turns on only once the climb has gone `screen_after` measured
+proposals without getting faster, and stays on for the rest of the run: the unscreened
+climb from a pre-trained start first, then the model-picked proposals from the fastest
+candidates, MetaSchedule's kind of search, late. On MetaSchedule's space the climb from a
+pre-trained start led MetaSchedule's search at trial 64 and then stalled (under 3% gained
+after trial 64 on QKV, seeds 4-7), while MetaSchedule's model-guided search gained 18-33%
+after it; screening from the first proposal instead (`guided_prior_screened`) lost the
+early lead on QKV.
+
 A measured candidate faster than the best becomes the best (and its ranking is computed
 afresh). Where the context says which candidates are one program (`TuneContext.identity`:
 MetaSchedule's space, whose other sketches' decisions change nothing), a proposal that is
@@ -320,6 +330,7 @@ class Guided(SearchStrategy):
         "init": (int, 0, None, 0),
         "screen_init": (int, 1, None, 1),
         "restart": (int, 0, None, 0),
+        "screen_after": (int, 0, None, 0),
     }
 
     def __init__(self, **opts: Any) -> None:
@@ -352,6 +363,8 @@ class Guided(SearchStrategy):
         self._stale = 0  # measured proposals since the climb last got faster
         self.restarts = 0
         self._starts: set[str] = set()  # keys of the random points proposed
+        # With `screen_after`, the screen is off until the climb first stalls.
+        self.late = not self.o["screen_after"]
 
     # -- the ranking ----------------------------------------------------------------------
 
@@ -477,7 +490,7 @@ class Guided(SearchStrategy):
         if self._sampled < self._quota:
             out = self._samples(min(n, self._quota - self._sampled))
             return out + (self.ask(n - len(out)) if len(out) < n else [])
-        if self.ctx.screen is not None and self.o["screen"] > 1:
+        if self.ctx.screen is not None and self.o["screen"] > 1 and self.late:
             picked = self._screened(n)
             if picked:
                 return picked
@@ -581,6 +594,8 @@ class Guided(SearchStrategy):
                 self._stale = 0
             elif cand.key not in self._starts:
                 self._stale += 1
+                if self._stale >= self.o["screen_after"] > 0:
+                    self.late = True  # for the rest of the run (class docstring)
             if math.isfinite(t):
                 self._told += 1
                 self.elite.append((t, self._told, cand))
