@@ -15,7 +15,9 @@ model also reads the cells of `tvm_kernels.CORPUS`, five more kernels of the two
 tuned only for this: `--kernels` names them; `guided_prior_restart`, guided_prior_wide
 whose climb starts again from 16 new screened points after 32 trials without getting
 faster; `guided_prior_late`, guided_prior_wide whose climb is screened by that model,
-refitted as it goes, once 24 trials in a row did not make it faster) driving one of
+refitted as it goes, once 24 trials in a row did not make it faster;
+`guided_prior_late_own`, the same screened late by a model of the run's own
+measurements alone) driving one of
 two spaces (`--space`): `ms`, MetaSchedule's own design space
 (`tvm_msspace.MsSpace`: its sketches' sampling decisions as sites), or `knobs`, our
 AutoTVM-like knob space of the kernel's loops (`tvm_kernels.KnobSpace`, at most ~55% of
@@ -91,7 +93,9 @@ ROOT = Path(__file__).resolve().parent
 # (`restart=32`) from 16 new screened points when 32 trials in a row did not make it
 # faster (guided's docstring says why); `guided_prior_late` is guided_prior_wide whose
 # proposals are screened (16 scored a proposal, refitted model) from the first time 24
-# trials in a row did not make it faster (`screen_after`).
+# trials in a row did not make it faster (`screen_after`); `guided_prior_late_own` is
+# guided_prior_late whose late screen is a model fitted on the run's measurements alone
+# (`MsScreen.own_after`: from the 32nd), the pre-trained one only picking the start.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "guided_plain": ("guided", {"local": 0.0}),
     "guided_screened": ("guided", {"screen": 8}),
@@ -102,15 +106,19 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "guided_prior_wide": ("guided", {"init": 16, "screen_init": 16}),
     "guided_prior_restart": ("guided", {"init": 16, "screen_init": 16, "restart": 32}),
     "guided_prior_late": ("guided", {"init": 16, "screen_init": 16, "screen": 16,
-                                     "screen_after": 24})}
+                                     "screen_after": 24}),
+    "guided_prior_late_own": ("guided", {"init": 16, "screen_init": 16, "screen": 16,
+                                         "screen_after": 24})}
 # The variants whose cost model is pre-trained on other kernels' cells, with what their
 # model reads and does: `corpus`, the corpus kernels' cells too; `learn`, refitted on the
-# run's measurements. Their own cells never feed a prior, so a prior depends on the
+# run's measurements; `own_after`, replaced by a model of the run's measurements alone
+# once that has read so many. Their own cells never feed a prior, so a prior depends on the
 # committed cells of the other tuners only.
 @dataclass(frozen=True)
 class Prior:
     corpus: bool = False
     learn: bool = True
+    own_after: int = 0
 
 
 PRIOR: dict[str, Prior] = {
@@ -119,7 +127,8 @@ PRIOR: dict[str, Prior] = {
     "guided_prior_frozen": Prior(learn=False),
     "guided_prior_wide": Prior(corpus=True),
     "guided_prior_restart": Prior(corpus=True),
-    "guided_prior_late": Prior(corpus=True)}
+    "guided_prior_late": Prior(corpus=True),
+    "guided_prior_late_own": Prior(corpus=True, learn=False, own_after=32)}
 GUIDED = ("guided", *(n for n, (base, _) in VARIANTS.items() if base == "guided"))
 # Every variant is one of ours: listed once, in VARIANTS.
 OURS = ("guided", *VARIANTS, "evolution", "autotvm", "mbo")
@@ -186,7 +195,8 @@ def run_cell(kernel: Any, tuner: str, seed: int, budget: int, cells: Path,
             from superopt.xtat.tvm_msspace import MsScreen
 
             prior = PRIOR.get(tuner)
-            screen = MsScreen(sp, seed=seed, learn=prior is None or prior.learn)
+            screen = MsScreen(sp, seed=seed, learn=prior is None or prior.learn,
+                              own_after=0 if prior is None else prior.own_after)
             if prior is not None:
                 t0 = time.perf_counter()
                 examples = prior_examples(kernel, corpus=prior.corpus)

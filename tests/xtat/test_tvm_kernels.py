@@ -504,6 +504,18 @@ def test_ms_screen_pretrained_on_another_kernel_scores_from_the_first_proposal(
         before = s2.predict(cands)
         s2.update(cands, reversed_times)
         assert (s2.predict(cands).tolist() == before.tolist()) is not learn
+    # With own_after=n the prior scores until the run has measured n schedules, then a
+    # model of the run's measurements alone does: exactly a screen with no prior.
+    n = len(test)
+    s3 = MsScreen(other, warmup=16, learn=False, own_after=n)
+    s3.pretrain([(seen, train, [cost(seen, c) for c in train])])
+    s3.update(cands[:n - 1], reversed_times[:n - 1])
+    assert s3.predict(cands).tolist() == scores.tolist()  # one short: still the prior
+    s3.update(cands[n - 1:], reversed_times[n - 1:])
+    alone = MsScreen(other, warmup=16)
+    alone.update(cands[:n - 1], reversed_times[:n - 1])
+    alone.update(cands[n - 1:], reversed_times[n - 1:])
+    assert s3.predict(cands).tolist() == alone.predict(cands).tolist() != scores.tolist()
 
 
 def test_report_counts_metaschedule_against_its_other_seeds(tmp_path: Path) -> None:

@@ -262,16 +262,27 @@ class MsScreen:
     cost model carried across workloads, as TenSet-style pre-training does): it then
     scores from the first proposal, with no warm-up. With `learn` False, `update` keeps
     nothing: the model stays the pre-trained one (the run's own few measurements of a
-    kernel are one group against the prior's thousands, and a refit moves every score)."""
+    kernel are one group against the prior's thousands, and a refit moves every score).
+    With `own_after` > 0 a second model is fitted on the run's measurements alone, and
+    once it has read `own_after` of them it scores instead of the first: the prior's
+    pick of a start, then a model of this kernel alone, as MetaSchedule's own is (a prior
+    refitted on a few hundred of the run's schedules is still mostly the other kernels':
+    on the two matmuls a screen with such a model gained nothing after the switch)."""
 
     def __init__(self, space: MsSpace, warmup: int = 16, seed: int = 0,
-                 learn: bool = True) -> None:
+                 learn: bool = True, own_after: int = 0) -> None:
         from tvm.s_tir import meta_schedule as ms
 
+        def xgb() -> Any:
+            return ms.cost_model.XGBModel(
+                config=ms.cost_model.xgb_model.XGBConfig(seed=seed, nthread=1),
+                num_warmup_samples=0, verbose_eval=0)
+
         self.space, self.warmup, self.learn = space, warmup, learn
-        self.model = ms.cost_model.XGBModel(
-            config=ms.cost_model.xgb_model.XGBConfig(seed=seed, nthread=1),
-            num_warmup_samples=0, verbose_eval=0)
+        self.model = xgb()
+        self.own_after = own_after
+        self.own = xgb() if own_after > 0 else None  # fitted on this run's measurements only
+        self.own_seen = 0
         self.args = ms.arg_info.ArgInfo.from_prim_func(space.workload["main"])
         self.seen = 0
         self.prior = 0  # schedules of other kernels the model was pre-trained on
@@ -318,8 +329,12 @@ class MsScreen:
         self._last = {c.key: m for c, m in zip(candidates, built, strict=True)}
         out = np.full(len(built), -np.inf)
         ok = [i for i, m in enumerate(built) if m is not None]
-        if ok and self.model.booster is not None and (self.prior or self.seen >= self.warmup):
-            out[ok] = self.model.predict(self.space.context, [built[i] for i in ok])
+        model = self.model
+        if self.own is not None and self.own_seen >= self.own_after:
+            model = self.own
+        if ok and model.booster is not None and (
+                model is self.own or self.prior or self.seen >= self.warmup):
+            out[ok] = model.predict(self.space.context, [built[i] for i in ok])
         else:
             out[ok] = 0.0
         return out
@@ -327,7 +342,7 @@ class MsScreen:
     def update(self, candidates: Sequence[Candidate], times: Sequence[float]) -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        if not self.learn:
+        if not self.learn and self.own is None:
             return
         cands, results = [], []
         for c, t in zip(candidates, times, strict=True):
@@ -339,9 +354,12 @@ class MsScreen:
             results.append(ms.runner.RunnerResult(
                 run_secs=[float(t)] if math.isfinite(t) else None,
                 error_msg=None if math.isfinite(t) else "failed"))
-        if cands:
+        if cands and self.learn:
             self.model.update(self.space.context, cands, results)
             self.seen += len(cands)
+        if cands and self.own is not None:
+            self.own.update(self.space.context, cands, results)
+            self.own_seen += len(cands)
 
 
 class MsPass(KnobPass):
