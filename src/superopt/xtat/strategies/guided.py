@@ -69,7 +69,10 @@ candidates, MetaSchedule's kind of search, late. On MetaSchedule's space the cli
 pre-trained start led MetaSchedule's search at trial 64 and then stalled (under 3% gained
 after trial 64 on QKV, seeds 4-7), while MetaSchedule's model-guided search gained 18-33%
 after it; screening from the first proposal instead (`guided_prior_screened`) lost the
-early lead on QKV.
+early lead on QKV. It stays off by default: with the pre-trained model, refitted as it
+goes, screening after 24 stale trials (`guided_prior_late`, seeds 6-7, re-timed) reached
+MetaSchedule's best on the 3x3 convolution in 0.27-0.39x its trials (0.69-0.87x
+without), and never on either matmul, where the screened proposals gained 0-3%.
 
 A measured candidate faster than the best becomes the best (and its ranking is computed
 afresh). Where the context says which candidates are one program (`TuneContext.identity`:
