@@ -267,7 +267,9 @@ class MsScreen:
     once it has read `own_after` of them it scores instead of the first: the prior's
     pick of a start, then a model of this kernel alone, as MetaSchedule's own is (a prior
     refitted on a few hundred of the run's schedules is still mostly the other kernels':
-    on the two matmuls a screen with such a model gained nothing after the switch)."""
+    on the two matmuls a screen with such a model gained nothing after the switch). Measured
+    (`guided_prior_late_own`, the matmuls, seeds 6-7): it did not help QKV either, which
+    gained nothing after trial 64; the FFN gained 2-17% late (docs/benchmarks.md)."""
 
     def __init__(self, space: MsSpace, warmup: int = 16, seed: int = 0,
                  learn: bool = True, own_after: int = 0) -> None:
