@@ -17,7 +17,8 @@ whose climb starts again from 16 new screened points after 32 trials without get
 faster; `guided_prior_late`, guided_prior_wide whose climb is screened by that model,
 refitted as it goes, once 24 trials in a row did not make it faster;
 `guided_prior_late_own`, the same screened late by a model of the run's own
-measurements alone) driving one of
+measurements alone; `guided_prior_late_fresh`, guided_prior_late whose screened pool is
+half new random schedules of every sketch) driving one of
 two spaces (`--space`): `ms`, MetaSchedule's own design space
 (`tvm_msspace.MsSpace`: its sketches' sampling decisions as sites), or `knobs`, our
 AutoTVM-like knob space of the kernel's loops (`tvm_kernels.KnobSpace`, at most ~55% of
@@ -95,7 +96,11 @@ ROOT = Path(__file__).resolve().parent
 # proposals are screened (16 scored a proposal, refitted model) from the first time 24
 # trials in a row did not make it faster (`screen_after`); `guided_prior_late_own` is
 # guided_prior_late whose late screen is a model fitted on the run's measurements alone
-# (`MsScreen.own_after`: from the 32nd), the pre-trained one only picking the start.
+# (`MsScreen.own_after`: from the 32nd), the pre-trained one only picking the start;
+# `guided_prior_late_fresh` is guided_prior_late whose screened pool is half new random
+# points of the whole space (`fresh`), mutated with the rest for four generations, as
+# MetaSchedule's evolutionary search takes random schedules into its population each round.
+_LATE = {"init": 16, "screen_init": 16, "screen": 16, "screen_after": 24}
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "guided_plain": ("guided", {"local": 0.0}),
     "guided_screened": ("guided", {"screen": 8}),
@@ -105,10 +110,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "guided_prior_frozen": ("guided", {"init": 16, "screen_init": 16, "screen": 8}),
     "guided_prior_wide": ("guided", {"init": 16, "screen_init": 16}),
     "guided_prior_restart": ("guided", {"init": 16, "screen_init": 16, "restart": 32}),
-    "guided_prior_late": ("guided", {"init": 16, "screen_init": 16, "screen": 16,
-                                     "screen_after": 24}),
-    "guided_prior_late_own": ("guided", {"init": 16, "screen_init": 16, "screen": 16,
-                                         "screen_after": 24})}
+    "guided_prior_late": ("guided", _LATE),
+    "guided_prior_late_own": ("guided", _LATE),
+    "guided_prior_late_fresh": ("guided", _LATE | {"fresh": 0.5, "generations": 4})}
 # The variants whose cost model is pre-trained on other kernels' cells, with what their
 # model reads and does: `corpus`, the corpus kernels' cells too; `learn`, refitted on the
 # run's measurements; `own_after`, replaced by a model of the run's measurements alone
@@ -128,7 +132,8 @@ PRIOR: dict[str, Prior] = {
     "guided_prior_wide": Prior(corpus=True),
     "guided_prior_restart": Prior(corpus=True),
     "guided_prior_late": Prior(corpus=True),
-    "guided_prior_late_own": Prior(corpus=True, learn=False, own_after=32)}
+    "guided_prior_late_own": Prior(corpus=True, learn=False, own_after=32),
+    "guided_prior_late_fresh": Prior(corpus=True)}
 GUIDED = ("guided", *(n for n, (base, _) in VARIANTS.items() if base == "guided"))
 # Every variant is one of ours: listed once, in VARIANTS.
 OURS = ("guided", *VARIANTS, "evolution", "autotvm", "mbo")

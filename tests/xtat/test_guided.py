@@ -372,6 +372,41 @@ def test_guided_screen_after_turns_the_screen_on_once_the_climb_stalls() -> None
     assert eager_screen.asked >= 8
 
 
+def test_guided_fresh_screens_random_points_of_the_whole_space_beside_moves() -> None:
+    """With fresh=1 the screened pool is whole-space samples (most change several sites
+    at once); with fresh=0 it is moves of the start (one site each, changes=1); with
+    fresh=0.5 it is both. The pool's size is `screen` times the ask either way."""
+    from superopt.xtat.context import TuneContext
+    from superopt.xtat.pipeline import Pipeline
+    from superopt.xtat.tvm_kernels import KERNELS, KnobSpace
+
+    space = KnobSpace(KERNELS[0])
+    cost = knob_cost(space, space.random(np.random.default_rng(5)))
+
+    def pool(fresh: float) -> tuple[list[int], int]:
+        knob = space.make_pass()
+        pipeline = Pipeline([knob])
+        start = pipeline.initial(space.kernel.graph())
+        screen = _OracleScreen(space, cost)
+        seen: list = []
+        predict = screen.predict
+        screen.predict = lambda cands: (seen.extend(cands), predict(cands))[1]
+        ctx = TuneContext(pipeline, start, np.random.default_rng(0), screen=screen)
+        ctx.best, ctx.best_time = start, 1.0
+        g = create("guided", model="none", changes=1, screen=4, generations=0,
+                   explore=0.0, fresh=fresh)
+        g.start(ctx, [knob.name], 60)
+        assert len(g.ask(4)) == 4
+        return [len(c.config(knob.name).choices) for c in seen], screen.asked
+
+    moves, asked = pool(0.0)
+    assert asked == 16 and max(moves) <= 1
+    samples, asked = pool(1.0)
+    assert asked == 16 and sum(s >= 2 for s in samples) >= 12
+    both, _ = pool(0.5)
+    assert sum(s <= 1 for s in both) >= 8 and sum(s >= 2 for s in both) >= 4
+
+
 def test_guided_without_a_screen_in_the_context_ignores_its_screen_option() -> None:
     from superopt.xtat.tvm_kernels import KERNELS, KnobSpace, search
 

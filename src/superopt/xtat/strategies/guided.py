@@ -334,6 +334,7 @@ class Guided(SearchStrategy):
         "screen_init": (int, 1, None, 1),
         "restart": (int, 0, None, 0),
         "screen_after": (int, 0, None, 0),
+        "fresh": (float, 0.0, 1.0, 0.0),
     }
 
     def __init__(self, **opts: Any) -> None:
@@ -512,16 +513,7 @@ class Guided(SearchStrategy):
 
         screen, many = self.ctx.screen, n * self.o["screen_init"]
         if screen is not None and many > n:
-            pool: list[Candidate] = []
-            seen: set[str] = set()
-            for _ in range(4 * many):  # bounded: a small space runs out of new points
-                if len(pool) >= many:
-                    break
-                cand = draw()
-                ident = self._seen(cand)
-                if ident not in self.proposed and ident not in seen:
-                    seen.add(ident)
-                    pool.append(cand)
+            pool = self._new(draw, many, set())
             scores = np.asarray(screen.predict(pool), dtype=float) if pool else np.zeros(0)
             best = [pool[i] for i in np.argsort(-scores, kind="stable")[:n]
                     if np.isfinite(scores[i])]
@@ -533,6 +525,21 @@ class Guided(SearchStrategy):
         out = [self._fresh(draw) for _ in range(n)]
         self._starts.update(c.key for c in out)
         return out
+
+    def _new(self, draw: Callable[[], Candidate], count: int, seen: set[str]
+             ) -> list[Candidate]:
+        """Up to `count` candidates from `draw` that are neither proposed before nor in
+        `seen` (which takes them in), not yet recorded as proposed."""
+        got: list[Candidate] = []
+        for _ in range(4 * count):  # bounded: a small space runs out of new ones
+            if len(got) >= count:
+                break
+            cand = draw()
+            ident = self._seen(cand)
+            if ident not in self.proposed and ident not in seen:
+                seen.add(ident)
+                got.append(cand)
+        return got
 
     def _fresh(self, draw: Callable[[], Candidate]) -> Candidate:
         """A proposal from `draw`, drawn again (a few times) while it is a program
@@ -554,18 +561,17 @@ class Guided(SearchStrategy):
         parents = [c for _, _, c in self.elite] or [self.current]
 
         def draw(starts: Sequence[Candidate], count: int) -> list[Candidate]:
-            got: list[Candidate] = []
-            for _ in range(4 * count):  # bounded: a small space runs out of new ones
-                if len(got) >= count:
-                    break
-                cand = self._propose(starts[int(ctx.rng.integers(len(starts)))])
-                ident = self._seen(cand)
-                if ident not in self.proposed and ident not in seen:
-                    seen.add(ident)
-                    got.append(cand)
-            return got
+            return self._new(
+                lambda: self._propose(starts[int(ctx.rng.integers(len(starts)))]),
+                count, seen)
 
-        pool = draw(parents, want)
+        # A `fresh` share of the pool is new random points of the whole space (of every
+        # sketch), which the generations below mutate too, as MetaSchedule's population
+        # takes in new random schedules each round.
+        fresh = round(self.o["fresh"] * want)
+        pool = draw(parents, want - fresh)
+        if fresh:
+            pool += self._new(lambda: ctx.sample(ctx.default, self.passes), fresh, seen)
         if not pool:
             return []
         scores = np.asarray(screen.predict(pool), dtype=float)
