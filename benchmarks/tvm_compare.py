@@ -18,7 +18,8 @@ faster; `guided_prior_late`, guided_prior_wide whose climb is screened by that m
 refitted as it goes, once 24 trials in a row did not make it faster;
 `guided_prior_late_own`, the same screened late by a model of the run's own
 measurements alone; `guided_prior_late_fresh`, guided_prior_late whose screened pool is
-half new random schedules of every sketch) driving one of
+half new random schedules of every sketch; `guided_prior_late_pop`, the same with moves
+of the 64 fastest and a late model of the run alone) driving one of
 two spaces (`--space`): `ms`, MetaSchedule's own design space
 (`tvm_msspace.MsSpace`: its sketches' sampling decisions as sites), or `knobs`, our
 AutoTVM-like knob space of the kernel's loops (`tvm_kernels.KnobSpace`, at most ~55% of
@@ -99,8 +100,12 @@ ROOT = Path(__file__).resolve().parent
 # (`MsScreen.own_after`: from the 32nd), the pre-trained one only picking the start;
 # `guided_prior_late_fresh` is guided_prior_late whose screened pool is half new random
 # points of the whole space (`fresh`), mutated with the rest for four generations, as
-# MetaSchedule's evolutionary search takes random schedules into its population each round.
+# MetaSchedule's evolutionary search takes random schedules into its population each round;
+# `guided_prior_late_pop` is guided_prior_late_fresh whose moves are of the 64 fastest
+# measured (not 8) and whose late screen is the run-only model of guided_prior_late_own:
+# MetaSchedule's own population (its measured best and random schedules) and model.
 _LATE = {"init": 16, "screen_init": 16, "screen": 16, "screen_after": 24}
+_FRESH = _LATE | {"fresh": 0.5, "generations": 4}
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "guided_plain": ("guided", {"local": 0.0}),
     "guided_screened": ("guided", {"screen": 8}),
@@ -112,7 +117,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "guided_prior_restart": ("guided", {"init": 16, "screen_init": 16, "restart": 32}),
     "guided_prior_late": ("guided", _LATE),
     "guided_prior_late_own": ("guided", _LATE),
-    "guided_prior_late_fresh": ("guided", _LATE | {"fresh": 0.5, "generations": 4})}
+    "guided_prior_late_fresh": ("guided", _FRESH),
+    "guided_prior_late_pop": ("guided", _FRESH | {"parents": 64})}
 # The variants whose cost model is pre-trained on other kernels' cells, with what their
 # model reads and does: `corpus`, the corpus kernels' cells too; `learn`, refitted on the
 # run's measurements; `own_after`, replaced by a model of the run's measurements alone
@@ -133,7 +139,8 @@ PRIOR: dict[str, Prior] = {
     "guided_prior_restart": Prior(corpus=True),
     "guided_prior_late": Prior(corpus=True),
     "guided_prior_late_own": Prior(corpus=True, learn=False, own_after=32),
-    "guided_prior_late_fresh": Prior(corpus=True)}
+    "guided_prior_late_fresh": Prior(corpus=True),
+    "guided_prior_late_pop": Prior(corpus=True, learn=False, own_after=32)}
 GUIDED = ("guided", *(n for n, (base, _) in VARIANTS.items() if base == "guided"))
 # Every variant is one of ours: listed once, in VARIANTS.
 OURS = ("guided", *VARIANTS, "evolution", "autotvm", "mbo")
