@@ -74,6 +74,15 @@ goes, screening after 24 stale trials (`guided_prior_late`, seeds 6-7, re-timed)
 MetaSchedule's best on the 3x3 convolution in 0.27-0.39x its trials (0.69-0.87x
 without), and never on either matmul, where the screened proposals gained 0-3%.
 
+With `fresh` > 0 (default 0) a `fresh` share of each screened pool is new random points
+of the whole space (every sketch's), scored and mutated for `generations` with the moves
+of the fastest, as MetaSchedule's evolutionary search takes random schedules into its
+population each round. It stays off by default: on the two matmuls of
+`benchmarks/tvm_compare.py` (seeds 6-7, 256 trials, late screen with `fresh=0.5`) the
+model handed out few of the random points, and 82-93% of QKV's trials still went to one
+inner tile of the output's columns (8), where MetaSchedule's best and most of its trials
+were on others; neither matmul reached MetaSchedule's best in half its trials as measured.
+
 A measured candidate faster than the best becomes the best (and its ranking is computed
 afresh). Where the context says which candidates are one program (`TuneContext.identity`:
 MetaSchedule's space, whose other sketches' decisions change nothing), a proposal that is
